@@ -1,0 +1,131 @@
+//! The ways of talking to a lock store, behind one internal trait.
+//!
+//! Every backend gives the same guarantees (see the crate docs); the behavioural test suite
+//! runs against each of them.
+
+use std::future::Future;
+use std::time::Duration;
+
+use crate::key::LockKeys;
+use crate::LockError;
+
+pub(crate) mod memory;
+pub(crate) mod scripted;
+pub(crate) mod transaction;
+
+/// The result of one attempt to take a lock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Attempt {
+    /// Taken; with the fencing token when one was asked for.
+    Acquired { fencing_token: Option<u64> },
+    /// Someone else holds it.
+    Busy {
+        /// The holder's remaining TTL, when it has one.
+        remaining: Option<Duration>,
+        /// The value stored by the holder (`token[:label]`).
+        holder_value: Option<String>,
+    },
+}
+
+/// What is stored on a lock right now, for [`crate::Locker::inspect`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RawState {
+    pub value: Option<String>,
+    pub remaining: Option<Duration>,
+    pub fencing_counter: Option<u64>,
+}
+
+/// One way of storing locks. Implementations must make `acquire`, `release` and `extend`
+/// atomic with respect to each other on the same key, and must never touch a lock whose
+/// value differs from the one given.
+pub(crate) trait Backend: Send + Sync {
+    /// One attempt: take the lock if free. Dropping the returned future at any point must
+    /// not leave the lock held in the normal case (undo in the background if needed).
+    fn acquire(
+        &self,
+        keys: &LockKeys,
+        value: &str,
+        ttl: Duration,
+        fencing: bool,
+    ) -> impl Future<Output = Result<Attempt, LockError>> + Send;
+
+    /// Deletes the lock if it still holds `value`. True if it did.
+    fn release(
+        &self,
+        keys: &LockKeys,
+        value: &str,
+    ) -> impl Future<Output = Result<bool, LockError>> + Send;
+
+    /// Resets the TTL if the lock still holds `value`. True if it did.
+    fn extend(
+        &self,
+        keys: &LockKeys,
+        value: &str,
+        ttl: Duration,
+    ) -> impl Future<Output = Result<bool, LockError>> + Send;
+
+    /// What is stored on the lock.
+    fn inspect(&self, keys: &LockKeys) -> impl Future<Output = Result<RawState, LockError>> + Send;
+}
+
+/// The backend a [`crate::Locker`] was built with. An enum rather than a trait object so the
+/// hot path has no boxing and no virtual calls.
+pub(crate) enum AnyBackend {
+    Scripted(scripted::Scripted),
+    Transaction(transaction::Transactional),
+    Memory(memory::Memory),
+}
+
+impl std::fmt::Debug for AnyBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            AnyBackend::Scripted(_) => "Scripted",
+            AnyBackend::Transaction(_) => "Transaction",
+            AnyBackend::Memory(_) => "Memory",
+        })
+    }
+}
+
+macro_rules! dispatch {
+    ($self:ident, $b:ident => $call:expr) => {
+        match $self {
+            AnyBackend::Scripted($b) => $call.await,
+            AnyBackend::Transaction($b) => $call.await,
+            AnyBackend::Memory($b) => $call.await,
+        }
+    };
+}
+
+impl Backend for AnyBackend {
+    async fn acquire(
+        &self,
+        keys: &LockKeys,
+        value: &str,
+        ttl: Duration,
+        fencing: bool,
+    ) -> Result<Attempt, LockError> {
+        dispatch!(self, b => b.acquire(keys, value, ttl, fencing))
+    }
+
+    async fn release(&self, keys: &LockKeys, value: &str) -> Result<bool, LockError> {
+        dispatch!(self, b => b.release(keys, value))
+    }
+
+    async fn extend(&self, keys: &LockKeys, value: &str, ttl: Duration) -> Result<bool, LockError> {
+        dispatch!(self, b => b.extend(keys, value, ttl))
+    }
+
+    async fn inspect(&self, keys: &LockKeys) -> Result<RawState, LockError> {
+        dispatch!(self, b => b.inspect(keys))
+    }
+}
+
+/// Milliseconds for a PX/PEXPIRE argument; validated TTLs always fit.
+pub(crate) fn millis(ttl: Duration) -> u64 {
+    u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1)
+}
+
+/// A PTTL reply as a duration: negative replies (no TTL, no key) mean "unknown".
+pub(crate) fn remaining_from_pttl(pttl: i64) -> Option<Duration> {
+    u64::try_from(pttl).ok().map(Duration::from_millis)
+}

@@ -1,0 +1,226 @@
+//! One Redis, WATCH/MULTI/EXEC only (seed 000's first implementation): for servers or
+//! proxies where `EVAL` is disabled. Same guarantees as the scripted backend, at the cost of
+//! two round trips per operation and a pooled connection of its own for each (WATCH state
+//! belongs to a connection).
+
+use std::time::Duration;
+
+use deadpool_redis::{Connection, Pool};
+
+use super::{millis, remaining_from_pttl, Attempt, Backend, RawState};
+use crate::conn::checkout;
+use crate::key::LockKeys;
+use crate::LockError;
+
+/// How often an operation re-runs after EXEC was aborted by a concurrent write. Every abort
+/// means the key changed, and the next look usually settles the outcome (busy, not ours).
+const MAX_OPTIMISTIC_RETRIES: usize = 16;
+
+pub(crate) struct Transactional {
+    pool: Pool,
+}
+
+impl Transactional {
+    pub fn new(pool: Pool) -> Transactional {
+        Transactional { pool }
+    }
+}
+
+impl Backend for Transactional {
+    async fn acquire(
+        &self,
+        keys: &LockKeys,
+        value: &str,
+        ttl: Duration,
+        fencing: bool,
+    ) -> Result<Attempt, LockError> {
+        // The WATCH ... EXEC exchange runs in its own task so that a caller who gives up
+        // half-way cannot cut it between the two round trips. If the caller is gone when it
+        // finishes, the result is dropped in the channel and `Undo` deletes the lock again.
+        let (reply, outcome) = tokio::sync::oneshot::channel();
+        let pool = self.pool.clone();
+        let task_keys = keys.clone();
+        let task_value = value.to_owned();
+        tokio::spawn(async move {
+            let result = acquire_once(&pool, &task_keys, &task_value, ttl, fencing).await;
+            let undo = matches!(result, Ok(Attempt::Acquired { .. })).then(|| Undo {
+                pool,
+                keys: task_keys,
+                value: task_value,
+                armed: true,
+            });
+            let _ = reply.send((result, undo));
+        });
+        let (result, undo) = outcome
+            .await
+            .map_err(|_| LockError::connection(&keys.name, "the acquire task was cancelled"))?;
+        if let Some(undo) = undo {
+            undo.disarm();
+        }
+        result
+    }
+
+    async fn release(&self, keys: &LockKeys, value: &str) -> Result<bool, LockError> {
+        let mut conn = checkout(&self.pool, &keys.name).await?;
+        compare_and(&mut conn, keys, value, |pipe| {
+            pipe.del(&keys.lock).ignore();
+        })
+        .await
+    }
+
+    async fn extend(&self, keys: &LockKeys, value: &str, ttl: Duration) -> Result<bool, LockError> {
+        let mut conn = checkout(&self.pool, &keys.name).await?;
+        compare_and(&mut conn, keys, value, |pipe| {
+            pipe.pexpire(&keys.lock, millis(ttl) as i64).ignore();
+        })
+        .await
+    }
+
+    async fn inspect(&self, keys: &LockKeys) -> Result<RawState, LockError> {
+        let mut conn = checkout(&self.pool, &keys.name).await?;
+        let (value, pttl, fence): (Option<Vec<u8>>, i64, Option<u64>) = redis::pipe()
+            .get(&keys.lock)
+            .pttl(&keys.lock)
+            .get(&keys.fence)
+            .query_async(&mut conn)
+            .await
+            .map_err(|err| LockError::from_redis(&keys.name, &keys.lock, err))?;
+        Ok(RawState {
+            value: value.map(|v| String::from_utf8_lossy(&v).into_owned()),
+            remaining: remaining_from_pttl(pttl),
+            fencing_counter: fence,
+        })
+    }
+}
+
+async fn acquire_once(
+    pool: &Pool,
+    keys: &LockKeys,
+    value: &str,
+    ttl: Duration,
+    fencing: bool,
+) -> Result<Attempt, LockError> {
+    let redis_err = |err| LockError::from_redis(&keys.name, &keys.lock, err);
+    let mut conn = checkout(pool, &keys.name).await?;
+    for _ in 0..MAX_OPTIMISTIC_RETRIES {
+        // WATCH and the look at the key travel together; GET raises WRONGTYPE on a foreign
+        // value, so such a key is an error, never "free".
+        let (current, pttl): (Option<Vec<u8>>, i64) = redis::pipe()
+            .cmd("WATCH")
+            .arg(&keys.lock)
+            .ignore()
+            .get(&keys.lock)
+            .pttl(&keys.lock)
+            .query_async(&mut conn)
+            .await
+            .map_err(redis_err)?;
+        if let Some(holder) = current {
+            redis::cmd("UNWATCH")
+                .query_async::<()>(&mut *conn)
+                .await
+                .map_err(redis_err)?;
+            return Ok(Attempt::Busy {
+                remaining: remaining_from_pttl(pttl),
+                holder_value: Some(String::from_utf8_lossy(&holder).into_owned()),
+            });
+        }
+        let mut tx = redis::pipe();
+        tx.atomic().cmd("SET").arg(&keys.lock).arg(value).arg("NX").arg("PX").arg(millis(ttl));
+        if fencing {
+            tx.incr(&keys.fence, 1);
+        } else {
+            tx.cmd("PING");
+        }
+        // EXEC answers nil when the watched key changed in between: someone else moved first.
+        let executed: Option<(Option<String>, redis::Value)> =
+            tx.query_async(&mut conn).await.map_err(redis_err)?;
+        match executed {
+            Some((Some(_), fence)) => {
+                let fencing_token = if fencing {
+                    Some(redis::from_redis_value::<u64>(fence)
+                        .map_err(|err| redis_err(err.into()))?)
+                } else {
+                    None
+                };
+                return Ok(Attempt::Acquired { fencing_token });
+            }
+            Some((None, _)) | None => continue,
+        }
+    }
+    Ok(Attempt::Busy {
+        remaining: None,
+        holder_value: None,
+    })
+}
+
+/// WATCH the key, check it holds `value`, then run `then` in MULTI/EXEC. False when the lock
+/// is not ours (nothing is written then).
+async fn compare_and(
+    conn: &mut Connection,
+    keys: &LockKeys,
+    value: &str,
+    then: impl Fn(&mut redis::Pipeline),
+) -> Result<bool, LockError> {
+    let redis_err = |err| LockError::from_redis(&keys.name, &keys.lock, err);
+    for _ in 0..MAX_OPTIMISTIC_RETRIES {
+        let (current,): (Option<Vec<u8>>,) = redis::pipe()
+            .cmd("WATCH")
+            .arg(&keys.lock)
+            .ignore()
+            .get(&keys.lock)
+            .query_async(&mut *conn)
+            .await
+            .map_err(redis_err)?;
+        if current.as_deref() != Some(value.as_bytes()) {
+            redis::cmd("UNWATCH")
+                .query_async::<()>(&mut *conn)
+                .await
+                .map_err(redis_err)?;
+            return Ok(false);
+        }
+        let mut tx = redis::pipe();
+        tx.atomic();
+        then(&mut tx);
+        let executed: Option<()> = tx.query_async(&mut *conn).await.map_err(redis_err)?;
+        if executed.is_some() {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// Deletes a lock taken for a caller who is no longer there to receive it.
+struct Undo {
+    pool: Pool,
+    keys: LockKeys,
+    value: String,
+    armed: bool,
+}
+
+impl Undo {
+    fn disarm(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for Undo {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let pool = self.pool.clone();
+        let keys = self.keys.clone();
+        let value = std::mem::take(&mut self.value);
+        runtime.spawn(async move {
+            if let Ok(mut conn) = checkout(&pool, &keys.name).await {
+                let _ = compare_and(&mut conn, &keys, &value, |pipe| {
+                    pipe.del(&keys.lock).ignore();
+                })
+                .await;
+            }
+        });
+    }
+}

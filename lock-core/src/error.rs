@@ -1,0 +1,243 @@
+//! The one error type of the crate.
+
+use std::time::Duration;
+
+/// Everything that can go wrong while taking, keeping or giving back a lock.
+///
+/// Messages are short, name the lock, and say what to do. Match on the variant to decide;
+/// [`LockError::is_contention`] groups the "someone else has it" cases.
+///
+/// ```
+/// use lock_core::{LockError, Locker};
+/// use std::time::Duration;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), LockError> {
+/// let locker = Locker::memory();
+/// let _held = locker.try_lock("report:daily", Duration::from_secs(5)).await?;
+/// match locker.try_lock("report:daily", Duration::from_secs(5)).await {
+///     Err(LockError::Busy { name, .. }) => assert_eq!(name, "report:daily"),
+///     other => panic!("expected Busy, got {other:?}"),
+/// }
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LockError {
+    /// The lock is held by someone else and the request did not wait (`wait` was zero).
+    #[error("lock `{name}` is busy{}; retry later or wait for it with .wait(..)", holder_suffix(holder, retry_after))]
+    Busy {
+        /// The lock name.
+        name: String,
+        /// Who holds it, when the holder stored a label.
+        holder: Option<String>,
+        /// When the current holder's lease runs out, as Redis reported it.
+        retry_after: Option<Duration>,
+    },
+
+    /// The lock stayed busy for the whole `wait`.
+    #[error("timed out after {waited:?} waiting for lock `{name}`{}; raise .wait(..) or find out why the holder keeps it", holder_suffix(holder, retry_after))]
+    Timeout {
+        /// The lock name.
+        name: String,
+        /// How long the request waited.
+        waited: Duration,
+        /// Who held it at the last attempt, when the holder stored a label.
+        holder: Option<String>,
+        /// When the holder's lease runs out, as Redis reported it at the last attempt.
+        retry_after: Option<Duration>,
+    },
+
+    /// The lease is no longer ours: it expired (the holder overran its TTL), was released,
+    /// or was deleted by someone else. Work done under it may have overlapped another holder.
+    #[error("lock `{name}` is no longer held by this lease (it expired or was removed); stop the work it guards, or use a longer TTL or auto-renewal")]
+    Lost {
+        /// The lock name.
+        name: String,
+    },
+
+    /// Something that is not a lock (a hash, a list, ...) sits on the lock's key.
+    #[error("key `{key}` of lock `{name}` holds a non-string value (WRONGTYPE); another part of the system writes to it: change the lock's prefix or name")]
+    WrongType {
+        /// The lock name.
+        name: String,
+        /// The Redis key that holds the foreign value.
+        key: String,
+    },
+
+    /// Redis could not be reached, the connection broke, or no pooled connection came free
+    /// in time.
+    #[error("cannot reach Redis for lock `{name}`: {reason}; check the URL and that the server is up")]
+    Connection {
+        /// The lock name (empty when the failure was not about one lock).
+        name: String,
+        /// What failed.
+        reason: String,
+        /// The underlying error, when there is one.
+        #[source]
+        source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
+    },
+
+    /// Redis answered with an error other than the ones above.
+    #[error("Redis refused an operation on lock `{name}`: {source}")]
+    Redis {
+        /// The lock name.
+        name: String,
+        /// The error Redis returned.
+        #[source]
+        source: redis::RedisError,
+    },
+
+    /// The lock name cannot be used.
+    #[error("invalid lock name {name:?}: {reason}")]
+    InvalidName {
+        /// The name as given (cut short if it was very long).
+        name: String,
+        /// Why it was refused.
+        reason: &'static str,
+    },
+
+    /// The TTL (or another duration setting) is out of range.
+    #[error("invalid {what} {value:?} for lock `{name}`: {reason}")]
+    InvalidDuration {
+        /// The lock name.
+        name: String,
+        /// Which setting: `ttl`, `wait` or `max_hold`.
+        what: &'static str,
+        /// The refused value.
+        value: Duration,
+        /// The accepted range.
+        reason: String,
+    },
+
+    /// The `Locker` could not be built from its configuration (for instance a bad URL).
+    #[error("invalid lock configuration: {0}")]
+    Config(String),
+
+    /// `#[redis_locked]` without `locker = ..` ran before a default locker was set.
+    #[error("no locker for lock `{name}`: call lock_core::set_default_locker(..) at startup, or pass `locker = ..` to #[redis_locked]")]
+    NoDefaultLocker {
+        /// The lock name.
+        name: String,
+    },
+
+    /// The operating system's random number generator failed, so no safe token could be made.
+    #[error("cannot draw a random token for lock `{name}`: {reason}")]
+    Entropy {
+        /// The lock name.
+        name: String,
+        /// What the OS said.
+        reason: String,
+    },
+}
+
+impl LockError {
+    /// True for [`Busy`](LockError::Busy) and [`Timeout`](LockError::Timeout): the lock
+    /// exists and belongs to someone else. Such errors are worth retrying later.
+    pub fn is_contention(&self) -> bool {
+        matches!(self, LockError::Busy { .. } | LockError::Timeout { .. })
+    }
+
+    /// The lock name this error is about, when it is about one.
+    pub fn name(&self) -> Option<&str> {
+        let name = match self {
+            LockError::Busy { name, .. }
+            | LockError::Timeout { name, .. }
+            | LockError::Lost { name }
+            | LockError::WrongType { name, .. }
+            | LockError::Connection { name, .. }
+            | LockError::Redis { name, .. }
+            | LockError::InvalidName { name, .. }
+            | LockError::InvalidDuration { name, .. }
+            | LockError::NoDefaultLocker { name }
+            | LockError::Entropy { name, .. } => name,
+            LockError::Config(_) => return None,
+        };
+        (!name.is_empty()).then_some(name.as_str())
+    }
+
+    /// For contention errors: how long until the current holder's lease runs out, as Redis
+    /// reported it. Useful for a `Retry-After` header.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            LockError::Busy { retry_after, .. } | LockError::Timeout { retry_after, .. } => {
+                *retry_after
+            }
+            _ => None,
+        }
+    }
+
+    /// Classifies a Redis error raised while working on lock `name`.
+    pub(crate) fn from_redis(name: &str, key: &str, err: redis::RedisError) -> LockError {
+        if err.code() == Some("WRONGTYPE") || err.to_string().contains("WRONGTYPE") {
+            return LockError::WrongType {
+                name: name.to_owned(),
+                key: key.to_owned(),
+            };
+        }
+        if err.is_io_error()
+            || err.is_connection_dropped()
+            || err.is_timeout()
+            || err.is_unrecoverable_error()
+        {
+            return LockError::Connection {
+                name: name.to_owned(),
+                reason: err.to_string(),
+                source: Some(Box::new(err)),
+            };
+        }
+        LockError::Redis {
+            name: name.to_owned(),
+            source: err,
+        }
+    }
+
+    /// A connection-level failure with no lower error (e.g. a command deadline).
+    pub(crate) fn connection(name: &str, reason: impl Into<String>) -> LockError {
+        LockError::Connection {
+            name: name.to_owned(),
+            reason: reason.into(),
+            source: None,
+        }
+    }
+}
+
+fn holder_suffix(holder: &Option<String>, retry_after: &Option<Duration>) -> String {
+    let mut out = String::new();
+    if let Some(holder) = holder {
+        out.push_str(" (held by ");
+        out.push_str(holder);
+        out.push(')');
+    }
+    if let Some(left) = retry_after {
+        out.push_str(&format!(", free in at most {left:?}"));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn busy_message_names_lock_and_holder() {
+        let err = LockError::Busy {
+            name: "orders:7".into(),
+            holder: Some("web-1:42".into()),
+            retry_after: Some(Duration::from_millis(1500)),
+        };
+        let text = err.to_string();
+        assert!(text.contains("`orders:7`"), "{text}");
+        assert!(text.contains("held by web-1:42"), "{text}");
+        assert!(text.contains("1.5s"), "{text}");
+        assert!(err.is_contention());
+        assert_eq!(err.retry_after(), Some(Duration::from_millis(1500)));
+    }
+
+    #[test]
+    fn name_is_none_for_config_errors() {
+        assert_eq!(LockError::Config("bad".into()).name(), None);
+        assert_eq!(LockError::Lost { name: "a".into() }.name(), Some("a"));
+    }
+}

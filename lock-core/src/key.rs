@@ -1,0 +1,136 @@
+//! Lock names, the Redis keys they map to, and the limits on names and durations.
+
+use std::time::Duration;
+
+use crate::LockError;
+
+/// Longest accepted lock name, in bytes. Longer names are refused with
+/// [`LockError::InvalidName`] before anything is sent to Redis.
+pub const MAX_NAME_LEN: usize = 512;
+
+/// Shortest accepted TTL.
+pub const MIN_TTL: Duration = Duration::from_millis(1);
+
+/// Longest accepted TTL (24 hours). Work that runs longer should hold a shorter lease with
+/// auto-renewal, so that a crashed holder does not block everyone for a day.
+pub const MAX_TTL: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// Longest accepted `wait` (24 hours).
+pub const MAX_WAIT: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// The Redis keys of one lock.
+///
+/// Every key of a lock carries the name inside a hash tag (`lock:{name}`), so that in a Redis
+/// Cluster all of them live in one slot and one script may touch them together. The same
+/// layout is used on a single server so that data moves between deployments unchanged, and
+/// so that no lock name can ever collide with another lock's fencing counter.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct LockKeys {
+    /// The name as the user gave it.
+    pub name: String,
+    /// `<prefix>{<name>}`: holds `<token>:<holder label>` with a TTL.
+    pub lock: String,
+    /// `<prefix>{<name>}:fence`: the fencing counter (no TTL).
+    pub fence: String,
+}
+
+impl LockKeys {
+    pub fn new(prefix: &str, name: &str) -> Result<LockKeys, LockError> {
+        validate_name(name)?;
+        let lock = format!("{prefix}{{{name}}}");
+        let fence = format!("{lock}:fence");
+        Ok(LockKeys {
+            name: name.to_owned(),
+            lock,
+            fence,
+        })
+    }
+}
+
+/// Checks a lock name: not empty, at most [`MAX_NAME_LEN`] bytes. Any other bytes are fine:
+/// names travel to Redis only as key arguments, never inside script text.
+pub fn validate_name(name: &str) -> Result<(), LockError> {
+    let reason = if name.is_empty() {
+        "it is empty; give every lock a name that says what it protects"
+    } else if name.len() > MAX_NAME_LEN {
+        "it is longer than lock_core::MAX_NAME_LEN (512) bytes; hash long identifiers first"
+    } else {
+        return Ok(());
+    };
+    Err(LockError::InvalidName {
+        name: shorten(name),
+        reason,
+    })
+}
+
+/// Checks a TTL against [`MIN_TTL`]..=[`MAX_TTL`].
+pub fn validate_ttl(name: &str, ttl: Duration) -> Result<(), LockError> {
+    if (MIN_TTL..=MAX_TTL).contains(&ttl) {
+        return Ok(());
+    }
+    Err(LockError::InvalidDuration {
+        name: shorten(name),
+        what: "ttl",
+        value: ttl,
+        reason: format!("it must be between {MIN_TTL:?} and {MAX_TTL:?}"),
+    })
+}
+
+/// Checks a wait against `0..=MAX_WAIT`.
+pub fn validate_wait(name: &str, wait: Duration) -> Result<(), LockError> {
+    if wait <= MAX_WAIT {
+        return Ok(());
+    }
+    Err(LockError::InvalidDuration {
+        name: shorten(name),
+        what: "wait",
+        value: wait,
+        reason: format!("it must be at most {MAX_WAIT:?}"),
+    })
+}
+
+/// Keeps error messages readable when someone passes a megabyte as a name.
+fn shorten(name: &str) -> String {
+    const SHOWN: usize = 64;
+    if name.len() <= SHOWN {
+        return name.to_owned();
+    }
+    let mut end = SHOWN;
+    while !name.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}... ({} bytes)", &name[..end], name.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_share_one_hash_tag() {
+        let keys = LockKeys::new("lock:", "market:7").unwrap();
+        assert_eq!(keys.lock, "lock:{market:7}");
+        assert_eq!(keys.fence, "lock:{market:7}:fence");
+    }
+
+    #[test]
+    fn names_are_bounded() {
+        assert!(matches!(
+            validate_name(""),
+            Err(LockError::InvalidName { .. })
+        ));
+        assert!(validate_name(&"x".repeat(MAX_NAME_LEN)).is_ok());
+        let err = validate_name(&"é".repeat(MAX_NAME_LEN)).unwrap_err();
+        assert!(err.to_string().contains("bytes"), "{err}");
+    }
+
+    #[test]
+    fn ttl_bounds() {
+        assert!(validate_ttl("a", Duration::ZERO).is_err());
+        assert!(validate_ttl("a", MIN_TTL).is_ok());
+        assert!(validate_ttl("a", MAX_TTL).is_ok());
+        assert!(validate_ttl("a", MAX_TTL + Duration::from_millis(1)).is_err());
+        assert!(validate_wait("a", Duration::ZERO).is_ok());
+        assert!(validate_wait("a", MAX_WAIT * 2).is_err());
+    }
+}

@@ -1,0 +1,299 @@
+//! The guard of a held lock, and its shareable view.
+
+use std::fmt;
+use std::ops::Deref;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use tokio::sync::Notify;
+use tracing::Instrument as _;
+
+use crate::backend::Backend as _;
+use crate::key::{validate_ttl, LockKeys};
+use crate::locker::Locker;
+use crate::token::decode_value;
+use crate::LockError;
+
+/// A held lock. Release it with [`Lease::release`]; dropping it releases it in the
+/// background (when a tokio runtime is available), and its TTL frees it in any case.
+///
+/// The read-only view ([`LeaseHandle`]: name, token, fencing token, validity, loss signal)
+/// is reachable through `Deref`, and can be cloned out with [`Lease::handle`] for code that
+/// must watch the lease without owning it.
+///
+/// ```
+/// use lock_core::Locker;
+/// use std::time::Duration;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), lock_core::LockError> {
+/// let locker = Locker::memory();
+/// let lease = locker.lock("invoice:42").ttl(Duration::from_secs(10)).await?;
+/// assert_eq!(lease.name(), "invoice:42");
+/// assert!(lease.expires_in() <= Duration::from_secs(10));
+/// lease.extend(Duration::from_secs(20)).await?;
+/// assert!(lease.release().await?, "we still held it");
+/// # Ok(())
+/// # }
+/// ```
+#[must_use = "a lock is released as soon as its Lease is dropped; bind it: `let _lease = ...`"]
+pub struct Lease {
+    handle: LeaseHandle,
+    released: bool,
+}
+
+/// A cheap, cloneable view of a lease: who, until when, and whether it was lost. It does not
+/// keep the lock held and cannot release it.
+#[derive(Clone)]
+pub struct LeaseHandle {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    locker: Locker,
+    keys: LockKeys,
+    /// `token[:label]`, exactly as stored in Redis.
+    value: String,
+    token_len: usize,
+    fencing_token: Option<u64>,
+    acquired_at: Instant,
+    /// Local end of validity: the acquire's start plus TTL minus the clock-drift allowance.
+    valid_until: Mutex<Instant>,
+    lost: AtomicBool,
+    lost_signal: Notify,
+}
+
+impl Lease {
+    pub(crate) fn new(
+        locker: Locker,
+        keys: LockKeys,
+        value: String,
+        fencing_token: Option<u64>,
+        attempt_started: Instant,
+        ttl: Duration,
+    ) -> Lease {
+        let token_len = decode_value(&value).0.len();
+        Lease {
+            handle: LeaseHandle {
+                shared: Arc::new(Shared {
+                    locker,
+                    keys,
+                    value,
+                    token_len,
+                    fencing_token,
+                    acquired_at: attempt_started,
+                    valid_until: Mutex::new(attempt_started + validity(ttl)),
+                    lost: AtomicBool::new(false),
+                    lost_signal: Notify::new(),
+                }),
+            },
+            released: false,
+        }
+    }
+
+    /// A cloneable view of this lease (for a watchdog, a log line, or a task that must stop
+    /// when the lease is lost).
+    pub fn handle(&self) -> LeaseHandle {
+        self.handle.clone()
+    }
+
+    /// Gives the lock back. `Ok(true)` if we still held it and it is now free; `Ok(false)` if
+    /// it had already expired or been taken over, in which case nothing was deleted: the
+    /// current holder's lock is left alone.
+    pub async fn release(mut self) -> Result<bool, LockError> {
+        self.released = true;
+        let shared = &self.handle.shared;
+        let span = tracing::debug_span!("lock.release", name = %shared.keys.name, held = tracing::field::Empty);
+        async {
+            let held = shared
+                .locker
+                .run(&shared.keys.name, shared.locker.backend().release(&shared.keys, &shared.value))
+                .await?;
+            tracing::Span::current().record("held", held);
+            if !held {
+                shared.mark_lost();
+                tracing::warn!(name = %shared.keys.name, "released a lease that had already expired or been taken over");
+            }
+            Ok(held)
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// Resets the TTL to `ttl` from now. Fails with [`LockError::Lost`] if the lock is no
+    /// longer ours (it expired or was removed); the lease is then marked lost.
+    pub async fn extend(&self, ttl: Duration) -> Result<(), LockError> {
+        let shared = &self.handle.shared;
+        validate_ttl(&shared.keys.name, ttl)?;
+        let started = Instant::now();
+        let extended = shared
+            .locker
+            .run(&shared.keys.name, shared.locker.backend().extend(&shared.keys, &shared.value, ttl))
+            .await?;
+        if !extended {
+            shared.mark_lost();
+            return Err(LockError::Lost {
+                name: shared.keys.name.clone(),
+            });
+        }
+        *shared
+            .valid_until
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = started + validity(ttl);
+        // A `lost()` future sleeping until the old deadline must look again.
+        shared.lost_signal.notify_waiters();
+        Ok(())
+    }
+}
+
+impl Deref for Lease {
+    type Target = LeaseHandle;
+
+    fn deref(&self) -> &LeaseHandle {
+        &self.handle
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if self.released {
+            return;
+        }
+        let shared = Arc::clone(&self.handle.shared);
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            tracing::debug!(name = %shared.keys.name, "lease dropped outside a tokio runtime; its TTL will free it");
+            return;
+        };
+        runtime.spawn(async move {
+            let backend = shared.locker.backend();
+            let result = shared
+                .locker
+                .run(&shared.keys.name, backend.release(&shared.keys, &shared.value))
+                .await;
+            if let Err(err) = result {
+                tracing::warn!(name = %shared.keys.name, %err, "background release of a dropped lease failed; its TTL will free it");
+            }
+        });
+    }
+}
+
+impl LeaseHandle {
+    /// The lock name.
+    pub fn name(&self) -> &str {
+        &self.shared.keys.name
+    }
+
+    /// The Redis key that holds the lock.
+    pub fn key(&self) -> &str {
+        &self.shared.keys.lock
+    }
+
+    /// The 128-bit random token (32 hex digits) that proves ownership.
+    pub fn token(&self) -> &str {
+        &self.shared.value[..self.shared.token_len]
+    }
+
+    /// The fencing token drawn at acquire time, when fencing was on: strictly increasing per
+    /// lock name, so a store can reject writes from a holder older than the last one it saw.
+    pub fn fencing_token(&self) -> Option<u64> {
+        self.shared.fencing_token
+    }
+
+    /// When the lock was acquired (the start of the successful attempt).
+    pub fn acquired_at(&self) -> Instant {
+        self.shared.acquired_at
+    }
+
+    /// How long this lease is still valid by the local clock, with a margin for clock drift
+    /// between this process and Redis. Zero once it has run out.
+    pub fn expires_in(&self) -> Duration {
+        self.valid_until().saturating_duration_since(Instant::now())
+    }
+
+    /// True once the lease is known to be lost: its validity ran out, or Redis said the lock
+    /// is no longer ours. A cheap local check; [`LeaseHandle::is_held`] asks Redis.
+    pub fn is_lost(&self) -> bool {
+        self.shared.lost.load(Ordering::Acquire) || self.expires_in().is_zero()
+    }
+
+    /// Completes when the lease is lost: at the end of its local validity (unless extended
+    /// before), or as soon as an operation learns the lock is no longer ours.
+    pub async fn lost(&self) {
+        loop {
+            let notified = self.shared.lost_signal.notified();
+            if self.is_lost() {
+                return;
+            }
+            let deadline = tokio::time::Instant::from_std(self.valid_until());
+            tokio::select! {
+                () = notified => {}
+                () = tokio::time::sleep_until(deadline) => {}
+            }
+        }
+    }
+
+    /// Asks Redis whether the lock still holds this lease's token. Marks the lease lost if not.
+    pub async fn is_held(&self) -> Result<bool, LockError> {
+        let shared = &self.shared;
+        let state = shared
+            .locker
+            .run(&shared.keys.name, shared.locker.backend().inspect(&shared.keys))
+            .await?;
+        let held = state.value.as_deref() == Some(shared.value.as_str());
+        if !held {
+            shared.mark_lost();
+        }
+        Ok(held)
+    }
+
+    fn valid_until(&self) -> Instant {
+        *self
+            .shared
+            .valid_until
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub(crate) fn same_lock(&self, locker: &Locker, name: &str) -> bool {
+        self.shared.locker.same_as(locker) && self.shared.keys.name == name
+    }
+}
+
+impl Shared {
+    fn mark_lost(&self) {
+        if !self.lost.swap(true, Ordering::AcqRel) {
+            tracing::warn!(name = %self.keys.name, "lease lost");
+        }
+        self.lost_signal.notify_waiters();
+    }
+}
+
+/// The part of a TTL the holder may count on: TTL minus an allowance for the drift between
+/// this process's clock and Redis's (1% plus 1 ms, as in the Redlock analysis).
+pub(crate) fn validity(ttl: Duration) -> Duration {
+    ttl.saturating_sub(ttl / 100 + Duration::from_millis(1))
+}
+
+impl fmt::Debug for Lease {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Lease")
+            .field("name", &self.name())
+            .field("fencing_token", &self.fencing_token())
+            .field("expires_in", &self.expires_in())
+            .field("released", &self.released)
+            .finish_non_exhaustive()
+    }
+}
+
+impl fmt::Debug for LeaseHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The token is a secret: whoever has it can release the lock.
+        f.debug_struct("LeaseHandle")
+            .field("name", &self.name())
+            .field("fencing_token", &self.fencing_token())
+            .field("expires_in", &self.expires_in())
+            .field("lost", &self.is_lost())
+            .finish_non_exhaustive()
+    }
+}

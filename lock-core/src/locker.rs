@@ -1,0 +1,542 @@
+//! `Locker`: the entry point, and its builder.
+
+use std::fmt;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::Duration;
+
+use deadpool_redis::{Pool, PoolConfig, Runtime, Timeouts};
+use futures_util::FutureExt as _;
+
+use crate::backend::memory::Memory;
+use crate::backend::scripted::Scripted;
+use crate::backend::transaction::Transactional;
+use crate::backend::{AnyBackend, Backend as _};
+use crate::conn::SharedConnection;
+use crate::key::{validate_ttl, validate_wait, LockKeys};
+use crate::request::LockRequest;
+use crate::token::{bound_label, decode_value, default_label};
+use crate::{Lease, LockError};
+
+/// The environment variable [`Locker::from_env`] reads.
+pub const REDIS_URL_ENV: &str = "REDIS_URL";
+
+/// Where [`Locker::from_env`] connects when `REDIS_URL` is not set.
+pub const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379/";
+
+/// Takes, waits for, inspects and releases named locks.
+///
+/// Cheap to clone (an `Arc`), `Send + Sync`: build one at startup and share it. Every clone
+/// talks to the same Redis with the same settings.
+///
+/// ```
+/// use lock_core::Locker;
+/// use std::time::Duration;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), lock_core::LockError> {
+/// // Locker::from_url("redis://127.0.0.1:6379/")? in production; memory() needs no server.
+/// let locker = Locker::memory();
+/// let lease = locker
+///     .lock("payments:order-7")
+///     .ttl(Duration::from_secs(10))
+///     .wait(Duration::from_secs(2))
+///     .await?;
+/// // ... charge the order: no other process holds "payments:order-7" now ...
+/// lease.release().await?;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct Locker {
+    inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    backend: AnyBackend,
+    settings: Settings,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct Settings {
+    pub prefix: String,
+    pub default_ttl: Duration,
+    pub default_wait: Duration,
+    pub label: Option<String>,
+    pub fencing: bool,
+    pub command_timeout: Duration,
+}
+
+/// How the Redis backends talk to the server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Protocol {
+    /// Lua scripts (`EVALSHA`, falling back to `EVAL` after a script-cache flush): one round
+    /// trip per operation. The default.
+    #[default]
+    Scripts,
+    /// `WATCH`/`MULTI`/`EXEC` only, for servers or proxies where scripting is disabled. Same
+    /// guarantees, two round trips per operation.
+    Transactions,
+}
+
+impl Locker {
+    /// A locker on the Redis at `url` (`redis://[user:password@]host[:port][/db]`, or
+    /// `rediss://` for TLS when redis-rs is built with TLS), with default settings. Connects
+    /// lazily: a wrong host shows up as [`LockError::Connection`] on the first lock, a
+    /// malformed URL as [`LockError::Config`] here.
+    pub fn from_url(url: &str) -> Result<Locker, LockError> {
+        Locker::builder().url(url).build()
+    }
+
+    /// A locker on `$REDIS_URL`, or on [`DEFAULT_REDIS_URL`] when it is not set.
+    pub fn from_env() -> Result<Locker, LockError> {
+        let url = std::env::var(REDIS_URL_ENV).unwrap_or_else(|_| DEFAULT_REDIS_URL.to_owned());
+        Locker::from_url(&url)
+    }
+
+    /// A locker on an existing deadpool-redis pool, with default settings.
+    pub fn from_pool(pool: Pool) -> Locker {
+        Locker::with_backend(
+            AnyBackend::Scripted(Scripted::new(SharedConnection::new(pool))),
+            LockerBuilder::new().settings(),
+        )
+    }
+
+    /// A locker whose locks live in this process only: the same semantics (TTL, tokens,
+    /// fencing) without a server. For tests and single-process applications; clones share
+    /// the locks, separate `memory()` lockers do not.
+    pub fn memory() -> Locker {
+        Locker::builder().memory().build_infallible()
+    }
+
+    /// A builder for every setting.
+    pub fn builder() -> LockerBuilder {
+        LockerBuilder::new()
+    }
+
+    /// Starts a lock request for `name`: set `.ttl(..)`, `.wait(..)`, then `.await` it.
+    pub fn lock(&self, name: impl Into<String>) -> LockRequest<'_> {
+        LockRequest::new(self, name.into())
+    }
+
+    /// Tries once to take `name` for `ttl`; [`LockError::Busy`] if someone holds it.
+    pub async fn try_lock(&self, name: impl Into<String>, ttl: Duration) -> Result<Lease, LockError> {
+        self.lock(name).ttl(ttl).wait(Duration::ZERO).await
+    }
+
+    /// Runs `work` while holding `name` (waiting up to the locker's default wait), and
+    /// releases the lock on every path: normal completion, an error inside `work`, or a
+    /// panic (which is resumed after the release).
+    ///
+    /// If the lease was lost while `work` ran (it outlived `ttl`), the result is
+    /// [`LockError::Lost`]: the work finished, but another holder may have run beside it.
+    ///
+    /// ```
+    /// # use lock_core::Locker;
+    /// # use std::time::Duration;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lock_core::LockError> {
+    /// let locker = Locker::memory();
+    /// let total = locker
+    ///     .with_lock("nightly-report", Duration::from_secs(30), async { 40 + 2 })
+    ///     .await?;
+    /// assert_eq!(total, 42);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn with_lock<F>(
+        &self,
+        name: impl Into<String>,
+        ttl: Duration,
+        work: F,
+    ) -> Result<F::Output, LockError>
+    where
+        F: Future,
+    {
+        let lease = self.lock(name).ttl(ttl).await?;
+        let outcome = AssertUnwindSafe(work).catch_unwind().await;
+        let name = lease.name().to_owned();
+        let released = lease.release().await;
+        let output = match outcome {
+            Ok(output) => output,
+            Err(panic) => std::panic::resume_unwind(panic),
+        };
+        match released {
+            Ok(true) => Ok(output),
+            Ok(false) => Err(LockError::Lost { name }),
+            Err(err) => {
+                // The work is done and the lock was ours; only the courtesy release failed,
+                // and the TTL will free the lock.
+                tracing::warn!(%name, %err, "release after with_lock failed; the TTL will free the lock");
+                Ok(output)
+            }
+        }
+    }
+
+    /// Who holds `name` right now, if anyone: holder label, remaining TTL and the fencing
+    /// counter.
+    pub async fn inspect(&self, name: &str) -> Result<Option<LockInfo>, LockError> {
+        let keys = LockKeys::new(&self.inner.settings.prefix, name)?;
+        let state = self.run(name, self.backend().inspect(&keys)).await?;
+        Ok(state.value.map(|value| {
+            let (_, holder) = decode_value(&value);
+            LockInfo {
+                name: name.to_owned(),
+                key: keys.lock.clone(),
+                holder: holder.map(str::to_owned),
+                remaining: state.remaining,
+                fencing_counter: state.fencing_counter,
+            }
+        }))
+    }
+
+    /// The key prefix (default `lock:`).
+    pub fn prefix(&self) -> &str {
+        &self.inner.settings.prefix
+    }
+
+    /// The TTL used when a request does not set one.
+    pub fn default_ttl(&self) -> Duration {
+        self.inner.settings.default_ttl
+    }
+
+    /// The wait used when a request does not set one.
+    pub fn default_wait(&self) -> Duration {
+        self.inner.settings.default_wait
+    }
+
+    /// The label stored beside each token, telling who holds a lock.
+    pub fn holder_label(&self) -> Option<&str> {
+        self.inner.settings.label.as_deref()
+    }
+
+    pub(crate) fn settings(&self) -> &Settings {
+        &self.inner.settings
+    }
+
+    pub(crate) fn backend(&self) -> &AnyBackend {
+        &self.inner.backend
+    }
+
+    /// True when both handles are clones of one locker.
+    pub(crate) fn same_as(&self, other: &Locker) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
+    /// Runs one backend operation under the command deadline, so a server that stops
+    /// answering gives [`LockError::Connection`] instead of a hang.
+    pub(crate) async fn run<T>(
+        &self,
+        name: &str,
+        operation: impl Future<Output = Result<T, LockError>>,
+    ) -> Result<T, LockError> {
+        let limit = self.inner.settings.command_timeout;
+        match tokio::time::timeout(limit, operation).await {
+            Ok(result) => result,
+            Err(_) => Err(LockError::connection(
+                name,
+                format!("no answer from Redis within {limit:?}"),
+            )),
+        }
+    }
+
+    fn with_backend(backend: AnyBackend, settings: Settings) -> Locker {
+        Locker {
+            inner: Arc::new(Inner { backend, settings }),
+        }
+    }
+}
+
+impl fmt::Debug for Locker {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Locker")
+            .field("backend", &self.inner.backend)
+            .field("settings", &self.inner.settings)
+            .finish()
+    }
+}
+
+/// What [`Locker::inspect`] found on a held lock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LockInfo {
+    /// The lock name.
+    pub name: String,
+    /// The Redis key.
+    pub key: String,
+    /// The holder's label (`app@host:pid` by default), when it stored one.
+    pub holder: Option<String>,
+    /// The holder's remaining TTL, when the key has one.
+    pub remaining: Option<Duration>,
+    /// The lock's fencing counter: the last fencing token handed out for this name.
+    pub fencing_counter: Option<u64>,
+}
+
+/// Builds a [`Locker`]. Every setting has a default; `url`, `pool` or `memory` picks the
+/// store (default: `$REDIS_URL`, else [`DEFAULT_REDIS_URL`]).
+///
+/// ```
+/// use lock_core::{Locker, Protocol};
+/// use std::time::Duration;
+///
+/// let locker = Locker::builder()
+///     .url("redis://127.0.0.1:6379/")
+///     .prefix("myapp:lock:")
+///     .default_ttl(Duration::from_secs(15))
+///     .default_wait(Duration::from_secs(3))
+///     .pool_size(16)
+///     .app_name("billing")
+///     .protocol(Protocol::Scripts)
+///     .build()?;
+/// assert_eq!(locker.prefix(), "myapp:lock:");
+/// # Ok::<(), lock_core::LockError>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct LockerBuilder {
+    store: Store,
+    prefix: String,
+    default_ttl: Duration,
+    default_wait: Duration,
+    pool_size: Option<usize>,
+    label: Label,
+    protocol: Protocol,
+    fencing: bool,
+    command_timeout: Duration,
+}
+
+#[derive(Clone)]
+enum Store {
+    Env,
+    Url(String),
+    Pool(Pool),
+    Memory,
+}
+
+impl fmt::Debug for Store {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Store::Env => f.write_str("Env"),
+            // A URL may carry a password.
+            Store::Url(_) => f.write_str("Url(..)"),
+            Store::Pool(_) => f.write_str("Pool(..)"),
+            Store::Memory => f.write_str("Memory"),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+enum Label {
+    Default { app: Option<String> },
+    Custom(String),
+    Off,
+}
+
+impl LockerBuilder {
+    fn new() -> LockerBuilder {
+        LockerBuilder {
+            store: Store::Env,
+            prefix: "lock:".to_owned(),
+            default_ttl: Duration::from_secs(30),
+            default_wait: Duration::from_secs(10),
+            pool_size: None,
+            label: Label::Default { app: None },
+            protocol: Protocol::Scripts,
+            fencing: false,
+            command_timeout: Duration::from_secs(3),
+        }
+    }
+
+    /// Connect to the Redis at `url`.
+    pub fn url(mut self, url: impl Into<String>) -> Self {
+        self.store = Store::Url(url.into());
+        self
+    }
+
+    /// Use an existing deadpool-redis pool.
+    pub fn pool(mut self, pool: Pool) -> Self {
+        self.store = Store::Pool(pool);
+        self
+    }
+
+    /// Keep locks in this process (see [`Locker::memory`]).
+    pub fn memory(mut self) -> Self {
+        self.store = Store::Memory;
+        self
+    }
+
+    /// Prefix of every lock key (default `lock:`). Keys are `<prefix>{<name>}`.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// TTL for requests that do not set one (default 30 s).
+    pub fn default_ttl(mut self, ttl: Duration) -> Self {
+        self.default_ttl = ttl;
+        self
+    }
+
+    /// How long requests keep trying when they do not say (default 10 s, the book's
+    /// `acquire_timeout`). Zero means try once.
+    pub fn default_wait(mut self, wait: Duration) -> Self {
+        self.default_wait = wait;
+        self
+    }
+
+    /// Maximum number of pooled connections when the locker builds its own pool (default:
+    /// deadpool's, 4 per CPU). Lock commands share one multiplexed connection; the pool
+    /// serves reconnects and the [`Protocol::Transactions`] backend.
+    pub fn pool_size(mut self, size: usize) -> Self {
+        self.pool_size = Some(size);
+        self
+    }
+
+    /// Application name put in front of the default holder label (`app@host:pid`).
+    pub fn app_name(mut self, app: impl Into<String>) -> Self {
+        self.label = Label::Default {
+            app: Some(app.into()),
+        };
+        self
+    }
+
+    /// Replaces the holder label entirely (cut to 200 bytes). It is stored beside the token
+    /// so that `inspect` and error messages can say who holds a lock.
+    pub fn holder_label(mut self, label: impl Into<String>) -> Self {
+        self.label = Label::Custom(label.into());
+        self
+    }
+
+    /// Stores no holder label, only the token.
+    pub fn without_holder_label(mut self) -> Self {
+        self.label = Label::Off;
+        self
+    }
+
+    /// Lua scripts (default) or WATCH/MULTI transactions.
+    pub fn protocol(mut self, protocol: Protocol) -> Self {
+        self.protocol = protocol;
+        self
+    }
+
+    /// Draw a fencing token on every acquisition (default off; a request can turn it on
+    /// with [`LockRequest::fencing`]).
+    pub fn fencing(mut self, on: bool) -> Self {
+        self.fencing = on;
+        self
+    }
+
+    /// Deadline for one Redis operation, pool checkout included (default 3 s). A server
+    /// that stops answering yields [`LockError::Connection`] after it.
+    pub fn command_timeout(mut self, timeout: Duration) -> Self {
+        self.command_timeout = timeout;
+        self
+    }
+
+    /// Builds the locker. Fails on a malformed URL or an out-of-range setting; does not
+    /// connect yet.
+    pub fn build(self) -> Result<Locker, LockError> {
+        validate_ttl("(default)", self.default_ttl)?;
+        validate_wait("(default)", self.default_wait)?;
+        if self.command_timeout.is_zero() {
+            return Err(LockError::Config("command_timeout must be above zero".into()));
+        }
+        let settings = self.settings();
+        let pool = match self.store {
+            Store::Memory => {
+                return Ok(Locker::with_backend(
+                    AnyBackend::Memory(Memory::default()),
+                    settings,
+                ))
+            }
+            Store::Pool(pool) => pool,
+            Store::Env => {
+                let url = std::env::var(REDIS_URL_ENV)
+                    .unwrap_or_else(|_| DEFAULT_REDIS_URL.to_owned());
+                build_pool(&url, self.pool_size, self.command_timeout)?
+            }
+            Store::Url(url) => build_pool(&url, self.pool_size, self.command_timeout)?,
+        };
+        let backend = match self.protocol {
+            Protocol::Scripts => AnyBackend::Scripted(Scripted::new(SharedConnection::new(pool))),
+            Protocol::Transactions => AnyBackend::Transaction(Transactional::new(pool)),
+        };
+        Ok(Locker::with_backend(backend, settings))
+    }
+
+    fn build_infallible(self) -> Locker {
+        let settings = self.settings();
+        Locker::with_backend(AnyBackend::Memory(Memory::default()), settings)
+    }
+
+    fn settings(&self) -> Settings {
+        let label = match &self.label {
+            Label::Default { app } => Some(default_label(app.as_deref())),
+            Label::Custom(label) => Some(bound_label(label.clone())),
+            Label::Off => None,
+        };
+        Settings {
+            prefix: self.prefix.clone(),
+            default_ttl: self.default_ttl,
+            default_wait: self.default_wait,
+            label,
+            fencing: self.fencing,
+            command_timeout: self.command_timeout,
+        }
+    }
+}
+
+fn build_pool(url: &str, size: Option<usize>, timeout: Duration) -> Result<Pool, LockError> {
+    // Parse first: deadpool's own error for a bad URL does not say which part is wrong.
+    redis::Client::open(url).map_err(|err| {
+        LockError::Config(format!("cannot use Redis URL {:?}: {err}", redact(url)))
+    })?;
+    let mut config = deadpool_redis::Config::from_url(url);
+    let mut pool = PoolConfig::default();
+    if let Some(size) = size {
+        pool.max_size = size.max(1);
+    }
+    pool.timeouts = Timeouts {
+        wait: Some(timeout),
+        create: Some(timeout),
+        recycle: Some(timeout),
+    };
+    config.pool = Some(pool);
+    config
+        .create_pool(Some(Runtime::Tokio1))
+        .map_err(|err| LockError::Config(format!("cannot build a pool for {:?}: {err}", redact(url))))
+}
+
+/// The URL with any password replaced, for error messages.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => format!("{}://***@{}", &url[..scheme], &url[at + 1..]),
+        _ => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_urls_are_config_errors() {
+        for url in ["", "http://x", "redis://:99999999/", "not a url"] {
+            let err = Locker::from_url(url).unwrap_err();
+            assert!(matches!(err, LockError::Config(_)), "{url}: {err:?}");
+        }
+    }
+
+    #[test]
+    fn passwords_stay_out_of_messages() {
+        assert_eq!(redact("redis://user:secret@host:6379/0"), "redis://***@host:6379/0");
+        assert_eq!(redact("redis://host/"), "redis://host/");
+    }
+
+    #[test]
+    fn locker_is_send_sync_clone() {
+        fn check<T: Send + Sync + Clone + 'static>() {}
+        check::<Locker>();
+    }
+}
