@@ -1,0 +1,73 @@
+//! One constructor per backend, so every behavioural check runs against each of them.
+
+use lock_core::{Locker, Protocol};
+use lock_tests::RedisServer;
+
+/// Config lines that take every scripting command away from a server, to prove the
+/// WATCH/MULTI backend never needs them.
+pub const NO_SCRIPTING: &[&str] = &[
+    "rename-command EVAL \"\"",
+    "rename-command EVALSHA \"\"",
+    "rename-command EVAL_RO \"\"",
+    "rename-command EVALSHA_RO \"\"",
+    "rename-command SCRIPT \"\"",
+    "rename-command FUNCTION \"\"",
+    "rename-command FCALL \"\"",
+    "rename-command FCALL_RO \"\"",
+];
+
+/// A locker and, for the Redis backends, the server it talks to.
+pub struct Harness {
+    pub locker: Locker,
+    pub server: Option<RedisServer>,
+    pub protocol: Option<Protocol>,
+}
+
+impl Harness {
+    pub fn scripts() -> Harness {
+        let server = RedisServer::start();
+        Harness::on(server, Protocol::Scripts)
+    }
+
+    pub fn transactions() -> Harness {
+        let server = RedisServer::start_with(NO_SCRIPTING);
+        Harness::on(server, Protocol::Transactions)
+    }
+
+    pub fn memory() -> Harness {
+        Harness {
+            locker: Locker::builder()
+                .memory()
+                .app_name("lock-tests")
+                .build()
+                .expect("memory locker"),
+            server: None,
+            protocol: None,
+        }
+    }
+
+    fn on(server: RedisServer, protocol: Protocol) -> Harness {
+        Harness {
+            locker: Harness::locker_for(&server, protocol),
+            server: Some(server),
+            protocol: Some(protocol),
+        }
+    }
+
+    pub fn locker_for(server: &RedisServer, protocol: Protocol) -> Locker {
+        Locker::builder()
+            .url(server.url())
+            .protocol(protocol)
+            .app_name("lock-tests")
+            .build()
+            .expect("locker")
+    }
+
+    /// Another locker on the same store, as a second process would have.
+    pub fn second_locker(&self) -> Locker {
+        match (&self.server, self.protocol) {
+            (Some(server), Some(protocol)) => Harness::locker_for(server, protocol),
+            _ => self.locker.clone(),
+        }
+    }
+}

@@ -1,0 +1,6 @@
+//! Integration tests against real redis-server processes started by `lock_tests`.
+
+mod behaviour;
+mod harness;
+mod redis_only;
+mod stress;

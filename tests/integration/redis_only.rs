@@ -1,0 +1,158 @@
+//! Behaviour that only exists with a real server: foreign values on the key, servers that
+//! are down or go away, script-cache flushes, and a server without scripting.
+
+use std::time::{Duration, Instant};
+
+use lock_core::{LockError, Locker, Protocol};
+use lock_tests::{free_port, RedisServer};
+
+use crate::behaviour::freed_within;
+use crate::harness::{Harness, NO_SCRIPTING};
+
+const SECOND: Duration = Duration::from_secs(1);
+
+fn both_protocols() -> [Harness; 2] {
+    [Harness::scripts(), Harness::transactions()]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_foreign_value_on_the_key_is_an_error_not_acquired() {
+    for h in both_protocols() {
+        let server = h.server.as_ref().expect("server");
+        assert!(server.command(&["HSET", "lock:{orders}", "field", "value"]).starts_with(':'));
+        match h.locker.try_lock("orders", SECOND).await {
+            Err(LockError::WrongType { name, key }) => {
+                assert_eq!(name, "orders");
+                assert_eq!(key, "lock:{orders}");
+            }
+            other => panic!("{:?}: expected WrongType, got {other:?}", h.protocol),
+        }
+        match h.locker.lock("orders").wait(Duration::from_millis(100)).await {
+            Err(LockError::WrongType { .. }) => {}
+            other => panic!("{:?}: a waiting request fails at once too, got {other:?}", h.protocol),
+        }
+        // Nothing was overwritten.
+        assert!(server.command(&["TYPE", "lock:{orders}"]).contains("hash"));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreachable_server_is_a_connection_error_in_bounded_time() {
+    for protocol in [Protocol::Scripts, Protocol::Transactions] {
+        let url = format!("redis://127.0.0.1:{}/", free_port());
+        let locker = Locker::builder()
+            .url(url)
+            .protocol(protocol)
+            .command_timeout(2 * SECOND)
+            .build()
+            .expect("a well-formed URL builds without connecting");
+        let started = Instant::now();
+        let err = locker
+            .lock("down")
+            .wait(SECOND)
+            .await
+            .expect_err("nothing listens there");
+        assert!(matches!(err, LockError::Connection { .. }), "{protocol:?}: {err:?}");
+        assert!(err.to_string().contains("`down`"), "{err}");
+        assert!(started.elapsed() < 10 * SECOND, "bounded, not a hang");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_never_reaches_the_server() {
+    // Nothing listens on this port: a refused name must be refused before any connection.
+    let locker = Locker::from_url(&format!("redis://127.0.0.1:{}/", free_port())).expect("url");
+    assert!(matches!(locker.try_lock("", SECOND).await, Err(LockError::InvalidName { .. })));
+    assert!(matches!(
+        locker.try_lock("x", Duration::ZERO).await,
+        Err(LockError::InvalidDuration { .. })
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_server_fails_cleanly_and_a_restarted_one_serves_again() {
+    let mut server = RedisServer::start();
+    let locker = Locker::builder()
+        .url(server.url())
+        .command_timeout(2 * SECOND)
+        .build()
+        .expect("locker");
+    let lease = locker.try_lock("k", 10 * SECOND).await.expect("acquire");
+    server.kill();
+    let started = Instant::now();
+    let err = locker.try_lock("k2", SECOND).await.expect_err("server is down");
+    assert!(matches!(err, LockError::Connection { .. }), "{err:?}");
+    assert!(started.elapsed() < 10 * SECOND);
+    assert!(lease.release().await.is_err(), "release reports the failure, it does not pretend");
+
+    server.restart(); // empty: persistence is off
+    let mut reconnected = None;
+    for _ in 0..50 {
+        match locker.try_lock("k", SECOND).await {
+            Ok(lease) => {
+                reconnected = Some(lease);
+                break;
+            }
+            Err(LockError::Connection { .. }) => tokio::time::sleep(Duration::from_millis(50)).await,
+            Err(other) => panic!("unexpected {other:?}"),
+        }
+    }
+    let lease = reconnected.expect("the locker reconnects by itself");
+    assert!(lease.release().await.expect("release"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn script_cache_flush_is_survived() {
+    let h = Harness::scripts();
+    let server = h.server.as_ref().expect("server");
+    let first = h.locker.try_lock("s", 10 * SECOND).await.expect("acquire");
+    assert!(server.command(&["SCRIPT", "FLUSH"]).starts_with("+OK"));
+    assert!(first.release().await.expect("release falls back to EVAL on NOSCRIPT"));
+    assert!(server.command(&["SCRIPT", "FLUSH"]).starts_with("+OK"));
+    let second = h.locker.try_lock("s", 10 * SECOND).await.expect("acquire after flush");
+    assert!(second.release().await.expect("release"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_transactions_protocol_needs_no_scripting() {
+    let server = RedisServer::start_with(NO_SCRIPTING);
+    assert!(server.command(&["EVAL", "return 1", "0"]).starts_with("-ERR unknown command"));
+    // The scripted backend cannot work there, and says so instead of pretending.
+    let scripted = Harness::locker_for(&server, Protocol::Scripts);
+    let err = scripted.try_lock("t", SECOND).await.expect_err("no EVAL on this server");
+    assert!(matches!(err, LockError::Redis { .. }), "{err:?}");
+    // The transactions backend does the whole life cycle.
+    let tx = Harness::locker_for(&server, Protocol::Transactions);
+    let lease = tx.lock("t").ttl(SECOND).fencing().await.expect("acquire");
+    lease.extend(10 * SECOND).await.expect("extend");
+    assert!(lease.is_held().await.expect("is_held"));
+    assert!(lease.release().await.expect("release"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelled_acquires_leave_no_lock_behind() {
+    for h in both_protocols() {
+        let locker = h.locker.clone();
+        let mut tasks = Vec::new();
+        for i in 0..200u32 {
+            let locker = locker.clone();
+            tasks.push(tokio::spawn(async move {
+                let name = format!("cancel:{}", i % 20);
+                let cut = Duration::from_micros(u64::from(i * 37 % 400));
+                // Dropped at a pseudo-random point: before, during or after the round trip.
+                let _ = tokio::time::timeout(cut, locker.lock(name).ttl(30 * SECOND).wait(SECOND)).await;
+            }));
+        }
+        for task in tasks {
+            task.await.expect("join");
+        }
+        for i in 0..20 {
+            let name = format!("cancel:{i}");
+            assert!(
+                freed_within(&locker, &name, 5 * SECOND).await,
+                "{:?}: {name} still held long before its 30 s TTL",
+                h.protocol
+            );
+        }
+    }
+}

@@ -1,0 +1,223 @@
+//! Test support: private `redis-server` processes on free loopback ports.
+//!
+//! Each [`RedisServer`] runs in its own temporary directory with persistence off, answers
+//! `PING` before [`RedisServer::start`] returns, and is killed and reaped when dropped. Tests
+//! may start as many as they need (Redlock tests use several).
+//!
+//! ```no_run
+//! let server = lock_tests::RedisServer::start();
+//! let url = server.url(); // redis://127.0.0.1:<port>/
+//! # drop(url);
+//! ```
+
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long a server may take to answer its first PING.
+const STARTUP_LIMIT: Duration = Duration::from_secs(10);
+
+/// The hint printed when `redis-server` is not on the PATH.
+pub const INSTALL_HINT: &str = "redis-server was not found on PATH; install it \
+     (Debian/Ubuntu: `sudo apt-get install -y redis-server`, macOS: `brew install redis`) \
+     or set REDIS_SERVER_BIN to its path";
+
+/// A private redis-server, stopped on drop.
+#[derive(Debug)]
+pub struct RedisServer {
+    child: Option<Child>,
+    port: u16,
+    dir: tempfile::TempDir,
+    extra_config: Vec<String>,
+}
+
+impl RedisServer {
+    /// Starts a server with persistence off. Panics with [`INSTALL_HINT`] when redis-server
+    /// is missing, and with the server's log when it does not come up.
+    pub fn start() -> RedisServer {
+        RedisServer::start_with(&[])
+    }
+
+    /// Starts a server with extra config lines (e.g. `"rename-command EVAL \"\""`).
+    pub fn start_with(extra_config: &[&str]) -> RedisServer {
+        let dir = tempfile::Builder::new()
+            .prefix("lock-tests-redis-")
+            .tempdir()
+            .unwrap_or_else(|err| panic!("cannot create a temp dir for redis-server: {err}"));
+        let mut server = RedisServer {
+            child: None,
+            port: 0,
+            dir,
+            extra_config: extra_config.iter().map(|s| (*s).to_owned()).collect(),
+        };
+        server.spawn_on_free_port();
+        server
+    }
+
+    /// `redis://127.0.0.1:<port>/`
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// The TCP port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The server's address.
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from((Ipv4Addr::LOCALHOST, self.port))
+    }
+
+    /// Kills the server with SIGKILL (a crash: nothing is flushed) and waits for it to exit.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the server again on the same port, empty (persistence is off).
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn_on_port(self.port)
+            .unwrap_or_else(|log| panic!("redis-server did not restart on port {}:\n{log}", self.port));
+    }
+
+    /// Sends one command in RESP and returns the raw reply text (for test set-up: SET, HSET,
+    /// CONFIG, DEBUG ...).
+    pub fn command(&self, args: &[&str]) -> String {
+        send_command(self.addr(), args)
+            .unwrap_or_else(|err| panic!("command {args:?} to port {} failed: {err}", self.port))
+    }
+
+    fn spawn_on_free_port(&mut self) {
+        // A port found free can be taken by someone else before redis binds it; try again.
+        let mut last_log = String::new();
+        for _ in 0..5 {
+            let port = free_port();
+            match self.spawn_on_port(port) {
+                Ok(()) => return,
+                Err(log) => last_log = log,
+            }
+        }
+        panic!("redis-server did not start:\n{last_log}");
+    }
+
+    fn spawn_on_port(&mut self, port: u16) -> Result<(), String> {
+        let config = self.write_config(port);
+        let binary = std::env::var("REDIS_SERVER_BIN").unwrap_or_else(|_| "redis-server".into());
+        let child = Command::new(&binary)
+            .arg(&config)
+            .current_dir(self.dir.path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn();
+        let child = match child {
+            Ok(child) => child,
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => panic!("{INSTALL_HINT}"),
+            Err(err) => panic!("cannot run {binary}: {err}"),
+        };
+        self.child = Some(child);
+        self.port = port;
+        let started = Instant::now();
+        while started.elapsed() < STARTUP_LIMIT {
+            if let Some(child) = self.child.as_mut() {
+                if let Ok(Some(_status)) = child.try_wait() {
+                    self.child = None;
+                    return Err(self.log());
+                }
+            }
+            if send_command(self.addr(), &["PING"]).is_ok_and(|r| r.starts_with("+PONG")) {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        self.kill();
+        Err(self.log())
+    }
+
+    fn write_config(&self, port: u16) -> PathBuf {
+        let path = self.dir.path().join("redis.conf");
+        let mut text = format!(
+            "port {port}\nbind 127.0.0.1\nsave \"\"\nappendonly no\ndaemonize no\n\
+             protected-mode no\nlogfile {}\ndir {}\n",
+            self.log_path().display(),
+            self.dir.path().display()
+        );
+        for line in &self.extra_config {
+            text.push_str(line);
+            text.push('\n');
+        }
+        std::fs::write(&path, text)
+            .unwrap_or_else(|err| panic!("cannot write {}: {err}", path.display()));
+        path
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.dir.path().join("redis.log")
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.log_path()).unwrap_or_else(|_| "(no log)".into())
+    }
+
+    /// The server's working directory.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A TCP port nobody listens on right now.
+pub fn free_port() -> u16 {
+    TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .and_then(|listener| listener.local_addr())
+        .map(|addr| addr.port())
+        .unwrap_or_else(|err| panic!("cannot find a free port: {err}"))
+}
+
+/// Sends one RESP command on a fresh connection and reads one reply (enough for simple and
+/// bulk replies; set-up commands need nothing more).
+fn send_command(addr: SocketAddr, args: &[&str]) -> std::io::Result<String> {
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_millis(200))?;
+    stream.set_read_timeout(Some(Duration::from_secs(2)))?;
+    let mut request = format!("*{}\r\n", args.len());
+    for arg in args {
+        request.push_str(&format!("${}\r\n{arg}\r\n", arg.len()));
+    }
+    stream.write_all(request.as_bytes())?;
+    let mut reply = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let n = stream.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        reply.extend_from_slice(&buf[..n]);
+        if reply_complete(&reply) {
+            break;
+        }
+    }
+    Ok(String::from_utf8_lossy(&reply).into_owned())
+}
+
+fn reply_complete(reply: &[u8]) -> bool {
+    let text = String::from_utf8_lossy(reply);
+    let Some(first_line_end) = text.find("\r\n") else {
+        return false;
+    };
+    if let Some(len) = text.strip_prefix('$') {
+        let len: i64 = len[..first_line_end - 1].parse().unwrap_or(-1);
+        return len < 0 || text.len() >= first_line_end + 2 + len as usize + 2;
+    }
+    true
+}
