@@ -1,0 +1,227 @@
+//! Code generation: the function keeps its signature; its body becomes one call to
+//! `__private::run_locked` with the original body as an `async move` block.
+//!
+//! ```text
+//! { let __lock_key = format!("market:{}", item_id);          // before the body moves them
+//!   let __lock_locker = Some(locker_of::<Locker>(&(expr)));  // or None: default locker
+//!   run_locked(__lock_locker, LockSpec::new(__lock_key).ttl(..).wait(..),
+//!              async move { <fake return edge> <original body> }).await }
+//! ```
+
+use proc_macro2::{Literal, Span, TokenStream};
+use quote::{quote, quote_spanned};
+use syn::parse::{ParseStream, Parser as _};
+use syn::spanned::Spanned as _;
+use syn::{Ident, ItemFn, ReturnType};
+
+use crate::args::Args;
+use crate::errors::Errors;
+use crate::{bindings, signature};
+
+/// The whole macro, on `proc_macro2` streams so that it can be unit-tested.
+pub(crate) fn redis_locked(args: TokenStream, item: TokenStream) -> TokenStream {
+    let function: ItemFn = match syn::parse2(item.clone()) {
+        Ok(function) => function,
+        Err(_) => {
+            let err = syn::Error::new(
+                Span::call_site(),
+                "#[redis_locked] goes on an `async fn` with a body: a free function, an \
+                 inherent method or a method in a trait impl",
+            );
+            return with_original(&err, item);
+        }
+    };
+    let mut errors = Errors::default();
+    let names = bindings::bound_names(&function.sig);
+    let parser = |input: ParseStream<'_>| Args::parse_for(input, Some(&names));
+    let args = parser.parse2(args).map_err(|err| errors.push(err)).ok();
+    errors.extend(signature::check(&function.sig));
+    match (errors.finish(), args) {
+        (None, Some(args)) => generate(&args, function),
+        (Some(err), _) => with_original(&err, item),
+        (None, None) => item,
+    }
+}
+
+/// The errors, followed by the user's function untouched so that IDEs and later compile
+/// errors still see it.
+fn with_original(err: &syn::Error, item: TokenStream) -> TokenStream {
+    let errors = err.to_compile_error();
+    quote!(#errors #item)
+}
+
+fn generate(args: &Args, function: ItemFn) -> TokenStream {
+    let ItemFn {
+        attrs,
+        vis,
+        sig,
+        block,
+    } = function;
+    let krate = match &args.krate {
+        Some(path) => quote!(#path),
+        None => quote!(::lock_core),
+    };
+    let private = quote!(#krate::__private);
+    // Mixed-site hygiene: user code (the body, the locker expression) cannot see these
+    // locals at all; the prefix keeps them readable in `cargo expand` output.
+    let key = Ident::new("__lock_key", Span::mixed_site());
+    let locker = Ident::new("__lock_locker", Span::mixed_site());
+
+    let key_value = if args.key.is_constant() {
+        let text = args.key.constant_text();
+        quote!(::core::convert::From::from(#text))
+    } else {
+        let format = args.key.format_string();
+        let values = args.key.placeholders();
+        quote!(#private::format!(#format, #(#values),*))
+    };
+
+    let locker_value = match &args.locker {
+        // The explicit `Locker` lets deref coercion turn `&Arc<Locker>`, `&LazyLock<Locker>`,
+        // `&&Locker` into `&Locker`, and makes a wrong type a plain "expected `&Locker`"
+        // error on the user's expression.
+        Some(expr) => {
+            let reference = quote_spanned!(expr.span()=> &(#expr));
+            quote!(::core::option::Option::Some(#private::locker_of::<#private::Locker>(#reference)))
+        }
+        None => quote!(::core::option::Option::None),
+    };
+
+    let mut spec = quote!(#private::LockSpec::new(#key));
+    if let Some(ttl) = args.ttl {
+        let millis = Literal::u64_unsuffixed(millis(ttl));
+        spec = quote!(#spec.ttl(#private::Duration::from_millis(#millis)));
+    }
+    if let Some(wait) = args.wait {
+        let millis = Literal::u64_unsuffixed(millis(wait));
+        spec = quote!(#spec.wait(#private::Duration::from_millis(#millis)));
+    }
+
+    let edge = return_edge(&sig.output);
+    // Spanned on the return type: a missing `From<LockError>` for the error type is
+    // reported there, where the user has to fix it.
+    let run_locked = quote_spanned!(sig.output.span()=> #private::run_locked);
+    quote! {
+        #(#attrs)* #vis #sig {
+            let #key: #private::String = #key_value;
+            let #locker: ::core::option::Option<#private::Locker> = #locker_value;
+            #run_locked(#locker, #spec, async move { #edge #block }).await
+        }
+    }
+}
+
+/// Durations were range-checked (at most 24h), so the milliseconds fit a `u64`.
+fn millis(duration: std::time::Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// A never-taken `return` of the declared type. Without it, `?` and `return` in the body
+/// would have to infer the async block's output type through `run_locked`'s generics, which
+/// fails ("type annotations needed"). Left out when the type mentions `impl Trait`, which a
+/// `let` cannot name.
+fn return_edge(output: &ReturnType) -> TokenStream {
+    let ReturnType::Type(_, ty) = output else {
+        return TokenStream::new();
+    };
+    if signature::mentions_impl_trait(ty) {
+        return TokenStream::new();
+    }
+    let value = Ident::new("__lock_r", Span::mixed_site());
+    quote! {
+        #[allow(
+            unknown_lints,
+            unreachable_code,
+            clippy::diverging_sub_expression,
+            clippy::empty_loop,
+            clippy::needless_return,
+            clippy::unreachable
+        )]
+        if false {
+            let #value: #ty = loop {};
+            return #value;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn expand(args: TokenStream, item: TokenStream) -> String {
+        redis_locked(args, item).to_string()
+    }
+
+    #[test]
+    fn wraps_the_body_and_keeps_the_signature() {
+        let out = expand(
+            quote!(key = "market:{item_id}", ttl = "10s", wait = "5s"),
+            quote!(
+                /// Docs stay.
+                #[inline]
+                pub async fn purchase_item(buyer: &Buyer, item_id: &str) -> Result<bool, AppError> {
+                    Ok(true)
+                }
+            ),
+        );
+        assert!(out.starts_with("# [doc = r\" Docs stay.\"] # [inline] pub async fn purchase_item (buyer : & Buyer , item_id : & str) -> Result < bool , AppError >"), "{out}");
+        assert!(
+            out.contains(":: lock_core :: __private :: format ! (\"market:{}\" , item_id)"),
+            "{out}"
+        );
+        assert!(out.contains("Duration :: from_millis (10000)) . wait (:: lock_core :: __private :: Duration :: from_millis (5000))"), "{out}");
+        assert!(out.contains(":: core :: option :: Option :: None"), "{out}");
+        assert!(out.contains("async move { # [allow"), "{out}");
+        assert!(
+            out.contains("let __lock_r : Result < bool , AppError > = loop { } ;"),
+            "{out}"
+        );
+        assert!(out.ends_with("{ Ok (true) } }) . await }"), "{out}");
+    }
+
+    #[test]
+    fn locker_crate_and_constant_key() {
+        let out = expand(
+            quote!(
+                key = "jobs:{{nightly}}",
+                locker = self.locks,
+                crate = "renamed"
+            ),
+            quote!(
+                async fn run(&self) -> io::Result<()> {
+                    Ok(())
+                }
+            ),
+        );
+        assert!(
+            out.contains(":: core :: convert :: From :: from (\"jobs:{nightly}\")"),
+            "{out}"
+        );
+        assert!(out.contains("Some (renamed :: __private :: locker_of :: < renamed :: __private :: Locker > (& (self . locks)))"), "{out}");
+        assert!(!out.contains("lock_core"), "{out}");
+    }
+
+    #[test]
+    fn errors_come_with_the_original_function() {
+        let item = quote!(
+            fn plain(id: u32) -> bool {
+                true
+            }
+        );
+        let out = expand(quote!(key = "k:{idd}", ttl = "0s"), item.clone());
+        assert!(out.ends_with(&item.to_string()), "{out}");
+        // Four independent problems: ttl, async, return type, unknown placeholder.
+        assert_eq!(out.matches("compile_error").count(), 4, "{out}");
+    }
+
+    #[test]
+    fn not_a_function() {
+        let out = expand(
+            quote!(key = "a"),
+            quote!(
+                struct S;
+            ),
+        );
+        assert!(out.contains("goes on an `async fn` with a body"), "{out}");
+        assert!(out.ends_with("struct S ;"), "{out}");
+    }
+}

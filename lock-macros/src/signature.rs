@@ -1,0 +1,192 @@
+//! What the annotated function's signature must look like: `async`, returning a `Result`.
+//!
+//! The return type is only rejected when it visibly is not a `Result`. Aliases such as
+//! `anyhow::Result<T>`, `io::Result<T>` or a crate's own `Result<T>` cannot be told apart
+//! from other path types, so every path type passes and rustc checks the rest.
+
+use syn::spanned::Spanned as _;
+use syn::visit::Visit;
+use syn::{ReturnType, Signature, Type, TypePath};
+
+use crate::errors::Errors;
+
+const NEED: &str =
+    "#[redis_locked] functions must return `Result<T, E>` with `E: From<lock_core::LockError>`, \
+                    because a lock that cannot be had becomes `Err(..)` and the body does not run";
+
+/// Errors for everything wrong with `sig`, together.
+pub(crate) fn check(sig: &Signature) -> Option<syn::Error> {
+    let mut errors = Errors::default();
+    if sig.asyncness.is_none() {
+        errors.push(syn::Error::new(
+            sig.fn_token.span,
+            "#[redis_locked] requires an `async fn`: the lock is held while the body runs \
+             and waiting for it must not block the thread; write `async fn`",
+        ));
+    }
+    errors.extend(check_return(&sig.output, sig));
+    errors.finish()
+}
+
+fn check_return(output: &ReturnType, sig: &Signature) -> Option<syn::Error> {
+    let ty = match output {
+        ReturnType::Type(_, ty) => ty,
+        ReturnType::Default => {
+            return Some(syn::Error::new(
+                sig.ident.span(),
+                format!("{NEED}; add a return type, e.g. `-> Result<(), MyError>`"),
+            ))
+        }
+    };
+    let what = not_a_result(ty)?;
+    let fix = match ty.as_ref() {
+        Type::ImplTrait(_) => "; an `async fn` already returns a future: write `-> Result<T, E>`",
+        _ => "; e.g. `-> Result<bool, MyError>`",
+    };
+    Some(syn::Error::new(
+        ty.span(),
+        format!("{NEED}, not {what}{fix}"),
+    ))
+}
+
+/// A description of `ty` when it certainly is not a `Result` (or an alias of one).
+fn not_a_result(ty: &Type) -> Option<String> {
+    let what = match ty {
+        Type::Paren(inner) => return not_a_result(&inner.elem),
+        Type::Group(inner) => return not_a_result(&inner.elem),
+        Type::Tuple(tuple) if tuple.elems.is_empty() => "`()`",
+        Type::Tuple(_) => "a tuple",
+        Type::Reference(_) => "a reference",
+        Type::ImplTrait(_) => "`impl Trait`",
+        Type::TraitObject(_) => "a trait object",
+        Type::Array(_) => "an array",
+        Type::Slice(_) => "a slice",
+        Type::Ptr(_) => "a raw pointer",
+        Type::BareFn(_) => "a function pointer",
+        Type::Never(_) => "`!`",
+        Type::Infer(_) => "`_`",
+        Type::Path(path) => return well_known_non_result(path).map(|name| format!("`{name}`")),
+        // Macros and anything syn does not model: let rustc decide.
+        _ => return None,
+    };
+    Some(what.to_owned())
+}
+
+/// Primitive types and the std types people return by mistake (`Option`, `String`, `Vec`),
+/// when written as a bare name or through `std::`/`core::`/`alloc::`. Nobody aliases these
+/// names to a `Result`; any other path may be an alias and passes.
+fn well_known_non_result(path: &TypePath) -> Option<String> {
+    const PRIMITIVES: [&str; 17] = [
+        "bool", "char", "str", "u8", "u16", "u32", "u64", "u128", "usize", "i8", "i16", "i32",
+        "i64", "i128", "isize", "f32", "f64",
+    ];
+    const STD: [&str; 3] = ["Option", "String", "Vec"];
+    if path.qself.is_some() {
+        return None;
+    }
+    let segments: Vec<String> = path
+        .path
+        .segments
+        .iter()
+        .map(|s| s.ident.to_string())
+        .collect();
+    let last = segments.last()?;
+    let bare = segments.len() == 1 && path.path.leading_colon.is_none();
+    let from_std = segments.len() > 1 && ["std", "core", "alloc"].contains(&segments[0].as_str());
+    let is_primitive = bare && PRIMITIVES.contains(&last.as_str());
+    let is_std = (bare || from_std) && STD.contains(&last.as_str());
+    (is_primitive || is_std).then(|| last.clone())
+}
+
+/// True when `ty` mentions `impl Trait` anywhere (`Result<impl Display, E>`): such a type
+/// cannot be written in a `let`, so the expansion leaves out its type-inference hint.
+pub(crate) fn mentions_impl_trait(ty: &Type) -> bool {
+    struct Finder(bool);
+    impl<'ast> Visit<'ast> for Finder {
+        fn visit_type_impl_trait(&mut self, _: &'ast syn::TypeImplTrait) {
+            self.0 = true;
+        }
+    }
+    let mut finder = Finder(false);
+    finder.visit_type(ty);
+    finder.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sig(text: &str) -> Signature {
+        syn::parse_str::<syn::ItemFn>(&format!("{text} {{}}"))
+            .unwrap()
+            .sig
+    }
+
+    fn error(text: &str) -> Option<String> {
+        check(&sig(text)).map(|err| err.to_string())
+    }
+
+    #[test]
+    fn accepts_results_and_aliases() {
+        for ret in [
+            "Result<bool, AppError>",
+            "std::result::Result<(), E>",
+            "::core::result::Result<u8, E>",
+            "anyhow::Result<u8>",
+            "io::Result<()>",
+            "Result<u8>",
+            "MyAlias",
+            "<T as Trait>::Output",
+            "Result<impl Display, E>",
+            "my_macro!()",
+        ] {
+            assert_eq!(error(&format!("async fn f() -> {ret}")), None, "{ret}");
+        }
+    }
+
+    #[test]
+    fn rejects_visible_non_results() {
+        for (ret, what) in [
+            ("()", "not `()`"),
+            ("bool", "not `bool`"),
+            ("(u8, u8)", "a tuple"),
+            ("&'static str", "a reference"),
+            (
+                "impl Future<Output = Result<(), E>>",
+                "already returns a future",
+            ),
+            ("Option<u8>", "`Option`"),
+            ("std::option::Option<u8>", "`Option`"),
+            ("String", "`String`"),
+            ("Box<dyn Error>", "SKIP"),
+        ] {
+            let err = error(&format!("async fn f() -> {ret}"));
+            if what == "SKIP" {
+                assert_eq!(err, None);
+                continue;
+            }
+            let err = err.unwrap_or_else(|| panic!("{ret} should be rejected"));
+            assert!(err.contains(what), "{ret}: {err}");
+            assert!(err.contains("must return `Result<T, E>`"), "{err}");
+        }
+        assert!(error("async fn f()").unwrap().contains("add a return type"));
+    }
+
+    #[test]
+    fn requires_async_and_reports_both_problems() {
+        let err = check(&sig("fn f() -> bool")).unwrap();
+        let all: Vec<String> = err.into_iter().map(|e| e.to_string()).collect();
+        assert_eq!(all.len(), 2);
+        assert!(all[0].contains("requires an `async fn`"));
+        assert!(error("fn f() -> Result<(), E>")
+            .unwrap()
+            .contains("async fn"));
+    }
+
+    #[test]
+    fn finds_impl_trait() {
+        let ty = |text: &str| syn::parse_str::<Type>(text).unwrap();
+        assert!(mentions_impl_trait(&ty("Result<impl Display, E>")));
+        assert!(!mentions_impl_trait(&ty("Result<Box<dyn Display>, E>")));
+    }
+}
