@@ -12,10 +12,20 @@ async fn main() -> Result<(), LockError> {
     let web = Locker::builder().app_name("web").build()?;
     let worker = Locker::builder().app_name("worker").build()?;
 
-    let lease = web.lock("quickstart:order-7").ttl(Duration::from_secs(5)).await?;
-    println!("web holds {:?} (token {}…)", lease.name(), &lease.token()[..8]);
+    let lease = web
+        .lock("quickstart:order-7")
+        .ttl(Duration::from_secs(5))
+        .await?;
+    println!(
+        "web holds {:?} (token {}…)",
+        lease.name(),
+        &lease.token()[..8]
+    );
 
-    match worker.try_lock("quickstart:order-7", Duration::from_secs(5)).await {
+    match worker
+        .try_lock("quickstart:order-7", Duration::from_secs(5))
+        .await
+    {
         Err(err @ LockError::Busy { .. }) => println!("worker: {err}"),
         other => println!("worker: unexpected {other:?}"),
     }
@@ -24,7 +34,9 @@ async fn main() -> Result<(), LockError> {
     println!("inspect: {info:?}");
 
     println!("web released: {}", lease.release().await?);
-    let lease = worker.try_lock("quickstart:order-7", Duration::from_secs(5)).await?;
+    let lease = worker
+        .try_lock("quickstart:order-7", Duration::from_secs(5))
+        .await?;
     println!("worker holds it now; released: {}", lease.release().await?);
     Ok(())
 }

@@ -8,11 +8,13 @@
 //! and auth settings apply, and the WATCH/MULTI backend keeps using checkouts because it
 //! needs a connection of its own.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, PoisonError, RwLock, RwLockWriteGuard};
+use std::time::Duration;
 
 use deadpool_redis::{Connection, Pool};
 use redis::aio::MultiplexedConnection;
 
+use crate::locker::within;
 use crate::LockError;
 
 /// The pool plus the shared connection currently in use.
@@ -23,7 +25,10 @@ pub(crate) struct SharedConnection {
 
 struct Inner {
     pool: Pool,
-    current: Mutex<Option<Slot>>,
+    /// Deadline for opening a connection (the pool's own timeouts may be unset when the
+    /// user built the pool).
+    connect_timeout: Duration,
+    current: RwLock<Option<Slot>>,
     /// Serialises reconnects so that a burst of failures opens one new connection, not one
     /// per waiting task.
     reconnect: tokio::sync::Mutex<()>,
@@ -43,11 +48,12 @@ pub(crate) struct Lent {
 }
 
 impl SharedConnection {
-    pub fn new(pool: Pool) -> SharedConnection {
+    pub fn new(pool: Pool, connect_timeout: Duration) -> SharedConnection {
         SharedConnection {
             inner: Arc::new(Inner {
                 pool,
-                current: Mutex::new(None),
+                connect_timeout,
+                current: RwLock::new(None),
                 reconnect: tokio::sync::Mutex::new(()),
             }),
         }
@@ -68,10 +74,15 @@ impl SharedConnection {
                 generation: slot.generation,
             });
         }
-        let checked_out = checkout(&self.inner.pool, name).await?;
+        let checked_out = Box::pin(within(
+            self.inner.connect_timeout,
+            name,
+            checkout(&self.inner.pool, name),
+        ))
+        .await?;
         let conn = Connection::take(checked_out);
         let generation = {
-            let mut current = lock_ignoring_poison(&self.inner.current);
+            let mut current = write_ignoring_poison(&self.inner.current);
             let generation = current.as_ref().map_or(1, |s| s.generation + 1);
             *current = Some(Slot {
                 conn: conn.clone(),
@@ -85,7 +96,7 @@ impl SharedConnection {
     /// Retires the connection `lent` came from after an I/O failure, so the next command
     /// opens a fresh one. A newer connection is left alone.
     pub fn retire(&self, lent: &Lent) {
-        let mut current = lock_ignoring_poison(&self.inner.current);
+        let mut current = write_ignoring_poison(&self.inner.current);
         if current
             .as_ref()
             .is_some_and(|slot| slot.generation == lent.generation)
@@ -95,7 +106,11 @@ impl SharedConnection {
     }
 
     fn current(&self) -> Option<Slot> {
-        lock_ignoring_poison(&self.inner.current).clone()
+        self.inner
+            .current
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 }
 
@@ -108,12 +123,10 @@ pub(crate) async fn checkout(pool: &Pool, name: &str) -> Result<Connection, Lock
     })
 }
 
-/// A poisoned mutex here only means another thread panicked while swapping a connection
+/// A poisoned lock here only means another thread panicked while swapping a connection
 /// handle; the handle itself is always in a valid state.
-fn lock_ignoring_poison<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
+fn write_ignoring_poison<T>(lock: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
+    lock.write().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// True when the error means the connection itself is unusable.

@@ -26,7 +26,10 @@ use std::time::Duration;
 #[non_exhaustive]
 pub enum LockError {
     /// The lock is held by someone else and the request did not wait (`wait` was zero).
-    #[error("lock `{name}` is busy{}; retry later or wait for it with .wait(..)", holder_suffix(holder, retry_after))]
+    #[error(
+        "lock `{name}` is busy{}; retry later or wait for it with .wait(..)",
+        holder_suffix(holder, retry_after)
+    )]
     Busy {
         /// The lock name.
         name: String,
@@ -68,7 +71,9 @@ pub enum LockError {
 
     /// Redis could not be reached, the connection broke, or no pooled connection came free
     /// in time.
-    #[error("cannot reach Redis for lock `{name}`: {reason}; check the URL and that the server is up")]
+    #[error(
+        "cannot reach Redis for lock `{name}`: {reason}; check the URL and that the server is up"
+    )]
     Connection {
         /// The lock name (empty when the failure was not about one lock).
         name: String,

@@ -129,7 +129,13 @@ impl Lease {
         let started = Instant::now();
         let extended = shared
             .locker
-            .run(&shared.keys.name, shared.locker.backend().extend(&shared.keys, &shared.value, ttl))
+            .run(
+                &shared.keys.name,
+                shared
+                    .locker
+                    .backend()
+                    .extend(&shared.keys, &shared.value, ttl),
+            )
             .await?;
         if !extended {
             shared.mark_lost();
@@ -238,7 +244,10 @@ impl LeaseHandle {
         let shared = &self.shared;
         let state = shared
             .locker
-            .run(&shared.keys.name, shared.locker.backend().inspect(&shared.keys))
+            .run(
+                &shared.keys.name,
+                shared.locker.backend().inspect(&shared.keys),
+            )
             .await?;
         let held = state.value.as_deref() == Some(shared.value.as_str());
         if !held {

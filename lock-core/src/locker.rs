@@ -6,8 +6,9 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 
-use deadpool_redis::{Pool, PoolConfig, Runtime, Timeouts};
+use deadpool_redis::{Manager, Pool, PoolConfig, Runtime, Timeouts};
 use futures_util::FutureExt as _;
+use redis::AsyncConnectionConfig;
 
 use crate::backend::memory::Memory;
 use crate::backend::scripted::Scripted;
@@ -98,10 +99,9 @@ impl Locker {
 
     /// A locker on an existing deadpool-redis pool, with default settings.
     pub fn from_pool(pool: Pool) -> Locker {
-        Locker::with_backend(
-            AnyBackend::Scripted(Scripted::new(SharedConnection::new(pool))),
-            LockerBuilder::new().settings(),
-        )
+        let settings = LockerBuilder::new().settings();
+        let conn = SharedConnection::new(pool, settings.command_timeout);
+        Locker::with_backend(AnyBackend::Scripted(Scripted::new(conn)), settings)
     }
 
     /// A locker whose locks live in this process only: the same semantics (TTL, tokens,
@@ -122,7 +122,11 @@ impl Locker {
     }
 
     /// Tries once to take `name` for `ttl`; [`LockError::Busy`] if someone holds it.
-    pub async fn try_lock(&self, name: impl Into<String>, ttl: Duration) -> Result<Lease, LockError> {
+    pub async fn try_lock(
+        &self,
+        name: impl Into<String>,
+        ttl: Duration,
+    ) -> Result<Lease, LockError> {
         self.lock(name).ttl(ttl).wait(Duration::ZERO).await
     }
 
@@ -227,18 +231,20 @@ impl Locker {
 
     /// Runs one backend operation under the command deadline, so a server that stops
     /// answering gives [`LockError::Connection`] instead of a hang.
+    ///
+    /// The scripted backend's shared connection carries that deadline itself (its response
+    /// timeout), which spares a timer per operation on the hot path; the memory backend
+    /// cannot hang.
     pub(crate) async fn run<T>(
         &self,
         name: &str,
         operation: impl Future<Output = Result<T, LockError>>,
     ) -> Result<T, LockError> {
-        let limit = self.inner.settings.command_timeout;
-        match tokio::time::timeout(limit, operation).await {
-            Ok(result) => result,
-            Err(_) => Err(LockError::connection(
-                name,
-                format!("no answer from Redis within {limit:?}"),
-            )),
+        match self.inner.backend {
+            AnyBackend::Scripted(_) | AnyBackend::Memory(_) => operation.await,
+            AnyBackend::Transaction(_) => {
+                within(self.inner.settings.command_timeout, name, operation).await
+            }
         }
     }
 
@@ -246,6 +252,21 @@ impl Locker {
         Locker {
             inner: Arc::new(Inner { backend, settings }),
         }
+    }
+}
+
+/// `operation`, or a [`LockError::Connection`] if it takes longer than `limit`.
+pub(crate) async fn within<T>(
+    limit: Duration,
+    name: &str,
+    operation: impl Future<Output = Result<T, LockError>>,
+) -> Result<T, LockError> {
+    match tokio::time::timeout(limit, operation).await {
+        Ok(result) => result,
+        Err(_) => Err(LockError::connection(
+            name,
+            format!("no answer from Redis within {limit:?}"),
+        )),
     }
 }
 
@@ -440,7 +461,9 @@ impl LockerBuilder {
         validate_ttl("(default)", self.default_ttl)?;
         validate_wait("(default)", self.default_wait)?;
         if self.command_timeout.is_zero() {
-            return Err(LockError::Config("command_timeout must be above zero".into()));
+            return Err(LockError::Config(
+                "command_timeout must be above zero".into(),
+            ));
         }
         let settings = self.settings();
         let pool = match self.store {
@@ -452,14 +475,17 @@ impl LockerBuilder {
             }
             Store::Pool(pool) => pool,
             Store::Env => {
-                let url = std::env::var(REDIS_URL_ENV)
-                    .unwrap_or_else(|_| DEFAULT_REDIS_URL.to_owned());
+                let url =
+                    std::env::var(REDIS_URL_ENV).unwrap_or_else(|_| DEFAULT_REDIS_URL.to_owned());
                 build_pool(&url, self.pool_size, self.command_timeout)?
             }
             Store::Url(url) => build_pool(&url, self.pool_size, self.command_timeout)?,
         };
         let backend = match self.protocol {
-            Protocol::Scripts => AnyBackend::Scripted(Scripted::new(SharedConnection::new(pool))),
+            Protocol::Scripts => AnyBackend::Scripted(Scripted::new(SharedConnection::new(
+                pool,
+                settings.command_timeout,
+            ))),
             Protocol::Transactions => AnyBackend::Transaction(Transactional::new(pool)),
         };
         Ok(Locker::with_backend(backend, settings))
@@ -492,26 +518,38 @@ fn build_pool(url: &str, size: Option<usize>, timeout: Duration) -> Result<Pool,
     redis::Client::open(url).map_err(|err| {
         LockError::Config(format!("cannot use Redis URL {:?}: {err}", redact(url)))
     })?;
-    let mut config = deadpool_redis::Config::from_url(url);
-    let mut pool = PoolConfig::default();
+    // Every command on these connections answers within `timeout` or fails: the deadline
+    // the scripted backend relies on.
+    let connection = AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(timeout))
+        .set_response_timeout(Some(timeout));
+    let manager = Manager::new_with_config(url, connection).map_err(|err| {
+        LockError::Config(format!("cannot use Redis URL {:?}: {err}", redact(url)))
+    })?;
+    let mut config = PoolConfig::default();
     if let Some(size) = size {
-        pool.max_size = size.max(1);
+        config.max_size = size.max(1);
     }
-    pool.timeouts = Timeouts {
+    config.timeouts = Timeouts {
         wait: Some(timeout),
         create: Some(timeout),
         recycle: Some(timeout),
     };
-    config.pool = Some(pool);
-    config
-        .create_pool(Some(Runtime::Tokio1))
-        .map_err(|err| LockError::Config(format!("cannot build a pool for {:?}: {err}", redact(url))))
+    Pool::builder(manager)
+        .config(config)
+        .runtime(Runtime::Tokio1)
+        .build()
+        .map_err(|err| {
+            LockError::Config(format!("cannot build a pool for {:?}: {err}", redact(url)))
+        })
 }
 
 /// The URL with any password replaced, for error messages.
 fn redact(url: &str) -> String {
     match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => format!("{}://***@{}", &url[..scheme], &url[at + 1..]),
+        (Some(scheme), Some(at)) if at > scheme => {
+            format!("{}://***@{}", &url[..scheme], &url[at + 1..])
+        }
         _ => url.to_owned(),
     }
 }
@@ -530,7 +568,10 @@ mod tests {
 
     #[test]
     fn passwords_stay_out_of_messages() {
-        assert_eq!(redact("redis://user:secret@host:6379/0"), "redis://***@host:6379/0");
+        assert_eq!(
+            redact("redis://user:secret@host:6379/0"),
+            "redis://***@host:6379/0"
+        );
         assert_eq!(redact("redis://host/"), "redis://host/");
     }
 

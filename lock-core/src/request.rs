@@ -102,7 +102,10 @@ impl<'a> LockRequest<'a> {
                 attempts += 1;
                 let started = Instant::now();
                 let attempt = locker
-                    .run(&keys.name, locker.backend().acquire(&keys, &value, ttl, fencing))
+                    .run(
+                        &keys.name,
+                        locker.backend().acquire(&keys, &value, ttl, fencing),
+                    )
                     .await;
                 let (remaining, holder_value) = match attempt {
                     Ok(Attempt::Acquired { fencing_token }) => {

@@ -1,7 +1,5 @@
 //! Lease tokens and the value stored on a lock key.
 
-use std::fmt::Write as _;
-
 use crate::LockError;
 
 /// Longest holder label stored beside the token, in bytes. Longer labels are cut.
@@ -17,10 +15,11 @@ pub(crate) fn new_token(name: &str) -> Result<String, LockError> {
         name: name.to_owned(),
         reason: err.to_string(),
     })?;
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut hex = String::with_capacity(32);
     for byte in bytes {
-        // Writing to a String cannot fail.
-        let _ = write!(hex, "{byte:02x}");
+        hex.push(char::from(DIGITS[usize::from(byte >> 4)]));
+        hex.push(char::from(DIGITS[usize::from(byte & 0x0f)]));
     }
     Ok(hex)
 }

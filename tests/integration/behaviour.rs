@@ -25,39 +25,70 @@ pub async fn freed_within(locker: &Locker, name: &str, limit: Duration) -> bool 
 
 async fn mutual_exclusion(h: Harness) {
     let other = h.second_locker();
-    let lease = h.locker.try_lock("m", 10 * SECOND).await.expect("first acquire");
+    let lease = h
+        .locker
+        .try_lock("m", 10 * SECOND)
+        .await
+        .expect("first acquire");
     match other.try_lock("m", 10 * SECOND).await {
-        Err(LockError::Busy { name, holder, retry_after }) => {
+        Err(LockError::Busy {
+            name,
+            holder,
+            retry_after,
+        }) => {
             assert_eq!(name, "m");
-            assert!(holder.is_some_and(|h| h.contains("lock-tests@")), "holder label is reported");
+            assert!(
+                holder.is_some_and(|h| h.contains("lock-tests@")),
+                "holder label is reported"
+            );
             assert!(retry_after.is_some_and(|left| left <= 10 * SECOND));
         }
         other => panic!("second acquire must be Busy, got {other:?}"),
     }
     assert!(lease.release().await.expect("release"));
-    let second = other.try_lock("m", 10 * SECOND).await.expect("free after release");
+    let second = other
+        .try_lock("m", 10 * SECOND)
+        .await
+        .expect("free after release");
     assert!(second.release().await.expect("release"));
 }
 
 async fn expired_holder_cannot_touch_next_holder(h: Harness) {
     let other = h.second_locker();
-    let stale = h.locker.try_lock("e", Duration::from_millis(50)).await.expect("acquire");
+    let stale = h
+        .locker
+        .try_lock("e", Duration::from_millis(50))
+        .await
+        .expect("acquire");
     tokio::time::sleep(Duration::from_millis(120)).await;
     assert!(stale.is_lost(), "validity ran out locally");
-    let current = other.try_lock("e", 10 * SECOND).await.expect("free after TTL");
+    let current = other
+        .try_lock("e", 10 * SECOND)
+        .await
+        .expect("free after TTL");
     assert_ne!(current.token(), stale.token());
 
     match stale.extend(10 * SECOND).await {
         Err(LockError::Lost { name }) => assert_eq!(name, "e"),
         other => panic!("extend by an expired holder must be Lost, got {other:?}"),
     }
-    assert!(!stale.release().await.expect("release"), "release of an expired lease is false");
-    assert!(current.is_held().await.expect("is_held"), "the new holder keeps its lock");
+    assert!(
+        !stale.release().await.expect("release"),
+        "release of an expired lease is false"
+    );
+    assert!(
+        current.is_held().await.expect("is_held"),
+        "the new holder keeps its lock"
+    );
     assert!(current.release().await.expect("release"));
 }
 
 async fn ttl_frees_a_crashed_holder(h: Harness) {
-    let crashed = h.locker.try_lock("c", Duration::from_millis(100)).await.expect("acquire");
+    let crashed = h
+        .locker
+        .try_lock("c", Duration::from_millis(100))
+        .await
+        .expect("acquire");
     std::mem::forget(crashed); // no release, no drop: as if the process died
     let other = h.second_locker();
     let lease = other
@@ -75,9 +106,17 @@ async fn wait_deadline_is_respected(h: Harness) {
     let wait = Duration::from_millis(200);
     let started = Instant::now();
     match other.lock("w").ttl(SECOND).wait(wait).await {
-        Err(LockError::Timeout { name, waited, holder, .. }) => {
+        Err(LockError::Timeout {
+            name,
+            waited,
+            holder,
+            ..
+        }) => {
             assert_eq!(name, "w");
-            assert!(waited >= wait, "gave up after {waited:?}, before its wait of {wait:?}");
+            assert!(
+                waited >= wait,
+                "gave up after {waited:?}, before its wait of {wait:?}"
+            );
             assert!(holder.is_some());
         }
         other => panic!("expected Timeout, got {other:?}"),
@@ -116,7 +155,9 @@ async fn dropping_a_lease_releases_it(h: Harness) {
 async fn with_lock_releases_on_error(h: Harness) {
     let result = h
         .locker
-        .with_lock("we", 30 * SECOND, async { Err::<(), &str>("business failure") })
+        .with_lock("we", 30 * SECOND, async {
+            Err::<(), &str>("business failure")
+        })
         .await
         .expect("the lock itself worked");
     assert_eq!(result, Err("business failure"));
@@ -143,8 +184,14 @@ async fn with_lock_releases_on_panic(h: Harness) {
 async fn bad_input_is_rejected_before_any_call(h: Harness) {
     let locker = &h.locker;
     let long = "n".repeat(MAX_NAME_LEN + 1);
-    assert!(matches!(locker.try_lock("", SECOND).await, Err(LockError::InvalidName { .. })));
-    assert!(matches!(locker.try_lock(long.as_str(), SECOND).await, Err(LockError::InvalidName { .. })));
+    assert!(matches!(
+        locker.try_lock("", SECOND).await,
+        Err(LockError::InvalidName { .. })
+    ));
+    assert!(matches!(
+        locker.try_lock(long.as_str(), SECOND).await,
+        Err(LockError::InvalidName { .. })
+    ));
     assert!(matches!(
         locker.try_lock("ok", Duration::ZERO).await,
         Err(LockError::InvalidDuration { what: "ttl", .. })
@@ -154,16 +201,35 @@ async fn bad_input_is_rejected_before_any_call(h: Harness) {
         Err(LockError::InvalidDuration { what: "ttl", .. })
     ));
     let lease = locker.try_lock("ok", SECOND).await.expect("acquire");
-    assert!(matches!(lease.extend(Duration::ZERO).await, Err(LockError::InvalidDuration { .. })));
-    assert!(lease.is_held().await.expect("still held after a refused extend"));
-    assert!(matches!(locker.inspect("").await, Err(LockError::InvalidName { .. })));
-    assert!(locker.inspect("never-taken").await.expect("inspect").is_none());
+    assert!(matches!(
+        lease.extend(Duration::ZERO).await,
+        Err(LockError::InvalidDuration { .. })
+    ));
+    assert!(lease
+        .is_held()
+        .await
+        .expect("still held after a refused extend"));
+    assert!(matches!(
+        locker.inspect("").await,
+        Err(LockError::InvalidName { .. })
+    ));
+    assert!(locker
+        .inspect("never-taken")
+        .await
+        .expect("inspect")
+        .is_none());
 }
 
 async fn fencing_tokens_strictly_increase(h: Harness) {
     let mut last = 0;
     for _ in 0..5 {
-        let lease = h.locker.lock("f").ttl(SECOND).fencing().await.expect("acquire");
+        let lease = h
+            .locker
+            .lock("f")
+            .ttl(SECOND)
+            .fencing()
+            .await
+            .expect("acquire");
         let token = lease.fencing_token().expect("fencing was asked for");
         assert!(token > last, "{token} after {last}");
         last = token;
@@ -180,31 +246,53 @@ async fn fencing_tokens_strictly_increase(h: Harness) {
 }
 
 async fn inspect_reports_the_holder(h: Harness) {
-    let lease = h.locker.lock("i").ttl(10 * SECOND).fencing().await.expect("acquire");
+    let lease = h
+        .locker
+        .lock("i")
+        .ttl(10 * SECOND)
+        .fencing()
+        .await
+        .expect("acquire");
     let info = h.locker.inspect("i").await.expect("inspect").expect("held");
     assert_eq!(info.name, "i");
     assert_eq!(info.key, "lock:{i}");
     let holder = info.holder.expect("label stored");
     assert!(holder.contains(&std::process::id().to_string()), "{holder}");
-    assert!(info.remaining.is_some_and(|left| left <= 10 * SECOND && left > SECOND));
+    assert!(info
+        .remaining
+        .is_some_and(|left| left <= 10 * SECOND && left > SECOND));
     assert_eq!(info.fencing_counter, lease.fencing_token());
     lease.release().await.expect("release");
 }
 
 async fn extend_keeps_the_lock_past_its_first_ttl(h: Harness) {
     let other = h.second_locker();
-    let lease = h.locker.try_lock("x", Duration::from_millis(150)).await.expect("acquire");
+    let lease = h
+        .locker
+        .try_lock("x", Duration::from_millis(150))
+        .await
+        .expect("acquire");
     for _ in 0..4 {
         tokio::time::sleep(Duration::from_millis(60)).await;
-        lease.extend(Duration::from_millis(150)).await.expect("still ours");
+        lease
+            .extend(Duration::from_millis(150))
+            .await
+            .expect("still ours");
     }
     assert!(!lease.is_lost());
-    assert!(matches!(other.try_lock("x", SECOND).await, Err(LockError::Busy { .. })));
+    assert!(matches!(
+        other.try_lock("x", SECOND).await,
+        Err(LockError::Busy { .. })
+    ));
     assert!(lease.release().await.expect("release"));
 }
 
 async fn lost_fires_at_the_end_of_validity(h: Harness) {
-    let lease = h.locker.try_lock("l", Duration::from_millis(100)).await.expect("acquire");
+    let lease = h
+        .locker
+        .try_lock("l", Duration::from_millis(100))
+        .await
+        .expect("acquire");
     let fired = Arc::new(AtomicBool::new(false));
     let handle = lease.handle();
     let flag = fired.clone();
@@ -224,11 +312,27 @@ async fn lost_fires_at_the_end_of_validity(h: Harness) {
 }
 
 async fn names_are_data_not_code(h: Harness) {
-    for name in ["quote'\"", "new\nline", "{braces}", "ünïcødé ✓", "a b", "]]--[[", "lock:{x}"] {
+    for name in [
+        "quote'\"",
+        "new\nline",
+        "{braces}",
+        "ünïcødé ✓",
+        "a b",
+        "]]--[[",
+        "lock:{x}",
+    ] {
         let lease = h.locker.try_lock(name, 10 * SECOND).await.expect("acquire");
-        let info = h.locker.inspect(name).await.expect("inspect").expect("held");
+        let info = h
+            .locker
+            .inspect(name)
+            .await
+            .expect("inspect")
+            .expect("held");
         assert_eq!(info.name, name);
-        assert!(matches!(h.second_locker().try_lock(name, SECOND).await, Err(LockError::Busy { .. })));
+        assert!(matches!(
+            h.second_locker().try_lock(name, SECOND).await,
+            Err(LockError::Busy { .. })
+        ));
         assert!(lease.release().await.expect("release"), "{name:?}");
     }
 }

@@ -19,7 +19,9 @@ fn both_protocols() -> [Harness; 2] {
 async fn a_foreign_value_on_the_key_is_an_error_not_acquired() {
     for h in both_protocols() {
         let server = h.server.as_ref().expect("server");
-        assert!(server.command(&["HSET", "lock:{orders}", "field", "value"]).starts_with(':'));
+        assert!(server
+            .command(&["HSET", "lock:{orders}", "field", "value"])
+            .starts_with(':'));
         match h.locker.try_lock("orders", SECOND).await {
             Err(LockError::WrongType { name, key }) => {
                 assert_eq!(name, "orders");
@@ -27,9 +29,17 @@ async fn a_foreign_value_on_the_key_is_an_error_not_acquired() {
             }
             other => panic!("{:?}: expected WrongType, got {other:?}", h.protocol),
         }
-        match h.locker.lock("orders").wait(Duration::from_millis(100)).await {
+        match h
+            .locker
+            .lock("orders")
+            .wait(Duration::from_millis(100))
+            .await
+        {
             Err(LockError::WrongType { .. }) => {}
-            other => panic!("{:?}: a waiting request fails at once too, got {other:?}", h.protocol),
+            other => panic!(
+                "{:?}: a waiting request fails at once too, got {other:?}",
+                h.protocol
+            ),
         }
         // Nothing was overwritten.
         assert!(server.command(&["TYPE", "lock:{orders}"]).contains("hash"));
@@ -52,7 +62,10 @@ async fn unreachable_server_is_a_connection_error_in_bounded_time() {
             .wait(SECOND)
             .await
             .expect_err("nothing listens there");
-        assert!(matches!(err, LockError::Connection { .. }), "{protocol:?}: {err:?}");
+        assert!(
+            matches!(err, LockError::Connection { .. }),
+            "{protocol:?}: {err:?}"
+        );
         assert!(err.to_string().contains("`down`"), "{err}");
         assert!(started.elapsed() < 10 * SECOND, "bounded, not a hang");
     }
@@ -62,7 +75,10 @@ async fn unreachable_server_is_a_connection_error_in_bounded_time() {
 async fn bad_input_never_reaches_the_server() {
     // Nothing listens on this port: a refused name must be refused before any connection.
     let locker = Locker::from_url(&format!("redis://127.0.0.1:{}/", free_port())).expect("url");
-    assert!(matches!(locker.try_lock("", SECOND).await, Err(LockError::InvalidName { .. })));
+    assert!(matches!(
+        locker.try_lock("", SECOND).await,
+        Err(LockError::InvalidName { .. })
+    ));
     assert!(matches!(
         locker.try_lock("x", Duration::ZERO).await,
         Err(LockError::InvalidDuration { .. })
@@ -80,10 +96,16 @@ async fn a_killed_server_fails_cleanly_and_a_restarted_one_serves_again() {
     let lease = locker.try_lock("k", 10 * SECOND).await.expect("acquire");
     server.kill();
     let started = Instant::now();
-    let err = locker.try_lock("k2", SECOND).await.expect_err("server is down");
+    let err = locker
+        .try_lock("k2", SECOND)
+        .await
+        .expect_err("server is down");
     assert!(matches!(err, LockError::Connection { .. }), "{err:?}");
     assert!(started.elapsed() < 10 * SECOND);
-    assert!(lease.release().await.is_err(), "release reports the failure, it does not pretend");
+    assert!(
+        lease.release().await.is_err(),
+        "release reports the failure, it does not pretend"
+    );
 
     server.restart(); // empty: persistence is off
     let mut reconnected = None;
@@ -93,7 +115,9 @@ async fn a_killed_server_fails_cleanly_and_a_restarted_one_serves_again() {
                 reconnected = Some(lease);
                 break;
             }
-            Err(LockError::Connection { .. }) => tokio::time::sleep(Duration::from_millis(50)).await,
+            Err(LockError::Connection { .. }) => {
+                tokio::time::sleep(Duration::from_millis(50)).await
+            }
             Err(other) => panic!("unexpected {other:?}"),
         }
     }
@@ -107,19 +131,31 @@ async fn script_cache_flush_is_survived() {
     let server = h.server.as_ref().expect("server");
     let first = h.locker.try_lock("s", 10 * SECOND).await.expect("acquire");
     assert!(server.command(&["SCRIPT", "FLUSH"]).starts_with("+OK"));
-    assert!(first.release().await.expect("release falls back to EVAL on NOSCRIPT"));
+    assert!(first
+        .release()
+        .await
+        .expect("release falls back to EVAL on NOSCRIPT"));
     assert!(server.command(&["SCRIPT", "FLUSH"]).starts_with("+OK"));
-    let second = h.locker.try_lock("s", 10 * SECOND).await.expect("acquire after flush");
+    let second = h
+        .locker
+        .try_lock("s", 10 * SECOND)
+        .await
+        .expect("acquire after flush");
     assert!(second.release().await.expect("release"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_transactions_protocol_needs_no_scripting() {
     let server = RedisServer::start_with(NO_SCRIPTING);
-    assert!(server.command(&["EVAL", "return 1", "0"]).starts_with("-ERR unknown command"));
+    assert!(server
+        .command(&["EVAL", "return 1", "0"])
+        .starts_with("-ERR unknown command"));
     // The scripted backend cannot work there, and says so instead of pretending.
     let scripted = Harness::locker_for(&server, Protocol::Scripts);
-    let err = scripted.try_lock("t", SECOND).await.expect_err("no EVAL on this server");
+    let err = scripted
+        .try_lock("t", SECOND)
+        .await
+        .expect_err("no EVAL on this server");
     assert!(matches!(err, LockError::Redis { .. }), "{err:?}");
     // The transactions backend does the whole life cycle.
     let tx = Harness::locker_for(&server, Protocol::Transactions);
@@ -140,7 +176,8 @@ async fn cancelled_acquires_leave_no_lock_behind() {
                 let name = format!("cancel:{}", i % 20);
                 let cut = Duration::from_micros(u64::from(i * 37 % 400));
                 // Dropped at a pseudo-random point: before, during or after the round trip.
-                let _ = tokio::time::timeout(cut, locker.lock(name).ttl(30 * SECOND).wait(SECOND)).await;
+                let _ = tokio::time::timeout(cut, locker.lock(name).ttl(30 * SECOND).wait(SECOND))
+                    .await;
             }));
         }
         for task in tasks {

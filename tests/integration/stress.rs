@@ -21,7 +21,10 @@ async fn counter_is_exact_under_contention(h: Harness) {
     for _ in 0..TASKS {
         // One locker per task, as separate processes would have.
         let locker = h.second_locker();
-        let mut conn = client.get_multiplexed_async_connection().await.expect("connect");
+        let mut conn = client
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connect");
         let acquisitions = acquisitions.clone();
         tasks.push(tokio::spawn(async move {
             while started.elapsed() < RUN_FOR {
@@ -33,19 +36,31 @@ async fn counter_is_exact_under_contention(h: Harness) {
                     .expect("acquire");
                 let seen: Option<u64> = conn.get("counter").await.expect("get");
                 tokio::task::yield_now().await;
-                let () = conn.set("counter", seen.unwrap_or(0) + 1).await.expect("set");
+                let () = conn
+                    .set("counter", seen.unwrap_or(0) + 1)
+                    .await
+                    .expect("set");
                 acquisitions.fetch_add(1, Ordering::SeqCst);
-                assert!(lease.release().await.expect("release"), "lease held throughout");
+                assert!(
+                    lease.release().await.expect("release"),
+                    "lease held throughout"
+                );
             }
         }));
     }
     for task in tasks {
         task.await.expect("join");
     }
-    let mut conn = client.get_multiplexed_async_connection().await.expect("connect");
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect");
     let counter: u64 = conn.get("counter").await.expect("get");
     let acquired = acquisitions.load(Ordering::SeqCst);
-    assert!(acquired > TASKS as u64, "every task got the lock at least once");
+    assert!(
+        acquired > TASKS as u64,
+        "every task got the lock at least once"
+    );
     assert_eq!(counter, acquired, "no two holders overlapped");
 }
 

@@ -82,8 +82,9 @@ impl RedisServer {
     /// Starts the server again on the same port, empty (persistence is off).
     pub fn restart(&mut self) {
         self.kill();
-        self.spawn_on_port(self.port)
-            .unwrap_or_else(|log| panic!("redis-server did not restart on port {}:\n{log}", self.port));
+        self.spawn_on_port(self.port).unwrap_or_else(|log| {
+            panic!("redis-server did not restart on port {}:\n{log}", self.port)
+        });
     }
 
     /// Sends one command in RESP and returns the raw reply text (for test set-up: SET, HSET,

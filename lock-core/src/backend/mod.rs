@@ -90,7 +90,9 @@ macro_rules! dispatch {
     ($self:ident, $b:ident => $call:expr) => {
         match $self {
             AnyBackend::Scripted($b) => $call.await,
-            AnyBackend::Transaction($b) => $call.await,
+            // Boxed: its futures are large (a spawned task, WATCH retries) and would otherwise
+            // grow every future of the scripted hot path that shares this state machine.
+            AnyBackend::Transaction($b) => Box::pin($call).await,
             AnyBackend::Memory($b) => $call.await,
         }
     };

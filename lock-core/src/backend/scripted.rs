@@ -1,48 +1,105 @@
 //! One Redis, Lua scripts: one round trip per operation. The default backend.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::LazyLock;
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
-use redis::{FromRedisValue, Script, ScriptInvocation};
+use redis::{FromRedisValue, Script};
 
 use super::{millis, remaining_from_pttl, Attempt, Backend, RawState};
 use crate::conn::{is_connection_failure, SharedConnection};
 use crate::key::LockKeys;
 use crate::LockError;
 
-static ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../scripts/acquire.lua")));
-static RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../scripts/release.lua")));
-static EXTEND: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../scripts/extend.lua")));
+static ACQUIRE: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("../scripts/acquire.lua")));
+static RELEASE: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("../scripts/release.lua")));
+static EXTEND: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("../scripts/extend.lua")));
+
+/// A Lua script and its SHA1, sent as `EVALSHA` and, after a `NOSCRIPT` reply (a restarted
+/// or failed-over server, or `SCRIPT FLUSH`), as `EVAL` with its source, which also caches it
+/// again.
+///
+/// Hand-rolled rather than `redis::Script::invoke_async` because that future is several
+/// kilobytes and is moved at every await level of a lock operation; this one is small, and
+/// the rare fallback is boxed.
+struct Lua {
+    source: &'static str,
+    sha1: String,
+}
+
+impl Lua {
+    fn new(source: &'static str) -> Lua {
+        Lua {
+            source,
+            sha1: Script::new(source).get_hash().to_owned(),
+        }
+    }
+
+    async fn run<T: FromRedisValue>(
+        &self,
+        conn: &mut MultiplexedConnection,
+        keys: &[&str],
+        args: &[&[u8]],
+    ) -> redis::RedisResult<T> {
+        let reply = self
+            .command("EVALSHA", &self.sha1, keys, args)
+            .query_async(conn)
+            .await;
+        match reply {
+            Err(err)
+                if err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
+            {
+                let eval = self.command("EVAL", self.source, keys, args);
+                Box::pin(eval.query_async(conn)).await
+            }
+            other => other,
+        }
+    }
+
+    fn command(&self, verb: &str, script: &str, keys: &[&str], args: &[&[u8]]) -> redis::Cmd {
+        let mut cmd = redis::cmd(verb);
+        cmd.arg(script).arg(keys.len()).arg(keys);
+        for arg in args {
+            cmd.arg(*arg);
+        }
+        cmd
+    }
+}
 
 pub(crate) struct Scripted {
     conn: SharedConnection,
+    /// Whether the server accepts `SET .. NX .. GET` (Redis 7.0+); cleared on the first
+    /// syntax error, after which acquires use the script.
+    set_get: AtomicBool,
 }
 
 impl Scripted {
     pub fn new(conn: SharedConnection) -> Scripted {
-        Scripted { conn }
+        Scripted {
+            conn,
+            set_get: AtomicBool::new(true),
+        }
     }
 
-    /// Runs a script on the shared connection. `invoke_async` sends EVALSHA and falls back
-    /// to loading the script on NOSCRIPT, so a flushed script cache or a failover to a
-    /// server that never saw the script costs one extra round trip, never an error.
+    /// Runs a script on the shared connection, retiring the connection if it broke.
     async fn run<T: FromRedisValue>(
         &self,
+        script: &Lua,
         keys: &LockKeys,
-        invocation: ScriptInvocation<'_>,
+        args: &[&[u8]],
     ) -> Result<T, LockError> {
         let lent = self.conn.get(&keys.name).await?;
         let mut conn = lent.conn.clone();
-        invocation.invoke_async(&mut conn).await.map_err(|err| {
-            if is_connection_failure(&err) {
-                self.conn.retire(&lent);
-            }
-            LockError::from_redis(&keys.name, &keys.lock, err)
-        })
+        script
+            .run(&mut conn, &[&keys.lock], args)
+            .await
+            .map_err(|err| {
+                if is_connection_failure(&err) {
+                    self.conn.retire(&lent);
+                }
+                LockError::from_redis(&keys.name, &keys.lock, err)
+            })
     }
 }
 
@@ -56,60 +113,71 @@ impl Backend for Scripted {
     ) -> Result<Attempt, LockError> {
         let lent = self.conn.get(&keys.name).await?;
         let mut conn = lent.conn.clone();
-        let mut invocation = ACQUIRE.key(&keys.lock);
-        invocation
-            .key(&keys.fence)
-            .arg(value)
-            .arg(millis(ttl))
-            .arg(if fencing { "1" } else { "0" });
         let undo = UndoOnDrop {
             conn: &lent.conn,
             keys,
             value,
             armed: true,
         };
-        let reply = invocation
-            .invoke_async::<(i64, i64, Vec<u8>)>(&mut conn)
-            .await;
-        match reply {
-            Ok((1, fence, _)) => {
-                undo.disarm();
-                Ok(Attempt::Acquired {
-                    fencing_token: fencing.then(|| u64::try_from(fence).unwrap_or(0)),
-                })
-            }
-            Ok((_, pttl, holder)) => {
-                undo.disarm();
-                Ok(Attempt::Busy {
-                    remaining: remaining_from_pttl(pttl),
-                    holder_value: (!holder.is_empty())
-                        .then(|| String::from_utf8_lossy(&holder).into_owned()),
-                })
-            }
+        let mut use_set_get = !fencing && self.set_get.load(Ordering::Relaxed);
+        let mut reply = if use_set_get {
+            set_nx_get(&mut conn, keys, value, ttl).await
+        } else {
+            acquire_script(&mut conn, keys, value, ttl, fencing).await
+        };
+        if use_set_get && reply.as_ref().is_err_and(is_syntax_error) {
+            // Redis before 7.0 refuses NX together with GET: use the script from now on.
+            self.set_get.store(false, Ordering::Relaxed);
+            use_set_get = false;
+            reply = acquire_script(&mut conn, keys, value, ttl, fencing).await;
+        }
+        let attempt = match reply {
+            Ok(attempt) => attempt,
             Err(err) => {
-                // A server error means the script did not take the lock; anything else
-                // (timeout, broken connection) may have taken it, so the undo stays armed.
+                // A server error means nothing was written; anything else (timeout, broken
+                // connection) may have taken the lock, so the undo stays armed.
                 if matches!(err.kind(), redis::ErrorKind::Server(_)) {
                     undo.disarm();
                 }
                 if is_connection_failure(&err) {
                     self.conn.retire(&lent);
                 }
-                Err(LockError::from_redis(&keys.name, &keys.lock, err))
+                return Err(LockError::from_redis(&keys.name, &keys.lock, err));
             }
+        };
+        undo.disarm();
+        match attempt {
+            // SET ... GET does not say how long the holder has left; ask, on this
+            // contended path only, so that waiters and `Busy` errors can use it.
+            Attempt::Busy {
+                remaining: None,
+                holder_value,
+            } if use_set_get => {
+                let pttl: i64 = redis::cmd("PTTL")
+                    .arg(&keys.lock)
+                    .query_async(&mut conn)
+                    .await
+                    .map_err(|err| LockError::from_redis(&keys.name, &keys.lock, err))?;
+                Ok(Attempt::Busy {
+                    remaining: remaining_from_pttl(pttl),
+                    holder_value,
+                })
+            }
+            attempt => Ok(attempt),
         }
     }
 
     async fn release(&self, keys: &LockKeys, value: &str) -> Result<bool, LockError> {
-        let mut invocation = RELEASE.key(&keys.lock);
-        invocation.arg(value);
-        self.run::<i64>(keys, invocation).await.map(|n| n == 1)
+        self.run::<i64>(&RELEASE, keys, &[value.as_bytes()])
+            .await
+            .map(|n| n == 1)
     }
 
     async fn extend(&self, keys: &LockKeys, value: &str, ttl: Duration) -> Result<bool, LockError> {
-        let mut invocation = EXTEND.key(&keys.lock);
-        invocation.arg(value).arg(millis(ttl));
-        self.run::<i64>(keys, invocation).await.map(|n| n == 1)
+        let ttl = millis(ttl).to_string();
+        self.run::<i64>(&EXTEND, keys, &[value.as_bytes(), ttl.as_bytes()])
+            .await
+            .map(|n| n == 1)
     }
 
     async fn inspect(&self, keys: &LockKeys) -> Result<RawState, LockError> {
@@ -133,6 +201,70 @@ impl Backend for Scripted {
             fencing_counter: fence,
         })
     }
+}
+
+/// The uncontended fast path: `SET key value NX PX ttl GET` takes a free lock in one plain
+/// command (no script to run on the server), and on a held lock answers with the holder's
+/// value. `GET` makes a foreign non-string value a WRONGTYPE error, never "taken".
+async fn set_nx_get(
+    conn: &mut MultiplexedConnection,
+    keys: &LockKeys,
+    value: &str,
+    ttl: Duration,
+) -> redis::RedisResult<Attempt> {
+    let previous: Option<Vec<u8>> = redis::cmd("SET")
+        .arg(&keys.lock)
+        .arg(value)
+        .arg("NX")
+        .arg("PX")
+        .arg(millis(ttl))
+        .arg("GET")
+        .query_async(conn)
+        .await?;
+    Ok(match previous {
+        None => Attempt::Acquired {
+            fencing_token: None,
+        },
+        Some(holder) => Attempt::Busy {
+            remaining: None,
+            holder_value: Some(String::from_utf8_lossy(&holder).into_owned()),
+        },
+    })
+}
+
+/// The scripted acquire: SET NX PX, plus INCR of the fencing counter when asked, atomically;
+/// on a held lock it returns the holder's PTTL and value in the same round trip.
+async fn acquire_script(
+    conn: &mut MultiplexedConnection,
+    keys: &LockKeys,
+    value: &str,
+    ttl: Duration,
+    fencing: bool,
+) -> redis::RedisResult<Attempt> {
+    let ttl = millis(ttl).to_string();
+    let fencing_flag: &[u8] = if fencing { b"1" } else { b"0" };
+    let (taken, number, holder) = ACQUIRE
+        .run::<(i64, i64, Vec<u8>)>(
+            conn,
+            &[&keys.lock, &keys.fence],
+            &[value.as_bytes(), ttl.as_bytes(), fencing_flag],
+        )
+        .await?;
+    Ok(if taken == 1 {
+        Attempt::Acquired {
+            fencing_token: fencing.then(|| u64::try_from(number).unwrap_or(0)),
+        }
+    } else {
+        Attempt::Busy {
+            remaining: remaining_from_pttl(number),
+            holder_value: (!holder.is_empty())
+                .then(|| String::from_utf8_lossy(&holder).into_owned()),
+        }
+    })
+}
+
+fn is_syntax_error(err: &redis::RedisError) -> bool {
+    err.to_string().contains("syntax error")
 }
 
 /// Undoes an acquire whose reply never arrived (the caller dropped the future, or the
@@ -164,9 +296,10 @@ impl Drop for UndoOnDrop<'_> {
         let key = self.keys.lock.clone();
         let value = self.value.to_owned();
         runtime.spawn(async move {
-            let mut invocation = RELEASE.key(&key);
-            invocation.arg(&value);
-            if let Err(err) = invocation.invoke_async::<i64>(&mut conn).await {
+            let undone = RELEASE
+                .run::<i64>(&mut conn, &[&key], &[value.as_bytes()])
+                .await;
+            if let Err(err) = undone {
                 tracing::debug!(%key, %err, "undo of an abandoned acquire failed; the TTL will free the lock");
             }
         });

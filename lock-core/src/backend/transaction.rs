@@ -125,7 +125,13 @@ async fn acquire_once(
             });
         }
         let mut tx = redis::pipe();
-        tx.atomic().cmd("SET").arg(&keys.lock).arg(value).arg("NX").arg("PX").arg(millis(ttl));
+        tx.atomic()
+            .cmd("SET")
+            .arg(&keys.lock)
+            .arg(value)
+            .arg("NX")
+            .arg("PX")
+            .arg(millis(ttl));
         if fencing {
             tx.incr(&keys.fence, 1);
         } else {
@@ -137,8 +143,10 @@ async fn acquire_once(
         match executed {
             Some((Some(_), fence)) => {
                 let fencing_token = if fencing {
-                    Some(redis::from_redis_value::<u64>(fence)
-                        .map_err(|err| redis_err(err.into()))?)
+                    Some(
+                        redis::from_redis_value::<u64>(fence)
+                            .map_err(|err| redis_err(err.into()))?,
+                    )
                 } else {
                     None
                 };

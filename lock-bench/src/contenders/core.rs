@@ -1,0 +1,27 @@
+//! lock-core through its `Locker` API.
+
+use std::time::Duration;
+
+use lock_core::{Lease, Locker};
+
+use super::Contender;
+
+pub struct Core {
+    pub locker: Locker,
+}
+
+impl Contender for Core {
+    type Held = Lease;
+
+    fn label(&self) -> String {
+        "lock-core".into()
+    }
+
+    async fn try_lock(&self, name: &str, ttl: Duration) -> Option<Lease> {
+        self.locker.try_lock(name, ttl).await.ok()
+    }
+
+    async fn release(&self, lease: Lease) {
+        let _ = lease.release().await;
+    }
+}

@@ -1,0 +1,232 @@
+//! `cargo run --release -p lock-bench -- [scenario] [--seconds N] [--json out.json]`
+//!
+//! Runs each contender in turn against one Redis (a private redis-server it starts, or
+//! `--url` / `REDIS_URL`) and prints one table per scenario, with each contender's ratio to
+//! the raw redis-rs floor measured in the same run. Figures, not assertions.
+
+mod contenders;
+mod scenarios;
+mod stats;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+use serde::Serialize;
+
+use contenders::core::Core;
+use contenders::raw::Raw;
+use contenders::Contender;
+use scenarios::uncontended::{s1, s2};
+use stats::Spread;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Scenario {
+    All,
+    S1,
+    S2,
+}
+
+#[derive(Debug, Parser)]
+#[command(about = "Lock benchmarks: lock-core beside the raw redis-rs floor")]
+struct Args {
+    /// Which scenario to run.
+    #[arg(value_enum, default_value = "all")]
+    scenario: Scenario,
+    /// Seconds per contender per repetition.
+    #[arg(long, default_value_t = 2.0)]
+    seconds: f64,
+    /// Repetitions (min/median/max are reported).
+    #[arg(long, default_value_t = 3)]
+    reps: usize,
+    /// Concurrent tasks in S2.
+    #[arg(long, default_value_t = 64)]
+    tasks: usize,
+    /// Redis to use; default: $REDIS_URL, else a private redis-server started for the run.
+    #[arg(long)]
+    url: Option<String>,
+    /// Write all figures as JSON here.
+    #[arg(long)]
+    json: Option<std::path::PathBuf>,
+    /// Skip lock-core and report the raw floor only (for profiling the floor).
+    #[arg(long, conflicts_with = "core_only")]
+    raw_only: bool,
+    /// Skip the raw floor and run lock-core only (for profiling the library).
+    #[arg(long)]
+    core_only: bool,
+    /// A fraction of a second per scenario, one repetition: checks that everything runs.
+    #[arg(long)]
+    smoke: bool,
+}
+
+#[derive(Debug, Default, Serialize)]
+struct Report {
+    s1: Vec<S1Row>,
+    s2: Vec<S2Row>,
+}
+
+#[derive(Debug, Serialize)]
+struct S1Row {
+    contender: String,
+    p50_us: Spread,
+    p99_us: Spread,
+    cycles_per_s: Spread,
+    p50_ratio_to_raw: f64,
+}
+
+#[derive(Debug, Serialize)]
+struct S2Row {
+    contender: String,
+    tasks: usize,
+    cycles_per_s: Spread,
+    redis_commands_per_s: Spread,
+    ratio_to_raw: f64,
+}
+
+#[tokio::main]
+async fn main() {
+    let mut args = Args::parse();
+    if args.smoke {
+        args.seconds = 0.2;
+        args.reps = 1;
+    }
+    let _server;
+    let url = match args.url.clone().or_else(|| std::env::var("REDIS_URL").ok()) {
+        Some(url) => url,
+        None => {
+            let server = lock_tests::RedisServer::start();
+            let url = server.url();
+            _server = server;
+            url
+        }
+    };
+    let run_for = Duration::from_secs_f64(args.seconds);
+    let raw = match Raw::connect(&url).await {
+        Ok(raw) => Arc::new(raw),
+        Err(err) => {
+            eprintln!("cannot connect to {url}: {err}");
+            std::process::exit(2);
+        }
+    };
+    let locker = match lock_core::Locker::builder().url(url.clone()).build() {
+        Ok(locker) => locker,
+        Err(err) => {
+            eprintln!("{err}");
+            std::process::exit(2);
+        }
+    };
+    let core = Arc::new(Core { locker });
+    let mut probe = match redis::Client::open(url.as_str()) {
+        Ok(client) => match client.get_multiplexed_async_connection().await {
+            Ok(conn) => conn,
+            Err(err) => {
+                eprintln!("cannot connect to {url}: {err}");
+                std::process::exit(2);
+            }
+        },
+        Err(err) => {
+            eprintln!("bad url {url}: {err}");
+            std::process::exit(2);
+        }
+    };
+
+    println!(
+        "lock-bench: {} s per run, {} repetitions, Redis at {url}",
+        args.seconds, args.reps
+    );
+    let mut report = Report::default();
+
+    if matches!(args.scenario, Scenario::All | Scenario::S1) {
+        let mut raw_runs = Vec::new();
+        let mut core_runs = Vec::new();
+        for _ in 0..args.reps {
+            if !args.core_only {
+                raw_runs.push(s1(&*raw, run_for).await);
+            }
+            if !args.raw_only {
+                core_runs.push(s1(&*core, run_for).await);
+            }
+        }
+        let raw_p50 = Spread::of(&raw_runs.iter().map(|r| r.p50_us).collect::<Vec<_>>()).median;
+        for (label, runs) in [(raw.label(), &raw_runs), (core.label(), &core_runs)] {
+            let p50 = Spread::of(&runs.iter().map(|r| r.p50_us).collect::<Vec<_>>());
+            report.s1.push(S1Row {
+                contender: label,
+                p50_us: p50,
+                p99_us: Spread::of(&runs.iter().map(|r| r.p99_us).collect::<Vec<_>>()),
+                cycles_per_s: Spread::of(&runs.iter().map(|r| r.cycles_per_s).collect::<Vec<_>>()),
+                p50_ratio_to_raw: p50.median / raw_p50,
+            });
+        }
+        println!("\n### S1: uncontended latency (one task, lock + release)\n");
+        println!("| contender | p50 µs | p99 µs | cycles/s | p50 vs raw |");
+        println!("|---|---|---|---|---|");
+        for row in &report.s1 {
+            println!(
+                "| {} | {} | {} | {} | {:.3}x |",
+                row.contender,
+                row.p50_us.show(1),
+                row.p99_us.show(1),
+                row.cycles_per_s.show(0),
+                row.p50_ratio_to_raw
+            );
+        }
+    }
+
+    if matches!(args.scenario, Scenario::All | Scenario::S2) {
+        let mut raw_runs = Vec::new();
+        let mut core_runs = Vec::new();
+        for _ in 0..args.reps {
+            if !args.core_only {
+                raw_runs.push(s2(raw.clone(), args.tasks, run_for, &mut probe).await);
+            }
+            if !args.raw_only {
+                core_runs.push(s2(core.clone(), args.tasks, run_for, &mut probe).await);
+            }
+        }
+        let raw_rate =
+            Spread::of(&raw_runs.iter().map(|r| r.cycles_per_s).collect::<Vec<_>>()).median;
+        for (label, runs) in [(raw.label(), &raw_runs), (core.label(), &core_runs)] {
+            let rate = Spread::of(&runs.iter().map(|r| r.cycles_per_s).collect::<Vec<_>>());
+            report.s2.push(S2Row {
+                contender: label,
+                tasks: args.tasks,
+                cycles_per_s: rate,
+                redis_commands_per_s: Spread::of(
+                    &runs
+                        .iter()
+                        .map(|r| r.redis_commands_per_s)
+                        .collect::<Vec<_>>(),
+                ),
+                ratio_to_raw: rate.median / raw_rate,
+            });
+        }
+        println!(
+            "\n### S2: uncontended throughput ({} tasks, distinct names)\n",
+            args.tasks
+        );
+        println!("| contender | cycles/s | Redis commands/s | vs raw |");
+        println!("|---|---|---|---|");
+        for row in &report.s2 {
+            println!(
+                "| {} | {} | {} | {:.3}x |",
+                row.contender,
+                row.cycles_per_s.show(0),
+                row.redis_commands_per_s.show(0),
+                row.ratio_to_raw
+            );
+        }
+    }
+
+    if let Some(path) = &args.json {
+        match serde_json::to_string_pretty(&report) {
+            Ok(text) => {
+                if let Err(err) = std::fs::write(path, text) {
+                    eprintln!("cannot write {}: {err}", path.display());
+                    std::process::exit(1);
+                }
+            }
+            Err(err) => eprintln!("cannot encode the report: {err}"),
+        }
+    }
+}
