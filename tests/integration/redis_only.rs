@@ -150,13 +150,25 @@ async fn the_transactions_protocol_needs_no_scripting() {
     assert!(server
         .command(&["EVAL", "return 1", "0"])
         .starts_with("-ERR unknown command"));
-    // The scripted backend cannot work there, and says so instead of pretending.
+    // The scripted backend's plain SET acquire works there, but whatever needs a script
+    // fails with Redis's own error instead of pretending.
     let scripted = Harness::locker_for(&server, Protocol::Scripts);
     let err = scripted
+        .lock("t")
+        .fencing()
+        .await
+        .expect_err("fencing needs a script");
+    assert!(matches!(err, LockError::Redis { .. }), "{err:?}");
+    let lease = scripted
         .try_lock("t", SECOND)
         .await
-        .expect_err("no EVAL on this server");
+        .expect("SET NX PX GET needs no script");
+    let err = lease
+        .release()
+        .await
+        .expect_err("compare-and-delete needs a script");
     assert!(matches!(err, LockError::Redis { .. }), "{err:?}");
+    assert!(server.command(&["DEL", "lock:{t}"]).starts_with(":1"));
     // The transactions backend does the whole life cycle.
     let tx = Harness::locker_for(&server, Protocol::Transactions);
     let lease = tx.lock("t").ttl(SECOND).fencing().await.expect("acquire");
