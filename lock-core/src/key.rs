@@ -32,6 +32,8 @@ pub(crate) struct LockKeys {
     pub lock: String,
     /// `<prefix>{<name>}:fence`: the fencing counter (no TTL).
     pub fence: String,
+    /// `<prefix>{<name>}:released`: the pub/sub channel releases are announced on.
+    pub channel: String,
 }
 
 impl LockKeys {
@@ -39,10 +41,12 @@ impl LockKeys {
         validate_name(name)?;
         let lock = format!("{prefix}{{{name}}}");
         let fence = format!("{lock}:fence");
+        let channel = crate::notifier::channel_of(&lock);
         Ok(LockKeys {
             name: name.to_owned(),
             lock,
             fence,
+            channel,
         })
     }
 }

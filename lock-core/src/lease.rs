@@ -2,7 +2,7 @@
 
 use std::fmt;
 use std::ops::Deref;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -11,6 +11,7 @@ use tracing::Instrument as _;
 
 use crate::backend::Backend as _;
 use crate::key::{validate_ttl, LockKeys};
+use crate::local::NameRef;
 use crate::locker::Locker;
 use crate::token::decode_value;
 use crate::LockError;
@@ -47,45 +48,65 @@ pub struct Lease {
 /// keep the lock held and cannot release it.
 #[derive(Clone)]
 pub struct LeaseHandle {
-    shared: Arc<Shared>,
+    pub(crate) shared: Arc<Shared>,
 }
 
-struct Shared {
-    locker: Locker,
-    keys: LockKeys,
+/// Numbers leases of one process, to tell a lease from its successor on the same name.
+static SERIALS: AtomicU64 = AtomicU64::new(1);
+
+pub(crate) struct Shared {
+    pub locker: Locker,
+    pub keys: LockKeys,
     /// `token[:label]`, exactly as stored in Redis.
-    value: String,
+    pub value: String,
     token_len: usize,
     fencing_token: Option<u64>,
     acquired_at: Instant,
-    /// Local end of validity: the acquire's start plus TTL minus the clock-drift allowance.
+    pub serial: u64,
+    /// The TTL each extension (manual or automatic) asks for.
+    pub ttl: Duration,
+    /// Local end of validity: the start of the last successful acquire or extend, plus TTL,
+    /// minus the clock-drift allowance.
     valid_until: Mutex<Instant>,
     lost: AtomicBool,
+    /// Set once release has started: the renewer stops renewing.
+    pub finished: AtomicBool,
     lost_signal: Notify,
+    local: NameRef,
+}
+
+/// What the acquire loop knows about a fresh lease.
+pub(crate) struct Grant {
+    pub keys: LockKeys,
+    pub value: String,
+    pub fencing_token: Option<u64>,
+    pub attempt_started: Instant,
+    pub ttl: Duration,
+    pub local: NameRef,
 }
 
 impl Lease {
-    pub(crate) fn new(
-        locker: Locker,
-        keys: LockKeys,
-        value: String,
-        fencing_token: Option<u64>,
-        attempt_started: Instant,
-        ttl: Duration,
-    ) -> Lease {
-        let token_len = decode_value(&value).0.len();
+    pub(crate) fn new(locker: Locker, grant: Grant) -> Lease {
+        let token_len = decode_value(&grant.value).0.len();
+        let serial = SERIALS.fetch_add(1, Ordering::Relaxed);
+        let valid_until = grant.attempt_started + validity(grant.ttl);
+        grant.local.set_holder(serial, valid_until);
         Lease {
             handle: LeaseHandle {
                 shared: Arc::new(Shared {
                     locker,
-                    keys,
-                    value,
+                    keys: grant.keys,
+                    value: grant.value,
                     token_len,
-                    fencing_token,
-                    acquired_at: attempt_started,
-                    valid_until: Mutex::new(attempt_started + validity(ttl)),
+                    fencing_token: grant.fencing_token,
+                    acquired_at: grant.attempt_started,
+                    serial,
+                    ttl: grant.ttl,
+                    valid_until: Mutex::new(valid_until),
                     lost: AtomicBool::new(false),
+                    finished: AtomicBool::new(false),
                     lost_signal: Notify::new(),
+                    local: grant.local,
                 }),
             },
             released: false,
@@ -103,19 +124,22 @@ impl Lease {
     /// current holder's lock is left alone.
     pub async fn release(mut self) -> Result<bool, LockError> {
         self.released = true;
-        let shared = &self.handle.shared;
-        let span = tracing::debug_span!("lock.release", name = %shared.keys.name, held = tracing::field::Empty);
-        async {
-            let held = shared
-                .locker
-                .run(&shared.keys.name, shared.locker.backend().release(&shared.keys, &shared.value))
-                .await?;
-            tracing::Span::current().record("held", held);
-            if !held {
-                shared.mark_lost();
-                tracing::warn!(name = %shared.keys.name, "released a lease that had already expired or been taken over");
+        let shared = Arc::clone(&self.handle.shared);
+        let span = tracing::debug_span!(
+            "lock.release",
+            name = %shared.keys.name,
+            held_ms = shared.acquired_at.elapsed().as_millis() as u64,
+            held = tracing::field::Empty,
+        );
+        async move {
+            let released = shared.release_now().await;
+            if let Ok(held) = released {
+                tracing::Span::current().record("held", held);
+                if !held {
+                    tracing::warn!(name = %shared.keys.name, "released a lease that had already expired or been taken over");
+                }
             }
-            Ok(held)
+            released
         }
         .instrument(span)
         .await
@@ -127,14 +151,12 @@ impl Lease {
         let shared = &self.handle.shared;
         validate_ttl(&shared.keys.name, ttl)?;
         let started = Instant::now();
+        let backend = shared.locker.backend();
         let extended = shared
             .locker
             .run(
                 &shared.keys.name,
-                shared
-                    .locker
-                    .backend()
-                    .extend(&shared.keys, &shared.value, ttl),
+                backend.extend(&shared.keys, &shared.value, ttl),
             )
             .await?;
         if !extended {
@@ -143,12 +165,7 @@ impl Lease {
                 name: shared.keys.name.clone(),
             });
         }
-        *shared
-            .valid_until
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = started + validity(ttl);
-        // A `lost()` future sleeping until the old deadline must look again.
-        shared.lost_signal.notify_waiters();
+        shared.extended(started, ttl);
         Ok(())
     }
 }
@@ -167,20 +184,65 @@ impl Drop for Lease {
             return;
         }
         let shared = Arc::clone(&self.handle.shared);
+        shared.finished.store(true, Ordering::Release);
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             tracing::debug!(name = %shared.keys.name, "lease dropped outside a tokio runtime; its TTL will free it");
+            shared.local.clear_holder(shared.serial);
             return;
         };
         runtime.spawn(async move {
-            let backend = shared.locker.backend();
-            let result = shared
-                .locker
-                .run(&shared.keys.name, backend.release(&shared.keys, &shared.value))
-                .await;
-            if let Err(err) = result {
+            if let Err(err) = shared.release_now().await {
                 tracing::warn!(name = %shared.keys.name, %err, "background release of a dropped lease failed; its TTL will free it");
             }
         });
+    }
+}
+
+impl Shared {
+    async fn release_now(&self) -> Result<bool, LockError> {
+        self.finished.store(true, Ordering::Release);
+        let backend = self.locker.backend();
+        let result = self
+            .locker
+            .run(&self.keys.name, backend.release(&self.keys, &self.value))
+            .await;
+        if let Ok(false) = result {
+            self.mark_lost();
+        }
+        // Local waiters may go now: after the DEL, so their attempt finds the lock free.
+        self.local.clear_holder(self.serial);
+        result
+    }
+
+    /// Records a successful extension that was sent at `sent_at`.
+    pub fn extended(&self, sent_at: Instant, ttl: Duration) {
+        let until = sent_at + validity(ttl);
+        *self
+            .valid_until
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = until;
+        self.local.set_holder(self.serial, until);
+        // A `lost()` future sleeping until the old deadline must look again.
+        self.lost_signal.notify_waiters();
+    }
+
+    pub fn mark_lost(&self) {
+        if !self.lost.swap(true, Ordering::AcqRel) {
+            tracing::warn!(name = %self.keys.name, "lease lost: the lock is no longer held by this holder");
+        }
+        self.lost_signal.notify_waiters();
+        self.local.clear_holder(self.serial);
+    }
+
+    pub fn valid_until(&self) -> Instant {
+        *self
+            .valid_until
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub fn acquired_at(&self) -> Instant {
+        self.acquired_at
     }
 }
 
@@ -214,7 +276,9 @@ impl LeaseHandle {
     /// How long this lease is still valid by the local clock, with a margin for clock drift
     /// between this process and Redis. Zero once it has run out.
     pub fn expires_in(&self) -> Duration {
-        self.valid_until().saturating_duration_since(Instant::now())
+        self.shared
+            .valid_until()
+            .saturating_duration_since(Instant::now())
     }
 
     /// True once the lease is known to be lost: its validity ran out, or Redis said the lock
@@ -224,14 +288,17 @@ impl LeaseHandle {
     }
 
     /// Completes when the lease is lost: at the end of its local validity (unless extended
-    /// before), or as soon as an operation learns the lock is no longer ours.
+    /// before, by hand or by auto-renewal), or as soon as an operation or the renewer learns
+    /// that the lock is no longer ours.
     pub async fn lost(&self) {
         loop {
             let notified = self.shared.lost_signal.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
             if self.is_lost() {
                 return;
             }
-            let deadline = tokio::time::Instant::from_std(self.valid_until());
+            let deadline = tokio::time::Instant::from_std(self.shared.valid_until());
             tokio::select! {
                 () = notified => {}
                 () = tokio::time::sleep_until(deadline) => {}
@@ -242,12 +309,10 @@ impl LeaseHandle {
     /// Asks Redis whether the lock still holds this lease's token. Marks the lease lost if not.
     pub async fn is_held(&self) -> Result<bool, LockError> {
         let shared = &self.shared;
+        let backend = shared.locker.backend();
         let state = shared
             .locker
-            .run(
-                &shared.keys.name,
-                shared.locker.backend().inspect(&shared.keys),
-            )
+            .run(&shared.keys.name, backend.inspect(&shared.keys))
             .await?;
         let held = state.value.as_deref() == Some(shared.value.as_str());
         if !held {
@@ -256,25 +321,8 @@ impl LeaseHandle {
         Ok(held)
     }
 
-    fn valid_until(&self) -> Instant {
-        *self
-            .shared
-            .valid_until
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-    }
-
     pub(crate) fn same_lock(&self, locker: &Locker, name: &str) -> bool {
         self.shared.locker.same_as(locker) && self.shared.keys.name == name
-    }
-}
-
-impl Shared {
-    fn mark_lost(&self) {
-        if !self.lost.swap(true, Ordering::AcqRel) {
-            tracing::warn!(name = %self.keys.name, "lease lost");
-        }
-        self.lost_signal.notify_waiters();
     }
 }
 

@@ -16,6 +16,8 @@ use crate::backend::transaction::Transactional;
 use crate::backend::{AnyBackend, Backend as _};
 use crate::conn::SharedConnection;
 use crate::key::{validate_ttl, validate_wait, LockKeys};
+use crate::local::LocalNames;
+use crate::notifier::Notifier;
 use crate::request::LockRequest;
 use crate::token::{bound_label, decode_value, default_label};
 use crate::{Lease, LockError};
@@ -57,6 +59,10 @@ pub struct Locker {
 pub(crate) struct Inner {
     backend: AnyBackend,
     settings: Settings,
+    local: Arc<LocalNames>,
+    /// Release notifications; `None` when the locker has no URL to open a pub/sub
+    /// connection with (built from a pool) or needs none (memory).
+    notifier: Option<Notifier>,
 }
 
 #[derive(Debug, Clone)]
@@ -101,7 +107,7 @@ impl Locker {
     pub fn from_pool(pool: Pool) -> Locker {
         let settings = LockerBuilder::new().settings();
         let conn = SharedConnection::new(pool, settings.command_timeout);
-        Locker::with_backend(AnyBackend::Scripted(Scripted::new(conn)), settings)
+        Locker::with_backend(AnyBackend::Scripted(Scripted::new(conn)), settings, None)
     }
 
     /// A locker whose locks live in this process only: the same semantics (TTL, tokens,
@@ -248,9 +254,22 @@ impl Locker {
         }
     }
 
-    fn with_backend(backend: AnyBackend, settings: Settings) -> Locker {
+    pub(crate) fn local(&self) -> &Arc<LocalNames> {
+        &self.inner.local
+    }
+
+    pub(crate) fn notifier(&self) -> Option<&Notifier> {
+        self.inner.notifier.as_ref()
+    }
+
+    fn with_backend(backend: AnyBackend, settings: Settings, notifier: Option<Notifier>) -> Locker {
         Locker {
-            inner: Arc::new(Inner { backend, settings }),
+            inner: Arc::new(Inner {
+                backend,
+                settings,
+                local: Arc::default(),
+                notifier,
+            }),
         }
     }
 }
@@ -466,20 +485,22 @@ impl LockerBuilder {
             ));
         }
         let settings = self.settings();
-        let pool = match self.store {
+        let (pool, notifier) = match self.store {
             Store::Memory => {
-                return Ok(Locker::with_backend(
-                    AnyBackend::Memory(Memory::default()),
-                    settings,
-                ))
+                let backend = AnyBackend::Memory(Memory::default());
+                return Ok(Locker::with_backend(backend, settings, None));
             }
-            Store::Pool(pool) => pool,
+            Store::Pool(pool) => (pool, None),
             Store::Env => {
                 let url =
                     std::env::var(REDIS_URL_ENV).unwrap_or_else(|_| DEFAULT_REDIS_URL.to_owned());
-                build_pool(&url, self.pool_size, self.command_timeout)?
+                let (pool, client) = build_pool(&url, self.pool_size, self.command_timeout)?;
+                (pool, Some(Notifier::new(client)))
             }
-            Store::Url(url) => build_pool(&url, self.pool_size, self.command_timeout)?,
+            Store::Url(url) => {
+                let (pool, client) = build_pool(&url, self.pool_size, self.command_timeout)?;
+                (pool, Some(Notifier::new(client)))
+            }
         };
         let backend = match self.protocol {
             Protocol::Scripts => AnyBackend::Scripted(Scripted::new(SharedConnection::new(
@@ -488,12 +509,12 @@ impl LockerBuilder {
             ))),
             Protocol::Transactions => AnyBackend::Transaction(Transactional::new(pool)),
         };
-        Ok(Locker::with_backend(backend, settings))
+        Ok(Locker::with_backend(backend, settings, notifier))
     }
 
     fn build_infallible(self) -> Locker {
         let settings = self.settings();
-        Locker::with_backend(AnyBackend::Memory(Memory::default()), settings)
+        Locker::with_backend(AnyBackend::Memory(Memory::default()), settings, None)
     }
 
     fn settings(&self) -> Settings {
@@ -513,9 +534,14 @@ impl LockerBuilder {
     }
 }
 
-fn build_pool(url: &str, size: Option<usize>, timeout: Duration) -> Result<Pool, LockError> {
+/// The pool for lock commands, and a client for the pub/sub connection.
+fn build_pool(
+    url: &str,
+    size: Option<usize>,
+    timeout: Duration,
+) -> Result<(Pool, redis::Client), LockError> {
     // Parse first: deadpool's own error for a bad URL does not say which part is wrong.
-    redis::Client::open(url).map_err(|err| {
+    let client = redis::Client::open(url).map_err(|err| {
         LockError::Config(format!("cannot use Redis URL {:?}: {err}", redact(url)))
     })?;
     // Every command on these connections answers within `timeout` or fails: the deadline
@@ -535,13 +561,14 @@ fn build_pool(url: &str, size: Option<usize>, timeout: Duration) -> Result<Pool,
         create: Some(timeout),
         recycle: Some(timeout),
     };
-    Pool::builder(manager)
+    let pool = Pool::builder(manager)
         .config(config)
         .runtime(Runtime::Tokio1)
         .build()
         .map_err(|err| {
             LockError::Config(format!("cannot build a pool for {:?}: {err}", redact(url)))
-        })
+        })?;
+    Ok((pool, client))
 }
 
 /// The URL with any password replaced, for error messages.

@@ -8,6 +8,8 @@ use tracing::Instrument as _;
 
 use crate::backend::{Attempt, Backend as _};
 use crate::key::{validate_ttl, validate_wait, LockKeys};
+use crate::lease::Grant;
+use crate::local::NameRef;
 use crate::token::{decode_value, encode_value, new_token};
 use crate::wait::Backoff;
 use crate::{Lease, LockError, Locker};
@@ -83,86 +85,200 @@ impl<'a> LockRequest<'a> {
         validate_wait(&self.name, wait)?;
         let token = new_token(&self.name)?;
         let value = encode_value(&token, settings.label.as_deref());
-
         let span = tracing::debug_span!(
             "lock.acquire",
             name = %self.name,
             ttl_ms = ttl.as_millis() as u64,
             wait_ms = wait.as_millis() as u64,
             attempts = tracing::field::Empty,
+            waited_us = tracing::field::Empty,
             outcome = tracing::field::Empty,
         );
-        let locker = self.locker;
-        async move {
-            let begun = Instant::now();
-            let deadline = begun + wait;
-            let mut backoff = Backoff::new();
-            let mut attempts: u32 = 0;
-            loop {
-                attempts += 1;
-                let started = Instant::now();
-                let attempt = locker
-                    .run(
-                        &keys.name,
-                        locker.backend().acquire(&keys, &value, ttl, fencing),
-                    )
-                    .await;
-                let (remaining, holder_value) = match attempt {
-                    Ok(Attempt::Acquired { fencing_token }) => {
-                        record(attempts, "acquired");
-                        return Ok(Lease::new(
-                            locker.clone(),
-                            keys,
-                            value,
-                            fencing_token,
-                            started,
-                            ttl,
-                        ));
-                    }
-                    Ok(Attempt::Busy {
-                        remaining,
-                        holder_value,
-                    }) => (remaining, holder_value),
-                    Err(err) => {
-                        record(attempts, "error");
-                        return Err(err);
-                    }
-                };
-                let holder = holder_value
-                    .as_deref()
-                    .and_then(|v| decode_value(v).1)
-                    .map(str::to_owned);
-                let now = Instant::now();
-                if wait.is_zero() {
-                    record(attempts, "busy");
-                    return Err(LockError::Busy {
-                        name: keys.name,
-                        holder,
-                        retry_after: remaining,
-                    });
-                }
-                if now >= deadline {
-                    record(attempts, "timeout");
-                    return Err(LockError::Timeout {
-                        name: keys.name,
-                        waited: now - begun,
-                        holder,
-                        retry_after: remaining,
-                    });
-                }
-                let pause = backoff.next(remaining).min(deadline - now);
-                tokio::time::sleep(pause).await;
-            }
-        }
-        .instrument(span)
-        .await
+        let attempt = Acquire {
+            locker: self.locker,
+            keys,
+            value,
+            ttl,
+            fencing,
+            begun: Instant::now(),
+            attempts: 0,
+            last_busy: Busy::default(),
+            fencing_token: None,
+        };
+        let result = attempt.run(wait).instrument(span.clone()).await;
+        let outcome = match &result {
+            Ok(_) => "acquired",
+            Err(LockError::Busy { .. }) => "busy",
+            Err(LockError::Timeout { .. }) => "timeout",
+            Err(_) => "error",
+        };
+        span.record("outcome", outcome);
+        result
     }
 }
 
-fn record(attempts: u32, outcome: &'static str) {
+/// What the last busy attempt said about the holder.
+#[derive(Debug, Default)]
+struct Busy {
+    remaining: Option<Duration>,
+    holder: Option<String>,
+}
+
+/// One acquisition in progress.
+struct Acquire<'a> {
+    locker: &'a Locker,
+    keys: LockKeys,
+    value: String,
+    ttl: Duration,
+    fencing: bool,
+    begun: Instant,
+    attempts: u32,
+    last_busy: Busy,
+    fencing_token: Option<u64>,
+}
+
+impl Acquire<'_> {
+    async fn run(mut self, wait: Duration) -> Result<Lease, LockError> {
+        let deadline = self.begun + wait;
+        let local = self.locker.local().get(&self.keys.name);
+        // Fast path: unless waiters of this locker are queued for the name (a newcomer must
+        // not barge in ahead of them), try once straight away.
+        if wait.is_zero() || !local.has_queue() {
+            let started = Instant::now();
+            if self.attempt().await? {
+                return Ok(self.grant(started, local));
+            }
+            if wait.is_zero() {
+                return Err(self.busy());
+            }
+        }
+
+        // Slow path. Queue behind this locker's other waiters: only the head of the queue
+        // talks to Redis, so N local waiters cost Redis what one does.
+        let queued = local.enqueue();
+        let Ok(turn) = tokio::time::timeout_at(deadline.into(), local.gate.lock()).await else {
+            return Err(self.timeout());
+        };
+        // Subscribe before the next attempt: a release after it cannot go unnoticed.
+        let subscription = match self.locker.notifier() {
+            Some(notifier) => match notifier
+                .subscribe(&self.keys.channel, &local.released)
+                .await
+            {
+                Ok(subscription) => Some(subscription),
+                Err(err) => {
+                    tracing::debug!(name = %self.keys.name, %err, "no release notifications; falling back to timed retries");
+                    None
+                }
+            },
+            None => None,
+        };
+        let mut backoff = Backoff::new(subscription.is_some());
+        loop {
+            // Armed before looking, so that a release between the look and the wait still
+            // wakes this waiter.
+            let released = local.released.notified();
+            tokio::pin!(released);
+            released.as_mut().enable();
+
+            let pause_until = if let Some(holder_until) = local.local_holder_until() {
+                // A lease of this very locker holds the name: its release (or the end of its
+                // validity, should it have been leaked) is signalled locally; Redis need not
+                // be asked until then.
+                holder_until.min(deadline)
+            } else {
+                let started = Instant::now();
+                if self.attempt().await? {
+                    drop((turn, queued, subscription));
+                    return Ok(self.grant(started, local.clone()));
+                }
+                let now = Instant::now();
+                if now >= deadline {
+                    return Err(self.timeout());
+                }
+                now + backoff.next(self.last_busy.remaining).min(deadline - now)
+            };
+            tokio::select! {
+                () = released => {}
+                () = tokio::time::sleep_until(pause_until.into()) => {}
+            }
+            if Instant::now() >= deadline && local.local_holder_until().is_some() {
+                return Err(self.timeout());
+            }
+        }
+    }
+
+    /// One attempt; true when acquired.
+    async fn attempt(&mut self) -> Result<bool, LockError> {
+        self.attempts += 1;
+        let backend = self.locker.backend();
+        let attempt = self
+            .locker
+            .run(
+                &self.keys.name,
+                backend.acquire(&self.keys, &self.value, self.ttl, self.fencing),
+            )
+            .await?;
+        match attempt {
+            Attempt::Acquired { fencing_token } => {
+                self.fencing_token = fencing_token;
+                Ok(true)
+            }
+            Attempt::Busy {
+                remaining,
+                holder_value,
+            } => {
+                self.last_busy = Busy {
+                    remaining,
+                    holder: holder_value
+                        .as_deref()
+                        .and_then(|v| decode_value(v).1)
+                        .map(str::to_owned),
+                };
+                Ok(false)
+            }
+        }
+    }
+
+    fn grant(self, attempt_started: Instant, local: NameRef) -> Lease {
+        record(self.attempts, self.begun);
+        Lease::new(
+            self.locker.clone(),
+            Grant {
+                keys: self.keys,
+                value: self.value,
+                fencing_token: self.fencing_token,
+                attempt_started,
+                ttl: self.ttl,
+                local,
+            },
+        )
+    }
+
+    fn busy(self) -> LockError {
+        record(self.attempts, self.begun);
+        LockError::Busy {
+            name: self.keys.name,
+            holder: self.last_busy.holder,
+            retry_after: self.last_busy.remaining,
+        }
+    }
+
+    fn timeout(self) -> LockError {
+        record(self.attempts, self.begun);
+        LockError::Timeout {
+            name: self.keys.name,
+            waited: self.begun.elapsed(),
+            holder: self.last_busy.holder,
+            retry_after: self.last_busy.remaining,
+        }
+    }
+}
+
+fn record(attempts: u32, begun: Instant) {
     let span = tracing::Span::current();
     span.record("attempts", attempts);
-    span.record("outcome", outcome);
+    span.record("waited_us", begun.elapsed().as_micros() as u64);
 }
 
 impl<'a> IntoFuture for LockRequest<'a> {

@@ -2,11 +2,12 @@
 
 use std::time::Duration;
 
-/// First pause after a busy attempt.
-const FIRST_PAUSE: Duration = Duration::from_millis(2);
-/// Longest pause: a waiter looks at least this often even when the holder's TTL is long,
-/// because most holders release long before their TTL runs out.
-const MAX_PAUSE: Duration = Duration::from_millis(100);
+/// Pauses when nothing tells the waiter about releases (a locker built from a pool, or a
+/// pub/sub connection that failed): short, because polling is the only way to learn.
+const POLLING: (Duration, Duration) = (Duration::from_millis(2), Duration::from_millis(100));
+/// Pauses when releases are notified: the timed retry is only a safety net for a holder
+/// that crashed (bounded by its TTL anyway) or a notification lost with its connection.
+const NOTIFIED: (Duration, Duration) = (Duration::from_millis(50), Duration::from_millis(500));
 
 /// Jittered exponential backoff, cut short when the holder's lease runs out sooner.
 ///
@@ -15,17 +16,19 @@ const MAX_PAUSE: Duration = Duration::from_millis(100);
 #[derive(Debug)]
 pub(crate) struct Backoff {
     step: Duration,
+    max: Duration,
 }
 
 impl Backoff {
-    pub fn new() -> Backoff {
-        Backoff { step: FIRST_PAUSE }
+    pub fn new(notified: bool) -> Backoff {
+        let (first, max) = if notified { NOTIFIED } else { POLLING };
+        Backoff { step: first, max }
     }
 
     /// The next pause; `holder_remaining` is the holder's TTL as Redis reported it.
     pub fn next(&mut self, holder_remaining: Option<Duration>) -> Duration {
         let step = self.step;
-        self.step = (self.step * 2).min(MAX_PAUSE);
+        self.step = (self.step * 2).min(self.max);
         let half = step / 2;
         let jittered = half + half.mul_f64(fastrand::f64());
         match holder_remaining {
@@ -42,13 +45,13 @@ mod tests {
 
     #[test]
     fn grows_to_a_bound_and_respects_the_holder() {
-        let mut backoff = Backoff::new();
+        let mut backoff = Backoff::new(false);
         let mut last = Duration::ZERO;
         for _ in 0..20 {
             last = backoff.next(None);
-            assert!(last <= MAX_PAUSE);
+            assert!(last <= POLLING.1);
         }
-        assert!(last >= MAX_PAUSE / 2);
+        assert!(last >= POLLING.1 / 2);
         assert!(backoff.next(Some(Duration::from_millis(1))) <= Duration::from_micros(1200));
     }
 }

@@ -168,7 +168,7 @@ impl Backend for Scripted {
     }
 
     async fn release(&self, keys: &LockKeys, value: &str) -> Result<bool, LockError> {
-        self.run::<i64>(&RELEASE, keys, &[value.as_bytes()])
+        self.run::<i64>(&RELEASE, keys, &[value.as_bytes(), keys.channel.as_bytes()])
             .await
             .map(|n| n == 1)
     }
@@ -294,10 +294,11 @@ impl Drop for UndoOnDrop<'_> {
         };
         let mut conn = self.conn.clone();
         let key = self.keys.lock.clone();
+        let channel = self.keys.channel.clone();
         let value = self.value.to_owned();
         runtime.spawn(async move {
             let undone = RELEASE
-                .run::<i64>(&mut conn, &[&key], &[value.as_bytes()])
+                .run::<i64>(&mut conn, &[&key], &[value.as_bytes(), channel.as_bytes()])
                 .await;
             if let Err(err) = undone {
                 tracing::debug!(%key, %err, "undo of an abandoned acquire failed; the TTL will free the lock");

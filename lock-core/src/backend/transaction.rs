@@ -63,7 +63,10 @@ impl Backend for Transactional {
     async fn release(&self, keys: &LockKeys, value: &str) -> Result<bool, LockError> {
         let mut conn = checkout(&self.pool, &keys.name).await?;
         compare_and(&mut conn, keys, value, |pipe| {
-            pipe.del(&keys.lock).ignore();
+            pipe.del(&keys.lock)
+                .ignore()
+                .publish(&keys.channel, "released")
+                .ignore();
         })
         .await
     }

@@ -1,0 +1,230 @@
+//! Release notifications from Redis: one pub/sub connection per `Locker`, shared by all of
+//! its waiters.
+//!
+//! The release script publishes on `<lock key>:released`. A waiter subscribes to its lock's
+//! channel (reference-counted: the first waiter on a name sends SUBSCRIBE, the last one to
+//! leave sends UNSUBSCRIBE) and is woken through the name's local signal. If the pub/sub
+//! connection drops, every waiter is woken (messages may have been lost, so they look again)
+//! and the connection is re-opened and re-subscribed by itself.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use futures_util::future::BoxFuture;
+use futures_util::StreamExt as _;
+use redis::aio::PubSubSink;
+use tokio::sync::Notify;
+
+/// The channel a lock's releases are published on.
+pub(crate) fn channel_of(lock_key: &str) -> String {
+    format!("{lock_key}:released")
+}
+
+#[derive(Clone)]
+pub(crate) struct Notifier {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    client: redis::Client,
+    /// Wanted subscriptions: channel -> (number of waiters, their signal).
+    wanted: Mutex<HashMap<String, (usize, Arc<Notify>)>>,
+    /// The connection and what it is actually subscribed to. An async mutex: SUBSCRIBE and
+    /// UNSUBSCRIBE for one channel must reach Redis in the order they were decided.
+    link: tokio::sync::Mutex<Link>,
+}
+
+#[derive(Default)]
+struct Link {
+    sink: Option<PubSubSink>,
+    subscribed: HashSet<String>,
+}
+
+/// A waiter's subscription; dropping it gives the channel up.
+pub(crate) struct Subscription {
+    notifier: Notifier,
+    channel: String,
+}
+
+impl Notifier {
+    pub fn new(client: redis::Client) -> Notifier {
+        Notifier {
+            inner: Arc::new(Inner {
+                client,
+                wanted: Mutex::new(HashMap::new()),
+                link: tokio::sync::Mutex::new(Link::default()),
+            }),
+        }
+    }
+
+    /// Subscribes `signal` to `channel`; returns once Redis has confirmed the subscription,
+    /// so that any release after this point is seen.
+    pub async fn subscribe(
+        &self,
+        channel: &str,
+        signal: &Arc<Notify>,
+    ) -> redis::RedisResult<Subscription> {
+        {
+            let mut wanted = self.wanted();
+            let entry = wanted
+                .entry(channel.to_owned())
+                .or_insert_with(|| (0, Arc::clone(signal)));
+            entry.0 += 1;
+        }
+        let subscription = Subscription {
+            notifier: self.clone(),
+            channel: channel.to_owned(),
+        };
+        self.reconcile(channel).await?;
+        Ok(subscription)
+    }
+
+    fn wanted(&self) -> std::sync::MutexGuard<'_, HashMap<String, (usize, Arc<Notify>)>> {
+        self.inner
+            .wanted
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Brings the connection's subscription to `channel` in line with the waiters' wish.
+    async fn reconcile(&self, channel: &str) -> redis::RedisResult<()> {
+        let mut link = self.inner.link.lock().await;
+        let wanted = self.wanted().contains_key(channel);
+        let subscribed = link.subscribed.contains(channel);
+        if wanted == subscribed {
+            return Ok(());
+        }
+        let sink = match link.sink.as_mut() {
+            Some(sink) => sink,
+            None if wanted => {
+                let sink = self.connect().await?;
+                link.subscribed.clear();
+                link.sink.insert(sink)
+            }
+            None => return Ok(()),
+        };
+        let result = if wanted {
+            sink.subscribe(channel).await
+        } else {
+            sink.unsubscribe(channel).await
+        };
+        match result {
+            Ok(()) => {
+                if wanted {
+                    link.subscribed.insert(channel.to_owned());
+                } else {
+                    link.subscribed.remove(channel);
+                }
+                Ok(())
+            }
+            Err(err) => {
+                link.sink = None;
+                link.subscribed.clear();
+                Err(err)
+            }
+        }
+    }
+
+    /// Opens the pub/sub connection and starts the task that hands messages to waiters.
+    ///
+    /// Boxed with an explicit `Send`: the task it spawns may come back here to reconnect,
+    /// and the compiler cannot see through that cycle by itself.
+    fn connect(&self) -> BoxFuture<'_, redis::RedisResult<PubSubSink>> {
+        Box::pin(self.open())
+    }
+
+    async fn open(&self) -> redis::RedisResult<PubSubSink> {
+        let (sink, mut stream) = self.inner.client.get_async_pubsub().await?.split();
+        let weak = Arc::downgrade(&self.inner);
+        tokio::spawn(async move {
+            while let Some(message) = stream.next().await {
+                let Some(inner) = weak.upgrade() else { return };
+                let signal = inner
+                    .wanted
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .get(message.get_channel_name())
+                    .map(|(_, signal)| Arc::clone(signal));
+                if let Some(signal) = signal {
+                    signal.notify_waiters();
+                }
+            }
+            // The connection is gone: releases may have been missed. Wake everyone so they
+            // look at Redis themselves, and re-subscribe what is still wanted.
+            let Some(inner) = weak.upgrade() else { return };
+            let notifier = Notifier { inner };
+            notifier.inner.link.lock().await.sink = None;
+            notifier.wake_all();
+            notifier.resubscribe_all().await;
+        });
+        Ok(sink)
+    }
+
+    fn wake_all(&self) {
+        for (_, signal) in self.wanted().values() {
+            signal.notify_waiters();
+        }
+    }
+
+    async fn resubscribe_all(&self) {
+        let mut pause = Duration::from_millis(50);
+        loop {
+            let channels: Vec<String> = self.wanted().keys().cloned().collect();
+            if channels.is_empty() {
+                return;
+            }
+            let mut failed = false;
+            for channel in channels {
+                if self.reconcile(&channel).await.is_err() {
+                    failed = true;
+                    break;
+                }
+            }
+            if !failed {
+                tracing::debug!("lock release notifications re-subscribed");
+                self.wake_all();
+                return;
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_secs(2));
+        }
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        let last = {
+            let mut wanted = self.notifier.wanted();
+            match wanted.get_mut(&self.channel) {
+                Some(entry) if entry.0 > 1 => {
+                    entry.0 -= 1;
+                    false
+                }
+                Some(_) => {
+                    wanted.remove(&self.channel);
+                    true
+                }
+                None => false,
+            }
+        };
+        if !last {
+            return;
+        }
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let notifier = self.notifier.clone();
+            let channel = std::mem::take(&mut self.channel);
+            runtime.spawn(async move {
+                let _ = notifier.reconcile(&channel).await;
+            });
+        }
+    }
+}
+
+impl Notifier {
+    /// Channels with at least one waiter (for tests and diagnostics).
+    #[cfg(test)]
+    pub fn wanted_channels(&self) -> usize {
+        self.wanted().len()
+    }
+}
