@@ -83,6 +83,14 @@ pub(crate) struct Grant {
     pub attempt_started: Instant,
     pub ttl: Duration,
     pub local: NameRef,
+    /// Keep the lease alive until released, up to this long (`None`: no auto-renewal).
+    pub renew: Option<Renewal>,
+}
+
+/// Auto-renewal settings of one lease.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Renewal {
+    pub max_hold: Option<Duration>,
 }
 
 impl Lease {
@@ -91,7 +99,8 @@ impl Lease {
         let serial = SERIALS.fetch_add(1, Ordering::Relaxed);
         let valid_until = grant.attempt_started + validity(grant.ttl);
         grant.local.set_holder(serial, valid_until);
-        Lease {
+        let renew = grant.renew;
+        let lease = Lease {
             handle: LeaseHandle {
                 shared: Arc::new(Shared {
                     locker,
@@ -110,7 +119,15 @@ impl Lease {
                 }),
             },
             released: false,
+        };
+        if let Some(renewal) = renew {
+            let shared = &lease.handle.shared;
+            shared
+                .locker
+                .renewer()
+                .register(&shared.locker, shared, renewal.max_hold);
         }
+        lease
     }
 
     /// A cloneable view of this lease (for a watchdog, a log line, or a task that must stop
@@ -243,6 +260,14 @@ impl Shared {
 
     pub fn acquired_at(&self) -> Instant {
         self.acquired_at
+    }
+
+    pub fn is_finished(&self) -> bool {
+        self.finished.load(Ordering::Acquire)
+    }
+
+    pub fn is_marked_lost(&self) -> bool {
+        self.lost.load(Ordering::Acquire)
     }
 }
 

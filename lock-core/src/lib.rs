@@ -59,6 +59,7 @@ mod local;
 mod locker;
 mod macro_support;
 mod notifier;
+mod renew;
 mod request;
 mod token;
 mod wait;

@@ -7,7 +7,7 @@
 //! the end of its validity, in case it was leaked).
 
 use std::collections::HashMap;
-use std::hash::{BuildHasher, Hash, Hasher};
+use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
@@ -64,9 +64,7 @@ impl LocalNames {
     }
 
     fn shard_of(&self, name: &str) -> usize {
-        let mut hasher = self.hasher.build_hasher();
-        name.hash(&mut hasher);
-        (hasher.finish() as usize) % SHARDS
+        (self.hasher.hash_one(name) as usize) % SHARDS
     }
 }
 

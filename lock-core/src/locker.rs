@@ -18,6 +18,7 @@ use crate::conn::SharedConnection;
 use crate::key::{validate_ttl, validate_wait, LockKeys};
 use crate::local::LocalNames;
 use crate::notifier::Notifier;
+use crate::renew::Renewer;
 use crate::request::LockRequest;
 use crate::token::{bound_label, decode_value, default_label};
 use crate::{Lease, LockError};
@@ -63,6 +64,7 @@ pub(crate) struct Inner {
     /// Release notifications; `None` when the locker has no URL to open a pub/sub
     /// connection with (built from a pool) or needs none (memory).
     notifier: Option<Notifier>,
+    renewer: Renewer,
 }
 
 #[derive(Debug, Clone)]
@@ -258,6 +260,10 @@ impl Locker {
         &self.inner.local
     }
 
+    pub(crate) fn renewer(&self) -> &Renewer {
+        &self.inner.renewer
+    }
+
     pub(crate) fn notifier(&self) -> Option<&Notifier> {
         self.inner.notifier.as_ref()
     }
@@ -269,6 +275,7 @@ impl Locker {
                 settings,
                 local: Arc::default(),
                 notifier,
+                renewer: Renewer::default(),
             }),
         }
     }

@@ -8,7 +8,7 @@ use tracing::Instrument as _;
 
 use crate::backend::{Attempt, Backend as _};
 use crate::key::{validate_ttl, validate_wait, LockKeys};
-use crate::lease::Grant;
+use crate::lease::{Grant, Renewal};
 use crate::local::NameRef;
 use crate::token::{decode_value, encode_value, new_token};
 use crate::wait::Backoff;
@@ -40,6 +40,7 @@ pub struct LockRequest<'a> {
     ttl: Option<Duration>,
     wait: Option<Duration>,
     fencing: Option<bool>,
+    renew: Option<Renewal>,
 }
 
 impl<'a> LockRequest<'a> {
@@ -50,6 +51,7 @@ impl<'a> LockRequest<'a> {
             ttl: None,
             wait: None,
             fencing: None,
+            renew: None,
         }
     }
 
@@ -72,6 +74,45 @@ impl<'a> LockRequest<'a> {
     /// name, available as [`LeaseHandle::fencing_token`](crate::LeaseHandle::fencing_token).
     pub fn fencing(mut self) -> Self {
         self.fencing = Some(true);
+        self
+    }
+
+    /// Keeps the lease alive until it is released or dropped: a background task of the
+    /// locker extends it every third of its TTL, batched with the locker's other renewed
+    /// leases. If Redis says the lock is no longer ours, the lease is marked lost at once
+    /// ([`LeaseHandle::lost`](crate::LeaseHandle::lost) fires).
+    ///
+    /// ```
+    /// # use lock_core::Locker;
+    /// # use std::time::Duration;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lock_core::LockError> {
+    /// let locker = Locker::memory();
+    /// let lease = locker
+    ///     .lock("import:catalog")
+    ///     .ttl(Duration::from_millis(300))
+    ///     .auto_renew()
+    ///     .max_hold(Duration::from_secs(3600)) // a hung holder gives up after an hour
+    ///     .await?;
+    /// tokio::time::sleep(Duration::from_millis(700)).await; // longer than the TTL
+    /// assert!(!lease.is_lost());
+    /// assert!(lease.release().await?);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn auto_renew(mut self) -> Self {
+        self.renew.get_or_insert(Renewal { max_hold: None });
+        self
+    }
+
+    /// With [`auto_renew`](LockRequest::auto_renew): stop renewing this long after the
+    /// acquisition, so that a hung holder cannot keep the lock forever. The lease then
+    /// expires at the end of its last TTL and is reported lost. Independent of `ttl` and
+    /// `wait`; no default (renewal lasts until release).
+    pub fn max_hold(mut self, max_hold: Duration) -> Self {
+        self.renew
+            .get_or_insert(Renewal { max_hold: None })
+            .max_hold = Some(max_hold);
         self
     }
 
@@ -104,6 +145,7 @@ impl<'a> LockRequest<'a> {
             attempts: 0,
             last_busy: Busy::default(),
             fencing_token: None,
+            renew: self.renew,
         };
         let result = attempt.run(wait).instrument(span.clone()).await;
         let outcome = match &result {
@@ -135,6 +177,7 @@ struct Acquire<'a> {
     attempts: u32,
     last_busy: Busy,
     fencing_token: Option<u64>,
+    renew: Option<Renewal>,
 }
 
 impl Acquire<'_> {
@@ -251,6 +294,7 @@ impl Acquire<'_> {
                 attempt_started,
                 ttl: self.ttl,
                 local,
+                renew: self.renew,
             },
         )
     }

@@ -7,7 +7,7 @@ use std::time::Duration;
 const POLLING: (Duration, Duration) = (Duration::from_millis(2), Duration::from_millis(100));
 /// Pauses when releases are notified: the timed retry is only a safety net for a holder
 /// that crashed (bounded by its TTL anyway) or a notification lost with its connection.
-const NOTIFIED: (Duration, Duration) = (Duration::from_millis(50), Duration::from_millis(500));
+const NOTIFIED: (Duration, Duration) = (Duration::from_millis(250), Duration::from_secs(2));
 
 /// Jittered exponential backoff, cut short when the holder's lease runs out sooner.
 ///

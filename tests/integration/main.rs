@@ -1,6 +1,7 @@
 //! Integration tests against real redis-server processes started by `lock_tests`.
 
 mod behaviour;
+mod contention;
 mod harness;
 mod redis_only;
 mod stress;

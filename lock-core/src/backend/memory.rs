@@ -35,7 +35,7 @@ impl Memory {
         // Every critical section below leaves the maps consistent before it can panic.
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         state.operations += 1;
-        if state.operations % SWEEP_EVERY == 0 {
+        if state.operations.is_multiple_of(SWEEP_EVERY) {
             let now = Instant::now();
             state.locks.retain(|_, entry| entry.expires_at > now);
         }

@@ -64,6 +64,21 @@ pub(crate) trait Backend: Send + Sync {
         ttl: Duration,
     ) -> impl Future<Output = Result<bool, LockError>> + Send;
 
+    /// Extends several leases at once (the auto-renewer's batch); one result per item, in
+    /// order. Backends that can pipeline do it in one round trip.
+    fn extend_many(
+        &self,
+        items: &[(&LockKeys, &str, Duration)],
+    ) -> impl Future<Output = Vec<Result<bool, LockError>>> + Send {
+        async move {
+            let mut results = Vec::with_capacity(items.len());
+            for (keys, value, ttl) in items {
+                results.push(self.extend(keys, value, *ttl).await);
+            }
+            results
+        }
+    }
+
     /// What is stored on the lock.
     fn inspect(&self, keys: &LockKeys) -> impl Future<Output = Result<RawState, LockError>> + Send;
 }
@@ -119,6 +134,13 @@ impl Backend for AnyBackend {
 
     async fn inspect(&self, keys: &LockKeys) -> Result<RawState, LockError> {
         dispatch!(self, b => b.inspect(keys))
+    }
+
+    async fn extend_many(
+        &self,
+        items: &[(&LockKeys, &str, Duration)],
+    ) -> Vec<Result<bool, LockError>> {
+        dispatch!(self, b => b.extend_many(items))
     }
 }
 

@@ -180,6 +180,43 @@ impl Backend for Scripted {
             .map(|n| n == 1)
     }
 
+    async fn extend_many(
+        &self,
+        items: &[(&LockKeys, &str, Duration)],
+    ) -> Vec<Result<bool, LockError>> {
+        let Some((first, _, _)) = items.first() else {
+            return Vec::new();
+        };
+        let lent = match self.conn.get(&first.name).await {
+            Ok(lent) => lent,
+            Err(err) => return items.iter().map(|_| Err(clone_error(&err))).collect(),
+        };
+        let mut conn = lent.conn.clone();
+        let mut pipe = redis::pipe();
+        for (keys, value, ttl) in items {
+            pipe.add_command(EXTEND.command(
+                "EVALSHA",
+                &EXTEND.sha1,
+                &[&keys.lock],
+                &[value.as_bytes(), millis(*ttl).to_string().as_bytes()],
+            ));
+        }
+        match pipe.query_async::<Vec<i64>>(&mut conn).await {
+            Ok(replies) if replies.len() == items.len() => {
+                replies.into_iter().map(|n| Ok(n == 1)).collect()
+            }
+            Ok(_) | Err(_) => {
+                // NOSCRIPT (a restarted server) or a broken connection: one by one, which
+                // reloads the script or reports each failure.
+                let mut results = Vec::with_capacity(items.len());
+                for (keys, value, ttl) in items {
+                    results.push(self.extend(keys, value, *ttl).await);
+                }
+                results
+            }
+        }
+    }
+
     async fn inspect(&self, keys: &LockKeys) -> Result<RawState, LockError> {
         let lent = self.conn.get(&keys.name).await?;
         let mut conn = lent.conn.clone();
@@ -261,6 +298,11 @@ async fn acquire_script(
                 .then(|| String::from_utf8_lossy(&holder).into_owned()),
         }
     })
+}
+
+/// A copy of a connection error for each lease of a failed batch.
+fn clone_error(err: &LockError) -> LockError {
+    LockError::connection(err.name().unwrap_or(""), err.to_string())
 }
 
 fn is_syntax_error(err: &redis::RedisError) -> bool {

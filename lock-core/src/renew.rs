@@ -1,0 +1,153 @@
+//! Lease auto-renewal: one background task per `Locker` extends every auto-renewed lease
+//! before it can expire, in batches (one pipelined round trip per tick), and reports the
+//! ones Redis no longer holds for us as lost at once.
+
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::time::{Duration, Instant};
+
+use tokio::sync::Notify;
+
+use crate::backend::Backend as _;
+use crate::lease::Shared;
+use crate::Locker;
+
+/// Leases are extended once a third of their TTL has passed, so two renewals can fail
+/// before the lease runs out.
+const RENEW_AFTER: u32 = 3;
+
+/// Leases due within this share of their TTL join the current batch, so that leases taken
+/// at slightly different times are renewed together.
+const BATCH_WINDOW: u32 = 6;
+
+#[derive(Default)]
+pub(crate) struct Renewer {
+    state: Mutex<State>,
+    wake: Notify,
+}
+
+#[derive(Default)]
+struct State {
+    leases: Vec<Entry>,
+    running: bool,
+}
+
+struct Entry {
+    lease: Weak<Shared>,
+    serial: u64,
+    next_due: Instant,
+    /// The `max_hold` cap: renewal stops here.
+    stop_at: Option<Instant>,
+}
+
+impl Renewer {
+    /// Starts renewing `lease` (on `locker`'s renewal task, started if needed).
+    pub fn register(&self, locker: &Locker, lease: &Arc<Shared>, max_hold: Option<Duration>) {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        state.leases.push(Entry {
+            lease: Arc::downgrade(lease),
+            serial: lease.serial,
+            next_due: lease.acquired_at() + lease.ttl / RENEW_AFTER,
+            stop_at: max_hold.map(|cap| lease.acquired_at() + cap),
+        });
+        if state.running {
+            drop(state);
+            self.wake.notify_one();
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            tracing::warn!(name = %lease.keys.name, "auto-renewal needs a tokio runtime; the lease will expire after its TTL");
+            state.leases.pop();
+            return;
+        };
+        state.running = true;
+        runtime.spawn(run(locker.clone()));
+    }
+}
+
+/// The renewal task. It holds the locker only while it has leases to renew, and ends when
+/// the last one is released, dropped, lost or capped.
+async fn run(locker: Locker) {
+    let renewer = locker.renewer();
+    loop {
+        let Some((due, next_wake)) = next_batch(renewer) else {
+            return;
+        };
+        if !due.is_empty() {
+            renew(&locker, renewer, due).await;
+            continue;
+        }
+        let wake = renewer.wake.notified();
+        tokio::select! {
+            () = wake => {}
+            () = tokio::time::sleep_until(next_wake.into()) => {}
+        }
+    }
+}
+
+/// The leases to renew now, and when to look next; `None` when there is nothing left.
+fn next_batch(renewer: &Renewer) -> Option<(Vec<Arc<Shared>>, Instant)> {
+    let now = Instant::now();
+    let mut state = renewer.state.lock().unwrap_or_else(PoisonError::into_inner);
+    state.leases.retain(|entry| {
+        let Some(lease) = entry.lease.upgrade() else {
+            return false;
+        };
+        if lease.is_finished() || lease.is_marked_lost() {
+            return false;
+        }
+        if entry.stop_at.is_some_and(|stop| now >= stop) {
+            tracing::warn!(name = %lease.keys.name, "max_hold reached: renewal stops and the lease will expire");
+            return false;
+        }
+        true
+    });
+    if state.leases.is_empty() {
+        state.running = false;
+        return None;
+    }
+    let mut due = Vec::new();
+    let mut next_wake = now + Duration::from_secs(3600);
+    for entry in &state.leases {
+        let Some(lease) = entry.lease.upgrade() else {
+            continue;
+        };
+        if entry.next_due <= now + lease.ttl / BATCH_WINDOW {
+            due.push(lease);
+        } else {
+            next_wake = next_wake.min(entry.next_due);
+        }
+    }
+    Some((due, next_wake))
+}
+
+async fn renew(locker: &Locker, renewer: &Renewer, due: Vec<Arc<Shared>>) {
+    let sent_at = Instant::now();
+    let items: Vec<_> = due
+        .iter()
+        .map(|lease| (&lease.keys, lease.value.as_str(), lease.ttl))
+        .collect();
+    let results = locker.backend().extend_many(&items).await;
+    let mut state = renewer.state.lock().unwrap_or_else(PoisonError::into_inner);
+    for (lease, result) in due.iter().zip(results) {
+        let next_due = match result {
+            Ok(true) => {
+                lease.extended(sent_at, lease.ttl);
+                sent_at + lease.ttl / RENEW_AFTER
+            }
+            Ok(false) => {
+                // Expired, deleted, or the server restarted empty: tell the holder now.
+                lease.mark_lost();
+                continue;
+            }
+            Err(err) => {
+                // Try again soon; if Redis stays away, the lease's validity runs out and
+                // `lost()` fires on its own.
+                tracing::debug!(name = %lease.keys.name, %err, "renewal failed; retrying");
+                sent_at + (lease.ttl / 10).min(Duration::from_millis(200))
+            }
+        };
+        if let Some(entry) = state.leases.iter_mut().find(|e| e.serial == lease.serial) {
+            entry.next_due = next_due;
+        }
+    }
+}
