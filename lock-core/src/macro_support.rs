@@ -64,15 +64,32 @@ pub struct LockSpec {
     key: String,
     ttl: Option<Duration>,
     wait: Option<Duration>,
+    renew: bool,
+    cancel_on_lost: bool,
 }
 
 impl LockSpec {
+    /// Auto-renewal is on by default for annotated functions: a body that runs longer than
+    /// the TTL keeps its lock instead of silently sharing it.
     pub fn new(key: String) -> LockSpec {
         LockSpec {
             key,
             ttl: None,
             wait: None,
+            renew: true,
+            cancel_on_lost: false,
         }
+    }
+
+    pub fn renew(mut self, renew: bool) -> LockSpec {
+        self.renew = renew;
+        self
+    }
+
+    /// Drop the body (at its next await point) as soon as the lease is lost.
+    pub fn cancel_on_lost(mut self, cancel: bool) -> LockSpec {
+        self.cancel_on_lost = cancel;
+        self
     }
 
     pub fn ttl(mut self, ttl: Duration) -> LockSpec {
@@ -135,7 +152,9 @@ pub fn locker_of<L: AsLocker + ?Sized>(locker: &L) -> Locker {
 /// - A nested call for the same lock on the same locker, from inside the body on the same
 ///   task, runs without acquiring again (reentrancy), so it cannot deadlock on itself.
 /// - The lock is released on every exit of the body; a panic is resumed after the release.
-/// - If the lease was lost while an `Ok` body ran, the result is `Err(LockError::Lost)`.
+/// - The lease is auto-renewed unless `spec` says otherwise.
+/// - If the lease was lost while an `Ok` body ran, the result is `Err(LockError::Lost)`; with
+///   `cancel_on_lost`, the body is dropped as soon as the loss is known.
 #[doc(hidden)]
 pub async fn run_locked<F, T, E>(locker: Option<Locker>, spec: LockSpec, body: F) -> Result<T, E>
 where
@@ -158,12 +177,30 @@ where
     if let Some(wait) = spec.wait {
         request = request.wait(wait);
     }
+    if spec.renew {
+        request = request.auto_renew();
+    }
     let lease = request.await.map_err(E::from)?;
     let mut stack = HELD.try_with(Vec::clone).unwrap_or_default();
     stack.push(lease.handle());
-    let outcome = AssertUnwindSafe(HELD.scope(stack, body))
-        .catch_unwind()
-        .await;
+    let guarded = AssertUnwindSafe(HELD.scope(stack, body)).catch_unwind();
+    let outcome = if spec.cancel_on_lost {
+        let watch = lease.handle();
+        tokio::select! {
+            biased;
+            outcome = guarded => Some(outcome),
+            () = watch.lost() => None,
+        }
+    } else {
+        Some(guarded.await)
+    };
+    let Some(outcome) = outcome else {
+        // The body was dropped mid-way because the lease was lost.
+        let name = lease.name().to_owned();
+        let _ = lease.release().await;
+        tracing::warn!(%name, "lease lost: the locked body was cancelled");
+        return Err(E::from(LockError::Lost { name }));
+    };
     let name = lease.name().to_owned();
     let released = lease.release().await;
     let result = match outcome {

@@ -2,6 +2,7 @@
 
 mod behaviour;
 mod contention;
+mod fencing;
 mod harness;
 mod redis_only;
 mod stress;
