@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! { let __lock_key = format!("market:{}", item_id);          // before the body moves them
-//!   let __lock_locker = Some(locker_of::<Locker>(&(expr)));  // or None: default locker
+//!   let __lock_locker = Some({ let r = &(expr); locker_of::<Locker>(r) }); // or None
 //!   run_locked(__lock_locker, LockSpec::new(__lock_key).ttl(..).wait(..),
 //!              async move { <fake return edge> <original body> }).await }
 //! ```
@@ -62,6 +62,16 @@ fn generate(args: &Args, function: ItemFn) -> TokenStream {
         None => quote!(::lock_core),
     };
     let private = quote!(#krate::__private);
+    // The call to `run_locked`, spanned on the return type: a missing `From<LockError>` for
+    // the error type is reported there, where the user has to fix it.
+    let return_span = match &sig.output {
+        ReturnType::Type(_, ty) => ty.span(),
+        ReturnType::Default => Span::call_site(),
+    };
+    let run_locked = match &args.krate {
+        Some(path) => quote_spanned!(return_span=> #path::__private::run_locked),
+        None => quote_spanned!(return_span=> ::lock_core::__private::run_locked),
+    };
     // Mixed-site hygiene: user code (the body, the locker expression) cannot see these
     // locals at all; the prefix keeps them readable in `cargo expand` output.
     let key = Ident::new("__lock_key", Span::mixed_site());
@@ -77,12 +87,19 @@ fn generate(args: &Args, function: ItemFn) -> TokenStream {
     };
 
     let locker_value = match &args.locker {
-        // The explicit `Locker` lets deref coercion turn `&Arc<Locker>`, `&LazyLock<Locker>`,
-        // `&&Locker` into `&Locker`, and makes a wrong type a plain "expected `&Locker`"
-        // error on the user's expression.
+        // Borrowed first with no expected type, so that blocks, `if`s and `match`es typed
+        // as references still work; then passed as `&Locker`, a coercion site where deref
+        // coercion turns `&Arc<Locker>`, `&LazyLock<Locker>` or `&&Locker` into `&Locker`,
+        // and where a wrong type is a plain "expected `&Locker`" error on the expression.
+        // The inner block drops any temporary of the expression before the body starts.
         Some(expr) => {
-            let reference = quote_spanned!(expr.span()=> &(#expr));
-            quote!(::core::option::Option::Some(#private::locker_of::<#private::Locker>(#reference)))
+            let borrowed = Ident::new("__lock_ref", Span::mixed_site());
+            let mut at_expr = borrowed.clone();
+            at_expr.set_span(Span::mixed_site().located_at(expr.span()));
+            quote!(::core::option::Option::Some({
+                let #borrowed = &(#expr);
+                #private::locker_of::<#private::Locker>(#at_expr)
+            }))
         }
         None => quote!(::core::option::Option::None),
     };
@@ -98,14 +115,16 @@ fn generate(args: &Args, function: ItemFn) -> TokenStream {
     }
 
     let edge = return_edge(&sig.output);
-    // Spanned on the return type: a missing `From<LockError>` for the error type is
-    // reported there, where the user has to fix it.
-    let run_locked = quote_spanned!(sig.output.span()=> #private::run_locked);
+    // Call and `.await` both spanned on the return type: each checks `E: From<LockError>`,
+    // and rustc reports the two identical errors as one, where the user has to fix it.
+    let call = quote_spanned!(return_span=>
+        #run_locked(#locker, #spec, async move { #edge #block }).await
+    );
     quote! {
         #(#attrs)* #vis #sig {
             let #key: #private::String = #key_value;
             let #locker: ::core::option::Option<#private::Locker> = #locker_value;
-            #run_locked(#locker, #spec, async move { #edge #block }).await
+            #call
         }
     }
 }
@@ -196,7 +215,7 @@ mod tests {
             out.contains(":: core :: convert :: From :: from (\"jobs:{nightly}\")"),
             "{out}"
         );
-        assert!(out.contains("Some (renamed :: __private :: locker_of :: < renamed :: __private :: Locker > (& (self . locks)))"), "{out}");
+        assert!(out.contains("let __lock_ref = & (self . locks) ; renamed :: __private :: locker_of :: < renamed :: __private :: Locker > (__lock_ref)"), "{out}");
         assert!(!out.contains("lock_core"), "{out}");
     }
 

@@ -1,4 +1,15 @@
-//! The `#[redis_locked]` attribute. Use it through `lock_core::redis_locked`.
+//! The `#[redis_locked]` attribute of `lock_core`. Depend on `lock_core` and use it as
+//! `lock_core::redis_locked`; this crate holds only the macro.
+//!
+//! # `#[redis_locked]`
+//!
+#![doc = include_str!("redis_locked.md")]
+//!
+//! # Inside the crate
+//!
+//! `args` parses the attribute, `template` reads the key, `duration` the `ttl`/`wait`
+//! strings, `bindings` collects the names parameters bind, `signature` checks the function's
+//! shape, and `expand` generates code that calls only `lock_core::__private`.
 
 mod args;
 mod bindings;
@@ -11,7 +22,7 @@ mod template;
 
 use proc_macro::TokenStream;
 
-/// Runs an `async fn` under a distributed lock.
+#[doc = include_str!("redis_locked.md")]
 #[proc_macro_attribute]
 pub fn redis_locked(args: TokenStream, item: TokenStream) -> TokenStream {
     expand::redis_locked(args.into(), item.into()).into()

@@ -4,15 +4,19 @@
 //! `anyhow::Result<T>`, `io::Result<T>` or a crate's own `Result<T>` cannot be told apart
 //! from other path types, so every path type passes and rustc checks the rest.
 
-use syn::spanned::Spanned as _;
 use syn::visit::Visit;
 use syn::{ReturnType, Signature, Type, TypePath};
 
 use crate::errors::Errors;
 
 const NEED: &str =
-    "#[redis_locked] functions must return `Result<T, E>` with `E: From<lock_core::LockError>`, \
-                    because a lock that cannot be had becomes `Err(..)` and the body does not run";
+    "#[redis_locked] functions must return `Result<T, E>` with `E: From<lock_core::LockError>`";
+const WHY: &str = "a lock that cannot be had becomes `Err(..)` and the body does not run";
+
+const PRIMITIVES: [&str; 17] = [
+    "bool", "char", "str", "u8", "u16", "u32", "u64", "u128", "usize", "i8", "i16", "i32", "i64",
+    "i128", "isize", "f32", "f64",
+];
 
 /// Errors for everything wrong with `sig`, together.
 pub(crate) fn check(sig: &Signature) -> Option<syn::Error> {
@@ -34,18 +38,31 @@ fn check_return(output: &ReturnType, sig: &Signature) -> Option<syn::Error> {
         ReturnType::Default => {
             return Some(syn::Error::new(
                 sig.ident.span(),
-                format!("{NEED}; add a return type, e.g. `-> Result<(), MyError>`"),
+                format!("{NEED} ({WHY}); add a return type, e.g. `-> Result<(), MyError>`"),
             ))
         }
     };
     let what = not_a_result(ty)?;
     let fix = match ty.as_ref() {
-        Type::ImplTrait(_) => "; an `async fn` already returns a future: write `-> Result<T, E>`",
-        _ => "; e.g. `-> Result<bool, MyError>`",
+        Type::ImplTrait(_) => {
+            "an `async fn` already returns a future: write `-> Result<T, E>`".to_owned()
+        }
+        // `bool` -> `Result<bool, MyError>`: keep what the function computes.
+        Type::Path(_) if PRIMITIVES.contains(&what.trim_matches('`')) || what == "`String`" => {
+            format!("e.g. `-> Result<{}, MyError>`", what.trim_matches('`'))
+        }
+        // `Option<u64>` -> `Result<Option<u64>, MyError>`.
+        Type::Path(_) => format!(
+            "e.g. `-> Result<{}<T>, MyError>` to keep it",
+            what.trim_matches('`')
+        ),
+        Type::Tuple(tuple) if tuple.elems.is_empty() => "e.g. `-> Result<(), MyError>`".to_owned(),
+        _ => "e.g. `-> Result<u64, MyError>`".to_owned(),
     };
-    Some(syn::Error::new(
-        ty.span(),
-        format!("{NEED}, not {what}{fix}"),
+    // `new_spanned` underlines the whole type, not just its first token.
+    Some(syn::Error::new_spanned(
+        ty,
+        format!("{NEED}, found {what} ({WHY}); {fix}"),
     ))
 }
 
@@ -76,10 +93,6 @@ fn not_a_result(ty: &Type) -> Option<String> {
 /// when written as a bare name or through `std::`/`core::`/`alloc::`. Nobody aliases these
 /// names to a `Result`; any other path may be an alias and passes.
 fn well_known_non_result(path: &TypePath) -> Option<String> {
-    const PRIMITIVES: [&str; 17] = [
-        "bool", "char", "str", "u8", "u16", "u32", "u64", "u128", "usize", "i8", "i16", "i32",
-        "i64", "i128", "isize", "f32", "f64",
-    ];
     const STD: [&str; 3] = ["Option", "String", "Vec"];
     if path.qself.is_some() {
         return None;
@@ -147,15 +160,15 @@ mod tests {
     #[test]
     fn rejects_visible_non_results() {
         for (ret, what) in [
-            ("()", "not `()`"),
-            ("bool", "not `bool`"),
+            ("()", "found `()`"),
+            ("bool", "found `bool`"),
             ("(u8, u8)", "a tuple"),
             ("&'static str", "a reference"),
             (
                 "impl Future<Output = Result<(), E>>",
                 "already returns a future",
             ),
-            ("Option<u8>", "`Option`"),
+            ("Option<u8>", "`-> Result<Option<T>, MyError>` to keep it"),
             ("std::option::Option<u8>", "`Option`"),
             ("String", "`String`"),
             ("Box<dyn Error>", "SKIP"),
@@ -168,6 +181,7 @@ mod tests {
             let err = err.unwrap_or_else(|| panic!("{ret} should be rejected"));
             assert!(err.contains(what), "{ret}: {err}");
             assert!(err.contains("must return `Result<T, E>`"), "{err}");
+            assert!(err.contains("found"), "{err}");
         }
         assert!(error("async fn f()").unwrap().contains("add a return type"));
     }

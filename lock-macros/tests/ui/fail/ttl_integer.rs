@@ -1,0 +1,8 @@
+use lock_core::{redis_locked, LockError};
+
+#[redis_locked(key = "market:{item_id}", ttl = 10)]
+async fn purchase(item_id: u64) -> Result<u64, LockError> {
+    Ok(item_id)
+}
+
+fn main() {}
