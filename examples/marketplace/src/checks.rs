@@ -82,11 +82,15 @@ impl Ledger {
     }
 
     fn listed(&self, item: usize) -> u64 {
-        self.listed.get(item).map_or(0, |c| c.load(Ordering::Relaxed).into())
+        self.listed
+            .get(item)
+            .map_or(0, |c| c.load(Ordering::Relaxed).into())
     }
 
     fn bought(&self, item: usize) -> u64 {
-        self.bought.get(item).map_or(0, |c| c.load(Ordering::Relaxed).into())
+        self.bought
+            .get(item)
+            .map_or(0, |c| c.load(Ordering::Relaxed).into())
     }
 }
 
@@ -127,14 +131,16 @@ impl Snapshot {
                 let [funds, inventory] = pair else {
                     return Err(MarketError::Data("short reply while reading users".into()));
                 };
-                snapshot
-                    .funds
-                    .push(redis::from_redis_value_ref::<Option<i64>>(funds).ok().flatten());
-                snapshot
-                    .inventories
-                    .push(redis::from_redis_value_ref::<Vec<u64>>(inventory).map_err(|err| {
+                snapshot.funds.push(
+                    redis::from_redis_value_ref::<Option<i64>>(funds)
+                        .ok()
+                        .flatten(),
+                );
+                snapshot.inventories.push(
+                    redis::from_redis_value_ref::<Vec<u64>>(inventory).map_err(|err| {
                         MarketError::Data(format!("an inventory holds a non-item: {err}"))
-                    })?);
+                    })?,
+                );
             }
             first = last;
         }
@@ -215,7 +221,12 @@ fn check_funds(seed: &Seed, ledger: &Ledger, snapshot: &Snapshot, report: &mut C
         }
         let i = user as usize;
         let expected = i128::from(seed.funds)
-            + i128::from(ledger.earned.get(i).map_or(0, |c| c.load(Ordering::Relaxed)))
+            + i128::from(
+                ledger
+                    .earned
+                    .get(i)
+                    .map_or(0, |c| c.load(Ordering::Relaxed)),
+            )
             - i128::from(ledger.spent.get(i).map_or(0, |c| c.load(Ordering::Relaxed)));
         if i128::from(funds) != expected {
             report.violation(|| {
@@ -286,7 +297,8 @@ fn check_items(seed: &Seed, ledger: &Ledger, snapshot: &Snapshot, report: &mut C
         listed_total += listed;
         bought_total += bought;
         if bought > listed {
-            report.violation(|| format!("item {item} was bought {bought} times but listed {listed}"));
+            report
+                .violation(|| format!("item {item} was bought {bought} times but listed {listed}"));
         } else if (listed - bought == 1) != on_market[item] || listed - bought > 1 {
             report.violation(|| {
                 format!(
@@ -299,7 +311,9 @@ fn check_items(seed: &Seed, ledger: &Ledger, snapshot: &Snapshot, report: &mut C
     let market_len = snapshot.market.len() as u64;
     if listed_total.checked_sub(bought_total) != Some(market_len) {
         report.violation(|| {
-            format!("market holds {market_len} items; listed {listed_total} - bought {bought_total}")
+            format!(
+                "market holds {market_len} items; listed {listed_total} - bought {bought_total}"
+            )
         });
     }
 }

@@ -30,8 +30,7 @@ use redis::aio::MultiplexedConnection;
 use crate::model::Keys;
 use crate::steps::{
     add_purchase_reads, check_list_replies, check_purchase_replies, list_transaction,
-    purchase_refusal, purchase_transaction, ListArgs, PurchaseArgs, PurchaseReads,
-    PurchaseReplies,
+    purchase_refusal, purchase_transaction, ListArgs, PurchaseArgs, PurchaseReads, PurchaseReplies,
 };
 use crate::{Listing, MarketError, Purchase};
 

@@ -127,7 +127,10 @@ pub async fn seed(
         for user in first..last {
             pipe.hset_multiple(
                 keys.user(user),
-                &[("name", format!("user{user}")), ("funds", seed.funds.to_string())],
+                &[
+                    ("name", format!("user{user}")),
+                    ("funds", seed.funds.to_string()),
+                ],
             )
             .ignore();
             let items: Vec<u64> =

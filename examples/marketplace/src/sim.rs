@@ -387,7 +387,10 @@ async fn measure_rtt(conn: &mut MultiplexedConnection) -> Result<f64, MarketErro
 /// How a task lists and buys.
 enum Driver {
     Watch(WatchMarket),
-    Locked { market: LockedMarket, per_item: bool },
+    Locked {
+        market: LockedMarket,
+        per_item: bool,
+    },
 }
 
 impl Driver {
@@ -579,8 +582,7 @@ impl Task {
             tokio::time::sleep(Duration::from_millis(1)).await;
             return Ok(());
         };
-        let (Some((item, seller)), Ok(price)) = (parse_member(member), score.parse::<f64>())
-        else {
+        let (Some((item, seller)), Ok(price)) = (parse_member(member), score.parse::<f64>()) else {
             return Err(MarketError::Data(format!(
                 "market member {member:?} with score {score:?}"
             )));
@@ -658,14 +660,39 @@ mod tests {
         };
         assert!(good.validate().is_ok());
         let cases = [
-            RowConfig { listers: 0, buyers: 0, ..good.clone() },
-            RowConfig { seed: Seed { users: 4, ..good.seed }, ..good.clone() },
-            RowConfig { seed: Seed { items_per_user: 0, ..good.seed }, ..good.clone() },
-            RowConfig { max_price: 0, ..good.clone() },
-            RowConfig { duration: Duration::ZERO, ..good.clone() },
+            RowConfig {
+                listers: 0,
+                buyers: 0,
+                ..good.clone()
+            },
+            RowConfig {
+                seed: Seed {
+                    users: 4,
+                    ..good.seed
+                },
+                ..good.clone()
+            },
+            RowConfig {
+                seed: Seed {
+                    items_per_user: 0,
+                    ..good.seed
+                },
+                ..good.clone()
+            },
+            RowConfig {
+                max_price: 0,
+                ..good.clone()
+            },
+            RowConfig {
+                duration: Duration::ZERO,
+                ..good.clone()
+            },
         ];
         for case in cases {
-            assert!(matches!(case.validate(), Err(MarketError::Config(_))), "{case:?}");
+            assert!(
+                matches!(case.validate(), Err(MarketError::Config(_))),
+                "{case:?}"
+            );
         }
     }
 }

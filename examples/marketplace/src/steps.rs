@@ -135,13 +135,22 @@ mod tests {
 
     #[test]
     fn a_purchase_needs_the_listing_at_its_price_and_the_funds() {
-        assert_eq!(purchase_refusal((None, Some(100)), &ARGS).unwrap(), Some(Purchase::NotListed));
-        assert_eq!(purchase_refusal((Some(49.0), Some(100)), &ARGS).unwrap(), Some(Purchase::NotListed));
+        assert_eq!(
+            purchase_refusal((None, Some(100)), &ARGS).unwrap(),
+            Some(Purchase::NotListed)
+        );
+        assert_eq!(
+            purchase_refusal((Some(49.0), Some(100)), &ARGS).unwrap(),
+            Some(Purchase::NotListed)
+        );
         assert_eq!(
             purchase_refusal((Some(50.0), Some(49)), &ARGS).unwrap(),
             Some(Purchase::InsufficientFunds)
         );
-        assert_eq!(purchase_refusal((Some(50.0), Some(50)), &ARGS).unwrap(), None);
+        assert_eq!(
+            purchase_refusal((Some(50.0), Some(50)), &ARGS).unwrap(),
+            None
+        );
         assert!(purchase_refusal((Some(50.0), None), &ARGS).is_err());
     }
 
