@@ -98,7 +98,7 @@ pub(crate) fn ttl(text: &str) -> Result<Duration, String> {
     }
     if ttl > MAX {
         return Err(format!(
-            "`ttl` {text:?} is longer than 24h (lock_core::MAX_TTL); hold a shorter lease and renew it"
+            "`ttl` {text:?} is longer than 24h (lock_core::MAX_TTL); a short ttl is enough, the lease is renewed while the body runs"
         ));
     }
     Ok(ttl)
