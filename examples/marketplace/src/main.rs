@@ -64,6 +64,11 @@ struct Cli {
     #[arg(long, value_name = "PNG")]
     chart: Option<PathBuf>,
 
+    /// Locked modes: one Locker (and lock connection) per lister/buyer task, as separate
+    /// processes would have, instead of one shared by all tasks of a row.
+    #[arg(long)]
+    locker_per_task: bool,
+
     /// Tokio worker threads for the listers and buyers (1 leaves the other core of a
     /// 2-core machine to a local Redis).
     #[arg(long, default_value_t = 1)]
@@ -195,6 +200,7 @@ fn plan(cli: &Cli) -> Vec<RowConfig> {
                 duration: Duration::from_secs_f64(cli.seconds),
                 seed,
                 max_price: cli.max_price,
+                locker_per_task: cli.locker_per_task,
             });
         }
     }

@@ -142,7 +142,7 @@ impl Report {
         let rtt = mean(self.rows.iter().map(|r| r.result.rtt_us));
         let _ = writeln!(
             out,
-            "Redis: {}; PING round trip {:.0} µs. {} users, {} items each.",
+            "Redis: {}; idle PING round trip {:.0} µs. {} users, {} items each.",
             self.redis, rtt, self.seed.users, self.seed.items_per_user
         );
         let _ = writeln!(
@@ -158,10 +158,12 @@ impl Report {
         let best = best_row();
         for row in self.rows.iter().filter(|r| r.result.mode == Mode::Item) {
             let r = &row.result;
+            let held = r.held_ms.unwrap_or(0.0);
             let _ = writeln!(
                 out,
                 "{}: {} ops/s = {:.2}× the book's best row ({} per 60 s = {} ops/s, wait {}); \
-                 ours: avg {}, p99 {}, {:.1} PING round trips per purchase.",
+                 wait avg {}, p99 {} = {} holding the lock (reads, MULTI/EXEC: 2 round trips) \
+                 + {} taking and releasing it (2 round trips).",
                 row.label,
                 thousands(r.ops_per_sec.round() as u64),
                 row.ops_vs_book_best.unwrap_or(0.0),
@@ -170,11 +172,8 @@ impl Report {
                 best.avg_wait_ms.text,
                 millis(r.wait.mean_ms),
                 millis(r.wait.p99_ms),
-                if r.rtt_us > 0.0 {
-                    r.wait.mean_ms * 1000.0 / r.rtt_us
-                } else {
-                    0.0
-                },
+                millis(held),
+                millis((r.wait.mean_ms - held).max(0.0)),
             );
         }
         let failed: Vec<&ReportRow> = self.rows.iter().filter(|r| !r.result.passed()).collect();

@@ -93,6 +93,9 @@ pub struct RowConfig {
     pub seed: Seed,
     /// Listing prices are drawn from `1..=max_price`.
     pub max_price: i64,
+    /// Locked modes: give every task a [`Locker`] (and so a lock connection) of its own, as
+    /// separate processes would have, instead of one shared by the row.
+    pub locker_per_task: bool,
 }
 
 impl RowConfig {
@@ -292,29 +295,42 @@ async fn seed_and_run(
     seed(admin, keys, &config.seed).await?;
     let ledger = Arc::new(Ledger::new(&config.seed));
     let clock = Arc::new(BodyClock::default());
-    let locker = match config.mode {
-        Mode::Watch => None,
-        Mode::Market | Mode::Item => Some(
-            Locker::builder()
-                .url(url)
-                .prefix(keys.lock_prefix())
-                .app_name("marketplace")
-                .build()?,
-        ),
+    let new_locker = || -> Result<Option<Locker>, MarketError> {
+        Ok(match config.mode {
+            Mode::Watch => None,
+            Mode::Market | Mode::Item => Some(
+                Locker::builder()
+                    .url(url)
+                    .prefix(keys.lock_prefix())
+                    .app_name("marketplace")
+                    .build()?,
+            ),
+        })
     };
+    let shared_locker = new_locker()?;
+    // Connect everything first, so that all tasks start together.
+    let mut drivers = Vec::new();
+    for _ in 0..config.listers + config.buyers {
+        let conn = client.get_multiplexed_async_connection().await?;
+        let locker = if config.locker_per_task {
+            new_locker()?
+        } else {
+            shared_locker.clone()
+        };
+        let driver = match locker {
+            Some(locker) => Driver::Locked {
+                market: LockedMarket::new(conn.clone(), keys.clone(), locker)
+                    .with_body_clock(Arc::clone(&clock)),
+                per_item: config.mode == Mode::Item,
+            },
+            None => Driver::Watch(WatchMarket::new(conn.clone(), keys.clone())),
+        };
+        drivers.push((conn, driver));
+    }
     let started = Instant::now();
     let end = started + config.duration;
     let mut tasks = Vec::new();
-    for index in 0..config.listers + config.buyers {
-        let conn = client.get_multiplexed_async_connection().await?;
-        let driver = match (&locker, config.mode) {
-            (Some(locker), mode) => Driver::Locked {
-                market: LockedMarket::new(conn.clone(), keys.clone(), locker.clone())
-                    .with_body_clock(Arc::clone(&clock)),
-                per_item: mode == Mode::Item,
-            },
-            (None, _) => Driver::Watch(WatchMarket::new(conn.clone(), keys.clone())),
-        };
+    for (index, (conn, driver)) in drivers.into_iter().enumerate() {
         let task = Task {
             conn,
             driver,
@@ -366,7 +382,7 @@ async fn seed_and_run(
         wait,
         ops_per_sec: (total.listed + total.bought) as f64 / seconds,
         rtt_us: 0.0,
-        held_ms: locker
+        held_ms: shared_locker
             .is_some()
             .then(|| clock.mean().map(|d| d.as_secs_f64() * 1000.0))
             .flatten(),
@@ -639,6 +655,7 @@ mod tests {
                 funds: 1,
             },
             max_price: 10,
+            locker_per_task: false,
         };
         assert_eq!(row.label(), "5 listers, 1 buyer, no lock");
         assert!(row.validate().is_ok());
@@ -657,6 +674,7 @@ mod tests {
                 funds: 1,
             },
             max_price: 10,
+            locker_per_task: false,
         };
         assert!(good.validate().is_ok());
         let cases = [

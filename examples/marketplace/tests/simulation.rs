@@ -19,6 +19,7 @@ fn row(mode: Mode) -> RowConfig {
             funds: 1_000_000,
         },
         max_price: 100,
+        locker_per_task: false,
     }
 }
 
