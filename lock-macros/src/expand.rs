@@ -12,7 +12,7 @@ use proc_macro2::{Literal, Span, TokenStream};
 use quote::{quote, quote_spanned};
 use syn::parse::{ParseStream, Parser as _};
 use syn::spanned::Spanned as _;
-use syn::{Ident, ItemFn, ReturnType};
+use syn::{AttrStyle, Ident, ItemFn, ReturnType};
 
 use crate::args::Args;
 use crate::errors::Errors;
@@ -120,8 +120,14 @@ fn generate(args: &Args, function: ItemFn) -> TokenStream {
     let call = quote_spanned!(return_span=>
         #run_locked(#locker, #spec, async move { #edge #block }).await
     );
+    // syn keeps the body's inner attributes (`#![allow(..)]`) with the outer ones; they
+    // belong inside the function's braces, where they still apply to the whole function.
+    let (outer, inner): (Vec<_>, Vec<_>) = attrs
+        .into_iter()
+        .partition(|attr| matches!(attr.style, AttrStyle::Outer));
     quote! {
-        #(#attrs)* #vis #sig {
+        #(#outer)* #vis #sig {
+            #(#inner)*
             let #key: #private::String = #key_value;
             let #locker: ::core::option::Option<#private::Locker> = #locker_value;
             #call
@@ -242,5 +248,23 @@ mod tests {
         );
         assert!(out.contains("goes on an `async fn` with a body"), "{out}");
         assert!(out.ends_with("struct S ;"), "{out}");
+    }
+
+    #[test]
+    fn inner_attributes_stay_inside_the_body() {
+        let out = expand(
+            quote!(key = "k"),
+            quote!(
+                #[inline]
+                async fn f() -> Result<(), E> {
+                    #![allow(unused_variables)]
+                    Ok(())
+                }
+            ),
+        );
+        assert!(
+            out.starts_with("# [inline] async fn f () -> Result < () , E > { # ! [allow (unused_variables)] let __lock_key"),
+            "{out}"
+        );
     }
 }

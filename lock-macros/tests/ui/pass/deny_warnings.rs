@@ -52,7 +52,18 @@ pub async fn sync_body() -> Result<(), LockError> {
     Ok(())
 }
 
+/// Inner attributes of the body still apply to the whole function.
+///
+/// # Errors
+/// When the lock cannot be had.
+#[redis_locked(key = "inner:{unused}")]
+pub async fn inner_attribute(unused: u8) -> Result<(), LockError> {
+    #![allow(clippy::needless_return)]
+    return Ok(());
+}
+
 fn main() {
+    drop(inner_attribute(1));
     drop(strict(1, 1, "x"));
     drop(with_items(&Locker::memory()));
     drop(sync_body());

@@ -5,9 +5,9 @@ trait Job {
     async fn run_mut(&mut self) -> Result<(), LockError>;
 }
 
-pub struct Nightly {
-    pub locks: Locker,
-    pub runs: u32,
+struct Nightly {
+    locks: Locker,
+    runs: u32,
 }
 
 impl Job for Nightly {
@@ -33,4 +33,17 @@ trait Cleanup {
     }
 }
 
-fn main() {}
+struct Janitor;
+
+impl Cleanup for Janitor {
+    fn name(&self) -> &str {
+        "janitor"
+    }
+}
+
+fn main() {
+    let mut nightly = Nightly { locks: Locker::memory(), runs: 0 };
+    drop(nightly.run(1));
+    drop(nightly.run_mut());
+    drop(Janitor.cleanup());
+}
