@@ -15,8 +15,10 @@ use clap::{Parser, ValueEnum};
 use serde::Serialize;
 
 use contenders::core::Core;
+use contenders::naive::Naive;
 use contenders::raw::Raw;
 use contenders::Contender;
+use scenarios::hot::{s3, HotFigures};
 use scenarios::uncontended::{s1, s2};
 use stats::Spread;
 
@@ -25,6 +27,7 @@ enum Scenario {
     All,
     S1,
     S2,
+    S3,
 }
 
 #[derive(Debug, Parser)]
@@ -63,6 +66,19 @@ struct Args {
 struct Report {
     s1: Vec<S1Row>,
     s2: Vec<S2Row>,
+    s3: Vec<S3Row>,
+}
+
+#[derive(Debug, Serialize)]
+struct S3Row {
+    contender: String,
+    contenders: usize,
+    acquisitions_per_s: Spread,
+    handoff_p50_us: Spread,
+    handoff_p99_us: Spread,
+    self_reacquire: Spread,
+    jain: Spread,
+    redis_calls_per_acquisition: Spread,
 }
 
 #[derive(Debug, Serialize)]
@@ -115,7 +131,10 @@ async fn main() {
             std::process::exit(2);
         }
     };
-    let core = Arc::new(Core { locker });
+    let core = Arc::new(Core {
+        locker,
+        label: "lock-core",
+    });
     let mut probe = match redis::Client::open(url.as_str()) {
         Ok(client) => match client.get_multiplexed_async_connection().await {
             Ok(conn) => conn,
@@ -215,6 +234,65 @@ async fn main() {
                 row.redis_commands_per_s.show(0),
                 row.ratio_to_raw
             );
+        }
+    }
+
+    if matches!(args.scenario, Scenario::All | Scenario::S3) {
+        println!("\n### S3: hot name (N contenders on one name, each holding ~1 ms)\n");
+        println!("| contender | N | acquisitions/s | hand-off p50 µs | hand-off p99 µs | self re-acquire | Jain | Redis calls/acq |");
+        println!("|---|---|---|---|---|---|---|---|");
+        for n in [2usize, 8, 64] {
+            let mut shared_runs = Vec::new();
+            let mut separate_runs = Vec::new();
+            let mut naive_runs = Vec::new();
+            for _ in 0..args.reps {
+                shared_runs.push(s3(vec![core.clone(); n], run_for, &mut probe).await);
+                let mut separate = Vec::with_capacity(n);
+                for i in 0..n {
+                    match lock_core::Locker::builder().url(url.clone()).build() {
+                        Ok(locker) => separate.push(Arc::new(Core { locker, label: "" })),
+                        Err(err) => eprintln!("contender {i}: {err}"),
+                    }
+                }
+                separate_runs.push(s3(separate, run_for, &mut probe).await);
+                let mut naive = Vec::with_capacity(n);
+                for _ in 0..n {
+                    if let Ok(client) = Naive::connect(&url).await {
+                        naive.push(Arc::new(client));
+                    }
+                }
+                naive_runs.push(s3(naive, run_for, &mut probe).await);
+            }
+            for (label, runs) in [
+                ("lock-core, 1 locker (N tasks of one process)", &shared_runs),
+                ("lock-core, N lockers (N processes)", &separate_runs),
+                ("naive 1 ms retry, N clients", &naive_runs),
+            ] {
+                let pick =
+                    |f: fn(&HotFigures) -> f64| Spread::of(&runs.iter().map(f).collect::<Vec<_>>());
+                let row = S3Row {
+                    contender: label.to_owned(),
+                    contenders: n,
+                    acquisitions_per_s: pick(|r| r.acquisitions_per_s),
+                    handoff_p50_us: pick(|r| r.handoff_p50_us),
+                    handoff_p99_us: pick(|r| r.handoff_p99_us),
+                    self_reacquire: pick(|r| r.self_reacquire),
+                    jain: pick(|r| r.jain),
+                    redis_calls_per_acquisition: pick(|r| r.redis_calls_per_acquisition),
+                };
+                println!(
+                    "| {} | {} | {} | {} | {} | {} | {} | {} |",
+                    row.contender,
+                    n,
+                    row.acquisitions_per_s.show(0),
+                    row.handoff_p50_us.show(0),
+                    row.handoff_p99_us.show(0),
+                    row.self_reacquire.show(3),
+                    row.jain.show(3),
+                    row.redis_calls_per_acquisition.show(1),
+                );
+                report.s3.push(row);
+            }
         }
     }
 

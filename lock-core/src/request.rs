@@ -10,6 +10,7 @@ use crate::backend::{Attempt, Backend as _};
 use crate::key::{validate_ttl, validate_wait, LockKeys};
 use crate::lease::{Grant, Renewal};
 use crate::local::NameRef;
+use crate::notifier::Subscription;
 use crate::token::{decode_value, encode_value, new_token};
 use crate::wait::Backoff;
 use crate::{Lease, LockError, Locker};
@@ -184,9 +185,11 @@ impl Acquire<'_> {
     async fn run(mut self, wait: Duration) -> Result<Lease, LockError> {
         let deadline = self.begun + wait;
         let local = self.locker.local().get(&self.keys.name);
-        // Fast path: unless waiters of this locker are queued for the name (a newcomer must
-        // not barge in ahead of them), try once straight away.
-        if wait.is_zero() || !local.has_queue() {
+        // Fast path: try once straight away, unless a lease of this locker holds the name (no
+        // need to ask Redis) or this locker's waiters are queued for it (a newcomer must not
+        // barge in ahead of them).
+        let held_here = local.local_holder_until().is_some();
+        if wait.is_zero() || !(local.has_queue() || held_here) {
             let started = Instant::now();
             if self.attempt().await? {
                 return Ok(self.grant(started, local));
@@ -202,21 +205,11 @@ impl Acquire<'_> {
         let Ok(turn) = tokio::time::timeout_at(deadline.into(), local.gate.lock()).await else {
             return Err(self.timeout());
         };
-        // Subscribe before the next attempt: a release after it cannot go unnoticed.
-        let subscription = match self.locker.notifier() {
-            Some(notifier) => match notifier
-                .subscribe(&self.keys.channel, &local.released)
-                .await
-            {
-                Ok(subscription) => Some(subscription),
-                Err(err) => {
-                    tracing::debug!(name = %self.keys.name, %err, "no release notifications; falling back to timed retries");
-                    None
-                }
-            },
-            None => None,
-        };
-        let mut backoff = Backoff::new(subscription.is_some());
+        // Release notifications are subscribed to only once Redis says someone else holds the
+        // name: while a lease of this locker holds it, its release is signalled locally.
+        let mut subscription = None;
+        let mut subscribed_once = false;
+        let mut backoff = Backoff::new(false);
         loop {
             // Armed before looking, so that a release between the look and the wait still
             // wakes this waiter.
@@ -228,12 +221,30 @@ impl Acquire<'_> {
                 // A lease of this very locker holds the name: its release (or the end of its
                 // validity, should it have been leaked) is signalled locally; Redis need not
                 // be asked until then.
+                self.last_busy = Busy {
+                    remaining: Some(holder_until.saturating_duration_since(Instant::now())),
+                    holder: self.locker.settings().label.clone(),
+                };
                 holder_until.min(deadline)
             } else {
                 let started = Instant::now();
                 if self.attempt().await? {
+                    // Record the new holder before leaving the queue, so that the next in
+                    // line waits for its release instead of asking Redis.
+                    let lease = self.grant(started, local.clone());
                     drop((turn, queued, subscription));
-                    return Ok(self.grant(started, local.clone()));
+                    return Ok(lease);
+                }
+                if !subscribed_once {
+                    // Held elsewhere: from now on, learn of its release by notification.
+                    // Subscribing takes a moment during which a release would go unseen,
+                    // so look once more right after it.
+                    subscribed_once = true;
+                    subscription = self.subscribe(&local).await;
+                    backoff = Backoff::new(subscription.is_some());
+                    if subscription.is_some() {
+                        continue;
+                    }
                 }
                 let now = Instant::now();
                 if now >= deadline {
@@ -247,6 +258,20 @@ impl Acquire<'_> {
             }
             if Instant::now() >= deadline && local.local_holder_until().is_some() {
                 return Err(self.timeout());
+            }
+        }
+    }
+
+    async fn subscribe(&self, local: &NameRef) -> Option<Subscription> {
+        let notifier = self.locker.notifier()?;
+        match notifier
+            .subscribe(&self.keys.channel, &local.released)
+            .await
+        {
+            Ok(subscription) => Some(subscription),
+            Err(err) => {
+                tracing::debug!(name = %self.keys.name, %err, "no release notifications; falling back to timed retries");
+                None
             }
         }
     }

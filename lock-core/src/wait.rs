@@ -5,9 +5,11 @@ use std::time::Duration;
 /// Pauses when nothing tells the waiter about releases (a locker built from a pool, or a
 /// pub/sub connection that failed): short, because polling is the only way to learn.
 const POLLING: (Duration, Duration) = (Duration::from_millis(2), Duration::from_millis(100));
-/// Pauses when releases are notified: the timed retry is only a safety net for a holder
-/// that crashed (bounded by its TTL anyway) or a notification lost with its connection.
-const NOTIFIED: (Duration, Duration) = (Duration::from_millis(250), Duration::from_secs(2));
+/// Pauses when releases are notified: the timed retry is only a safety net for a lock that
+/// disappeared without a release message (deleted by hand, or released by another client
+/// library). Expiry is covered by sleeping until the holder's PTTL, and a lost pub/sub
+/// connection wakes every waiter.
+const NOTIFIED: (Duration, Duration) = (Duration::from_millis(500), Duration::from_secs(5));
 
 /// Jittered exponential backoff, cut short when the holder's lease runs out sooner.
 ///

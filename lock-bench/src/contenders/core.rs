@@ -8,17 +8,22 @@ use super::Contender;
 
 pub struct Core {
     pub locker: Locker,
+    pub label: &'static str,
 }
 
 impl Contender for Core {
     type Held = Lease;
 
     fn label(&self) -> String {
-        "lock-core".into()
+        self.label.into()
     }
 
     async fn try_lock(&self, name: &str, ttl: Duration) -> Option<Lease> {
         self.locker.try_lock(name, ttl).await.ok()
+    }
+
+    async fn lock_wait(&self, name: &str, ttl: Duration, wait: Duration) -> Option<Lease> {
+        self.locker.lock(name).ttl(ttl).wait(wait).await.ok()
     }
 
     async fn release(&self, lease: Lease) {

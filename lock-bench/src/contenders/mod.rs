@@ -4,6 +4,7 @@ use std::future::Future;
 use std::time::Duration;
 
 pub mod core;
+pub mod naive;
 pub mod raw;
 
 /// A lock implementation under test.
@@ -20,6 +21,18 @@ pub trait Contender: Send + Sync + 'static {
         name: &str,
         ttl: Duration,
     ) -> impl Future<Output = Option<Self::Held>> + Send;
+
+    /// Waits up to `wait` for the lock (the contended scenarios). Contenders without a
+    /// waiting strategy of their own try once.
+    fn lock_wait(
+        &self,
+        name: &str,
+        ttl: Duration,
+        wait: Duration,
+    ) -> impl Future<Output = Option<Self::Held>> + Send {
+        let _ = wait;
+        self.try_lock(name, ttl)
+    }
 
     /// Gives the lock back.
     fn release(&self, held: Self::Held) -> impl Future<Output = ()> + Send;

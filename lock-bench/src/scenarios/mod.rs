@@ -1,5 +1,6 @@
 //! One module per scenario. Each runs one contender for a fixed time and returns figures.
 
+pub mod hot;
 pub mod uncontended;
 
 /// Reads Redis's `total_commands_processed` (scripts' inner calls are not counted there;
