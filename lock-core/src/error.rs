@@ -60,6 +60,21 @@ pub enum LockError {
         name: String,
     },
 
+    /// Redlock: too few nodes answered to decide (a majority is down or unreachable).
+    #[error("lock `{name}`: only {agreed} of {nodes} Redis nodes agreed, {needed} needed ({reason}); bring nodes back or check the network")]
+    NoQuorum {
+        /// The lock name.
+        name: String,
+        /// Nodes that granted or confirmed the operation.
+        agreed: usize,
+        /// The majority needed.
+        needed: usize,
+        /// Nodes configured.
+        nodes: usize,
+        /// The first node failure seen.
+        reason: String,
+    },
+
     /// Something that is not a lock (a hash, a list, ...) sits on the lock's key.
     #[error("key `{key}` of lock `{name}` holds a non-string value (WRONGTYPE); another part of the system writes to it: change the lock's prefix or name")]
     WrongType {
@@ -156,7 +171,8 @@ impl LockError {
             | LockError::InvalidName { name, .. }
             | LockError::InvalidDuration { name, .. }
             | LockError::NoDefaultLocker { name }
-            | LockError::Entropy { name, .. } => name,
+            | LockError::Entropy { name, .. }
+            | LockError::NoQuorum { name, .. } => name,
             LockError::Config(_) => return None,
         };
         (!name.is_empty()).then_some(name.as_str())

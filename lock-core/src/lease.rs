@@ -352,9 +352,9 @@ impl LeaseHandle {
 }
 
 /// The part of a TTL the holder may count on: TTL minus an allowance for the drift between
-/// this process's clock and Redis's (1% plus 1 ms, as in the Redlock analysis).
+/// this process's clock and Redis's (1% plus 2 ms, as in the Redlock analysis).
 pub(crate) fn validity(ttl: Duration) -> Duration {
-    ttl.saturating_sub(ttl / 100 + Duration::from_millis(1))
+    ttl.saturating_sub(crate::backend::redlock::drift(ttl))
 }
 
 impl fmt::Debug for Lease {

@@ -11,6 +11,7 @@ use futures_util::FutureExt as _;
 use redis::AsyncConnectionConfig;
 
 use crate::backend::memory::Memory;
+use crate::backend::redlock::Redlock;
 use crate::backend::scripted::Scripted;
 use crate::backend::transaction::Transactional;
 use crate::backend::{AnyBackend, Backend as _};
@@ -249,7 +250,10 @@ impl Locker {
         operation: impl Future<Output = Result<T, LockError>>,
     ) -> Result<T, LockError> {
         match self.inner.backend {
-            AnyBackend::Scripted(_) | AnyBackend::Memory(_) => operation.await,
+            // Redlock bounds every node call by its own, shorter, deadline.
+            AnyBackend::Scripted(_) | AnyBackend::Memory(_) | AnyBackend::Redlock(_) => {
+                operation.await
+            }
             AnyBackend::Transaction(_) => {
                 within(self.inner.settings.command_timeout, name, operation).await
             }
@@ -351,6 +355,7 @@ pub struct LockerBuilder {
     protocol: Protocol,
     fencing: bool,
     command_timeout: Duration,
+    node_timeout: Duration,
 }
 
 #[derive(Clone)]
@@ -359,6 +364,7 @@ enum Store {
     Url(String),
     Pool(Pool),
     Memory,
+    Redlock(Vec<String>),
 }
 
 impl fmt::Debug for Store {
@@ -369,6 +375,7 @@ impl fmt::Debug for Store {
             Store::Url(_) => f.write_str("Url(..)"),
             Store::Pool(_) => f.write_str("Pool(..)"),
             Store::Memory => f.write_str("Memory"),
+            Store::Redlock(urls) => write!(f, "Redlock({} nodes)", urls.len()),
         }
     }
 }
@@ -392,6 +399,7 @@ impl LockerBuilder {
             protocol: Protocol::Scripts,
             fencing: false,
             command_timeout: Duration::from_secs(3),
+            node_timeout: Duration::from_millis(100),
         }
     }
 
@@ -404,6 +412,33 @@ impl LockerBuilder {
     /// Use an existing deadpool-redis pool.
     pub fn pool(mut self, pool: Pool) -> Self {
         self.store = Store::Pool(pool);
+        self
+    }
+
+    /// Redlock over independent Redis masters (N odd, typically 3 or 5): a lock needs a
+    /// majority of them, so locking keeps working while a minority is down. See the crate
+    /// docs for the guarantees and the delayed-restart rule.
+    ///
+    /// ```
+    /// # use lock_core::Locker;
+    /// let locker = Locker::builder()
+    ///     .redlock(["redis://10.0.0.1:6379/", "redis://10.0.0.2:6379/", "redis://10.0.0.3:6379/"])
+    ///     .build()?;
+    /// # Ok::<(), lock_core::LockError>(())
+    /// ```
+    pub fn redlock<I, S>(mut self, urls: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.store = Store::Redlock(urls.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// Redlock: how long one node may take to answer one operation (default 100 ms). Keep
+    /// it well under the TTL: validity left after an acquire is TTL minus the time taken.
+    pub fn node_timeout(mut self, timeout: Duration) -> Self {
+        self.node_timeout = timeout;
         self
     }
 
@@ -483,7 +518,7 @@ impl LockerBuilder {
 
     /// Builds the locker. Fails on a malformed URL or an out-of-range setting; does not
     /// connect yet.
-    pub fn build(self) -> Result<Locker, LockError> {
+    pub fn build(mut self) -> Result<Locker, LockError> {
         validate_ttl("(default)", self.default_ttl)?;
         validate_wait("(default)", self.default_wait)?;
         if self.command_timeout.is_zero() {
@@ -492,12 +527,14 @@ impl LockerBuilder {
             ));
         }
         let settings = self.settings();
-        let (pool, notifier) = match self.store {
+        let store = std::mem::replace(&mut self.store, Store::Env);
+        let (pool, notifier) = match store {
             Store::Memory => {
                 let backend = AnyBackend::Memory(Memory::default());
                 return Ok(Locker::with_backend(backend, settings, None));
             }
             Store::Pool(pool) => (pool, None),
+            Store::Redlock(urls) => return self.build_redlock(&urls, settings),
             Store::Env => {
                 let url =
                     std::env::var(REDIS_URL_ENV).unwrap_or_else(|_| DEFAULT_REDIS_URL.to_owned());
@@ -516,6 +553,40 @@ impl LockerBuilder {
             ))),
             Protocol::Transactions => AnyBackend::Transaction(Transactional::new(pool)),
         };
+        Ok(Locker::with_backend(backend, settings, notifier))
+    }
+
+    fn build_redlock(&self, urls: &[String], settings: Settings) -> Result<Locker, LockError> {
+        if urls.is_empty() {
+            return Err(LockError::Config(
+                "redlock needs at least one Redis URL".into(),
+            ));
+        }
+        if self.protocol != Protocol::Scripts {
+            return Err(LockError::Config(
+                "redlock runs on Lua scripts; Protocol::Transactions is for a single server".into(),
+            ));
+        }
+        if self.node_timeout.is_zero() || self.node_timeout >= settings.default_ttl {
+            return Err(LockError::Config(format!(
+                "node_timeout {:?} must be above zero and well under the TTL",
+                self.node_timeout
+            )));
+        }
+        let mut nodes = Vec::with_capacity(urls.len());
+        let mut first_client = None;
+        for url in urls {
+            let (pool, client) = build_pool(url, self.pool_size, self.command_timeout)?;
+            first_client.get_or_insert(client);
+            nodes.push(Scripted::new(SharedConnection::new(
+                pool,
+                self.command_timeout,
+            )));
+        }
+        // Releases are published on every node; listening to one is enough, and if it is
+        // down, waiters fall back to timed retries.
+        let notifier = first_client.map(Notifier::new);
+        let backend = AnyBackend::Redlock(Redlock::new(nodes, self.node_timeout));
         Ok(Locker::with_backend(backend, settings, notifier))
     }
 

@@ -355,6 +355,7 @@ macro_rules! suite_for_every_backend {
         suite!(scripts: $($check),*);
         suite!(transactions: $($check),*);
         suite!(memory: $($check),*);
+        suite!(redlock: $($check),*);
     };
 }
 

@@ -21,6 +21,8 @@ pub struct Harness {
     pub locker: Locker,
     pub server: Option<RedisServer>,
     pub protocol: Option<Protocol>,
+    /// Redlock's nodes.
+    pub nodes: Vec<RedisServer>,
 }
 
 impl Harness {
@@ -43,7 +45,31 @@ impl Harness {
                 .expect("memory locker"),
             server: None,
             protocol: None,
+            nodes: Vec::new(),
         }
+    }
+
+    /// Redlock over three private servers.
+    pub fn redlock() -> Harness {
+        Harness::redlock_of(3)
+    }
+
+    pub fn redlock_of(n: usize) -> Harness {
+        let nodes: Vec<RedisServer> = (0..n).map(|_| RedisServer::start()).collect();
+        Harness {
+            locker: Harness::redlock_locker(&nodes),
+            server: None,
+            protocol: None,
+            nodes,
+        }
+    }
+
+    pub fn redlock_locker(nodes: &[RedisServer]) -> Locker {
+        Locker::builder()
+            .redlock(nodes.iter().map(RedisServer::url))
+            .app_name("lock-tests")
+            .build()
+            .expect("redlock locker")
     }
 
     fn on(server: RedisServer, protocol: Protocol) -> Harness {
@@ -51,6 +77,7 @@ impl Harness {
             locker: Harness::locker_for(&server, protocol),
             server: Some(server),
             protocol: Some(protocol),
+            nodes: Vec::new(),
         }
     }
 
@@ -67,6 +94,7 @@ impl Harness {
     pub fn second_locker(&self) -> Locker {
         match (&self.server, self.protocol) {
             (Some(server), Some(protocol)) => Harness::locker_for(server, protocol),
+            _ if !self.nodes.is_empty() => Harness::redlock_locker(&self.nodes),
             _ => self.locker.clone(),
         }
     }

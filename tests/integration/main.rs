@@ -5,4 +5,5 @@ mod contention;
 mod fencing;
 mod harness;
 mod redis_only;
+mod redlock;
 mod stress;

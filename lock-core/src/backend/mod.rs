@@ -10,6 +10,7 @@ use crate::key::LockKeys;
 use crate::LockError;
 
 pub(crate) mod memory;
+pub(crate) mod redlock;
 pub(crate) mod scripted;
 pub(crate) mod transaction;
 
@@ -89,6 +90,7 @@ pub(crate) enum AnyBackend {
     Scripted(scripted::Scripted),
     Transaction(transaction::Transactional),
     Memory(memory::Memory),
+    Redlock(redlock::Redlock),
 }
 
 impl std::fmt::Debug for AnyBackend {
@@ -97,6 +99,7 @@ impl std::fmt::Debug for AnyBackend {
             AnyBackend::Scripted(_) => "Scripted",
             AnyBackend::Transaction(_) => "Transaction",
             AnyBackend::Memory(_) => "Memory",
+            AnyBackend::Redlock(_) => "Redlock",
         })
     }
 }
@@ -109,6 +112,7 @@ macro_rules! dispatch {
             // grow every future of the scripted hot path that shares this state machine.
             AnyBackend::Transaction($b) => Box::pin($call).await,
             AnyBackend::Memory($b) => $call.await,
+            AnyBackend::Redlock($b) => Box::pin($call).await,
         }
     };
 }

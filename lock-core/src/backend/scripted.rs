@@ -15,6 +15,8 @@ use crate::LockError;
 static ACQUIRE: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("../scripts/acquire.lua")));
 static RELEASE: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("../scripts/release.lua")));
 static EXTEND: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("../scripts/extend.lua")));
+static RAISE_FENCE: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(include_str!("../scripts/raise_fence.lua")));
 
 /// A Lua script and its SHA1, sent as `EVALSHA` and, after a `NOSCRIPT` reply (a restarted
 /// or failed-over server, or `SCRIPT FLUSH`), as `EVAL` with its source, which also caches it
@@ -80,6 +82,23 @@ impl Scripted {
             conn,
             set_get: AtomicBool::new(true),
         }
+    }
+
+    /// Raises the lock's fencing counter to at least `token` (Redlock's write-back).
+    pub async fn raise_fence(&self, keys: &LockKeys, token: u64) -> Result<(), LockError> {
+        let lent = self.conn.get(&keys.name).await?;
+        let mut conn = lent.conn.clone();
+        let token = token.to_string();
+        RAISE_FENCE
+            .run::<i64>(&mut conn, &[&keys.fence], &[token.as_bytes()])
+            .await
+            .map(|_| ())
+            .map_err(|err| {
+                if is_connection_failure(&err) {
+                    self.conn.retire(&lent);
+                }
+                LockError::from_redis(&keys.name, &keys.fence, err)
+            })
     }
 
     /// Runs a script on the shared connection, retiring the connection if it broke.

@@ -1,0 +1,251 @@
+//! Redlock: N independent Redis masters, a lock needs a majority of them.
+//!
+//! Every operation goes to all nodes in parallel, each with a short per-node deadline, so a
+//! slow or dead node costs at most that deadline, and the latency of an operation is that of
+//! the slowest node of the fastest majority rather than the sum of all nodes.
+//!
+//! - Acquire: the same value on every node. Success needs a majority, and enough validity
+//!   left: TTL minus the time the attempt took minus the clock-drift allowance (1% of the
+//!   TTL plus 2 ms). On failure the value is deleted from every node, including those whose
+//!   reply was lost (an abandoned per-node attempt undoes itself in the background).
+//! - Release and extend: all nodes; they count as done with a majority.
+//! - Fencing: each node keeps a counter; an acquisition takes the maximum of the counters it
+//!   drew on its majority and writes that maximum back to a majority before it is granted.
+//!   Any two majorities share a node, so the next acquisition draws a larger number. This
+//!   holds as long as nodes do not lose their data (see the delayed-restart rule in the
+//!   crate docs); it is the strongest ordering a quorum of independent counters can give,
+//!   and it is not a substitute for a consensus system where correctness depends on it.
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use futures_util::future::join_all;
+
+use super::scripted::Scripted;
+use super::{Attempt, Backend, RawState};
+use crate::key::LockKeys;
+use crate::LockError;
+
+pub(crate) struct Redlock {
+    nodes: Vec<Scripted>,
+    node_timeout: Duration,
+}
+
+impl Redlock {
+    pub fn new(nodes: Vec<Scripted>, node_timeout: Duration) -> Redlock {
+        Redlock {
+            nodes,
+            node_timeout,
+        }
+    }
+
+    fn quorum(&self) -> usize {
+        self.nodes.len() / 2 + 1
+    }
+
+    /// Runs `operation` on every node at once, each bounded by the per-node deadline.
+    async fn on_all<'a, T, F, Fut>(&'a self, name: &str, operation: F) -> Vec<Result<T, LockError>>
+    where
+        F: Fn(&'a Scripted) -> Fut,
+        Fut: Future<Output = Result<T, LockError>> + 'a,
+    {
+        let limit = self.node_timeout;
+        join_all(self.nodes.iter().map(|node| {
+            let call = operation(node);
+            async move {
+                match tokio::time::timeout(limit, call).await {
+                    Ok(result) => result,
+                    Err(_) => Err(LockError::connection(
+                        name,
+                        format!("a Redlock node gave no answer within {limit:?}"),
+                    )),
+                }
+            }
+        }))
+        .await
+    }
+
+    fn no_quorum(&self, name: &str, agreed: usize, failures: &[LockError]) -> LockError {
+        LockError::NoQuorum {
+            name: name.to_owned(),
+            agreed,
+            needed: self.quorum(),
+            nodes: self.nodes.len(),
+            reason: failures
+                .first()
+                .map_or_else(|| "nodes disagree".to_owned(), ToString::to_string),
+        }
+    }
+
+    /// True/false from a majority of nodes; a `NoQuorum` error when too many failed to say.
+    fn majority(
+        &self,
+        name: &str,
+        results: Vec<Result<bool, LockError>>,
+    ) -> Result<bool, LockError> {
+        let mut yes = 0;
+        let mut failures = Vec::new();
+        for result in results {
+            match result {
+                Ok(true) => yes += 1,
+                Ok(false) => {}
+                Err(err) => failures.push(err),
+            }
+        }
+        if yes >= self.quorum() {
+            return Ok(true);
+        }
+        // Could the nodes that did not answer have made a majority?
+        if yes + failures.len() >= self.quorum() && !failures.is_empty() {
+            return Err(self.no_quorum(name, yes, &failures));
+        }
+        Ok(false)
+    }
+}
+
+/// Clock drift allowed for over a TTL: 1% plus 2 ms, as in the Redlock analysis.
+pub(crate) fn drift(ttl: Duration) -> Duration {
+    ttl / 100 + Duration::from_millis(2)
+}
+
+impl Backend for Redlock {
+    async fn acquire(
+        &self,
+        keys: &LockKeys,
+        value: &str,
+        ttl: Duration,
+        fencing: bool,
+    ) -> Result<Attempt, LockError> {
+        let started = Instant::now();
+        let results = self
+            .on_all(&keys.name, |node| node.acquire(keys, value, ttl, fencing))
+            .await;
+        let mut acquired = 0;
+        let mut token = 0u64;
+        let mut busy = None;
+        let mut failures = Vec::new();
+        for result in results {
+            match result {
+                Ok(Attempt::Acquired { fencing_token }) => {
+                    acquired += 1;
+                    token = token.max(fencing_token.unwrap_or(0));
+                }
+                Ok(attempt @ Attempt::Busy { .. }) => busy = busy.or(Some(attempt)),
+                // A foreign value on a node is the caller's problem, not a vote.
+                Err(err @ LockError::WrongType { .. }) => return Err(err),
+                Err(err) => failures.push(err),
+            }
+        }
+        let valid = started.elapsed() + drift(ttl) < ttl;
+        if acquired >= self.quorum()
+            && valid
+            && (!fencing || self.write_back_fence(keys, token).await)
+        {
+            return Ok(Attempt::Acquired {
+                fencing_token: fencing.then_some(token),
+            });
+        }
+        // Not granted: take our value back from every node, whatever it answered.
+        let _ = self.release(keys, value).await;
+        if let Some(busy) = busy {
+            return Ok(busy);
+        }
+        if acquired >= self.quorum() {
+            // A majority, but it took too long to leave any validity: try again.
+            return Ok(Attempt::Busy {
+                remaining: None,
+                holder_value: None,
+            });
+        }
+        Err(self.no_quorum(&keys.name, acquired, &failures))
+    }
+
+    async fn release(&self, keys: &LockKeys, value: &str) -> Result<bool, LockError> {
+        let results = self
+            .on_all(&keys.name, |node| node.release(keys, value))
+            .await;
+        self.majority(&keys.name, results)
+    }
+
+    async fn extend(&self, keys: &LockKeys, value: &str, ttl: Duration) -> Result<bool, LockError> {
+        let results = self
+            .on_all(&keys.name, |node| node.extend(keys, value, ttl))
+            .await;
+        self.majority(&keys.name, results)
+    }
+
+    async fn extend_many(
+        &self,
+        items: &[(&LockKeys, &str, Duration)],
+    ) -> Vec<Result<bool, LockError>> {
+        let name = items.first().map_or("", |(keys, _, _)| keys.name.as_str());
+        let per_node = self.on_all(name, |node| async move {
+            Ok::<_, LockError>(node.extend_many(items).await)
+        });
+        let per_node = per_node.await;
+        (0..items.len())
+            .map(|i| {
+                let votes = per_node
+                    .iter()
+                    .map(|node| match node {
+                        Ok(results) => match results.get(i) {
+                            Some(Ok(held)) => Ok(*held),
+                            Some(Err(err)) => {
+                                Err(LockError::connection(&items[i].0.name, err.to_string()))
+                            }
+                            None => Err(LockError::connection(&items[i].0.name, "no reply")),
+                        },
+                        Err(err) => Err(LockError::connection(&items[i].0.name, err.to_string())),
+                    })
+                    .collect();
+                self.majority(&items[i].0.name, votes)
+            })
+            .collect()
+    }
+
+    async fn inspect(&self, keys: &LockKeys) -> Result<RawState, LockError> {
+        let results = self.on_all(&keys.name, |node| node.inspect(keys)).await;
+        let mut states = Vec::new();
+        let mut failures = Vec::new();
+        for result in results {
+            match result {
+                Ok(state) => states.push(state),
+                Err(err @ LockError::WrongType { .. }) => return Err(err),
+                Err(err) => failures.push(err),
+            }
+        }
+        if states.len() < self.quorum() {
+            return Err(self.no_quorum(&keys.name, states.len(), &failures));
+        }
+        let fencing_counter = states.iter().filter_map(|s| s.fencing_counter).max();
+        // The value a majority agrees on is the holder; anything less is no valid lock.
+        for candidate in states.iter().filter_map(|s| s.value.as_ref()) {
+            let holding: Vec<&RawState> = states
+                .iter()
+                .filter(|s| s.value.as_ref() == Some(candidate))
+                .collect();
+            if holding.len() >= self.quorum() {
+                return Ok(RawState {
+                    value: Some(candidate.clone()),
+                    remaining: holding.iter().filter_map(|s| s.remaining).min(),
+                    fencing_counter,
+                });
+            }
+        }
+        Ok(RawState {
+            value: None,
+            remaining: None,
+            fencing_counter,
+        })
+    }
+}
+
+impl Redlock {
+    /// Writes the drawn fencing token back to the nodes; true when a majority has it.
+    async fn write_back_fence(&self, keys: &LockKeys, token: u64) -> bool {
+        let results = self
+            .on_all(&keys.name, |node| node.raise_fence(keys, token))
+            .await;
+        results.iter().filter(|r| r.is_ok()).count() >= self.quorum()
+    }
+}

@@ -1,0 +1,207 @@
+//! Redlock across independent masters: quorum, node failures, fencing across majorities,
+//! and the delayed-restart rule.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use lock_core::LockError;
+use lock_tests::RedisServer;
+use redis::AsyncCommands as _;
+
+use crate::harness::Harness;
+
+const SECOND: Duration = Duration::from_secs(1);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stress_on_five_masters_keeps_the_counter_exact() {
+    let h = Harness::redlock_of(5);
+    let store = RedisServer::start();
+    let client = redis::Client::open(store.url()).expect("client");
+    let acquisitions = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..16 {
+        let locker = h.second_locker();
+        let mut conn = client
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connect");
+        let acquisitions = acquisitions.clone();
+        tasks.push(tokio::spawn(async move {
+            while started.elapsed() < 2 * SECOND {
+                let lease = locker
+                    .lock("stress")
+                    .ttl(5 * SECOND)
+                    .wait(20 * SECOND)
+                    .await
+                    .expect("acquire");
+                let seen: Option<u64> = conn.get("counter").await.expect("get");
+                tokio::task::yield_now().await;
+                let () = conn
+                    .set("counter", seen.unwrap_or(0) + 1)
+                    .await
+                    .expect("set");
+                acquisitions.fetch_add(1, Ordering::SeqCst);
+                assert!(lease.release().await.expect("release"));
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("join");
+    }
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect");
+    let counter: u64 = conn.get("counter").await.expect("get");
+    assert!(acquisitions.load(Ordering::SeqCst) > 16);
+    assert_eq!(counter, acquisitions.load(Ordering::SeqCst));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_minority_down_is_tolerated_a_majority_down_fails_cleanly() {
+    let mut h = Harness::redlock_of(5);
+    let lease = h
+        .locker
+        .try_lock("q", 10 * SECOND)
+        .await
+        .expect("all nodes up");
+    assert!(lease.release().await.expect("release"));
+
+    h.nodes[0].kill();
+    h.nodes[1].kill();
+    let lease = h
+        .locker
+        .try_lock("q", 10 * SECOND)
+        .await
+        .expect("3 of 5 is a majority");
+    let other = h.second_locker();
+    assert!(matches!(
+        other.try_lock("q", SECOND).await,
+        Err(LockError::Busy { .. })
+    ));
+    lease
+        .extend(10 * SECOND)
+        .await
+        .expect("extend with a majority");
+    assert!(lease.release().await.expect("release with a majority"));
+
+    h.nodes[2].kill();
+    let started = Instant::now();
+    match h.locker.lock("q").ttl(SECOND).wait(2 * SECOND).await {
+        Err(LockError::NoQuorum {
+            agreed,
+            needed,
+            nodes,
+            ..
+        }) => {
+            assert_eq!(
+                (agreed, needed, nodes),
+                (2, 3, 5),
+                "the two live nodes granted, three were needed"
+            );
+        }
+        other => panic!("expected NoQuorum, got {other:?}"),
+    }
+    assert!(
+        started.elapsed() < 10 * SECOND,
+        "fails within its deadline, no hang"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fencing_tokens_increase_across_different_majorities() {
+    let mut h = Harness::redlock_of(3);
+    let mut last = 0;
+    // Take the lock on {0,1,2}, then with node 2 down ({0,1}), then with node 0 down
+    // ({1,2}): every majority overlaps the previous one, and the token keeps growing.
+    for step in 0..3 {
+        match step {
+            1 => h.nodes[2].kill(),
+            2 => {
+                h.nodes[2].restart();
+                h.nodes[0].kill();
+            }
+            _ => {}
+        }
+        for _ in 0..3 {
+            let lease = h
+                .locker
+                .lock("f")
+                .ttl(SECOND)
+                .fencing()
+                .await
+                .expect("acquire");
+            let token = lease.fencing_token().expect("token");
+            assert!(token > last, "step {step}: {token} after {last}");
+            last = token;
+            lease.release().await.expect("release");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_delayed_restart_rule_keeps_mutual_exclusion() {
+    // Node 2 is down while A takes the lock, so A holds it on nodes 0 and 1 only.
+    let mut h = Harness::redlock_of(3);
+    h.nodes[2].kill();
+    let ttl = SECOND;
+    let a = h
+        .locker
+        .try_lock("d", ttl)
+        .await
+        .expect("A acquires on a majority");
+    let a_valid_until = Instant::now() + a.expires_in();
+    // Node 0 crashes and loses A's key. Restarted at once and empty, it would let B take
+    // {0, 2}: two holders. The rule: a crashed node stays out for at least the longest TTL.
+    h.nodes[0].kill();
+    h.nodes[2].restart();
+    tokio::time::sleep(ttl).await; // the delayed restart
+    h.nodes[0].restart();
+    let b = h.second_locker();
+    let lease = b
+        .lock("d")
+        .ttl(ttl)
+        .wait(5 * SECOND)
+        .await
+        .expect("B acquires");
+    assert!(
+        Instant::now() >= a_valid_until,
+        "B got the lock only after A's lease had run out"
+    );
+    assert!(a.is_lost());
+    lease.release().await.expect("release");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_node_costs_at_most_the_node_timeout() {
+    let h = Harness::redlock_of(3);
+    // Pause one node (DEBUG SLEEP blocks it) while locking on the others.
+    let slow = h.nodes[0].url();
+    let sleeper = tokio::spawn(async move {
+        let client = redis::Client::open(slow).expect("client");
+        let mut conn = client
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connect");
+        let _: Result<(), _> = redis::cmd("DEBUG")
+            .arg("SLEEP")
+            .arg("2")
+            .query_async(&mut conn)
+            .await;
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let started = Instant::now();
+    let lease = h
+        .locker
+        .try_lock("slow", 10 * SECOND)
+        .await
+        .expect("a majority answers");
+    assert!(
+        started.elapsed() < SECOND,
+        "did not wait for the sleeping node"
+    );
+    lease.release().await.expect("release");
+    sleeper.await.expect("join");
+}
