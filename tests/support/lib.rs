@@ -10,6 +10,8 @@
 //! # drop(url);
 //! ```
 
+pub mod proxy;
+
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
