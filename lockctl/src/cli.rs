@@ -1,0 +1,222 @@
+//! The command line, as clap reads it.
+
+use std::ffi::OsString;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::duration::parse_duration;
+
+const EXIT_CODES: &str = "\
+Exit codes:
+  0        success (run: the command exited 0)
+  1-63     run: the command's own exit code
+  64       usage: bad option, duration, Redis URL or lock name
+  69       Redis unreachable, or the connection broke
+  70       internal: unexpected Redis error, a key that is not a lock
+  75       run: the lock is busy (change with --conflict-exit-code)
+  79       run: the lease was lost while the command ran (change with --lost-exit-code)
+  126/127  run: the command cannot be executed / was not found
+  128+N    run: the command died of signal N, or lockctl got signal N while waiting
+
+Environment:
+  REDIS_URL       Redis to use when --url is not given (default redis://127.0.0.1:6379/)
+  LOCKCTL_PREFIX  key prefix when --prefix is not given (default lock:)";
+
+/// `lockctl`: see, take and act on redis-lock locks from a shell.
+#[derive(Debug, Parser)]
+#[command(
+    name = "lockctl",
+    version,
+    about = "Run commands under a fleet-wide Redis lock, and see and act on locks",
+    long_about = "Run commands under a fleet-wide Redis lock (like flock(1) across machines), and \
+                  see and act on the locks that redis-lock's lock-core takes: who holds them, \
+                  for how long, and what happens to them.\n\n\
+                  A lock named N is the Redis key <prefix>{N} holding <token>:<holder label>.",
+    after_help = EXIT_CODES,
+    arg_required_else_help = true
+)]
+pub struct Cli {
+    /// Redis URL: redis://[user:password@]host[:port][/db].
+    #[arg(
+        long,
+        global = true,
+        env = "REDIS_URL",
+        hide_env_values = true,
+        default_value = lock_core::DEFAULT_REDIS_URL,
+        value_name = "URL"
+    )]
+    pub url: String,
+
+    /// Prefix of the lock keys; a lock named N is the key <PREFIX>{N}.
+    #[arg(
+        long,
+        global = true,
+        env = "LOCKCTL_PREFIX",
+        default_value = "lock:",
+        value_name = "PREFIX"
+    )]
+    pub prefix: String,
+
+    /// Deadline for connecting to Redis and for each command sent to it.
+    #[arg(long, global = true, default_value = "3s", value_parser = parse_duration, value_name = "DURATION")]
+    pub timeout: Duration,
+
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run a command while holding a lock, like flock(1) for a whole fleet.
+    #[command(after_help = RUN_HELP)]
+    Run(RunArgs),
+    /// Show whether a lock is held, by whom, for how long, and its fencing counter.
+    Status(StatusArgs),
+    /// List all held locks (SCAN, never KEYS) with holder and remaining TTL.
+    List(ListArgs),
+    /// Delete a lock whoever holds it (for operators), and say whose it was.
+    Release(ReleaseArgs),
+    /// Print acquire and release events of a lock as they happen, until Ctrl-C.
+    Watch(WatchArgs),
+}
+
+const RUN_HELP: &str = "\
+The command runs only while the lock is held. lockctl forwards SIGINT, SIGTERM, SIGHUP and \
+SIGQUIT to it, releases the lock when it exits, and exits with its status.
+
+Without --renew the lease lasts --ttl: a command that runs longer loses the lock, and is \
+stopped (SIGTERM, then SIGKILL after --kill-after) unless --on-lost ignore. With --renew the \
+lease is extended every ttl/3 while the command runs, and is lost only if Redis says it is no \
+longer ours (for example an operator ran `lockctl release --force`) or cannot be reached for \
+a whole TTL.
+
+The command sees LOCKCTL_LOCK (the lock name), LOCKCTL_KEY (its Redis key), and with \
+--fencing LOCKCTL_FENCING_TOKEN (strictly increasing per lock name: pass it to storage that \
+must reject stale writers).
+
+Example: lockctl run --key nightly-report --ttl 1m --renew -- ./report.sh --full";
+
+/// `lockctl run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Name of the lock.
+    #[arg(long, short = 'k', value_name = "NAME")]
+    pub key: String,
+
+    /// Lease time: the lock frees itself this long after the last renewal.
+    #[arg(long, default_value = "30s", value_parser = parse_duration, value_name = "DURATION")]
+    pub ttl: Duration,
+
+    /// How long to wait for a busy lock before giving up (0: try once).
+    #[arg(long, default_value = "0s", value_parser = parse_duration, value_name = "DURATION")]
+    pub wait: Duration,
+
+    /// Keep the lease alive while the command runs (extend it every ttl/3).
+    #[arg(long)]
+    pub renew: bool,
+
+    /// Exit code when the lock is busy.
+    #[arg(long, default_value_t = crate::exit::CONFLICT, value_name = "N")]
+    pub conflict_exit_code: u8,
+
+    /// What to do with the command when the lease is lost while it runs.
+    #[arg(long, value_enum, default_value_t = OnLost::Kill, value_name = "ACTION")]
+    pub on_lost: OnLost,
+
+    /// Exit code when the lease was lost while the command ran (with --on-lost kill).
+    #[arg(long, default_value_t = crate::exit::LOST, value_name = "N")]
+    pub lost_exit_code: u8,
+
+    /// After SIGTERM on a lost lease, wait this long before SIGKILL.
+    #[arg(long, default_value = "10s", value_parser = parse_duration, value_name = "DURATION")]
+    pub kill_after: Duration,
+
+    /// Application name in the holder label (default: lockctl/<command name>).
+    #[arg(long, value_name = "NAME")]
+    pub app_name: Option<String>,
+
+    /// Draw a fencing token and pass it to the command as LOCKCTL_FENCING_TOKEN.
+    #[arg(long)]
+    pub fencing: bool,
+
+    /// The command and its arguments (after `--`).
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "COMMAND"
+    )]
+    pub command: Vec<OsString>,
+}
+
+/// What `run` does when the lease is lost while the command runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OnLost {
+    /// Stop the command (SIGTERM, then SIGKILL after --kill-after) and exit with
+    /// --lost-exit-code.
+    Kill,
+    /// Say so on stderr, let the command finish, and exit with its status.
+    Ignore,
+}
+
+/// `lockctl status`.
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// Name of the lock.
+    pub name: String,
+
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `lockctl list`.
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    /// Only locks whose name matches this Redis glob pattern (*, ?, [abc], \ escapes).
+    #[arg(
+        long = "match",
+        short = 'm',
+        default_value = "*",
+        value_name = "PATTERN"
+    )]
+    pub pattern: String,
+
+    /// Print a JSON array instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `lockctl release`.
+#[derive(Debug, Args)]
+pub struct ReleaseArgs {
+    /// Name of the lock.
+    pub name: String,
+
+    /// Required: delete the lock whoever holds it. Its holder is not told and may still be
+    /// working, so only use this on a lock whose holder is gone.
+    #[arg(long)]
+    pub force: bool,
+}
+
+/// `lockctl watch`.
+#[derive(Debug, Args)]
+pub struct WatchArgs {
+    /// Name of the lock.
+    pub name: String,
+
+    /// How often to look at the lock between release notifications.
+    #[arg(long, default_value = "50ms", value_parser = parse_duration, value_name = "DURATION")]
+    pub interval: Duration,
+
+    /// Exit after this many events.
+    #[arg(long, value_name = "N")]
+    pub count: Option<u64>,
+
+    /// Print one JSON object per line instead of text.
+    #[arg(long)]
+    pub json: bool,
+}

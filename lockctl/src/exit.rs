@@ -1,0 +1,244 @@
+//! Exit codes, and the one-line failure every command reports through.
+
+use std::fmt;
+use std::process::ExitStatus;
+
+use lock_core::LockError;
+
+use crate::duration::format_duration;
+use crate::holder::display_safe;
+
+/// Success; for `run`, the command exited 0.
+pub const SUCCESS: u8 = 0;
+/// A bad command line: unknown option, bad duration, bad Redis URL, invalid lock name
+/// (`EX_USAGE`).
+pub const USAGE: u8 = 64;
+/// Redis cannot be reached, refused the connection, or the connection broke
+/// (`EX_UNAVAILABLE`).
+pub const UNAVAILABLE: u8 = 69;
+/// Anything unexpected: an error reply from Redis, a key that is not a lock (WRONGTYPE), a
+/// failure to set up signal handling (`EX_SOFTWARE`).
+pub const INTERNAL: u8 = 70;
+/// `run`: the lock is held by someone else (after `--wait`). The default of
+/// `--conflict-exit-code` (`EX_TEMPFAIL`).
+pub const CONFLICT: u8 = 75;
+/// `run`: the lease was lost while the command ran (it expired or was removed), so the
+/// command was stopped. The default of `--lost-exit-code`.
+pub const LOST: u8 = 79;
+/// `run`: the command was found but could not be executed (as in POSIX shells).
+pub const CANNOT_EXECUTE: u8 = 126;
+/// `run`: the command was not found (as in POSIX shells).
+pub const NOT_FOUND: u8 = 127;
+/// `128 + n`: the command died of signal `n`, or lockctl got signal `n` while waiting for
+/// the lock.
+pub const SIGNAL_BASE: u8 = 128;
+
+/// A failed command: its exit code and a one-line message for stderr.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    /// The process exit code.
+    pub code: u8,
+    /// What went wrong, on one line, without the `lockctl: ` prefix.
+    pub message: String,
+}
+
+impl Failure {
+    /// A failure with exit code `code`.
+    pub fn new(code: u8, message: impl Into<String>) -> Failure {
+        Failure {
+            code,
+            message: one_line(message.into()),
+        }
+    }
+
+    /// A usage error ([`USAGE`]).
+    pub fn usage(message: impl Into<String>) -> Failure {
+        Failure::new(USAGE, message)
+    }
+
+    /// Redis unavailable ([`UNAVAILABLE`]).
+    pub fn unavailable(message: impl Into<String>) -> Failure {
+        Failure::new(UNAVAILABLE, message)
+    }
+
+    /// Something unexpected ([`INTERNAL`]).
+    pub fn internal(message: impl Into<String>) -> Failure {
+        Failure::new(INTERNAL, message)
+    }
+
+    /// Maps a lock-core error to an exit code and a message for operators. `url` is the
+    /// (password-free) Redis URL, named when Redis cannot be reached.
+    pub fn from_lock_error(err: &LockError, url: &str) -> Failure {
+        match err {
+            LockError::Connection { reason, .. } => {
+                Failure::unavailable(format!("cannot reach Redis at {url}: {reason}"))
+            }
+            LockError::Busy {
+                name,
+                holder,
+                retry_after,
+            } => Failure::new(
+                CONFLICT,
+                format!(
+                    "lock `{}` is busy{}",
+                    display_safe(name),
+                    held_by(holder.as_deref(), *retry_after)
+                ),
+            ),
+            LockError::Timeout {
+                name,
+                waited,
+                holder,
+                retry_after,
+            } => Failure::new(
+                CONFLICT,
+                format!(
+                    "lock `{}` is still busy after waiting {}{}",
+                    display_safe(name),
+                    format_duration(*waited),
+                    held_by(holder.as_deref(), *retry_after)
+                ),
+            ),
+            LockError::Lost { name } => Failure::new(
+                LOST,
+                format!(
+                    "lock `{}` was lost (it expired or was removed)",
+                    display_safe(name)
+                ),
+            ),
+            LockError::InvalidName { .. }
+            | LockError::InvalidDuration { .. }
+            | LockError::Config(_) => Failure::usage(err.to_string()),
+            other => Failure::internal(other.to_string()),
+        }
+    }
+
+    /// Maps a redis-rs error from lockctl's own connection.
+    pub fn from_redis(err: &redis::RedisError, url: &str) -> Failure {
+        if err.is_io_error()
+            || err.is_connection_dropped()
+            || err.is_connection_refusal()
+            || err.is_timeout()
+            || err.is_unrecoverable_error()
+        {
+            Failure::unavailable(format!("cannot reach Redis at {url}: {err}"))
+        } else {
+            Failure::internal(format!("Redis at {url} answered with an error: {err}"))
+        }
+    }
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for Failure {}
+
+/// ` (held by X, free in at most 12.5s)`, or what of it is known.
+fn held_by(holder: Option<&str>, retry_after: Option<std::time::Duration>) -> String {
+    let mut out = String::new();
+    match holder {
+        Some(holder) => {
+            out.push_str(" (held by ");
+            out.push_str(&display_safe(holder));
+        }
+        None => out.push_str(" (holder unknown"),
+    }
+    if let Some(left) = retry_after {
+        out.push_str(", free in at most ");
+        out.push_str(&format_duration(left));
+    }
+    out.push(')');
+    out
+}
+
+/// The exit code that reports how a child process ended: its own code, or `128 + signal`.
+pub fn code_of_status(status: ExitStatus) -> u8 {
+    use std::os::unix::process::ExitStatusExt as _;
+    if let Some(code) = status.code() {
+        // Exit codes are 0..=255 on Unix; anything else cannot be told apart anyway.
+        return u8::try_from(code & 0xff).unwrap_or(INTERNAL);
+    }
+    match status.signal() {
+        Some(signal) => SIGNAL_BASE.saturating_add(u8::try_from(signal).unwrap_or(0)),
+        None => INTERNAL,
+    }
+}
+
+/// Messages are printed on one line: any line break becomes a space.
+fn one_line(message: String) -> String {
+    if message.contains(['\n', '\r']) {
+        message
+            .split(['\n', '\r'])
+            .map(str::trim)
+            .filter(|part| !part.is_empty())
+            .collect::<Vec<_>>()
+            .join(" ")
+    } else {
+        message
+    }
+}
+
+/// A Redis URL with any password replaced by `***`, safe for messages.
+pub fn redact_url(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            format!("{}://***@{}", &url[..scheme], &url[at + 1..])
+        }
+        _ => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn busy_names_holder_and_uses_conflict_code() {
+        let err = LockError::Busy {
+            name: "deploy".into(),
+            holder: Some("lockctl/sleep@web-1:42".into()),
+            retry_after: Some(Duration::from_millis(1500)),
+        };
+        let failure = Failure::from_lock_error(&err, "redis://h/");
+        assert_eq!(failure.code, CONFLICT);
+        assert_eq!(
+            failure.message,
+            "lock `deploy` is busy (held by lockctl/sleep@web-1:42, free in at most 1.5s)"
+        );
+    }
+
+    #[test]
+    fn connection_errors_are_unavailable() {
+        let err = LockError::Connection {
+            name: "x".into(),
+            reason: "Connection refused (os error 111)".into(),
+            source: None,
+        };
+        let failure = Failure::from_lock_error(&err, "redis://127.0.0.1:1/");
+        assert_eq!(failure.code, UNAVAILABLE);
+        assert!(failure.message.contains("redis://127.0.0.1:1/"));
+    }
+
+    #[test]
+    fn messages_stay_on_one_line() {
+        let failure = Failure::usage("first\n\n  second\r\nthird");
+        assert_eq!(failure.message, "first second third");
+    }
+
+    #[test]
+    fn passwords_are_redacted() {
+        assert_eq!(redact_url("redis://u:pw@h:1/0"), "redis://***@h:1/0");
+        assert_eq!(redact_url("redis://h/"), "redis://h/");
+    }
+
+    #[test]
+    fn signals_become_128_plus_n() {
+        use std::os::unix::process::ExitStatusExt as _;
+        assert_eq!(code_of_status(ExitStatus::from_raw(3 << 8)), 3);
+        assert_eq!(code_of_status(ExitStatus::from_raw(9)), 137);
+    }
+}

@@ -1,0 +1,158 @@
+//! `status`, `list` and `release --force`: looking at locks and removing one.
+
+use lock_core::Locker;
+
+use crate::cli::{ListArgs, ReleaseArgs, StatusArgs};
+use crate::exit::{Failure, SUCCESS};
+use crate::holder::{display_safe, Holder};
+use crate::output::{line, lock_json, or_dash, table, ttl_text};
+use crate::store::Target;
+
+/// `lockctl status NAME`: held or free, holder (label, app, host, pid), remaining TTL and
+/// fencing counter. Exits 0 either way.
+pub async fn status(target: &Target, args: &StatusArgs) -> Result<u8, Failure> {
+    let keys = target.keys(&args.name)?;
+    let locker = Locker::builder()
+        .url(target.url())
+        .prefix(target.prefix.as_str())
+        .command_timeout(target.timeout)
+        .build()
+        .map_err(|err| Failure::from_lock_error(&err, &target.shown_url))?;
+    let info = locker
+        .inspect(&args.name)
+        .await
+        .map_err(|err| Failure::from_lock_error(&err, &target.shown_url))?;
+    let (holder, remaining, fencing_counter) = match &info {
+        Some(info) => (info.holder.clone(), info.remaining, info.fencing_counter),
+        // inspect says nothing about a free lock; its counter still tells which token the
+        // next holder gets.
+        None => (
+            None,
+            None,
+            target.connect().await?.fencing_counter(&args.name).await?,
+        ),
+    };
+    let held = info.is_some();
+    if args.json {
+        let value = lock_json(
+            &args.name,
+            &keys.lock,
+            holder.as_deref(),
+            remaining,
+            fencing_counter,
+            held,
+        );
+        line(&value.to_string())?;
+        return Ok(SUCCESS);
+    }
+    let mut rows = vec![
+        ("lock", display_safe(&args.name).into_owned()),
+        ("key", display_safe(&keys.lock).into_owned()),
+        ("state", if held { "held" } else { "free" }.to_owned()),
+    ];
+    if held {
+        rows.push(("holder", or_dash(holder.as_deref())));
+        if let Some(parts) = holder.as_deref().map(Holder::parse) {
+            if let Some(app) = &parts.app {
+                rows.push(("app", display_safe(app).into_owned()));
+            }
+            if let (Some(host), Some(pid)) = (&parts.host, parts.pid) {
+                rows.push(("host", display_safe(host).into_owned()));
+                rows.push(("pid", pid.to_string()));
+            }
+        }
+        rows.push(("ttl left", ttl_text(remaining)));
+    }
+    rows.push((
+        "fencing",
+        fencing_counter.map_or_else(|| "none".to_owned(), |c| c.to_string()),
+    ));
+    for (label, value) in rows {
+        line(&format!("{label:<9} {value}"))?;
+    }
+    Ok(SUCCESS)
+}
+
+/// `lockctl list [--match PATTERN] [--json]`: every held lock, sorted by name.
+pub async fn list(target: &Target, args: &ListArgs) -> Result<u8, Failure> {
+    let mut store = target.connect().await?;
+    let listing = store.list(&args.pattern).await?;
+    if listing.foreign > 0 {
+        eprintln!(
+            "lockctl: skipped {} key(s) under {}{{..}} that hold something other than a lock",
+            listing.foreign,
+            display_safe(&target.prefix)
+        );
+    }
+    if args.json {
+        let locks: Vec<_> = listing
+            .locks
+            .iter()
+            .map(|l| {
+                lock_json(
+                    &l.name,
+                    &l.key,
+                    l.holder.as_deref(),
+                    l.remaining,
+                    l.fencing_counter,
+                    true,
+                )
+            })
+            .collect();
+        line(&serde_json::Value::Array(locks).to_string())?;
+        return Ok(SUCCESS);
+    }
+    if listing.locks.is_empty() {
+        line(&format!(
+            "no locks held matching {}{{{}}}",
+            display_safe(&target.prefix),
+            display_safe(&args.pattern)
+        ))?;
+        return Ok(SUCCESS);
+    }
+    let rows: Vec<Vec<String>> = listing
+        .locks
+        .iter()
+        .map(|l| {
+            vec![
+                display_safe(&l.name).into_owned(),
+                or_dash(l.holder.as_deref()),
+                ttl_text(l.remaining),
+                l.fencing_counter
+                    .map_or_else(|| "-".to_owned(), |c| c.to_string()),
+            ]
+        })
+        .collect();
+    for text in table(&["NAME", "HOLDER", "TTL", "FENCE"], &rows) {
+        line(&text)?;
+    }
+    Ok(SUCCESS)
+}
+
+/// `lockctl release NAME --force`: deletes the lock whoever holds it, wakes its waiters, and
+/// says whose lock it removed.
+pub async fn release(target: &Target, args: &ReleaseArgs) -> Result<u8, Failure> {
+    let name = display_safe(&args.name);
+    if !args.force {
+        return Err(Failure::usage(format!(
+            "refusing to remove lock `{name}` without --force: its holder is not told and may \
+             still be working; check `lockctl status {name}` first"
+        )));
+    }
+    target.keys(&args.name)?;
+    let mut store = target.connect().await?;
+    match store.force_release(&args.name).await? {
+        Some(removed) => {
+            let ttl = removed
+                .remaining
+                .map(|left| format!(", {} left", ttl_text(Some(left))))
+                .unwrap_or_default();
+            line(&format!(
+                "removed lock `{name}` held by {}{ttl}",
+                or_dash(removed.holder.as_deref())
+            ))?;
+        }
+        None => line(&format!("lock `{name}` is not held; nothing removed"))?,
+    }
+    Ok(SUCCESS)
+}

@@ -1,0 +1,263 @@
+//! `lockctl run`: a command that runs only while its lock is held, fleet-wide.
+//!
+//! 1. Take the lock (waiting up to `--wait`); busy gives `--conflict-exit-code` and a line
+//!    naming the holder. A signal while waiting ends lockctl with `128 + n`.
+//! 2. Start the command with the lock name, key and fencing token in its environment.
+//! 3. While it runs: forward SIGINT/SIGTERM/SIGHUP/SIGQUIT to it, and watch the lease. With
+//!    `--renew` lock-core extends the lease every ttl/3; without, the lease ends after
+//!    `--ttl`. When the lease is lost, `--on-lost kill` (default) sends SIGTERM and, after
+//!    `--kill-after`, SIGKILL; `--on-lost ignore` only says so.
+//! 4. When it exits: release the lock (compare-and-delete: never someone else's), and exit
+//!    with its status, `128 + n` if it died of signal `n`, or `--lost-exit-code` if the
+//!    lease was lost under it (with `--on-lost kill`).
+
+use std::ffi::OsString;
+use std::path::Path;
+use std::process::{ExitStatus, Stdio};
+
+use lock_core::{Lease, Locker};
+use tokio::process::{Child, Command};
+use tokio::time::Instant;
+
+use crate::cli::{OnLost, RunArgs};
+use crate::duration::format_duration;
+use crate::exit::{code_of_status, Failure, CANNOT_EXECUTE, NOT_FOUND, SIGNAL_BASE};
+use crate::holder::display_safe;
+use crate::signals::{self, Signals};
+use crate::store::Target;
+
+/// Runs `lockctl run`; the result is the exit code.
+pub async fn run(target: &Target, args: RunArgs) -> Result<u8, Failure> {
+    let Some((program, program_args)) = args.command.split_first() else {
+        return Err(Failure::usage(
+            "no command given; usage: lockctl run --key NAME -- COMMAND [ARGS...]",
+        ));
+    };
+    let command = command_name(program);
+    let app = args
+        .app_name
+        .clone()
+        .unwrap_or_else(|| format!("lockctl/{command}"));
+    let locker = Locker::builder()
+        .url(target.url())
+        .prefix(target.prefix.as_str())
+        .command_timeout(target.timeout)
+        .app_name(app)
+        .build()
+        .map_err(|err| Failure::from_lock_error(&err, &target.shown_url))?;
+
+    // Before waiting: a SIGTERM from a supervisor while queued for the lock must end lockctl
+    // cleanly, not leave a half-made acquisition.
+    let mut signals = Signals::install()?;
+    let lease = acquire(&locker, target, &args, &mut signals).await?;
+
+    let mut child = match spawn(program, program_args, &args, &lease) {
+        Ok(child) => child,
+        Err(failure) => {
+            release_quietly(lease).await;
+            return Err(failure);
+        }
+    };
+    let supervised = supervise(&mut child, &lease, &args, &command, &mut signals).await;
+    let status = match supervised {
+        Ok(outcome) => outcome,
+        Err(failure) => {
+            // Cannot tell how the command ended: do not leave it running without its lock.
+            let _ = child.start_kill();
+            let _ = child.wait().await;
+            release_quietly(lease).await;
+            return Err(failure);
+        }
+    };
+    let mut lost = status.lost;
+    let name = display_safe(&args.key).into_owned();
+    match lease.release().await {
+        Ok(true) => {}
+        Ok(false) if !lost => {
+            lost = true;
+            eprintln!(
+                "lockctl: lock `{name}` was no longer held when `{command}` exited (it expired or \
+                 was removed): another holder may have run at the same time"
+            );
+        }
+        Ok(false) => {}
+        Err(err) => eprintln!(
+            "lockctl: could not release lock `{name}` ({}); it frees itself within {}",
+            Failure::from_lock_error(&err, &target.shown_url),
+            format_duration(args.ttl)
+        ),
+    }
+    if lost && args.on_lost == OnLost::Kill {
+        return Ok(args.lost_exit_code);
+    }
+    Ok(code_of_status(status.exit))
+}
+
+/// Takes the lock, or says why not.
+async fn acquire(
+    locker: &Locker,
+    target: &Target,
+    args: &RunArgs,
+    signals: &mut Signals,
+) -> Result<Lease, Failure> {
+    let mut request = locker.lock(args.key.as_str()).ttl(args.ttl).wait(args.wait);
+    if args.renew {
+        request = request.auto_renew();
+    }
+    if args.fencing {
+        request = request.fencing();
+    }
+    let result = tokio::select! {
+        result = request => result,
+        caught = signals.recv() => {
+            // Dropping the request abandons it; lock-core cleans up what it may have taken.
+            return Err(Failure::new(
+                SIGNAL_BASE.saturating_add(caught.number()),
+                format!(
+                    "got {} while waiting for lock `{}`; the command was not run",
+                    caught.name(),
+                    display_safe(&args.key)
+                ),
+            ));
+        }
+    };
+    result.map_err(|err| {
+        let mut failure = Failure::from_lock_error(&err, &target.shown_url);
+        if err.is_contention() {
+            failure.code = args.conflict_exit_code;
+        }
+        failure
+    })
+}
+
+fn spawn(
+    program: &OsString,
+    program_args: &[OsString],
+    args: &RunArgs,
+    lease: &Lease,
+) -> Result<Child, Failure> {
+    let mut command = Command::new(program);
+    command
+        .args(program_args)
+        .env("LOCKCTL_LOCK", &args.key)
+        .env("LOCKCTL_KEY", lease.key())
+        .stdin(Stdio::inherit())
+        .stdout(Stdio::inherit())
+        .stderr(Stdio::inherit())
+        // Should lockctl fail before the command ends, the command must not run on without
+        // its lock.
+        .kill_on_drop(true);
+    match lease.fencing_token() {
+        Some(token) => command.env("LOCKCTL_FENCING_TOKEN", token.to_string()),
+        None => command.env_remove("LOCKCTL_FENCING_TOKEN"),
+    };
+    command.spawn().map_err(|err| {
+        let code = if err.kind() == std::io::ErrorKind::NotFound {
+            NOT_FOUND
+        } else {
+            CANNOT_EXECUTE
+        };
+        Failure::new(
+            code,
+            format!("cannot run `{}`: {err}", program.to_string_lossy()),
+        )
+    })
+}
+
+/// How the command ended, and whether the lease was lost while it ran.
+struct Outcome {
+    exit: ExitStatus,
+    lost: bool,
+}
+
+/// Waits for the command, forwarding signals and acting on a lost lease.
+async fn supervise(
+    child: &mut Child,
+    lease: &Lease,
+    args: &RunArgs,
+    command: &str,
+    signals: &mut Signals,
+) -> Result<Outcome, Failure> {
+    let pid = child.id();
+    let handle = lease.handle();
+    let name = display_safe(&args.key).into_owned();
+    let mut lost = false;
+    let mut kill_at: Option<Instant> = None;
+    loop {
+        tokio::select! {
+            exit = child.wait() => {
+                let exit = exit.map_err(|err| {
+                    Failure::internal(format!("cannot wait for `{command}`: {err}"))
+                })?;
+                return Ok(Outcome { exit, lost });
+            }
+            caught = signals.recv() => signals::forward(pid, caught),
+            () = handle.lost(), if !lost => {
+                lost = true;
+                let why = if args.renew {
+                    "it could not be renewed: it was removed, or Redis was unreachable for a whole TTL".to_owned()
+                } else {
+                    format!(
+                        "the command outlived --ttl {} (use --renew to keep the lock while it runs)",
+                        format_duration(args.ttl)
+                    )
+                };
+                match args.on_lost {
+                    OnLost::Kill if args.kill_after.is_zero() => {
+                        eprintln!("lockctl: lost lock `{name}` while `{command}` was running ({why}); killing it");
+                        let _ = child.start_kill();
+                    }
+                    OnLost::Kill => {
+                        eprintln!(
+                            "lockctl: lost lock `{name}` while `{command}` was running ({why}); \
+                             stopping it (SIGTERM, SIGKILL in {})",
+                            format_duration(args.kill_after)
+                        );
+                        signals::terminate(pid);
+                        kill_at = Some(Instant::now() + args.kill_after);
+                    }
+                    OnLost::Ignore => eprintln!(
+                        "lockctl: lost lock `{name}` while `{command}` was running ({why}); \
+                         letting it finish (--on-lost ignore)"
+                    ),
+                }
+            }
+            () = sleep_until(kill_at), if kill_at.is_some() => {
+                kill_at = None;
+                let _ = child.start_kill();
+            }
+        }
+    }
+}
+
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Gives the lock back after a failure that is reported on its own.
+async fn release_quietly(lease: Lease) {
+    let _ = lease.release().await;
+}
+
+/// `backup.sh` for `/opt/jobs/backup.sh`: what goes into the holder label.
+fn command_name(program: &OsString) -> String {
+    let path = Path::new(program);
+    path.file_name()
+        .unwrap_or(program.as_os_str())
+        .to_string_lossy()
+        .into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn command_names_drop_the_directory() {
+        assert_eq!(command_name(&"/opt/jobs/backup.sh".into()), "backup.sh");
+        assert_eq!(command_name(&"sleep".into()), "sleep");
+    }
+}

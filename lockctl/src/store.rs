@@ -1,0 +1,412 @@
+//! What lockctl asks Redis directly, where lock-core has no API: listing locks with SCAN,
+//! reading a lock's raw state, deleting a lock whoever holds it, and the release channel.
+//!
+//! The key layout is lock-core's: a lock named `N` is `<prefix>{N}` holding
+//! `<token>[:<label>]` with a PX TTL, its fencing counter is `<prefix>{N}:fence`, and releases
+//! are published on `<prefix>{N}:released`.
+
+use std::time::Duration;
+
+use lock_core::MAX_NAME_LEN;
+use redis::aio::MultiplexedConnection;
+use redis::{AsyncConnectionConfig, Client, Value};
+
+use crate::exit::{redact_url, Failure};
+use crate::holder::{display_safe, split_value};
+
+/// What `release --force` publishes on the release channel. lock-core's waiters wake on any
+/// message; `watch` tells it apart from an ordinary `released`.
+pub const FORCED_MESSAGE: &str = "forced";
+
+/// Keys looked at per SCAN call.
+const SCAN_COUNT: usize = 500;
+
+/// How often `release --force` retries when the lock changes hands under it.
+const FORCE_ATTEMPTS: usize = 10;
+
+/// Where lockctl talks to Redis, and how the lock keys are named there.
+#[derive(Debug, Clone)]
+pub struct Target {
+    /// The URL as given (may hold a password: never print it, use `shown_url`).
+    url: String,
+    /// The URL with any password replaced.
+    pub shown_url: String,
+    /// The key prefix.
+    pub prefix: String,
+    /// Connect and per-command deadline.
+    pub timeout: Duration,
+}
+
+impl Target {
+    /// Checks the URL (without connecting) and keeps the settings.
+    pub fn new(url: &str, prefix: &str, timeout: Duration) -> Result<Target, Failure> {
+        let shown_url = redact_url(url);
+        Client::open(url)
+            .map_err(|err| Failure::usage(format!("invalid Redis URL {shown_url:?}: {err}")))?;
+        if timeout.is_zero() {
+            return Err(Failure::usage("--timeout must be above zero"));
+        }
+        Ok(Target {
+            url: url.to_owned(),
+            shown_url,
+            prefix: prefix.to_owned(),
+            timeout,
+        })
+    }
+
+    /// The URL to hand to lock-core.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The Redis keys of lock `name`, after checking the name as lock-core does.
+    pub fn keys(&self, name: &str) -> Result<LockKeys, Failure> {
+        check_name(name)?;
+        let lock = format!("{}{{{name}}}", self.prefix);
+        Ok(LockKeys {
+            fence: format!("{lock}:fence"),
+            channel: format!("{lock}:released"),
+            lock,
+        })
+    }
+
+    /// A client for this target.
+    pub fn client(&self) -> Result<Client, Failure> {
+        Client::open(self.url.as_str())
+            .map_err(|err| Failure::usage(format!("invalid Redis URL {:?}: {err}", self.shown_url)))
+    }
+
+    /// Opens a connection whose every command answers within the timeout or fails.
+    pub async fn connect(&self) -> Result<Store, Failure> {
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(self.timeout))
+            .set_response_timeout(Some(self.timeout));
+        let client = self.client()?;
+        let connecting = client.get_multiplexed_async_connection_with_config(&config);
+        let conn = match tokio::time::timeout(self.timeout, connecting).await {
+            Ok(Ok(conn)) => conn,
+            Ok(Err(err)) => return Err(Failure::from_redis(&err, &self.shown_url)),
+            Err(_) => {
+                return Err(Failure::unavailable(format!(
+                    "cannot reach Redis at {}: no answer within {:?}",
+                    self.shown_url, self.timeout
+                )))
+            }
+        };
+        Ok(Store {
+            conn,
+            target: self.clone(),
+        })
+    }
+}
+
+/// The keys of one lock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockKeys {
+    /// `<prefix>{<name>}`
+    pub lock: String,
+    /// `<prefix>{<name>}:fence`
+    pub fence: String,
+    /// `<prefix>{<name>}:released`
+    pub channel: String,
+}
+
+/// The state of one held lock, as read from Redis.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldLock {
+    /// The lock name.
+    pub name: String,
+    /// The Redis key.
+    pub key: String,
+    /// The holder label, when one was stored.
+    pub holder: Option<String>,
+    /// Remaining TTL; `None` when the key has none (not written by lock-core).
+    pub remaining: Option<Duration>,
+    /// The fencing counter, when the lock ever drew a fencing token.
+    pub fencing_counter: Option<u64>,
+}
+
+/// What one listing found.
+#[derive(Debug, Default)]
+pub struct Listing {
+    /// Held locks, sorted by name.
+    pub locks: Vec<HeldLock>,
+    /// Keys that look like locks but hold something else than a string.
+    pub foreign: usize,
+}
+
+/// An open connection to the target.
+#[derive(Debug)]
+pub struct Store {
+    conn: MultiplexedConnection,
+    target: Target,
+}
+
+impl Store {
+    /// The target this store talks to.
+    pub fn target(&self) -> &Target {
+        &self.target
+    }
+
+    fn fail(&self, err: &redis::RedisError) -> Failure {
+        Failure::from_redis(err, &self.target.shown_url)
+    }
+
+    /// The fencing counter of `name` (`None` if it never drew a fencing token).
+    pub async fn fencing_counter(&mut self, name: &str) -> Result<Option<u64>, Failure> {
+        let keys = self.target.keys(name)?;
+        let counter: Option<String> = redis::cmd("GET")
+            .arg(&keys.fence)
+            .query_async(&mut self.conn)
+            .await
+            .map_err(|err| self.fail(&err))?;
+        Ok(counter.and_then(|c| c.parse().ok()))
+    }
+
+    /// The raw value and remaining TTL of the lock key: `None` when it does not exist.
+    /// A key holding a non-string value is an error.
+    pub async fn peek(
+        &mut self,
+        keys: &LockKeys,
+    ) -> Result<Option<(String, Option<Duration>)>, Failure> {
+        let (value, pttl): (Option<Vec<u8>>, i64) = redis::pipe()
+            .cmd("GET")
+            .arg(&keys.lock)
+            .cmd("PTTL")
+            .arg(&keys.lock)
+            .query_async(&mut self.conn)
+            .await
+            .map_err(|err| self.not_a_lock(&keys.lock, &err))?;
+        Ok(value.map(|v| (String::from_utf8_lossy(&v).into_owned(), ttl_of(pttl))))
+    }
+
+    fn not_a_lock(&self, key: &str, err: &redis::RedisError) -> Failure {
+        if err.code() == Some("WRONGTYPE") {
+            Failure::internal(format!(
+                "key {:?} holds a non-string value: it is not a lock (another part of the system writes to it)",
+                display_safe(key)
+            ))
+        } else {
+            self.fail(err)
+        }
+    }
+
+    /// All held locks whose name matches the glob `pattern`, walking the keyspace with SCAN.
+    pub async fn list(&mut self, pattern: &str) -> Result<Listing, Failure> {
+        let lead = format!("{}{{", self.target.prefix);
+        let scan_pattern = format!("{}{pattern}}}", glob_escape(&lead));
+        let mut listing = Listing::default();
+        let mut cursor: u64 = 0;
+        loop {
+            let (next, keys): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(&scan_pattern)
+                .arg("COUNT")
+                .arg(SCAN_COUNT)
+                .query_async(&mut self.conn)
+                .await
+                .map_err(|err| self.fail(&err))?;
+            let names: Vec<(String, String)> = keys
+                .iter()
+                .filter_map(|key| {
+                    let key = std::str::from_utf8(key).ok()?;
+                    let name = key.strip_prefix(lead.as_str())?.strip_suffix('}')?;
+                    Some((name.to_owned(), key.to_owned()))
+                })
+                .collect();
+            self.read_page(names, &mut listing).await?;
+            cursor = next;
+            if cursor == 0 {
+                break;
+            }
+        }
+        listing.locks.sort_by(|a, b| a.name.cmp(&b.name));
+        // SCAN may return a key more than once.
+        listing.locks.dedup_by(|a, b| a.key == b.key);
+        Ok(listing)
+    }
+
+    /// Reads value, TTL and fencing counter of one SCAN page in one round trip.
+    async fn read_page(
+        &mut self,
+        names: Vec<(String, String)>,
+        listing: &mut Listing,
+    ) -> Result<(), Failure> {
+        if names.is_empty() {
+            return Ok(());
+        }
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        for (_, key) in &names {
+            pipe.cmd("GET").arg(key);
+            pipe.cmd("PTTL").arg(key);
+            pipe.cmd("GET").arg(format!("{key}:fence"));
+        }
+        let replies: Vec<redis::RedisResult<Value>> = pipe
+            .query_async(&mut self.conn)
+            .await
+            .map_err(|err| self.fail(&err))?;
+        let mut replies = replies.into_iter();
+        for (name, key) in names {
+            let (Some(value), Some(pttl), Some(fence)) =
+                (replies.next(), replies.next(), replies.next())
+            else {
+                return Err(Failure::internal("Redis sent fewer replies than commands"));
+            };
+            let value = match value {
+                Ok(Value::BulkString(bytes)) => String::from_utf8_lossy(&bytes).into_owned(),
+                // Released between SCAN and GET.
+                Ok(Value::Nil) => continue,
+                Err(err) if err.code() == Some("WRONGTYPE") => {
+                    listing.foreign += 1;
+                    continue;
+                }
+                Err(err) => return Err(self.fail(&err)),
+                Ok(other) => {
+                    return Err(Failure::internal(format!(
+                        "unexpected reply to GET {key:?}: {other:?}"
+                    )))
+                }
+            };
+            let remaining = match pttl {
+                Ok(Value::Int(-2)) => continue,
+                Ok(Value::Int(ms)) => ttl_of(ms),
+                _ => None,
+            };
+            let fencing_counter = match fence {
+                Ok(Value::BulkString(bytes)) => std::str::from_utf8(&bytes)
+                    .ok()
+                    .and_then(|s| s.parse().ok()),
+                _ => None,
+            };
+            let (_, holder) = split_value(&value);
+            listing.locks.push(HeldLock {
+                holder: holder.map(str::to_owned),
+                name,
+                key,
+                remaining,
+                fencing_counter,
+            });
+        }
+        Ok(())
+    }
+
+    /// Deletes lock `name` whoever holds it, tells its waiters, and returns what it held
+    /// (`None` if it was free). Atomic: WATCH the key, read it, then DEL and PUBLISH in one
+    /// MULTI/EXEC, retried if the lock changed hands in between, so the holder reported is
+    /// the one removed. Needs no scripting.
+    pub async fn force_release(&mut self, name: &str) -> Result<Option<HeldLock>, Failure> {
+        let keys = self.target.keys(name)?;
+        for _ in 0..FORCE_ATTEMPTS {
+            redis::cmd("WATCH")
+                .arg(&keys.lock)
+                .query_async::<()>(&mut self.conn)
+                .await
+                .map_err(|err| self.fail(&err))?;
+            let peeked = match self.peek(&keys).await {
+                Ok(peeked) => peeked,
+                Err(failure) => {
+                    self.unwatch().await;
+                    return Err(failure);
+                }
+            };
+            let Some((value, remaining)) = peeked else {
+                self.unwatch().await;
+                return Ok(None);
+            };
+            let done: Option<(i64, i64)> = redis::pipe()
+                .atomic()
+                .cmd("DEL")
+                .arg(&keys.lock)
+                .cmd("PUBLISH")
+                .arg(&keys.channel)
+                .arg(FORCED_MESSAGE)
+                .query_async(&mut self.conn)
+                .await
+                .map_err(|err| self.fail(&err))?;
+            if done.is_some() {
+                let (_, holder) = split_value(&value);
+                return Ok(Some(HeldLock {
+                    name: name.to_owned(),
+                    key: keys.lock,
+                    holder: holder.map(str::to_owned),
+                    remaining,
+                    fencing_counter: None,
+                }));
+            }
+            // The lock changed between the read and EXEC: look again.
+        }
+        Err(Failure::internal(format!(
+            "lock `{}` changed hands {FORCE_ATTEMPTS} times while being removed; try again",
+            display_safe(name)
+        )))
+    }
+
+    async fn unwatch(&mut self) {
+        // Best effort: the connection is closed right after anyway.
+        let _ = redis::cmd("UNWATCH")
+            .query_async::<()>(&mut self.conn)
+            .await;
+    }
+}
+
+/// A PTTL reply as a remaining TTL: `None` for "no TTL" (-1) or "no key" (-2).
+fn ttl_of(pttl: i64) -> Option<Duration> {
+    u64::try_from(pttl).ok().map(Duration::from_millis)
+}
+
+/// Refuses names lock-core would refuse, before anything is sent.
+fn check_name(name: &str) -> Result<(), Failure> {
+    if name.is_empty() {
+        return Err(Failure::usage("invalid lock name \"\": it is empty"));
+    }
+    if name.len() > MAX_NAME_LEN {
+        return Err(Failure::usage(format!(
+            "invalid lock name: it is {} bytes long, the limit is {MAX_NAME_LEN}",
+            name.len()
+        )));
+    }
+    Ok(())
+}
+
+/// Escapes the glob metacharacters of a literal (the prefix), so only the user's pattern
+/// matches anything.
+fn glob_escape(literal: &str) -> String {
+    let mut out = String::with_capacity(literal.len());
+    for c in literal.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\' | '^' | '-') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_follow_lock_core_layout() {
+        let target = Target::new("redis://127.0.0.1/", "lock:", Duration::from_secs(1)).unwrap();
+        let keys = target.keys("a b ü").unwrap();
+        assert_eq!(keys.lock, "lock:{a b ü}");
+        assert_eq!(keys.fence, "lock:{a b ü}:fence");
+        assert_eq!(keys.channel, "lock:{a b ü}:released");
+        assert!(target.keys("").is_err());
+        assert!(target.keys(&"x".repeat(MAX_NAME_LEN + 1)).is_err());
+    }
+
+    #[test]
+    fn bad_urls_are_usage_errors_without_password() {
+        let err = Target::new("http://u:secret@x/", "lock:", Duration::from_secs(1)).unwrap_err();
+        assert_eq!(err.code, crate::exit::USAGE);
+        assert!(!err.message.contains("secret"), "{}", err.message);
+    }
+
+    #[test]
+    fn prefix_metacharacters_are_escaped() {
+        assert_eq!(glob_escape("a*[b]:{"), "a\\*\\[b\\]:{");
+    }
+}
