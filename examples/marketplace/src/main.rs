@@ -44,9 +44,10 @@ struct Cli {
     #[arg(long, default_value_t = 1000)]
     users: u64,
 
-    /// Items each user starts with.
-    #[arg(long, default_value_t = 100)]
-    items_per_user: u64,
+    /// Items each user starts with (default: 100, or 20 per second of a row when that is
+    /// more, so that five listers do not run out of stock before the row ends).
+    #[arg(long)]
+    items_per_user: Option<u64>,
 
     /// Funds each user starts with.
     #[arg(long, default_value_t = 1_000_000_000)]
@@ -159,7 +160,7 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
         seconds_per_row: cli.seconds,
         seed: Seed {
             users: cli.users,
-            items_per_user: cli.items_per_user,
+            items_per_user: items_per_user(&cli),
             funds: cli.funds,
         },
         rows: outcome?,
@@ -180,6 +181,12 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
     Ok(report.passed())
 }
 
+/// Stock per user: the flag, or enough for the row's length.
+fn items_per_user(cli: &Cli) -> u64 {
+    cli.items_per_user
+        .unwrap_or_else(|| 100.max((cli.seconds * 20.0).ceil() as u64))
+}
+
 fn plan(cli: &Cli) -> Vec<RowConfig> {
     let configs: Vec<(usize, usize)> = match (cli.listers, cli.buyers) {
         (None, None) => BOOK_CONFIGS.to_vec(),
@@ -187,7 +194,7 @@ fn plan(cli: &Cli) -> Vec<RowConfig> {
     };
     let seed = Seed {
         users: cli.users,
-        items_per_user: cli.items_per_user,
+        items_per_user: items_per_user(&cli),
         funds: cli.funds,
     };
     let mut rows = Vec::new();
@@ -248,19 +255,22 @@ async fn run_rows(
             }
         };
         if !cli.json {
-            bar.println(format!(
-                "{label}: {} listed, {} bought, {} retries, avg wait {:.2} ms, {:.0} ops/s{}",
-                result.listed,
-                result.bought,
-                result.purchase_retries,
-                result.wait.mean_ms,
-                result.ops_per_sec,
-                if result.passed() {
-                    ""
-                } else {
-                    "  CHECKS FAILED"
-                }
-            ));
+            // suspend, not println: println prints nothing when the bar is hidden.
+            bar.suspend(|| {
+                eprintln!(
+                    "{label}: {} listed, {} bought, {} retries, avg wait {:.2} ms, {:.0} ops/s{}",
+                    result.listed,
+                    result.bought,
+                    result.purchase_retries,
+                    result.wait.mean_ms,
+                    result.ops_per_sec,
+                    if result.passed() {
+                        ""
+                    } else {
+                        "  CHECKS FAILED"
+                    }
+                )
+            });
         }
         results.push(ReportRow::new(label, result));
     }

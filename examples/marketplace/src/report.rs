@@ -176,6 +176,20 @@ impl Report {
                 millis((r.wait.mean_ms - held).max(0.0)),
             );
         }
+        for row in &self.rows {
+            let r = &row.result;
+            // A lister that keeps finding empty inventories means the market holds nearly
+            // every item: the row measured a shortage, not the protocol.
+            if r.empty_picks > r.listed / 10 && r.empty_picks > 0 {
+                let _ = writeln!(
+                    out,
+                    "{}: listers found {} empty inventories (the market held nearly every item); \
+                     raise --items-per-user for this row.",
+                    row.label,
+                    thousands(r.empty_picks)
+                );
+            }
+        }
         let failed: Vec<&ReportRow> = self.rows.iter().filter(|r| !r.result.passed()).collect();
         if failed.is_empty() {
             let _ = writeln!(
@@ -250,6 +264,98 @@ fn trim_float(x: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::checks::CheckReport;
+    use crate::sim::WaitStats;
+
+    fn result(mode: Mode, listers: usize, buyers: usize, ops: f64) -> RowResult {
+        RowResult {
+            mode,
+            listers,
+            buyers,
+            seconds: 5.0,
+            listed: (ops * 2.5) as u64,
+            bought: (ops * 2.5) as u64,
+            purchases: 100,
+            purchase_retries: 0,
+            list_retries: 0,
+            not_listed: 0,
+            insufficient_funds: 0,
+            gave_up: 0,
+            lock_timeouts: 0,
+            empty_picks: 0,
+            empty_market: 0,
+            errors: 0,
+            first_error: None,
+            wait: WaitStats {
+                count: 100,
+                mean_ms: 0.4,
+                p50_ms: 0.3,
+                p99_ms: 1.0,
+                max_ms: 2.0,
+            },
+            ops_per_sec: ops,
+            rtt_us: 20.0,
+            held_ms: (mode != Mode::Watch).then_some(0.2),
+            checks: CheckReport::default(),
+        }
+    }
+
+    #[test]
+    fn rows_are_compared_with_the_book() {
+        let best = ReportRow::new("5/5 item".into(), result(Mode::Item, 5, 5, 7666.7));
+        assert!((best.ops_vs_book.unwrap() - 2.0).abs() < 0.01);
+        assert!((best.ops_vs_book_best.unwrap() - 2.0).abs() < 0.01);
+        assert!((best.lock_share.unwrap() - 0.5).abs() < 1e-9);
+        let no_book = ReportRow::new("1/1 item".into(), result(Mode::Item, 1, 1, 100.0));
+        assert!(no_book.book.is_none() && no_book.ops_vs_book.is_none());
+        assert!(no_book.ops_vs_book_best.is_some());
+        let watch = ReportRow::new("1/1 watch".into(), result(Mode::Watch, 1, 1, 100.0));
+        assert_eq!(
+            watch.book.map(|b| b.retries.map(|r| r.text)),
+            Some(Some("80,000"))
+        );
+        assert!(watch.lock_share.is_none() && watch.ops_vs_book_best.is_none());
+
+        let report = Report {
+            redis: "redis://x/".into(),
+            seconds_per_row: 5.0,
+            seed: Seed {
+                users: 10,
+                items_per_user: 10,
+                funds: 10,
+            },
+            rows: vec![watch, no_book, best],
+        };
+        assert!(report.passed());
+        let table = report.to_table();
+        assert!(table.contains("80,000"), "{table}");
+        assert!(table.contains("220,000-230,000"), "{table}");
+        assert!(table.contains("Checks passed on all 3 rows"), "{table}");
+        let json: serde_json::Value = serde_json::from_str(&report.to_json().unwrap()).unwrap();
+        assert_eq!(json["rows"][2]["mode"], "item");
+        assert_eq!(json["rows"][2]["book"]["avg_wait_ms"]["text"], "<3ms");
+    }
+
+    #[test]
+    fn failures_are_spelled_out() {
+        let mut broken = result(Mode::Market, 5, 5, 100.0);
+        broken.checks.violations = 1;
+        broken.checks.details.push("item 3 is in 2 places".into());
+        let report = Report {
+            redis: "redis://x/".into(),
+            seconds_per_row: 1.0,
+            seed: Seed {
+                users: 10,
+                items_per_user: 10,
+                funds: 10,
+            },
+            rows: vec![ReportRow::new("5/5 market".into(), broken)],
+        };
+        assert!(!report.passed());
+        let table = report.to_table();
+        assert!(table.contains("FAILED 5/5 market"), "{table}");
+        assert!(table.contains("item 3 is in 2 places"), "{table}");
+    }
 
     #[test]
     fn numbers_read_like_the_book() {

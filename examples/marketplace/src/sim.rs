@@ -11,9 +11,11 @@
 //!   items keep spreading over all users and the listers never run dry.
 //!
 //! Each task is one "process" of the book: it has its own Redis connection for the data
-//! (`WATCH` needs one). All tasks of a row share one [`Locker`], the way an application
-//! shares one locker between its tasks; its lock commands travel on one multiplexed
-//! connection.
+//! (`WATCH` needs one). By default all tasks of a row share one [`Locker`], the way an
+//! application shares one locker between its tasks (its lock commands then travel on one
+//! multiplexed connection); [`RowConfig::locker_per_task`] gives each task its own, as
+//! separate processes would have. On a 2-core machine the two measure the same within
+//! noise.
 //!
 //! The wait of a purchase is the time from the start of the `purchase_item` call to its
 //! end: retries and lock waits included, the pick of the item excluded. Afterwards
