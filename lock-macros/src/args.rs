@@ -1,5 +1,5 @@
 //! The attribute's arguments: `key = "..", ttl = "..", wait = "..", locker = <expr>,
-//! crate = ".."`, parsed into one typed [`Args`].
+//! renew = <bool>, on_lost = "..", crate = ".."`, parsed into one typed [`Args`].
 //!
 //! Parsing goes on past a bad argument so that every independent problem is reported in one
 //! compile; only a syntax error (a missing `=` or `,`) stops it.
@@ -23,10 +23,22 @@ mod kw {
     syn::custom_keyword!(ttl);
     syn::custom_keyword!(wait);
     syn::custom_keyword!(locker);
+    syn::custom_keyword!(renew);
+    syn::custom_keyword!(on_lost);
 }
 
-const NAMES: [&str; 5] = ["key", "ttl", "wait", "locker", "crate"];
-const VALID: &str = "valid arguments are `key`, `ttl`, `wait`, `locker` and `crate`";
+const NAMES: [&str; 7] = ["key", "ttl", "wait", "locker", "renew", "on_lost", "crate"];
+const VALID: &str =
+    "valid arguments are `key`, `ttl`, `wait`, `locker`, `renew`, `on_lost` and `crate`";
+
+/// What the body does when its lease is lost while it runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum OnLost {
+    /// Keep running; the function returns `Err(LockError::Lost)` when the body is done.
+    Continue,
+    /// Drop the body at its next `.await` and return `Err(LockError::Lost)` at once.
+    Cancel,
+}
 
 /// Validated arguments. Durations are already in range.
 #[derive(Debug)]
@@ -35,6 +47,9 @@ pub(crate) struct Args {
     pub ttl: Option<Duration>,
     pub wait: Option<Duration>,
     pub locker: Option<Expr>,
+    /// `renew = false` turns auto-renewal off (it is on by default).
+    pub renew: Option<bool>,
+    pub on_lost: Option<OnLost>,
     /// `crate = ".."`: the path generated code uses instead of `::lock_core`.
     pub krate: Option<Path>,
 }
@@ -48,6 +63,8 @@ struct Partial<'a> {
     ttl: Option<Duration>,
     wait: Option<Duration>,
     locker: Option<Expr>,
+    renew: Option<bool>,
+    on_lost: Option<OnLost>,
     krate: Option<Path>,
     /// Names already given, to reject duplicates even when the first value was wrong.
     seen: Vec<String>,
@@ -99,6 +116,8 @@ impl Args {
                 ttl: partial.ttl,
                 wait: partial.wait,
                 locker: partial.locker,
+                renew: partial.renew,
+                on_lost: partial.on_lost,
                 krate: partial.krate,
             }),
         }
@@ -128,6 +147,10 @@ fn argument_name(input: ParseStream<'_>) -> syn::Result<Ident> {
         Ident::new("wait", input.parse::<kw::wait>()?.span)
     } else if input.peek(kw::locker) {
         Ident::new("locker", input.parse::<kw::locker>()?.span)
+    } else if input.peek(kw::renew) {
+        Ident::new("renew", input.parse::<kw::renew>()?.span)
+    } else if input.peek(kw::on_lost) {
+        Ident::new("on_lost", input.parse::<kw::on_lost>()?.span)
     } else if input.peek(Token![crate]) {
         Ident::new("crate", input.parse::<Token![crate]>()?.span)
     } else if input.peek(Ident::peek_any) {
@@ -176,6 +199,20 @@ impl Partial<'_> {
             "ttl" => self.ttl = Some(duration_value(&value, "ttl", duration::ttl)?),
             "wait" => self.wait = Some(duration_value(&value, "wait", duration::wait)?),
             "locker" => self.locker = Some(value),
+            "renew" => self.renew = Some(bool_literal(&value)?),
+            "on_lost" => {
+                let lit = string_literal(&value, "on_lost")?;
+                self.on_lost = Some(match lit.value().as_str() {
+                    "cancel" => OnLost::Cancel,
+                    "continue" => OnLost::Continue,
+                    other => {
+                        return Err(syn::Error::new(
+                            lit.span(),
+                            format!("unknown `on_lost` policy {other:?}: write `on_lost = \"cancel\"` (stop the body as soon as the lease is lost) or `on_lost = \"continue\"` (the default: finish, then return `Err(LockError::Lost)`)"),
+                        ))
+                    }
+                });
+            }
             "crate" => {
                 let lit = string_literal(&value, "crate")?;
                 let path = lit.parse::<Path>().map_err(|_| {
@@ -202,6 +239,8 @@ fn example(name: &str) -> &'static str {
         "ttl" => "ttl = \"10s\"",
         "wait" => "wait = \"5s\"",
         "locker" => "locker = self.locker",
+        "renew" => "renew = false",
+        "on_lost" => "on_lost = \"cancel\"",
         "crate" => "crate = \"my_locks\"",
         _ => VALID,
     }
@@ -222,6 +261,21 @@ fn string_literal(value: &Expr, name: &str) -> syn::Result<LitStr> {
     Err(syn::Error::new(
         value.span(),
         format!("`{name}` takes {why}: {}", example(name)),
+    ))
+}
+
+/// The value of `renew`: `true` or `false`.
+fn bool_literal(value: &Expr) -> syn::Result<bool> {
+    if let Expr::Lit(ExprLit {
+        lit: Lit::Bool(lit),
+        ..
+    }) = value
+    {
+        return Ok(lit.value);
+    }
+    Err(syn::Error::new(
+        value.span(),
+        "`renew` takes `true` or `false` (without quotes): `renew = false` turns auto-renewal off",
     ))
 }
 
@@ -277,6 +331,20 @@ mod tests {
         assert_eq!(args.wait, Some(Duration::from_secs(90)));
         assert!(args.locker.is_some());
         assert!(args.krate.unwrap().is_ident("renamed"));
+        let args = parse(quote!(key = "a", renew = false, on_lost = "cancel")).unwrap();
+        assert_eq!(args.renew, Some(false));
+        assert_eq!(args.on_lost, Some(OnLost::Cancel));
+    }
+
+    #[test]
+    fn renew_and_on_lost_values_are_checked() {
+        assert!(messages(quote!(key = "a", renew = "false"))[0]
+            .contains("`renew` takes `true` or `false`"));
+        assert!(
+            messages(quote!(key = "a", on_lost = "abort"))[0].contains("unknown `on_lost` policy")
+        );
+        assert!(messages(quote!(key = "a", on_lost = cancel))[0]
+            .contains("`on_lost` takes a string literal"));
     }
 
     #[test]

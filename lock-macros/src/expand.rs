@@ -113,6 +113,12 @@ fn generate(args: &Args, function: ItemFn) -> TokenStream {
         let millis = Literal::u64_unsuffixed(millis(wait));
         spec = quote!(#spec.wait(#private::Duration::from_millis(#millis)));
     }
+    if let Some(renew) = args.renew {
+        spec = quote!(#spec.renew(#renew));
+    }
+    if args.on_lost == Some(crate::args::OnLost::Cancel) {
+        spec = quote!(#spec.cancel_on_lost(true));
+    }
 
     let edge = return_edge(&sig.output);
     // Call and `.await` both spanned on the return type: each checks `E: From<LockError>`,

@@ -300,3 +300,51 @@ async fn futures_can_be_spawned() {
     // The domain error variant stays reachable for users.
     assert!(matches!(AppError::Domain("x"), AppError::Domain(_)));
 }
+
+/// Without renewal, a body that outlives its TTL finishes, and the loss is reported then.
+#[redis_locked(key = "slow:{n}", ttl = "100ms", renew = false, locker = locker)]
+async fn outlives_its_ttl(locker: &Locker, n: u8) -> Result<u8, LockError> {
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    Ok(n)
+}
+
+/// With renewal (the default), the same body keeps its lock.
+#[redis_locked(key = "slow:{n}", ttl = "100ms", locker = locker)]
+async fn renewed_past_its_ttl(locker: &Locker, n: u8) -> Result<u8, LockError> {
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let lease = current_lease().expect("inside the body");
+    assert!(!lease.is_lost());
+    Ok(n)
+}
+
+/// `on_lost = "cancel"` stops the body as soon as the lease is lost.
+#[redis_locked(key = "slow:{n}", ttl = "100ms", renew = false, on_lost = "cancel", locker = locker)]
+async fn cancelled_when_lost(
+    locker: &Locker,
+    n: u8,
+    reached: Arc<AtomicUsize>,
+) -> Result<u8, LockError> {
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    reached.fetch_add(1, Ordering::SeqCst);
+    Ok(n)
+}
+
+#[tokio::test]
+async fn renewal_and_loss_policies() {
+    let locker = Locker::memory();
+    assert!(matches!(
+        outlives_its_ttl(&locker, 1).await,
+        Err(LockError::Lost { .. })
+    ));
+    assert_eq!(renewed_past_its_ttl(&locker, 2).await.expect("renewed"), 2);
+    let reached = Arc::new(AtomicUsize::new(0));
+    assert!(matches!(
+        cancelled_when_lost(&locker, 3, reached.clone()).await,
+        Err(LockError::Lost { .. })
+    ));
+    assert_eq!(
+        reached.load(Ordering::SeqCst),
+        0,
+        "the body stopped at its await"
+    );
+}
