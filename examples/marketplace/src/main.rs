@@ -194,7 +194,7 @@ fn plan(cli: &Cli) -> Vec<RowConfig> {
     };
     let seed = Seed {
         users: cli.users,
-        items_per_user: items_per_user(&cli),
+        items_per_user: items_per_user(cli),
         funds: cli.funds,
     };
     let mut rows = Vec::new();
