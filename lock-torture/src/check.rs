@@ -1,0 +1,831 @@
+//! The checker: merges the logs of a run and verifies what the library promises.
+//!
+//! # What is checked
+//!
+//! Every rule below is judged from client stamps on the shared monotonic clock, using only
+//! what each client was told at the time (the validity its lease reported, the answers it
+//! got). Each broken rule is a [`Violation`]:
+//!
+//! - `overlap`: two acquisitions of one name were both trusted at the same moment. An
+//!   acquisition is trusted from the moment its lease was handed over until the first of:
+//!   its end of validity (as the lease reported it at grant, or after a successful extension
+//!   or renewal), the holder learning it was lost, or the release being sent.
+//! - `fence-order`: fencing tokens do not follow real time: an acquisition that began after
+//!   another was granted drew a token that is not larger, or two grants share a token.
+//! - `stale-write`: the fenced store accepted a write although a write with a larger token
+//!   had been accepted before it was sent, or the store's own order of accepted tokens is
+//!   not strictly increasing, or a client and the store disagree about a write.
+//! - `silent-release`: a release sent after the lease's validity ended returned `true`
+//!   without the lease having reported itself lost (`is_lost()`), or a release returned
+//!   `true` although another client had been granted the lock since this one got it.
+//! - `acquired-while-down`: a single server granted a lock while it was dead.
+//! - `acquired-over-foreign-value`: a lock was granted while a foreign hash sat on its key.
+//! - `validity-claim`: a lease reported more validity than the TTL it asked for, counted
+//!   from the start of its successful attempt.
+//!
+//! # What a restart is allowed to break
+//!
+//! A server killed and restarted empty forgets its locks and its fencing counters. If it
+//! comes back while a holder still trusts its lease, a second client can take the same lock:
+//! mutual exclusion is lost, and no client-side library can prevent it. Such overlaps (the
+//! earlier holder's attempt began before the kill, the later one was granted after it, and
+//! the server was back before the earlier holder's validity ended) are counted as
+//! `expected_restart_overlaps`, not as violations. With the delayed-restart rule (stay down
+//! for at least one TTL) no such overlap can happen, and none is excused: any overlap is a
+//! violation. Tokens drawn after a restart start again from 1; such regressions are counted
+//! as `fence_resets`, and the fenced store rejects those holders' writes until the counter
+//! passes its old value (safe, but a loss of liveness).
+
+use std::collections::{BTreeMap, HashMap};
+
+use crate::clock::{ms, Nanos};
+use crate::event::{Acquired, Event, FailKind, ReleaseOutcome, WriteOutcome};
+
+/// Everything a run produced.
+#[derive(Debug, Default, Clone)]
+pub struct History {
+    /// Events of every client log and of the orchestrator, in any order.
+    pub events: Vec<Event>,
+    /// Per lock name, the writes the fenced store accepted, in its order: `(token, writer)`.
+    pub store: BTreeMap<String, Vec<(u64, String)>>,
+}
+
+/// A broken rule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation {
+    /// Which rule (see the module docs).
+    pub rule: &'static str,
+    /// The lock name.
+    pub name: String,
+    /// What exactly happened, with acquisition ids and stamps.
+    pub detail: String,
+}
+
+/// What a run amounted to.
+#[derive(Debug, Default, Clone)]
+pub struct Report {
+    /// Leases granted.
+    pub acquisitions: u64,
+    /// Faults injected.
+    pub faults: u64,
+    /// Broken rules.
+    pub violations: Vec<Violation>,
+    /// Overlaps explained by a server that came back empty while a holder trusted its lease.
+    pub expected_restart_overlaps: u64,
+    /// Acquisitions whose fencing token did not exceed one drawn before a restart.
+    pub fence_resets: u64,
+    /// Writes the fenced store accepted.
+    pub writes_accepted: u64,
+    /// Writes the fenced store refused because a newer holder had written.
+    pub stale_writes_rejected: u64,
+    /// Writes sent after the writer's lease validity had ended (accepted or not).
+    pub late_writes: u64,
+    /// Acquisitions whose holder was told its lease was lost.
+    pub lost_detected: u64,
+    /// Releases that returned `true`.
+    pub released: u64,
+    /// Releases that returned `false` (the lease had expired or been taken over).
+    pub release_not_held: u64,
+    /// Releases that failed (server unreachable ...).
+    pub release_errors: u64,
+    /// Failed acquires by kind (contention excluded).
+    pub acquire_errors: BTreeMap<String, u64>,
+    /// Acquires that ended in contention (busy, timeout).
+    pub contention: u64,
+    /// Whether locks were granted again after the last fault healed (true without faults).
+    pub resumed: bool,
+}
+
+impl Report {
+    /// True when no rule was broken and locking resumed after the faults.
+    pub fn passed(&self) -> bool {
+        self.violations.is_empty() && self.resumed
+    }
+
+    /// The one-line summary: `key=value` pairs.
+    pub fn summary(&self) -> String {
+        let errors = if self.acquire_errors.is_empty() {
+            "0".to_owned()
+        } else {
+            self.acquire_errors
+                .iter()
+                .map(|(kind, n)| format!("{kind}:{n}"))
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        format!(
+            "acquisitions={} faults={} violations={} stale_writes_rejected={} \
+             lost_leases_detected={} late_writes={} writes_accepted={} released={} \
+             release_not_held={} release_errors={} expected_restart_overlaps={} \
+             fence_resets={} contention={} acquire_errors={} resumed={}",
+            self.acquisitions,
+            self.faults,
+            self.violations.len(),
+            self.stale_writes_rejected,
+            self.lost_detected,
+            self.late_writes,
+            self.writes_accepted,
+            self.released,
+            self.release_not_held,
+            self.release_errors,
+            self.expected_restart_overlaps,
+            self.fence_resets,
+            self.contention,
+            errors,
+            if self.resumed { "yes" } else { "NO" },
+        )
+    }
+}
+
+/// One acquisition with everything that followed it.
+#[derive(Debug, Clone)]
+struct Acq {
+    a: Acquired,
+    /// Latest end of validity the holder was told (grant, extensions, renewals).
+    claim_end: Nanos,
+    lost_at: Option<Nanos>,
+    release: Option<(Nanos, ReleaseOutcome, bool)>,
+}
+
+impl Acq {
+    /// When the holder stopped trusting its lease.
+    fn trusted_until(&self) -> Nanos {
+        let mut end = self.claim_end;
+        if let Some(t) = self.lost_at {
+            end = end.min(t);
+        }
+        if let Some((t, _, _)) = self.release {
+            end = end.min(t);
+        }
+        end
+    }
+}
+
+/// A server outage: killed at `start`, answering again at `end`.
+#[derive(Debug, Clone, Copy)]
+struct Down {
+    start: Nanos,
+    end: Nanos,
+}
+
+/// Checks a history. `nodes` is the number of lock servers (1, or several for Redlock).
+pub fn check(history: &History, nodes: usize) -> Report {
+    let mut report = Report::default();
+    let mut acqs: Vec<Acq> = Vec::new();
+    let mut index: HashMap<String, usize> = HashMap::new();
+    let mut downs = Vec::new();
+    let mut foreign: Vec<(String, Nanos, Nanos)> = Vec::new();
+    let mut last_fault_end: Option<Nanos> = None;
+
+    for event in &history.events {
+        if let Event::Acquired(a) = event {
+            index.insert(a.id.clone(), acqs.len());
+            acqs.push(Acq {
+                claim_end: a.valid_until,
+                a: a.clone(),
+                lost_at: None,
+                release: None,
+            });
+        }
+    }
+    let mut writes = Vec::new();
+    for event in &history.events {
+        match event {
+            Event::Extended {
+                id,
+                valid_until: Some(v),
+                ..
+            }
+            | Event::Observed {
+                id, valid_until: v, ..
+            } => {
+                if let Some(&i) = index.get(id) {
+                    acqs[i].claim_end = acqs[i].claim_end.max(*v);
+                }
+            }
+            Event::LostDetected { id, t, .. } => {
+                if let Some(&i) = index.get(id) {
+                    let at = acqs[i].lost_at.get_or_insert(*t);
+                    *at = (*at).min(*t);
+                }
+            }
+            Event::Release {
+                id,
+                t_sent,
+                outcome,
+                lost_reported,
+                ..
+            } => {
+                match outcome {
+                    ReleaseOutcome::Released => report.released += 1,
+                    ReleaseOutcome::NotHeld => report.release_not_held += 1,
+                    ReleaseOutcome::Error => report.release_errors += 1,
+                }
+                if let Some(&i) = index.get(id) {
+                    acqs[i].release = Some((*t_sent, *outcome, *lost_reported));
+                }
+            }
+            Event::Write {
+                id,
+                name,
+                fence,
+                t_sent,
+                t_reply,
+                outcome,
+                ..
+            } => writes.push((id.clone(), name.clone(), *fence, *t_sent, *t_reply, *outcome)),
+            Event::AcquireFailed { kind, .. } => {
+                if *kind == FailKind::Contention {
+                    report.contention += 1;
+                } else {
+                    let key = serde_json::to_value(kind)
+                        .ok()
+                        .and_then(|v| v.as_str().map(str::to_owned))
+                        .unwrap_or_else(|| format!("{kind:?}"));
+                    *report.acquire_errors.entry(key).or_default() += 1;
+                }
+            }
+            Event::Fault { t_end, .. } => {
+                report.faults += 1;
+                last_fault_end = Some(last_fault_end.map_or(*t_end, |t| t.max(*t_end)));
+            }
+            Event::Down { t_start, t_end, .. } => downs.push(Down {
+                start: *t_start,
+                end: *t_end,
+            }),
+            Event::Foreign {
+                name,
+                t_start,
+                t_end,
+            } => foreign.push((name.clone(), *t_start, *t_end)),
+            Event::Start { .. } | Event::Acquired(_) | Event::Extended { .. } => {}
+        }
+    }
+    downs.sort_by_key(|d| d.start);
+    report.acquisitions = acqs.len() as u64;
+    report.lost_detected = acqs.iter().filter(|a| a.lost_at.is_some()).count() as u64;
+    report.resumed = match last_fault_end {
+        None => true,
+        Some(end) => acqs.iter().any(|a| a.a.acquired > end),
+    };
+
+    let mut by_name: BTreeMap<&str, Vec<&Acq>> = BTreeMap::new();
+    for acq in &acqs {
+        by_name.entry(acq.a.name.as_str()).or_default().push(acq);
+    }
+    for (name, list) in &mut by_name {
+        list.sort_by_key(|a| a.a.acquired);
+        check_overlaps(name, list, &downs, &mut report);
+        check_fences(name, list, &downs, &mut report);
+        check_releases(name, list, &mut report);
+    }
+    for acq in &acqs {
+        check_grant(acq, nodes, &downs, &foreign, &mut report);
+    }
+    check_writes(&writes, &index, &acqs, history, &mut report);
+    report
+}
+
+/// Rule `overlap`: a sweep over trusted intervals sorted by start.
+fn check_overlaps(name: &str, list: &[&Acq], downs: &[Down], report: &mut Report) {
+    // The interval that reaches furthest so far.
+    let mut reach: Option<&Acq> = None;
+    for &next in list {
+        if next.trusted_until() <= next.a.acquired {
+            continue; // already invalid when handed over (a reply slower than the TTL)
+        }
+        if let Some(earlier) = reach {
+            if next.a.acquired < earlier.trusted_until() {
+                let restart = downs.iter().find(|d| {
+                    earlier.a.attempt_start <= d.start
+                        && d.start <= next.a.acquired
+                        && d.end < earlier.trusted_until()
+                });
+                if restart.is_some() {
+                    report.expected_restart_overlaps += 1;
+                } else {
+                    report.violations.push(Violation {
+                        rule: "overlap",
+                        name: name.to_owned(),
+                        detail: format!(
+                            "{} trusted its lease from {} to {} but {} was granted at {} ({} before the first one's trust ended)",
+                            earlier.a.id,
+                            earlier.a.acquired,
+                            earlier.trusted_until(),
+                            next.a.id,
+                            next.a.acquired,
+                            ms(earlier.trusted_until() - next.a.acquired),
+                        ),
+                    });
+                }
+            }
+        }
+        if reach.is_none_or(|r| next.trusted_until() > r.trusted_until()) {
+            reach = Some(next);
+        }
+    }
+}
+
+/// Which stretch between restarts an instant falls in.
+fn epoch(downs: &[Down], t: Nanos) -> usize {
+    downs.partition_point(|d| d.start <= t)
+}
+
+/// Rule `fence-order`, within each stretch between restarts; regressions across a restart
+/// are counted as `fence_resets`.
+fn check_fences(name: &str, list: &[&Acq], downs: &[Down], report: &mut Report) {
+    let mut epochs: BTreeMap<usize, Vec<(&Acq, u64)>> = BTreeMap::new();
+    for &acq in list {
+        let Some(fence) = acq.a.fence else {
+            report.violations.push(Violation {
+                rule: "fence-order",
+                name: name.to_owned(),
+                detail: format!("{} asked for fencing and got no token", acq.a.id),
+            });
+            continue;
+        };
+        let (from, to) = (
+            epoch(downs, acq.a.attempt_start),
+            epoch(downs, acq.a.acquired),
+        );
+        if from == to {
+            epochs.entry(from).or_default().push((acq, fence));
+        }
+    }
+    let mut max_before: Option<u64> = None;
+    for group in epochs.values_mut() {
+        if let Some(previous) = max_before {
+            report.fence_resets += group.iter().filter(|(_, f)| *f <= previous).count() as u64;
+        }
+        let group_max = group.iter().map(|(_, f)| *f).max();
+        max_before = max_before.max(group_max);
+        // Descending tokens; among acquisitions with larger tokens, the earliest grant.
+        group.sort_by(|x, y| y.1.cmp(&x.1));
+        let mut earliest_larger: Option<&Acq> = None;
+        let mut i = 0;
+        while i < group.len() {
+            let fence = group[i].1;
+            let mut j = i;
+            while j < group.len() && group[j].1 == fence {
+                j += 1;
+            }
+            if j - i > 1 {
+                let ids: Vec<&str> = group[i..j].iter().map(|(a, _)| a.a.id.as_str()).collect();
+                report.violations.push(Violation {
+                    rule: "fence-order",
+                    name: name.to_owned(),
+                    detail: format!("fencing token {fence} was handed out twice: {ids:?}"),
+                });
+            }
+            for (acq, _) in &group[i..j] {
+                if let Some(larger) = earliest_larger {
+                    if larger.a.acquired < acq.a.attempt_start {
+                        report.violations.push(Violation {
+                            rule: "fence-order",
+                            name: name.to_owned(),
+                            detail: format!(
+                                "{} began at {} after {} was granted at {} with token {}, yet drew the smaller token {}",
+                                acq.a.id,
+                                acq.a.attempt_start,
+                                larger.a.id,
+                                larger.a.acquired,
+                                larger.a.fence.unwrap_or(0),
+                                fence
+                            ),
+                        });
+                    }
+                }
+            }
+            for (acq, _) in &group[i..j] {
+                if earliest_larger.is_none_or(|e| acq.a.acquired < e.a.acquired) {
+                    earliest_larger = Some(acq);
+                }
+            }
+            i = j;
+        }
+    }
+}
+
+/// Rule `silent-release`.
+fn check_releases(name: &str, list: &[&Acq], report: &mut Report) {
+    for (pos, acq) in list.iter().enumerate() {
+        let Some((sent, outcome, lost_reported)) = acq.release else {
+            continue;
+        };
+        if outcome != ReleaseOutcome::Released {
+            continue;
+        }
+        if sent > acq.claim_end && !lost_reported {
+            report.violations.push(Violation {
+                rule: "silent-release",
+                name: name.to_owned(),
+                detail: format!(
+                    "{} released at {}, {} after its validity ended, with release() == true and is_lost() == false",
+                    acq.a.id,
+                    sent,
+                    ms(sent - acq.claim_end)
+                ),
+            });
+        }
+        // `list` is sorted by grant time: later grants before our release was sent.
+        for other in &list[pos + 1..] {
+            if other.a.acquired >= sent {
+                break;
+            }
+            if other.a.attempt_start > acq.a.acquired {
+                report.violations.push(Violation {
+                    rule: "silent-release",
+                    name: name.to_owned(),
+                    detail: format!(
+                        "{} was granted at {} (attempt from {}) after {} was granted at {}, yet {}'s release at {} returned true",
+                        other.a.id, other.a.acquired, other.a.attempt_start, acq.a.id, acq.a.acquired, acq.a.id, sent
+                    ),
+                });
+            }
+        }
+    }
+}
+
+/// Rules `acquired-while-down`, `acquired-over-foreign-value`, `validity-claim`.
+fn check_grant(
+    acq: &Acq,
+    nodes: usize,
+    downs: &[Down],
+    foreign: &[(String, Nanos, Nanos)],
+    report: &mut Report,
+) {
+    let a = &acq.a;
+    if nodes == 1 {
+        if let Some(d) = downs
+            .iter()
+            .find(|d| d.start <= a.attempt_start && a.acquired <= d.end)
+        {
+            report.violations.push(Violation {
+                rule: "acquired-while-down",
+                name: a.name.clone(),
+                detail: format!(
+                    "{}'s attempt ran from {} to {}, inside the outage {}..{}",
+                    a.id, a.attempt_start, a.acquired, d.start, d.end
+                ),
+            });
+        }
+    }
+    if let Some((_, start, end)) = foreign
+        .iter()
+        .find(|(n, s, e)| *n == a.name && *s <= a.attempt_start && a.acquired <= *e)
+    {
+        report.violations.push(Violation {
+            rule: "acquired-over-foreign-value",
+            name: a.name.clone(),
+            detail: format!(
+                "{} was granted at {} while a hash sat on the key ({start}..{end})",
+                a.id, a.acquired
+            ),
+        });
+    }
+    let ttl = a.ttl_ms.saturating_mul(1_000_000);
+    if a.valid_until > a.attempt_start.saturating_add(ttl) {
+        report.violations.push(Violation {
+            rule: "validity-claim",
+            name: a.name.clone(),
+            detail: format!(
+                "{} reported validity until {}, {} past attempt start + TTL",
+                a.id,
+                a.valid_until,
+                ms(a.valid_until - a.attempt_start - ttl)
+            ),
+        });
+    }
+}
+
+/// A write as logged: id, name, token, sent, answered, outcome.
+type WriteRow = (String, String, u64, Nanos, Nanos, WriteOutcome);
+
+/// Rule `stale-write`, plus the write counters.
+fn check_writes(
+    writes: &[WriteRow],
+    index: &HashMap<String, usize>,
+    acqs: &[Acq],
+    history: &History,
+    report: &mut Report,
+) {
+    let mut accepted_by_name: BTreeMap<&str, Vec<&WriteRow>> = BTreeMap::new();
+    for w in writes {
+        let (id, name, _, sent, _, outcome) = w;
+        if let Some(&i) = index.get(id) {
+            if *sent > acqs[i].claim_end {
+                report.late_writes += 1;
+            }
+        }
+        match outcome {
+            WriteOutcome::Accepted => {
+                report.writes_accepted += 1;
+                accepted_by_name.entry(name.as_str()).or_default().push(w);
+            }
+            WriteOutcome::Rejected => report.stale_writes_rejected += 1,
+            WriteOutcome::Error => {}
+        }
+    }
+    for (name, list) in &mut accepted_by_name {
+        list.sort_by(|x, y| y.2.cmp(&x.2));
+        let mut earliest_larger: Option<&WriteRow> = None;
+        for w in list.iter() {
+            if let Some(larger) = earliest_larger {
+                if larger.2 > w.2 && larger.4 < w.3 {
+                    report.violations.push(Violation {
+                        rule: "stale-write",
+                        name: (*name).to_owned(),
+                        detail: format!(
+                            "{}'s write with token {} sent at {} was accepted after {}'s write with token {} had been accepted at {}",
+                            w.0, w.2, w.3, larger.0, larger.2, larger.4
+                        ),
+                    });
+                }
+            }
+            if earliest_larger.is_none_or(|e| w.4 < e.4) {
+                earliest_larger = Some(w);
+            }
+        }
+        // The store's own record must agree with the clients'.
+        let stored = history.store.get(*name).map(Vec::as_slice).unwrap_or(&[]);
+        for pair in stored.windows(2) {
+            if pair[1].0 <= pair[0].0 {
+                report.violations.push(Violation {
+                    rule: "stale-write",
+                    name: (*name).to_owned(),
+                    detail: format!(
+                        "the store accepted token {} ({}) after token {} ({})",
+                        pair[1].0, pair[1].1, pair[0].0, pair[0].1
+                    ),
+                });
+            }
+        }
+        for w in list.iter() {
+            if !stored.iter().any(|(t, id)| *t == w.2 && *id == w.0) {
+                report.violations.push(Violation {
+                    rule: "stale-write",
+                    name: (*name).to_owned(),
+                    detail: format!(
+                        "{} logged its write with token {} as accepted, the store has no record of it",
+                        w.0, w.2
+                    ),
+                });
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    fn acq(id: &str, name: &str, fence: u64, start_ms: u64, valid_ms: u64) -> Event {
+        Event::Acquired(Acquired {
+            id: id.into(),
+            client: 0,
+            task: 0,
+            name: name.into(),
+            token: format!("tok-{id}"),
+            fence: Some(fence),
+            call_start: start_ms * MS,
+            attempt_start: start_ms * MS,
+            acquired: (start_ms + 1) * MS,
+            valid_until: (start_ms + valid_ms) * MS,
+            ttl_ms: 200,
+            auto_renew: false,
+        })
+    }
+
+    fn release(id: &str, at_ms: u64, outcome: ReleaseOutcome, lost: bool) -> Event {
+        Event::Release {
+            id: id.into(),
+            t_sent: at_ms * MS,
+            t_reply: at_ms * MS + 1,
+            outcome,
+            lost_reported: lost,
+        }
+    }
+
+    fn write(id: &str, name: &str, fence: u64, at_ms: u64, outcome: WriteOutcome) -> Event {
+        Event::Write {
+            id: id.into(),
+            name: name.into(),
+            fence,
+            t_sent: at_ms * MS,
+            t_reply: at_ms * MS + 10,
+            outcome,
+            lost_reported: false,
+        }
+    }
+
+    fn run(events: Vec<Event>, store: &[(&str, u64, &str)]) -> Report {
+        let mut history = History {
+            events,
+            ..History::default()
+        };
+        for (name, token, id) in store {
+            history
+                .store
+                .entry((*name).into())
+                .or_default()
+                .push((*token, (*id).into()));
+        }
+        check(&history, 1)
+    }
+
+    fn rules(report: &Report) -> Vec<&'static str> {
+        report.violations.iter().map(|v| v.rule).collect()
+    }
+
+    #[test]
+    fn a_clean_history_passes() {
+        let report = run(
+            vec![
+                acq("a", "n", 1, 0, 190),
+                write("a", "n", 1, 50, WriteOutcome::Accepted),
+                release("a", 100, ReleaseOutcome::Released, false),
+                acq("b", "n", 2, 101, 190),
+                write("b", "n", 2, 150, WriteOutcome::Accepted),
+                release("b", 400, ReleaseOutcome::NotHeld, true),
+                acq("c", "n", 3, 400, 190),
+            ],
+            &[("n", 1, "a"), ("n", 2, "b")],
+        );
+        assert!(report.passed(), "{:?}", report.violations);
+        assert_eq!(report.acquisitions, 3);
+        assert_eq!(report.writes_accepted, 2);
+        assert_eq!(report.release_not_held, 1);
+    }
+
+    #[test]
+    fn overlapping_trust_is_a_violation() {
+        let report = run(
+            vec![acq("a", "n", 1, 0, 190), acq("b", "n", 2, 100, 190)],
+            &[],
+        );
+        assert_eq!(rules(&report), ["overlap"]);
+        // Different names never conflict.
+        let report = run(
+            vec![acq("a", "n", 1, 0, 190), acq("b", "m", 1, 100, 190)],
+            &[],
+        );
+        assert!(report.passed());
+    }
+
+    #[test]
+    fn an_early_restart_excuses_an_overlap_a_delayed_one_does_not() {
+        let down = |start_ms: u64, end_ms: u64| Event::Down {
+            node: 0,
+            t_start: start_ms * MS,
+            t_end: end_ms * MS,
+            empty: true,
+        };
+        let history = |d| vec![acq("a", "n", 5, 0, 190), d, acq("b", "n", 1, 100, 190)];
+        let early = run(history(down(50, 60)), &[]);
+        assert!(early.passed(), "{:?}", early.violations);
+        assert_eq!(early.expected_restart_overlaps, 1);
+        assert_eq!(early.fence_resets, 1);
+        // Down past the first holder's validity: the later grant came after it.
+        let delayed = run(
+            vec![
+                acq("a", "n", 5, 0, 190),
+                down(50, 250),
+                acq("b", "n", 1, 260, 190),
+            ],
+            &[],
+        );
+        assert!(delayed.passed());
+        assert_eq!(delayed.expected_restart_overlaps, 0);
+    }
+
+    #[test]
+    fn tokens_must_follow_real_time() {
+        let report = run(
+            vec![
+                acq("a", "n", 7, 0, 50),
+                release("a", 40, ReleaseOutcome::Released, false),
+                acq("b", "n", 6, 100, 50),
+            ],
+            &[],
+        );
+        assert_eq!(rules(&report), ["fence-order"]);
+        let report = run(
+            vec![acq("a", "n", 7, 0, 50), acq("b", "n", 7, 100, 50)],
+            &[],
+        );
+        assert_eq!(rules(&report), ["fence-order"]);
+    }
+
+    #[test]
+    fn a_stale_write_accepted_after_a_newer_one_is_a_violation() {
+        let report = run(
+            vec![
+                acq("a", "n", 1, 0, 50),
+                acq("b", "n", 2, 100, 50),
+                write("b", "n", 2, 110, WriteOutcome::Accepted),
+                write("a", "n", 1, 200, WriteOutcome::Accepted),
+            ],
+            &[("n", 2, "b"), ("n", 1, "a")],
+        );
+        assert!(rules(&report).iter().all(|r| *r == "stale-write"));
+        assert_eq!(report.violations.len(), 2, "{:?}", report.violations);
+        assert_eq!(report.late_writes, 1);
+        // Rejected, as it should be: fine, and counted.
+        let report = run(
+            vec![
+                acq("a", "n", 1, 0, 50),
+                acq("b", "n", 2, 100, 50),
+                write("b", "n", 2, 110, WriteOutcome::Accepted),
+                write("a", "n", 1, 200, WriteOutcome::Rejected),
+            ],
+            &[("n", 2, "b")],
+        );
+        assert!(report.passed(), "{:?}", report.violations);
+        assert_eq!(report.stale_writes_rejected, 1);
+    }
+
+    #[test]
+    fn a_release_past_validity_must_not_be_silent() {
+        let report = run(
+            vec![
+                acq("a", "n", 1, 0, 190),
+                release("a", 300, ReleaseOutcome::Released, false),
+            ],
+            &[],
+        );
+        assert_eq!(rules(&report), ["silent-release"]);
+        for (outcome, lost) in [
+            (ReleaseOutcome::Released, true),
+            (ReleaseOutcome::NotHeld, false),
+        ] {
+            let report = run(
+                vec![acq("a", "n", 1, 0, 190), release("a", 300, outcome, lost)],
+                &[],
+            );
+            assert!(report.passed(), "{outcome:?} {lost}");
+        }
+    }
+
+    #[test]
+    fn releasing_a_lock_someone_else_took_is_a_violation() {
+        let report = run(
+            vec![
+                acq("a", "n", 1, 0, 100),
+                acq("b", "n", 2, 150, 100),
+                release("b", 200, ReleaseOutcome::Released, false),
+                release("a", 300, ReleaseOutcome::Released, true),
+            ],
+            &[],
+        );
+        assert_eq!(rules(&report), ["silent-release"]);
+    }
+
+    #[test]
+    fn grants_while_down_or_over_a_foreign_value_are_violations() {
+        let report = run(
+            vec![
+                Event::Down {
+                    node: 0,
+                    t_start: 0,
+                    t_end: 500 * MS,
+                    empty: true,
+                },
+                acq("a", "n", 1, 100, 190),
+                Event::Foreign {
+                    name: "m".into(),
+                    t_start: 600 * MS,
+                    t_end: 900 * MS,
+                },
+                acq("b", "m", 1, 700, 190),
+            ],
+            &[],
+        );
+        assert_eq!(
+            rules(&report),
+            ["acquired-while-down", "acquired-over-foreign-value"]
+        );
+    }
+
+    #[test]
+    fn validity_beyond_the_ttl_is_a_violation() {
+        let report = run(vec![acq("a", "n", 1, 0, 250)], &[]);
+        assert_eq!(rules(&report), ["validity-claim"]);
+    }
+
+    #[test]
+    fn locking_must_resume_after_the_last_fault() {
+        let fault = Event::Fault {
+            kind: "kill".into(),
+            target: "node0".into(),
+            t_start: 10 * MS,
+            t_end: 20 * MS,
+        };
+        let stalled = run(vec![acq("a", "n", 1, 0, 5), fault.clone()], &[]);
+        assert!(!stalled.resumed && !stalled.passed());
+        let resumed = run(vec![acq("a", "n", 1, 0, 5), fault, acq("b", "n", 2, 30, 5)], &[]);
+        assert!(resumed.passed());
+        assert!(resumed.summary().contains("faults=1 violations=0"));
+    }
+}

@@ -1,0 +1,394 @@
+//! One client process: tasks that take locks, hold them, write to the fenced resource and
+//! release, logging every step.
+//!
+//! The orchestrator starts each client as `lock-torture client ...` and stops it by closing
+//! its standard input. A client never decides whether what it saw was correct; it only
+//! records what the library told it and when, and the checker judges afterwards.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use lock_core::{Lease, LockError, Locker, Protocol};
+
+use crate::clock::{self, Nanos};
+use crate::event::{Acquired, Event, FailKind, Log, ReleaseOutcome, WriteOutcome};
+use crate::resource::FencedStore;
+use crate::BoxError;
+
+/// Which lock-core protocol a client uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ProtocolArg {
+    /// Lua scripts (`Protocol::Scripts`).
+    Scripts,
+    /// WATCH/MULTI/EXEC (`Protocol::Transactions`).
+    Transactions,
+}
+
+impl ProtocolArg {
+    /// The name used on the command line and in logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProtocolArg::Scripts => "scripts",
+            ProtocolArg::Transactions => "transactions",
+        }
+    }
+}
+
+/// Arguments of `lock-torture client` (set by the orchestrator).
+#[derive(Debug, Clone, clap::Args)]
+pub struct ClientArgs {
+    /// Client number.
+    #[arg(long)]
+    pub id: u32,
+    /// Lock server URL; several make a Redlock client.
+    #[arg(long = "lock-url", required = true)]
+    pub lock_urls: Vec<String>,
+    /// The fenced store's URL.
+    #[arg(long)]
+    pub store_url: String,
+    /// Where to write the event log.
+    #[arg(long)]
+    pub log: PathBuf,
+    /// Number of lock names to pick from.
+    #[arg(long, default_value_t = 3)]
+    pub names: u32,
+    /// Lease TTL in milliseconds.
+    #[arg(long, default_value_t = 200)]
+    pub ttl_ms: u64,
+    /// Protocol.
+    #[arg(long, value_enum, default_value_t = ProtocolArg::Scripts)]
+    pub protocol: ProtocolArg,
+    /// Concurrent tasks sharing this client's locker.
+    #[arg(long, default_value_t = 1)]
+    pub tasks: u32,
+    /// Pool size of the locker.
+    #[arg(long)]
+    pub pool_size: Option<usize>,
+    /// Command timeout of the locker, in milliseconds.
+    #[arg(long, default_value_t = 1000)]
+    pub command_timeout_ms: u64,
+    /// Random seed.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Stop after this long even if standard input stays open.
+    #[arg(long, default_value_t = 300)]
+    pub max_seconds: u64,
+    /// Self-test of the checker: log every lease as valid this many milliseconds longer
+    /// than the library said. Any positive value should make the checker report overlaps.
+    #[arg(long, default_value_t = 0)]
+    pub sabotage_ms: u64,
+}
+
+/// What every task of a client shares.
+struct Ctx {
+    args: ClientArgs,
+    locker: Locker,
+    store: FencedStore,
+    log: Log,
+    stop: AtomicBool,
+    deadline: Nanos,
+}
+
+impl Ctx {
+    fn stopped(&self) -> bool {
+        self.stop.load(Ordering::Relaxed) || clock::now() >= self.deadline
+    }
+
+    fn log(&self, event: &Event) {
+        if let Err(err) = self.log.write(event) {
+            // The history is the point of the exercise: a client that cannot log stops.
+            eprintln!("client {}: cannot write its log: {err}", self.args.id);
+            self.stop.store(true, Ordering::Relaxed);
+        }
+    }
+
+    fn ttl(&self) -> Duration {
+        Duration::from_millis(self.args.ttl_ms)
+    }
+}
+
+/// Builds the locker a client uses: one server, or Redlock over several.
+pub fn build_locker(args: &ClientArgs) -> Result<Locker, LockError> {
+    let ttl = Duration::from_millis(args.ttl_ms);
+    let mut builder = Locker::builder()
+        .app_name(format!("torture-c{}", args.id))
+        .default_ttl(ttl)
+        .command_timeout(Duration::from_millis(args.command_timeout_ms))
+        .protocol(match args.protocol {
+            ProtocolArg::Scripts => Protocol::Scripts,
+            ProtocolArg::Transactions => Protocol::Transactions,
+        });
+    if let Some(size) = args.pool_size {
+        builder = builder.pool_size(size);
+    }
+    builder = match args.lock_urls.as_slice() {
+        [one] => builder.url(one.clone()),
+        many => builder.redlock(many.to_vec()).node_timeout(ttl / 5),
+    };
+    builder.build()
+}
+
+/// Runs a client until its standard input closes (or `max_seconds` pass).
+pub fn run(args: ClientArgs) -> Result<(), BoxError> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(run_async(args))
+}
+
+async fn run_async(args: ClientArgs) -> Result<(), BoxError> {
+    let log = Log::create(&args.log)?;
+    let locker = build_locker(&args)?;
+    let store = FencedStore::connect(&args.store_url).await?;
+    let deadline = clock::now() + clock::nanos(Duration::from_secs(args.max_seconds));
+    let ctx = Arc::new(Ctx {
+        args,
+        locker,
+        store,
+        log,
+        stop: AtomicBool::new(false),
+        deadline,
+    });
+    ctx.log(&Event::Start {
+        client: ctx.args.id,
+        pid: std::process::id(),
+        t: clock::now(),
+        protocol: ctx.args.protocol.as_str().to_owned(),
+    });
+    // The orchestrator stops clients by closing their standard input (and a client whose
+    // orchestrator died sees the same end of file).
+    let stopper = Arc::clone(&ctx);
+    std::thread::spawn(move || {
+        let _ = std::io::copy(&mut std::io::stdin().lock(), &mut std::io::sink());
+        stopper.stop.store(true, Ordering::Relaxed);
+    });
+    let mut tasks = tokio::task::JoinSet::new();
+    for task in 0..ctx.args.tasks {
+        tasks.spawn(task_loop(Arc::clone(&ctx), task));
+    }
+    while tasks.join_next().await.is_some() {}
+    // Let background releases of dropped leases finish before the runtime goes.
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    Ok(())
+}
+
+async fn task_loop(ctx: Arc<Ctx>, task: u32) {
+    let seed = ctx.args.seed ^ (u64::from(ctx.args.id) << 32) ^ u64::from(task);
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let mut seq = 0u64;
+    while !ctx.stopped() {
+        let name = format!("torture:{}", rng.u32(0..ctx.args.names.max(1)));
+        let ttl = ctx.ttl();
+        let wait = Duration::from_millis(rng.u64(0..=ctx.args.ttl_ms * 2));
+        let auto_renew = rng.u8(0..10) == 0;
+        let mut request = ctx.locker.lock(name.clone()).ttl(ttl).wait(wait).fencing();
+        if auto_renew {
+            request = request.auto_renew().max_hold(ttl * 3);
+        }
+        let call_start = clock::now();
+        match request.await {
+            Ok(lease) => {
+                seq += 1;
+                let id = format!("c{}.t{task}.{seq}", ctx.args.id);
+                let held = Held {
+                    id,
+                    task,
+                    name,
+                    call_start,
+                    auto_renew,
+                };
+                hold(&ctx, &mut rng, lease, held).await;
+            }
+            Err(err) => {
+                let kind = fail_kind(&err);
+                ctx.log(&Event::AcquireFailed {
+                    client: ctx.args.id,
+                    name,
+                    t_start: call_start,
+                    t_end: clock::now(),
+                    kind,
+                    message: if kind == FailKind::Contention {
+                        String::new()
+                    } else {
+                        err.to_string()
+                    },
+                });
+                if kind != FailKind::Contention {
+                    // The server is down or unreachable: do not spin on it.
+                    tokio::time::sleep(Duration::from_millis(rng.u64(10..40))).await;
+                }
+            }
+        }
+    }
+}
+
+/// `now + lease.expires_in()`, read in that order so the stamp is never below the lease's
+/// own end of validity.
+fn valid_until(lease: &Lease) -> Nanos {
+    let left = lease.expires_in();
+    clock::now() + clock::nanos(left)
+}
+
+/// What a task knows about the lease it just got.
+struct Held {
+    id: String,
+    task: u32,
+    name: String,
+    call_start: Nanos,
+    auto_renew: bool,
+}
+
+async fn hold(ctx: &Ctx, rng: &mut fastrand::Rng, lease: Lease, held: Held) {
+    let Held {
+        id,
+        task,
+        name,
+        call_start,
+        auto_renew,
+    } = held;
+    let sabotage = clock::nanos(Duration::from_millis(ctx.args.sabotage_ms));
+    let valid = valid_until(&lease) + sabotage;
+    let acquired = clock::now();
+    let fence = lease.fencing_token();
+    ctx.log(&Event::Acquired(Acquired {
+        id: id.clone(),
+        client: ctx.args.id,
+        task,
+        name: name.clone(),
+        token: lease.token().to_owned(),
+        fence,
+        call_start,
+        attempt_start: clock::stamp_past(lease.acquired_at()),
+        acquired,
+        valid_until: valid,
+        ttl_ms: ctx.args.ttl_ms,
+        auto_renew,
+    }));
+    let _ = ctx.store.progress().await;
+
+    // Most holds end well within the TTL; some overrun it (seed 002's holder that does not
+    // know its lock expired), and auto-renewed ones may outlive max_hold.
+    let ttl_ms = ctx.args.ttl_ms;
+    let hold_ms = if auto_renew {
+        rng.u64(0..ttl_ms * 4)
+    } else if rng.u8(0..10) < 7 {
+        rng.u64(0..ttl_ms * 3 / 4)
+    } else {
+        rng.u64(ttl_ms..ttl_ms * 2)
+    };
+    // A careful holder stops as soon as the library says the lease is lost; a naive one
+    // carries on and writes anyway, and only fencing stands between it and the data.
+    let careful = rng.bool();
+    let mut lost = false;
+    let lost_detected = |how: &str| {
+        ctx.log(&Event::LostDetected {
+            id: id.clone(),
+            t: clock::now(),
+            how: how.to_owned(),
+        });
+    };
+    if careful {
+        tokio::select! {
+            () = tokio::time::sleep(Duration::from_millis(hold_ms)) => {}
+            () = lease.lost() => {
+                lost = true;
+                lost_detected("signal");
+            }
+        }
+    } else {
+        tokio::time::sleep(Duration::from_millis(hold_ms)).await;
+    }
+
+    if !lost && !auto_renew && rng.u8(0..5) == 0 {
+        let t_sent = clock::now();
+        let result = lease.extend(ctx.ttl()).await;
+        let t_reply = clock::now();
+        let (valid_until, outcome) = match &result {
+            Ok(()) => (Some(valid_until(&lease) + sabotage), "ok".to_owned()),
+            Err(LockError::Lost { .. }) => (None, "lost".to_owned()),
+            Err(err) => (None, format!("{:?}", fail_kind(err)).to_lowercase()),
+        };
+        ctx.log(&Event::Extended {
+            id: id.clone(),
+            t_sent,
+            t_reply,
+            valid_until,
+            outcome,
+        });
+        if matches!(result, Err(LockError::Lost { .. })) {
+            lost = true;
+            lost_detected("extend");
+        }
+        if result.is_ok() {
+            tokio::time::sleep(Duration::from_millis(rng.u64(0..ttl_ms / 2))).await;
+        }
+    }
+
+    if auto_renew && !lease.is_lost() {
+        let valid_until = valid_until(&lease) + sabotage;
+        ctx.log(&Event::Observed {
+            id: id.clone(),
+            t: clock::now(),
+            valid_until,
+        });
+    }
+
+    if !(careful && lost) {
+        // Stamp first, then ask: if the stamp is past the validity, is_lost() must say so.
+        let t_sent = clock::now();
+        let lost_reported = lease.is_lost();
+        if lost_reported && !lost {
+            lost = true;
+            lost_detected("is_lost");
+        }
+        let outcome = match fence {
+            Some(token) => match ctx.store.write(&name, token, &id).await {
+                Ok(true) => WriteOutcome::Accepted,
+                Ok(false) => WriteOutcome::Rejected,
+                Err(_) => WriteOutcome::Error,
+            },
+            None => WriteOutcome::Error,
+        };
+        ctx.log(&Event::Write {
+            id: id.clone(),
+            name: name.clone(),
+            fence: fence.unwrap_or(0),
+            t_sent,
+            t_reply: clock::now(),
+            outcome,
+            lost_reported,
+        });
+    }
+
+    let t_sent = clock::now();
+    let lost_reported = lease.is_lost();
+    if lost_reported && !lost {
+        lost_detected("is_lost");
+    }
+    let outcome = match lease.release().await {
+        Ok(true) => ReleaseOutcome::Released,
+        Ok(false) => ReleaseOutcome::NotHeld,
+        Err(_) => ReleaseOutcome::Error,
+    };
+    ctx.log(&Event::Release {
+        id,
+        t_sent,
+        t_reply: clock::now(),
+        outcome,
+        lost_reported,
+    });
+}
+
+/// How an acquire failure is counted.
+pub fn fail_kind(err: &LockError) -> FailKind {
+    match err {
+        LockError::Busy { .. } | LockError::Timeout { .. } => FailKind::Contention,
+        LockError::Connection { .. } => FailKind::Connection,
+        LockError::NoQuorum { .. } => FailKind::NoQuorum,
+        LockError::WrongType { .. } => FailKind::WrongType,
+        LockError::Redis { .. } => FailKind::Redis,
+        _ => FailKind::Other,
+    }
+}

@@ -1,0 +1,289 @@
+//! The history: one JSON object per line, written by clients and by the orchestrator.
+//!
+//! Every stamp is [`Nanos`] of `CLOCK_MONOTONIC` (see [`crate::clock`]). An acquisition is
+//! named by its `id` (`c<client>.t<task>.<seq>`), and the events that follow it refer to it.
+
+use std::fs::File;
+use std::io::{self, BufRead, BufReader, BufWriter, Write};
+use std::path::Path;
+use std::sync::Mutex;
+
+use serde::{Deserialize, Serialize};
+
+use crate::clock::Nanos;
+
+/// One line of a log.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "ev", rename_all = "snake_case")]
+pub enum Event {
+    /// A client process started.
+    Start {
+        /// Client number.
+        client: u32,
+        /// Its OS process id.
+        pid: u32,
+        /// When.
+        t: Nanos,
+        /// `scripts` or `transactions`.
+        protocol: String,
+    },
+    /// A lock was granted.
+    Acquired(Acquired),
+    /// An acquire ended without a lease.
+    AcquireFailed {
+        /// Client number.
+        client: u32,
+        /// Lock name.
+        name: String,
+        /// Before the request was sent.
+        t_start: Nanos,
+        /// When the error came back.
+        t_end: Nanos,
+        /// What kind of failure.
+        kind: FailKind,
+        /// The error message (for `other` kinds).
+        message: String,
+    },
+    /// The holder asked Redis to extend the lease.
+    Extended {
+        /// The acquisition.
+        id: String,
+        /// Before the request was sent.
+        t_sent: Nanos,
+        /// When the answer came.
+        t_reply: Nanos,
+        /// The new end of validity the lease reports, when the extension succeeded.
+        valid_until: Option<Nanos>,
+        /// `ok`, `lost` or the error kind.
+        outcome: String,
+    },
+    /// The holder looked at its lease (auto-renewal moves its validity in the background).
+    Observed {
+        /// The acquisition.
+        id: String,
+        /// When.
+        t: Nanos,
+        /// The end of validity the lease reported then (only logged while not lost).
+        valid_until: Nanos,
+    },
+    /// The library told the holder its lease was lost.
+    LostDetected {
+        /// The acquisition.
+        id: String,
+        /// When the holder learned it.
+        t: Nanos,
+        /// `signal` (`lost().await` fired), `is_lost`, `extend` or `release`.
+        how: String,
+    },
+    /// A write to the fenced resource.
+    Write {
+        /// The acquisition.
+        id: String,
+        /// Lock name.
+        name: String,
+        /// The fencing token sent with it.
+        fence: u64,
+        /// Before the write was sent.
+        t_sent: Nanos,
+        /// When the store answered.
+        t_reply: Nanos,
+        /// What the store said.
+        outcome: WriteOutcome,
+        /// Whether `lease.is_lost()` said true just before the write.
+        lost_reported: bool,
+    },
+    /// A release.
+    Release {
+        /// The acquisition.
+        id: String,
+        /// Before the release was sent.
+        t_sent: Nanos,
+        /// When the answer came.
+        t_reply: Nanos,
+        /// What `release()` returned.
+        outcome: ReleaseOutcome,
+        /// Whether `lease.is_lost()` said true just before the release.
+        lost_reported: bool,
+    },
+    /// A fault the orchestrator injected.
+    Fault {
+        /// What it did (`kill`, `pause`, `partition`, ...).
+        kind: String,
+        /// Whom (`node0`, `client3`, ...).
+        target: String,
+        /// When it began.
+        t_start: Nanos,
+        /// When it was healed (equal to `t_start` for instant faults).
+        t_end: Nanos,
+    },
+    /// A lock server was down (killed) from `t_start` until it answered again at `t_end`.
+    Down {
+        /// Node number.
+        node: u32,
+        /// The SIGKILL.
+        t_start: Nanos,
+        /// The restarted server answered PING.
+        t_end: Nanos,
+        /// Whether it came back empty (always, persistence is off).
+        empty: bool,
+    },
+    /// A foreign value (a hash) sat on a lock's key from `t_start` to `t_end`.
+    Foreign {
+        /// The lock name whose key was taken over.
+        name: String,
+        /// When the hash was in place (the HSETNX answered 1).
+        t_start: Nanos,
+        /// Before it was removed.
+        t_end: Nanos,
+    },
+}
+
+/// A granted lock, as the client saw it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Acquired {
+    /// `c<client>.t<task>.<seq>`, unique in a run.
+    pub id: String,
+    /// Client number.
+    pub client: u32,
+    /// Task number within the client.
+    pub task: u32,
+    /// Lock name.
+    pub name: String,
+    /// The lease token (32 hex digits).
+    pub token: String,
+    /// The fencing token.
+    pub fence: Option<u64>,
+    /// Before the request was made (it may have waited).
+    pub call_start: Nanos,
+    /// Start of the attempt that succeeded (`lease.acquired_at()`).
+    pub attempt_start: Nanos,
+    /// When the lease was handed to the client.
+    pub acquired: Nanos,
+    /// `acquired + lease.expires_in()`: the end of validity the library promised.
+    pub valid_until: Nanos,
+    /// The TTL asked for, in milliseconds.
+    pub ttl_ms: u64,
+    /// Whether the lease was auto-renewed.
+    pub auto_renew: bool,
+}
+
+/// Why an acquire failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailKind {
+    /// Busy or timed out waiting: the lock was held.
+    Contention,
+    /// Redis unreachable, a broken connection, a command deadline, an exhausted pool.
+    Connection,
+    /// Redlock: no majority of nodes agreed (some down, slow, or held by others).
+    NoQuorum,
+    /// A foreign value sat on the key.
+    WrongType,
+    /// Any other Redis error.
+    Redis,
+    /// Anything else.
+    Other,
+}
+
+/// What the fenced store answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WriteOutcome {
+    /// The token was above every token seen for the name: written.
+    Accepted,
+    /// A token at least as high had been seen: refused.
+    Rejected,
+    /// The store could not be asked.
+    Error,
+}
+
+/// What `Lease::release` returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReleaseOutcome {
+    /// `Ok(true)`: we still held it, it is deleted.
+    Released,
+    /// `Ok(false)`: it had expired or been taken over; nothing was deleted.
+    NotHeld,
+    /// `Err(..)`: unknown.
+    Error,
+}
+
+/// An append-only JSON-lines log, flushed after every event so that a killed or stopped
+/// process leaves every event it logged on disk. Shared by the tasks of one process.
+#[derive(Debug)]
+pub struct Log {
+    out: Mutex<BufWriter<File>>,
+}
+
+impl Log {
+    /// Creates (truncates) the log at `path`.
+    pub fn create(path: &Path) -> io::Result<Log> {
+        Ok(Log {
+            out: Mutex::new(BufWriter::new(File::create(path)?)),
+        })
+    }
+
+    /// Appends one event.
+    pub fn write(&self, event: &Event) -> io::Result<()> {
+        let mut line = serde_json::to_vec(event).map_err(io::Error::other)?;
+        line.push(b'\n');
+        let mut out = self
+            .out
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        out.write_all(&line)?;
+        out.flush()
+    }
+}
+
+/// Reads a log. A last line cut short (the process was killed while writing it) is skipped;
+/// a malformed line elsewhere is an error.
+pub fn read_log(path: &Path) -> io::Result<Vec<Event>> {
+    let lines: Vec<String> = BufReader::new(File::open(path)?)
+        .lines()
+        .collect::<io::Result<_>>()?;
+    let mut events = Vec::with_capacity(lines.len());
+    for (i, line) in lines.iter().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        match serde_json::from_str(line) {
+            Ok(event) => events.push(event),
+            Err(_) if i + 1 == lines.len() => {}
+            Err(err) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("{}:{}: {err}", path.display(), i + 1),
+                ))
+            }
+        }
+    }
+    Ok(events)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trips_and_tolerates_a_cut_last_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c0.jsonl");
+        let log = Log::create(&path).unwrap();
+        let event = Event::Release {
+            id: "c0.t0.1".into(),
+            t_sent: 1,
+            t_reply: 2,
+            outcome: ReleaseOutcome::NotHeld,
+            lost_reported: true,
+        };
+        log.write(&event).unwrap();
+        drop(log);
+        let mut text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.contains(r#""ev":"release""#), "{text}");
+        text.push_str(r#"{"ev":"relea"#);
+        std::fs::write(&path, text).unwrap();
+        assert_eq!(read_log(&path).unwrap(), vec![event]);
+    }
+}

@@ -1,0 +1,440 @@
+//! The orchestrator: starts the servers, the proxies and the client processes, injects the
+//! faults, stops everything, and checks the merged history.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::time::Duration;
+
+use lock_tests::proxy::Proxy;
+use lock_tests::RedisServer;
+use rustix::process::{kill_process, Pid, Signal};
+
+use crate::check::{check, History, Report};
+use crate::client::ProtocolArg;
+use crate::clock::{self, Nanos};
+use crate::event::{read_log, Log};
+use crate::fault::{Injector, Mode};
+use crate::resource::PROGRESS_KEY;
+use crate::BoxError;
+
+/// Which protocol the clients use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Protocols {
+    /// Every client on Lua scripts.
+    Scripts,
+    /// Every client on WATCH/MULTI.
+    Transactions,
+    /// Even clients on scripts, odd ones on WATCH/MULTI (scripts only with Redlock).
+    Mixed,
+}
+
+/// Arguments of `lock-torture run`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct RunArgs {
+    /// Which faults to inject.
+    #[arg(long, value_enum, default_value_t = Mode::Mixed)]
+    pub mode: Mode,
+    /// How long faults are injected, per run, in seconds.
+    #[arg(long, default_value_t = 3.0)]
+    pub seconds: f64,
+    /// Client processes.
+    #[arg(long, default_value_t = 4)]
+    pub clients: u32,
+    /// Tasks per client process (pool mode uses 8).
+    #[arg(long, default_value_t = 2)]
+    pub tasks: u32,
+    /// Lock names the clients contend for.
+    #[arg(long, default_value_t = 3)]
+    pub names: u32,
+    /// Lease TTL in milliseconds.
+    #[arg(long, default_value_t = 200)]
+    pub ttl_ms: u64,
+    /// Lock servers: 1, or an odd number for Redlock.
+    #[arg(long, default_value_t = 1)]
+    pub nodes: u32,
+    /// Which protocol the clients use.
+    #[arg(long, value_enum, default_value_t = Protocols::Mixed)]
+    pub protocol: Protocols,
+    /// Random seed (default: a fresh one, printed in the summary).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Keep the logs in this directory (default: a temporary one, kept only on failure).
+    #[arg(long)]
+    pub logs: Option<PathBuf>,
+    /// How long to wait, after the faults, for locking to resume, in seconds.
+    #[arg(long, default_value_t = 30.0)]
+    pub settle_seconds: f64,
+    /// Checker self-test: clients claim this many ms more validity than they were given.
+    /// The run must then fail.
+    #[arg(long, default_value_t = 0)]
+    pub sabotage_ms: u64,
+}
+
+/// One lock server, and one proxy per client in front of it.
+#[derive(Debug)]
+pub struct Node {
+    /// The server (killed and restarted by the `kill` faults).
+    pub server: RedisServer,
+    /// `proxies[c]` carries client `c`'s traffic to this server.
+    pub proxies: Vec<Proxy>,
+}
+
+/// A running client process.
+#[derive(Debug)]
+pub struct ClientProc {
+    /// Its process.
+    pub child: Child,
+    /// Its pid, for SIGSTOP/SIGCONT.
+    pub pid: i32,
+    /// Closing it stops the client.
+    pub stdin: Option<ChildStdin>,
+}
+
+/// Everything a run starts.
+#[derive(Debug)]
+pub struct Cluster {
+    /// The lock servers.
+    pub nodes: Vec<Node>,
+    /// The fenced store (never faulted).
+    pub store: RedisServer,
+    /// The clients.
+    pub clients: Vec<ClientProc>,
+    /// How many lock names the clients use.
+    pub names: u32,
+}
+
+impl Cluster {
+    /// Sets the added latency on the proxies of `clients`, on every node.
+    pub fn set_latency(&self, clients: &[usize], latency: Duration) {
+        for node in &self.nodes {
+            for &c in clients {
+                node.proxies[c].set_latency(latency);
+            }
+        }
+    }
+
+    /// Partitions (or heals) `clients` from every node.
+    pub fn set_blackhole(&self, clients: &[usize], on: bool) {
+        for node in &self.nodes {
+            for &c in clients {
+                node.proxies[c].set_blackhole(on);
+            }
+        }
+    }
+
+    /// Cuts every connection of `clients`.
+    pub fn drop_connections(&self, clients: &[usize]) {
+        for node in &self.nodes {
+            for &c in clients {
+                node.proxies[c].drop_connections();
+            }
+        }
+    }
+
+    /// Undoes every lasting fault: no latency, no partition, no stopped client.
+    fn heal(&self) {
+        let all: Vec<usize> = (0..self.clients.len()).collect();
+        self.set_latency(&all, Duration::ZERO);
+        self.set_blackhole(&all, false);
+        for client in &self.clients {
+            if let Some(pid) = Pid::from_raw(client.pid) {
+                let _ = kill_process(pid, Signal::CONT);
+            }
+        }
+    }
+
+    fn progress(&self) -> u64 {
+        let reply = self.store.command(&["GET", PROGRESS_KEY]);
+        // A bulk reply: `$<len>\r\n<number>\r\n`, or `$-1` before the first acquisition.
+        reply
+            .lines()
+            .nth(1)
+            .and_then(|line| line.trim().parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// Stops every client: closes its standard input, waits, and kills stragglers.
+    fn stop_clients(&mut self) {
+        self.heal();
+        for client in &mut self.clients {
+            client.stdin = None;
+        }
+        let deadline = clock::now() + clock::nanos(Duration::from_secs(15));
+        for client in &mut self.clients {
+            loop {
+                match client.child.try_wait() {
+                    Ok(Some(_)) | Err(_) => break,
+                    Ok(None) if clock::now() > deadline => {
+                        let _ = client.child.kill();
+                        let _ = client.child.wait();
+                        break;
+                    }
+                    Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for client in &mut self.clients {
+            if let Some(pid) = Pid::from_raw(client.pid) {
+                let _ = kill_process(pid, Signal::CONT);
+            }
+            client.stdin = None;
+            if let Ok(None) = client.child.try_wait() {
+                let _ = client.child.kill();
+            }
+            let _ = client.child.wait();
+        }
+    }
+}
+
+/// The outcome of one run.
+#[derive(Debug)]
+pub struct RunOutcome {
+    /// The mode.
+    pub mode: Mode,
+    /// What the checker found.
+    pub report: Report,
+    /// The summary line printed.
+    pub line: String,
+    /// Where the logs are, if kept.
+    pub logs: Option<PathBuf>,
+}
+
+/// Runs `args.mode` (every mode in turn for `all`), prints one summary line per run, and
+/// returns the outcomes.
+pub fn run(args: &RunArgs) -> Result<Vec<RunOutcome>, BoxError> {
+    let modes: Vec<Mode> = if args.mode == Mode::All {
+        Mode::RUNS.to_vec()
+    } else {
+        vec![args.mode]
+    };
+    let mut outcomes = Vec::new();
+    for mode in modes {
+        let outcome = run_one(args, mode)?;
+        println!("{}", outcome.line);
+        if !outcome.report.passed() {
+            for v in outcome.report.violations.iter().take(20) {
+                eprintln!("  violation [{}] {}: {}", v.rule, v.name, v.detail);
+            }
+            if outcome.report.violations.len() > 20 {
+                eprintln!("  ... and {} more", outcome.report.violations.len() - 20);
+            }
+            if !outcome.report.resumed {
+                eprintln!("  no lock was granted after the last fault healed");
+            }
+        }
+        if let Some(dir) = &outcome.logs {
+            eprintln!("  logs: {}", dir.display());
+        }
+        outcomes.push(outcome);
+    }
+    Ok(outcomes)
+}
+
+fn run_one(args: &RunArgs, mode: Mode) -> Result<RunOutcome, BoxError> {
+    if args.nodes == 0 || (args.nodes > 1 && args.nodes % 2 == 0) {
+        return Err("--nodes must be 1, or odd for Redlock".into());
+    }
+    if args.clients == 0 {
+        return Err("--clients must be at least 1".into());
+    }
+    let seed = args.seed.unwrap_or_else(|| fastrand::u64(..));
+    let (dir, temp) = match &args.logs {
+        Some(dir) => {
+            let dir = dir.join(mode.name());
+            std::fs::create_dir_all(&dir)?;
+            (dir, None)
+        }
+        None => {
+            let temp = tempfile::Builder::new()
+                .prefix(&format!("lock-torture-{}-", mode.name()))
+                .tempdir()?;
+            (temp.path().to_path_buf(), Some(temp))
+        }
+    };
+    let ttl = Duration::from_millis(args.ttl_ms);
+    let orchestrator_log = Log::create(&dir.join("faults.jsonl"))?;
+
+    let store = RedisServer::start();
+    let mut nodes = Vec::new();
+    for _ in 0..args.nodes {
+        let server = RedisServer::start();
+        let proxies = (0..args.clients)
+            .map(|_| Proxy::start(server.addr()))
+            .collect::<std::io::Result<Vec<_>>>()?;
+        nodes.push(Node { server, proxies });
+    }
+    let mut cluster = Cluster {
+        nodes,
+        store,
+        clients: Vec::new(),
+        names: args.names,
+    };
+    let exe = std::env::current_exe()?;
+    for id in 0..args.clients {
+        let child = spawn_client(&exe, args, mode, &cluster, id, seed, &dir)?;
+        cluster.clients.push(child);
+    }
+
+    // Faults, once every client has started.
+    let started = clock::now();
+    wait_for(&cluster, 1, started + clock::nanos(Duration::from_secs(20)));
+    let fault_until = clock::now() + clock::nanos(Duration::from_secs_f64(args.seconds.max(0.1)));
+    let mut injector = Injector {
+        cluster: &mut cluster,
+        log: &orchestrator_log,
+        ttl,
+        rng: fastrand::Rng::with_seed(seed),
+    };
+    injector.run(mode, fault_until)?;
+    std::thread::sleep(Duration::from_nanos(
+        fault_until.saturating_sub(clock::now()),
+    ));
+
+    // Heal, then wait until every client has had a chance to take a lock again.
+    cluster.heal();
+    let healed = cluster.progress();
+    let settle = clock::now() + clock::nanos(Duration::from_secs_f64(args.settle_seconds));
+    wait_for(&cluster, healed + u64::from(args.clients), settle);
+    cluster.stop_clients();
+
+    let mut history = History::default();
+    for entry in std::fs::read_dir(&dir)? {
+        let path = entry?.path();
+        if path.extension().is_some_and(|e| e == "jsonl") {
+            history.events.extend(read_log(&path)?);
+        }
+    }
+    let names: Vec<String> = (0..args.names).map(|i| format!("torture:{i}")).collect();
+    history.store = read_store(&cluster.store.url(), &names)?;
+    save_store(&dir.join("store.json"), &history.store)?;
+    let report = check(&history, args.nodes as usize);
+    let line = format!(
+        "mode={} nodes={} clients={} names={} ttl_ms={} seconds={} seed={} {}",
+        mode.name(),
+        args.nodes,
+        args.clients,
+        args.names,
+        args.ttl_ms,
+        args.seconds,
+        seed,
+        report.summary()
+    );
+    let logs = match temp {
+        Some(temp) if !report.passed() => Some(temp.keep()),
+        Some(_) => None,
+        None => Some(dir),
+    };
+    Ok(RunOutcome {
+        mode,
+        report,
+        line,
+        logs,
+    })
+}
+
+fn spawn_client(
+    exe: &Path,
+    args: &RunArgs,
+    mode: Mode,
+    cluster: &Cluster,
+    id: u32,
+    seed: u64,
+    dir: &Path,
+) -> Result<ClientProc, BoxError> {
+    let protocol = match args.protocol {
+        _ if args.nodes > 1 => ProtocolArg::Scripts,
+        Protocols::Scripts => ProtocolArg::Scripts,
+        Protocols::Transactions => ProtocolArg::Transactions,
+        Protocols::Mixed if id % 2 == 0 => ProtocolArg::Scripts,
+        Protocols::Mixed => ProtocolArg::Transactions,
+    };
+    let mut command = Command::new(exe);
+    command
+        .arg("client")
+        .args(["--id", &id.to_string()])
+        .args(["--store-url", &cluster.store.url()])
+        .arg("--log")
+        .arg(dir.join(format!("client-{id}.jsonl")))
+        .args(["--names", &args.names.to_string()])
+        .args(["--ttl-ms", &args.ttl_ms.to_string()])
+        .args(["--protocol", protocol.as_str()])
+        .args(["--seed", &seed.wrapping_add(u64::from(id)).to_string()])
+        .args(["--sabotage-ms", &args.sabotage_ms.to_string()]);
+    for node in &cluster.nodes {
+        command.args(["--lock-url", &node.proxies[id as usize].url()]);
+    }
+    if mode == Mode::Pool {
+        command.args(["--tasks", "8", "--pool-size", "1"]);
+    } else {
+        command.args(["--tasks", &args.tasks.to_string()]);
+    }
+    let stderr = File::create(dir.join(format!("client-{id}.stderr")))?;
+    let mut child = command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(stderr)
+        .spawn()?;
+    let stdin = child.stdin.take();
+    let pid = i32::try_from(child.id())?;
+    Ok(ClientProc { child, pid, stdin })
+}
+
+/// Waits until the progress counter reaches `target`, or `deadline`.
+fn wait_for(cluster: &Cluster, target: u64, deadline: Nanos) {
+    while clock::now() < deadline && cluster.progress() < target {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The fenced store's accepted writes per name.
+pub fn read_store(
+    url: &str,
+    names: &[String],
+) -> Result<BTreeMap<String, Vec<(u64, String)>>, BoxError> {
+    let client = redis::Client::open(url)?;
+    let mut conn = client.get_connection()?;
+    let mut store = BTreeMap::new();
+    for name in names {
+        let entries: Vec<String> = redis::cmd("LRANGE")
+            .arg(crate::resource::log_key(name))
+            .arg(0)
+            .arg(-1)
+            .query(&mut conn)?;
+        store.insert(
+            name.clone(),
+            entries
+                .iter()
+                .filter_map(|e| crate::resource::parse_entry(e))
+                .collect(),
+        );
+    }
+    Ok(store)
+}
+
+fn save_store(path: &Path, store: &BTreeMap<String, Vec<(u64, String)>>) -> Result<(), BoxError> {
+    std::fs::write(path, serde_json::to_vec_pretty(store)?)?;
+    Ok(())
+}
+
+/// Re-checks the logs of an earlier run kept in `dir` (`run --logs`).
+pub fn check_dir(dir: &Path, nodes: usize) -> Result<Report, BoxError> {
+    let mut history = History::default();
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        if path.extension().is_some_and(|e| e == "jsonl") {
+            history.events.extend(read_log(&path)?);
+        }
+    }
+    let store = dir.join("store.json");
+    if store.exists() {
+        history.store = serde_json::from_slice(&std::fs::read(store)?)?;
+    }
+    Ok(check(&history, nodes))
+}
