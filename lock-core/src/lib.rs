@@ -46,6 +46,13 @@
 //! A lock named `N` lives at `<prefix>{N}` (default prefix `lock:`), and its fencing counter
 //! at `<prefix>{N}:fence`. The braces are a Redis Cluster hash tag: both keys of a lock always
 //! share a slot, and no lock name can collide with another lock's counter.
+//!
+//! # Web handlers
+//!
+//! With the `axum` feature (or `tower` for any tower service), [`web`] guards HTTP handlers:
+//! `#[redis_locked]` on an axum handler, or a `LockLayer` on a route, so that two requests
+//! for the same order never run at once across all replicas. A busy lock answers 409 with
+//! `Retry-After`, since `LockError` implements axum's `IntoResponse`.
 
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 #![warn(missing_docs)]
@@ -63,6 +70,8 @@ mod renew;
 mod request;
 mod token;
 mod wait;
+#[cfg(feature = "tower")]
+pub mod web;
 
 pub use error::LockError;
 pub use key::{MAX_NAME_LEN, MAX_TTL, MAX_WAIT, MIN_TTL};

@@ -1,0 +1,429 @@
+//! `LockLayer`: a tower layer that runs each request under a lock named after it.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body::Body;
+use tower_layer::Layer;
+use tower_service::Service;
+
+use super::body::{release, LockBody};
+use super::problem::{error_responses, ErrorResponses, Problem};
+use super::{KeyRejection, LockKey};
+use crate::{LockError, Locker};
+
+/// How long a guarded request keeps its lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum HoldUntil {
+    /// Until the inner service has produced the response (the handler returned). The lock
+    /// is released, and the release awaited, before the response goes out, so a client that
+    /// got an answer can take the lock again at once. A streaming body is then produced
+    /// *outside* the lock. The default, and what `#[redis_locked]` on a handler does.
+    #[default]
+    Response,
+    /// Until the response body has been streamed to the end: use it when the body itself
+    /// does the guarded work (a stream that computes as it goes). The release runs before
+    /// the last frame is handed to the server, so the client still sees the end only once
+    /// the lock is free. A client that disconnects drops the body, which releases the lock in
+    /// the background; a slow reader keeps the lock (bound it with
+    /// [`LockLayer::max_hold`]).
+    BodyEnd,
+}
+
+/// Why a guarded request was answered without reaching the inner service.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Rejection {
+    /// No lock key could be derived from the request.
+    Key(KeyRejection),
+    /// The lock could not be had.
+    Lock(LockError),
+}
+
+impl Rejection {
+    /// The problem document `responses` makes of this rejection.
+    #[must_use]
+    pub fn problem(&self, responses: &ErrorResponses) -> Problem {
+        match self {
+            Rejection::Key(rejection) => Problem::new(rejection.status(), rejection.detail()),
+            Rejection::Lock(err) => responses.problem(err),
+        }
+    }
+
+    /// The default response: [`Rejection::problem`], logged.
+    #[must_use]
+    pub fn response(&self, responses: &ErrorResponses) -> Response<Bytes> {
+        match self {
+            Rejection::Lock(err) => responses.response(err),
+            Rejection::Key(rejection) => {
+                if rejection.status().is_server_error() {
+                    tracing::error!(error = %rejection, "request failed: no lock key");
+                } else {
+                    tracing::debug!(error = %rejection, "request refused: no lock key");
+                }
+                self.problem(responses).to_response()
+            }
+        }
+    }
+
+    /// A gRPC "trailers-only" response for services such as tonic's: HTTP 200 with
+    /// `grpc-status` `ABORTED` (10) for a busy lock, plus `grpc-retry-pushback-ms`;
+    /// `INVALID_ARGUMENT` (3) for a bad key; `UNAVAILABLE` (14) when Redis cannot be
+    /// reached; `INTERNAL` (13) otherwise. Use it with [`LockLayer::on_reject`].
+    ///
+    /// ```
+    /// use lock_core::web::Rejection;
+    /// use lock_core::LockError;
+    ///
+    /// let busy = Rejection::Lock(LockError::Busy {
+    ///     name: "jobs:7".into(),
+    ///     holder: None,
+    ///     retry_after: Some(std::time::Duration::from_millis(1500)),
+    /// });
+    /// let response = busy.grpc_response();
+    /// assert_eq!(response.status(), 200);
+    /// assert_eq!(response.headers()["grpc-status"], "10");
+    /// assert_eq!(response.headers()["grpc-retry-pushback-ms"], "1500");
+    /// ```
+    #[must_use]
+    pub fn grpc_response(&self) -> Response<Bytes> {
+        let problem = self.problem(&ErrorResponses::new());
+        let code: u16 = match problem.status().as_u16() {
+            409 => 10,
+            400 => 3,
+            503 => 14,
+            _ => 13,
+        };
+        let mut response = Response::new(Bytes::new());
+        let headers = response.headers_mut();
+        headers.insert(
+            http::header::CONTENT_TYPE,
+            http::HeaderValue::from_static("application/grpc"),
+        );
+        headers.insert("grpc-status", http::HeaderValue::from(code));
+        if let Ok(message) = http::HeaderValue::from_str(&percent_encode(problem.detail())) {
+            headers.insert("grpc-message", message);
+        }
+        if let Rejection::Lock(err) = self {
+            if let Some(after) = err.retry_after() {
+                let millis = u64::try_from(after.as_millis()).unwrap_or(u64::MAX);
+                headers.insert("grpc-retry-pushback-ms", http::HeaderValue::from(millis));
+            }
+        }
+        response
+    }
+}
+
+/// `grpc-message` is percent-encoded (gRPC over HTTP/2, "Responses").
+fn percent_encode(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for byte in text.bytes() {
+        if (0x20..=0x7e).contains(&byte) && byte != b'%' {
+            out.push(char::from(byte));
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
+
+impl fmt::Display for Rejection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Rejection::Key(rejection) => rejection.fmt(f),
+            Rejection::Lock(err) => err.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for Rejection {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Rejection::Key(rejection) => Some(rejection),
+            Rejection::Lock(err) => Some(err),
+        }
+    }
+}
+
+type Responder = dyn Fn(&Rejection) -> Response<Bytes> + Send + Sync;
+
+/// A tower [`Layer`] that runs every request under a lock named after it: requests with the
+/// same key never run at once, across every process that shares the Redis; the others are
+/// answered at once (or after [`wait`](LockLayer::wait)) with 409 Conflict, a `Retry-After`
+/// header and a problem body, without reaching the inner service.
+///
+/// The key comes from the request head: a closure over [`http::request::Parts`], or a
+/// ready-made [`key::header`](super::key::header) / `key::path` (feature `axum`). A request
+/// with no key is answered 400 without touching Redis.
+///
+/// Works on any tower service over `http` requests and responses whose body yields
+/// [`Bytes`] (axum routes, tonic services, hyper services): the response body becomes
+/// [`LockBody`]. Guarding costs one Redis round trip to acquire and one to release.
+///
+/// Defaults: the locker's TTL, `wait` zero (a busy lock is answered at once), auto-renewal
+/// on (a slow handler keeps its lock; the TTL only bounds how long a crashed process blocks
+/// others), the lock held until the response is produced ([`HoldUntil::Response`]), and the
+/// process-wide [`ErrorResponses`].
+///
+/// ```
+/// use axum::{routing::post, Router};
+/// use lock_core::web::{key, LockLayer};
+/// use lock_core::Locker;
+/// use std::time::Duration;
+///
+/// let locker = Locker::memory(); // Locker::from_env()? in production
+/// let app: Router = Router::new()
+///     .route("/webhooks/payments", post(|| async { "processed" }))
+///     .route_layer(
+///         LockLayer::new(locker, key::header("Idempotency-Key").prefix("webhooks:"))
+///             .ttl(Duration::from_secs(5)),
+///     );
+/// ```
+#[derive(Clone)]
+#[must_use = "a layer does nothing until it wraps a service (`Router::route_layer`, `ServiceBuilder::layer`)"]
+pub struct LockLayer {
+    config: Config,
+}
+
+#[derive(Clone)]
+struct Config {
+    locker: Locker,
+    key: Arc<dyn LockKey>,
+    ttl: Option<Duration>,
+    wait: Duration,
+    renew: bool,
+    max_hold: Option<Duration>,
+    hold: HoldUntil,
+    responses: Option<ErrorResponses>,
+    on_reject: Option<Arc<Responder>>,
+}
+
+impl LockLayer {
+    /// Guards requests with locks on `locker`, named by `key`.
+    pub fn new(locker: Locker, key: impl LockKey) -> LockLayer {
+        LockLayer {
+            config: Config {
+                locker,
+                key: Arc::new(key),
+                ttl: None,
+                wait: Duration::ZERO,
+                renew: true,
+                max_hold: None,
+                hold: HoldUntil::Response,
+                responses: None,
+                on_reject: None,
+            },
+        }
+    }
+
+    /// How long the lock outlives a process that crashed while holding it (default: the
+    /// locker's). With auto-renewal on, a request may run longer than this.
+    pub fn ttl(mut self, ttl: Duration) -> LockLayer {
+        self.config.ttl = Some(ttl);
+        self
+    }
+
+    /// How long a request waits for a busy lock before it is answered 409 (default zero:
+    /// at once).
+    pub fn wait(mut self, wait: Duration) -> LockLayer {
+        self.config.wait = wait;
+        self
+    }
+
+    /// Whether the lease is renewed while the request runs (default true). Without it, a
+    /// request that outlives the TTL shares its lock with the next one.
+    pub fn auto_renew(mut self, renew: bool) -> LockLayer {
+        self.config.renew = renew;
+        self
+    }
+
+    /// With auto-renewal: stop renewing this long after the lock was taken, so a hung
+    /// request (or, with [`HoldUntil::BodyEnd`], a client that reads very slowly) cannot keep
+    /// it forever.
+    pub fn max_hold(mut self, max_hold: Duration) -> LockLayer {
+        self.config.max_hold = Some(max_hold);
+        self
+    }
+
+    /// How long the lock is kept: until the response is produced (default) or until its
+    /// body has been streamed.
+    pub fn hold_until(mut self, hold: HoldUntil) -> LockLayer {
+        self.config.hold = hold;
+        self
+    }
+
+    /// The statuses used for rejections (default: the process-wide
+    /// [`error_responses`](super::error_responses)).
+    pub fn responses(mut self, responses: ErrorResponses) -> LockLayer {
+        self.config.responses = Some(responses);
+        self
+    }
+
+    /// Replaces the rejection response entirely: `respond` gets the [`Rejection`] and
+    /// returns the response to send (e.g. [`Rejection::grpc_response`] for gRPC). Nothing is
+    /// logged for you.
+    ///
+    /// ```
+    /// use lock_core::web::{key, LockLayer, Rejection};
+    /// use lock_core::Locker;
+    ///
+    /// let layer = LockLayer::new(Locker::memory(), key::header("x-job-id"))
+    ///     .on_reject(|rejection: &Rejection| rejection.grpc_response());
+    /// # drop(layer);
+    /// ```
+    pub fn on_reject<F, T>(mut self, respond: F) -> LockLayer
+    where
+        F: Fn(&Rejection) -> Response<T> + Send + Sync + 'static,
+        T: Into<Bytes>,
+    {
+        self.config.on_reject = Some(Arc::new(move |rejection: &Rejection| {
+            respond(rejection).map(Into::into)
+        }));
+        self
+    }
+}
+
+impl fmt::Debug for LockLayer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.config.fmt(f)
+    }
+}
+
+impl fmt::Debug for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockLayer")
+            .field("ttl", &self.ttl)
+            .field("wait", &self.wait)
+            .field("renew", &self.renew)
+            .field("max_hold", &self.max_hold)
+            .field("hold", &self.hold)
+            .field("responses", &self.responses)
+            .field("on_reject", &self.on_reject.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S> Layer<S> for LockLayer {
+    type Service = LockService<S>;
+
+    fn layer(&self, inner: S) -> LockService<S> {
+        LockService {
+            inner,
+            config: Arc::new(self.config.clone()),
+        }
+    }
+}
+
+/// The service [`LockLayer`] wraps around an inner one.
+#[derive(Clone)]
+pub struct LockService<S> {
+    inner: S,
+    config: Arc<Config>,
+}
+
+impl<S: fmt::Debug> fmt::Debug for LockService<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockService")
+            .field("inner", &self.inner)
+            .field("config", &self.config)
+            .finish()
+    }
+}
+
+/// The future of a [`LockService`] call.
+pub type LockFuture<T, E> = Pin<Box<dyn Future<Output = Result<T, E>> + Send>>;
+
+impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for LockService<S>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
+    S::Future: Send,
+    S::Error: Send + 'static,
+    ReqBody: Send + 'static,
+    ResBody: Body<Data = Bytes> + Send + 'static,
+{
+    type Response = Response<LockBody<ResBody>>;
+    type Error = S::Error;
+    type Future = LockFuture<Self::Response, S::Error>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
+        // The instance that was polled ready goes into the future; a fresh clone stays.
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let config = Arc::clone(&self.config);
+        Box::pin(async move {
+            let (mut parts, body) = request.into_parts();
+            let name = match config.key.lock_key(&mut parts) {
+                Ok(name) => name,
+                Err(rejection) => return Ok(config.reject(&Rejection::Key(rejection))),
+            };
+            let lease = match config.acquire(name).await {
+                Ok(lease) => lease,
+                Err(err) => return Ok(config.reject(&Rejection::Lock(err))),
+            };
+            let response = match inner.call(Request::from_parts(parts, body)).await {
+                Ok(response) => response,
+                Err(err) => {
+                    release(lease).await;
+                    return Err(err);
+                }
+            };
+            if config.hold == HoldUntil::BodyEnd && !response.body().is_end_stream() {
+                return Ok(response.map(|body| LockBody::holding(body, lease)));
+            }
+            release(lease).await;
+            Ok(response.map(LockBody::inner))
+        })
+    }
+}
+
+impl Config {
+    async fn acquire(&self, name: String) -> Result<crate::Lease, LockError> {
+        let mut request = self.locker.lock(name).wait(self.wait);
+        if let Some(ttl) = self.ttl {
+            request = request.ttl(ttl);
+        }
+        if self.renew {
+            request = request.auto_renew();
+            if let Some(max_hold) = self.max_hold {
+                request = request.max_hold(max_hold);
+            }
+        }
+        request.await
+    }
+
+    fn reject<B>(&self, rejection: &Rejection) -> Response<LockBody<B>> {
+        let response = match &self.on_reject {
+            Some(respond) => respond(rejection),
+            None => rejection.response(&self.responses.unwrap_or_else(error_responses)),
+        };
+        response.map(LockBody::full)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grpc_messages_are_percent_encoded() {
+        assert_eq!(percent_encode("lock `a` 100%\n"), "lock `a` 100%25%0A");
+    }
+
+    #[test]
+    fn layer_and_service_are_send_sync_clone() {
+        fn check<T: Send + Sync + Clone + 'static>() {}
+        check::<LockLayer>();
+        check::<LockService<()>>();
+    }
+}

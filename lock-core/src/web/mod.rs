@@ -1,0 +1,94 @@
+//! Guards for HTTP handlers: "two requests for the same order never run at once, across all
+//! replicas". Feature `tower` (the layer and problem responses, for any tower service) or
+//! `axum` (which adds `LockError: IntoResponse` and path-parameter keys).
+//!
+//! Two ways to guard a handler:
+//!
+//! - **`#[redis_locked]` on the handler** (feature `axum`). Extractor patterns are usable in
+//!   the key, `locker = app.locker` finds the locker in the state, and the function stays an
+//!   axum handler. It must return a `Result` (the macro cannot see through
+//!   `-> impl IntoResponse`): `Result<Json<T>, LockError>` works as is, because `LockError`
+//!   implements `IntoResponse`; `Result<impl IntoResponse, LockError>` works too; with your
+//!   own error type, give it `From<LockError>` and build its response with
+//!   [`ErrorResponses::response`] or `LockError::into_response`.
+//!
+//!   ```
+//!   use axum::{extract::{Path, State}, routing::post, Json, Router};
+//!   use lock_core::{redis_locked, LockError, Locker};
+//!
+//!   #[derive(Clone)]
+//!   struct App {
+//!       locker: Locker,
+//!   }
+//!
+//!   #[redis_locked(key = "orders:{order_id}", ttl = "10s", wait = "0s", locker = app.locker)]
+//!   async fn pay(
+//!       State(app): State<App>,
+//!       Path(order_id): Path<u64>,
+//!   ) -> Result<Json<&'static str>, LockError> {
+//!       Ok(Json("paid"))
+//!   }
+//!
+//!   let app: Router = Router::new()
+//!       .route("/orders/{order_id}/pay", post(pay))
+//!       .with_state(App { locker: Locker::memory() });
+//!   ```
+//!
+//! - **[`LockLayer`] on a route**, without touching the handler: the key comes from the
+//!   request head ([`key::header`], `key::path`, or any closure over
+//!   [`http::request::Parts`]). It works on any tower service, tonic's included.
+//!
+//!   ```
+//!   use axum::{routing::post, Router};
+//!   use lock_core::web::{key, LockLayer};
+//!   use lock_core::Locker;
+//!
+//!   let app: Router = Router::new()
+//!       .route("/webhooks/payments", post(|| async { "ok" }))
+//!       .route_layer(LockLayer::new(
+//!           Locker::memory(),
+//!           key::header("Idempotency-Key").prefix("webhooks:"),
+//!       ));
+//!   ```
+//!
+//! # What the client sees
+//!
+//! A busy lock answers **409 Conflict** (configurable: [`ErrorResponses::busy_status`],
+//! e.g. 423 Locked) with `Retry-After` (the holder's remaining TTL, rounded up to seconds)
+//! and an RFC 9457 body:
+//!
+//! ```text
+//! HTTP/1.1 409 Conflict
+//! content-type: application/problem+json
+//! retry-after: 10
+//!
+//! {"type":"about:blank","title":"Conflict","status":409,"detail":"lock `orders:7` is busy: another request holds it; retry later","lock":"orders:7"}
+//! ```
+//!
+//! When Redis cannot be reached: **503** with a generic detail (no URL, host or Redis error
+//! text; those go to the `tracing` log). A request without a key: **400**. See
+//! [`ErrorResponses`] for the full table.
+//!
+//! # How long the lock is held
+//!
+//! Both ways hold the lock until the handler has returned its response, and release it
+//! (awaiting the release) before the response is sent. The body of a *streaming* response
+//! is then produced outside the lock; with the layer, [`HoldUntil::BodyEnd`] keeps the lock
+//! until the body has been streamed to its end.
+//!
+//! `Retry-After` is an upper bound: it is when the holder's lease would expire, and the
+//! holder usually finishes sooner. Auto-renewal is on (for the macro and the layer), so a
+//! short TTL (a few seconds) keeps it tight without cutting long requests short.
+
+mod body;
+pub mod key;
+mod layer;
+mod problem;
+
+#[cfg(feature = "axum")]
+mod axum;
+
+pub use body::LockBody;
+pub use key::{IntoLockKey, KeyRejection, LockKey};
+pub use layer::{HoldUntil, LockFuture, LockLayer, LockService, Rejection};
+pub use problem::{error_responses, set_error_responses, ErrorResponses, Problem, PROBLEM_JSON};
