@@ -18,6 +18,8 @@
 //! - `silent-release`: a release sent after the lease's validity ended returned `true`
 //!   without the lease having reported itself lost (`is_lost()`), or a release returned
 //!   `true` although another client had been granted the lock since this one got it.
+//! - `silent-loss`: a holder wrote after its lease's validity ended while `is_lost()` still
+//!   said false.
 //! - `acquired-while-down`: a single server granted a lock while it was dead.
 //! - `acquired-over-foreign-value`: a lock was granted while a foreign hash sat on its key.
 //! - `validity-claim`: a lease reported more validity than the TTL it asked for, counted
@@ -36,7 +38,7 @@
 //! as `fence_resets`, and the fenced store rejects those holders' writes until the counter
 //! passes its old value (safe, but a loss of liveness).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use crate::clock::{ms, Nanos};
 use crate::event::{Acquired, Event, FailKind, ReleaseOutcome, WriteOutcome};
@@ -78,6 +80,16 @@ pub struct Report {
     pub writes_accepted: u64,
     /// Writes the fenced store refused because a newer holder had written.
     pub stale_writes_rejected: u64,
+    /// Writes refused because the writer's token was drawn after a restart reset the
+    /// counter below the store's high-water mark (the holder was legitimate; see
+    /// `fence_resets`).
+    pub writes_fenced_out_after_reset: u64,
+    /// Acquisitions whose holder was stopped (SIGSTOP) while it trusted its lease.
+    pub paused_holders: u64,
+    /// Of those, how many were told their lease was lost.
+    pub paused_holders_told_lost: u64,
+    /// Of those, how many wrote and had the write refused by fencing.
+    pub paused_writes_rejected: u64,
     /// Writes sent after the writer's lease validity had ended (accepted or not).
     pub late_writes: u64,
     /// Acquisitions whose holder was told its lease was lost.
@@ -115,7 +127,9 @@ impl Report {
         };
         format!(
             "acquisitions={} faults={} violations={} stale_writes_rejected={} \
-             lost_leases_detected={} late_writes={} writes_accepted={} released={} \
+             lost_leases_detected={} late_writes={} writes_accepted={} \
+             writes_fenced_out_after_reset={} paused_holders={} paused_holders_told_lost={} \
+             paused_writes_rejected={} released={} \
              release_not_held={} release_errors={} expected_restart_overlaps={} \
              fence_resets={} contention={} acquire_errors={} resumed={}",
             self.acquisitions,
@@ -125,6 +139,10 @@ impl Report {
             self.lost_detected,
             self.late_writes,
             self.writes_accepted,
+            self.writes_fenced_out_after_reset,
+            self.paused_holders,
+            self.paused_holders_told_lost,
+            self.paused_writes_rejected,
             self.released,
             self.release_not_held,
             self.release_errors,
@@ -176,6 +194,7 @@ pub fn check(history: &History, nodes: usize) -> Report {
     let mut downs = Vec::new();
     let mut foreign: Vec<(String, Nanos, Nanos)> = Vec::new();
     let mut last_fault_end: Option<Nanos> = None;
+    let mut pauses: Vec<(u32, Nanos, Nanos)> = Vec::new();
 
     for event in &history.events {
         if let Event::Acquired(a) = event {
@@ -232,8 +251,16 @@ pub fn check(history: &History, nodes: usize) -> Report {
                 t_sent,
                 t_reply,
                 outcome,
-                ..
-            } => writes.push((id.clone(), name.clone(), *fence, *t_sent, *t_reply, *outcome)),
+                lost_reported,
+            } => writes.push(WriteRow {
+                id: id.clone(),
+                name: name.clone(),
+                fence: *fence,
+                sent: *t_sent,
+                reply: *t_reply,
+                outcome: *outcome,
+                lost_reported: *lost_reported,
+            }),
             Event::AcquireFailed { kind, .. } => {
                 if *kind == FailKind::Contention {
                     report.contention += 1;
@@ -245,7 +272,18 @@ pub fn check(history: &History, nodes: usize) -> Report {
                     *report.acquire_errors.entry(key).or_default() += 1;
                 }
             }
-            Event::Fault { t_end, .. } => {
+            Event::Fault {
+                kind,
+                target,
+                t_start,
+                t_end,
+            } => {
+                if let (true, Some(client)) = (
+                    kind == "pause",
+                    target.strip_prefix("client").and_then(|c| c.parse::<u32>().ok()),
+                ) {
+                    pauses.push((client, *t_start, *t_end));
+                }
                 report.faults += 1;
                 last_fault_end = Some(last_fault_end.map_or(*t_end, |t| t.max(*t_end)));
             }
@@ -273,17 +311,49 @@ pub fn check(history: &History, nodes: usize) -> Report {
     for acq in &acqs {
         by_name.entry(acq.a.name.as_str()).or_default().push(acq);
     }
+    let mut reset = HashSet::new();
     for (name, list) in &mut by_name {
         list.sort_by_key(|a| a.a.acquired);
         check_overlaps(name, list, &downs, &mut report);
-        check_fences(name, list, &downs, &mut report);
+        check_fences(name, list, &downs, &mut reset, &mut report);
         check_releases(name, list, &mut report);
     }
     for acq in &acqs {
         check_grant(acq, nodes, &downs, &foreign, &mut report);
     }
-    check_writes(&writes, &index, &acqs, history, &mut report);
+    check_writes(&writes, &index, &acqs, &reset, history, &mut report);
+    count_paused_holders(&acqs, &pauses, &writes, &mut report);
     report
+}
+
+/// The GC-pause scenario: holders stopped past the end of their validity.
+fn count_paused_holders(
+    acqs: &[Acq],
+    pauses: &[(u32, Nanos, Nanos)],
+    writes: &[WriteRow],
+    report: &mut Report,
+) {
+    for acq in acqs {
+        let paused = pauses.iter().any(|&(client, start, end)| {
+            client == acq.a.client
+                && acq.a.acquired <= start
+                && start < acq.trusted_until()
+                && end > acq.claim_end
+        });
+        if !paused {
+            continue;
+        }
+        report.paused_holders += 1;
+        if acq.lost_at.is_some() {
+            report.paused_holders_told_lost += 1;
+        }
+        if writes
+            .iter()
+            .any(|w| w.id == acq.a.id && w.outcome == WriteOutcome::Rejected)
+        {
+            report.paused_writes_rejected += 1;
+        }
+    }
 }
 
 /// Rule `overlap`: a sweep over trusted intervals sorted by start.
@@ -333,8 +403,14 @@ fn epoch(downs: &[Down], t: Nanos) -> usize {
 
 /// Rule `fence-order`, within each stretch between restarts; regressions across a restart
 /// are counted as `fence_resets`.
-fn check_fences(name: &str, list: &[&Acq], downs: &[Down], report: &mut Report) {
-    let mut epochs: BTreeMap<usize, Vec<(&Acq, u64)>> = BTreeMap::new();
+fn check_fences<'a>(
+    name: &str,
+    list: &[&'a Acq],
+    downs: &[Down],
+    reset: &mut HashSet<&'a str>,
+    report: &mut Report,
+) {
+    let mut epochs: BTreeMap<usize, Vec<(&'a Acq, u64)>> = BTreeMap::new();
     for &acq in list {
         let Some(fence) = acq.a.fence else {
             report.violations.push(Violation {
@@ -355,7 +431,10 @@ fn check_fences(name: &str, list: &[&Acq], downs: &[Down], report: &mut Report) 
     let mut max_before: Option<u64> = None;
     for group in epochs.values_mut() {
         if let Some(previous) = max_before {
-            report.fence_resets += group.iter().filter(|(_, f)| *f <= previous).count() as u64;
+            for (acq, _) in group.iter().filter(|(_, f)| *f <= previous) {
+                report.fence_resets += 1;
+                reset.insert(acq.a.id.as_str());
+            }
         }
         let group_max = group.iter().map(|(_, f)| *f).max();
         max_before = max_before.max(group_max);
@@ -484,7 +563,9 @@ fn check_grant(
         });
     }
     let ttl = a.ttl_ms.saturating_mul(1_000_000);
-    if a.valid_until > a.attempt_start.saturating_add(ttl) {
+    // A lease handed over with no validity left (a reply slower than the TTL) claims
+    // nothing; its stamp is merely the moment it was looked at.
+    if a.valid_until > a.acquired && a.valid_until > a.attempt_start.saturating_add(ttl) {
         report.violations.push(Violation {
             rule: "validity-claim",
             name: a.name.clone(),
@@ -498,51 +579,75 @@ fn check_grant(
     }
 }
 
-/// A write as logged: id, name, token, sent, answered, outcome.
-type WriteRow = (String, String, u64, Nanos, Nanos, WriteOutcome);
+/// A write as logged.
+#[derive(Debug, Clone)]
+struct WriteRow {
+    id: String,
+    name: String,
+    fence: u64,
+    sent: Nanos,
+    reply: Nanos,
+    outcome: WriteOutcome,
+    lost_reported: bool,
+}
 
-/// Rule `stale-write`, plus the write counters.
+/// Rules `stale-write` and `silent-loss`, plus the write counters.
 fn check_writes(
     writes: &[WriteRow],
     index: &HashMap<String, usize>,
     acqs: &[Acq],
+    reset: &HashSet<&str>,
     history: &History,
     report: &mut Report,
 ) {
     let mut accepted_by_name: BTreeMap<&str, Vec<&WriteRow>> = BTreeMap::new();
     for w in writes {
-        let (id, name, _, sent, _, outcome) = w;
-        if let Some(&i) = index.get(id) {
-            if *sent > acqs[i].claim_end {
+        if let Some(&i) = index.get(&w.id) {
+            if w.sent > acqs[i].claim_end {
                 report.late_writes += 1;
+                if !w.lost_reported {
+                    report.violations.push(Violation {
+                        rule: "silent-loss",
+                        name: w.name.clone(),
+                        detail: format!(
+                            "{} wrote at {}, {} after its validity ended, and is_lost() said false",
+                            w.id,
+                            w.sent,
+                            ms(w.sent - acqs[i].claim_end)
+                        ),
+                    });
+                }
             }
         }
-        match outcome {
+        match w.outcome {
             WriteOutcome::Accepted => {
                 report.writes_accepted += 1;
-                accepted_by_name.entry(name.as_str()).or_default().push(w);
+                accepted_by_name.entry(w.name.as_str()).or_default().push(w);
+            }
+            WriteOutcome::Rejected if reset.contains(w.id.as_str()) => {
+                report.writes_fenced_out_after_reset += 1;
             }
             WriteOutcome::Rejected => report.stale_writes_rejected += 1,
             WriteOutcome::Error => {}
         }
     }
     for (name, list) in &mut accepted_by_name {
-        list.sort_by(|x, y| y.2.cmp(&x.2));
+        list.sort_by(|x, y| y.fence.cmp(&x.fence));
         let mut earliest_larger: Option<&WriteRow> = None;
         for w in list.iter() {
             if let Some(larger) = earliest_larger {
-                if larger.2 > w.2 && larger.4 < w.3 {
+                if larger.fence > w.fence && larger.reply < w.sent {
                     report.violations.push(Violation {
                         rule: "stale-write",
                         name: (*name).to_owned(),
                         detail: format!(
                             "{}'s write with token {} sent at {} was accepted after {}'s write with token {} had been accepted at {}",
-                            w.0, w.2, w.3, larger.0, larger.2, larger.4
+                            w.id, w.fence, w.sent, larger.id, larger.fence, larger.reply
                         ),
                     });
                 }
             }
-            if earliest_larger.is_none_or(|e| w.4 < e.4) {
+            if earliest_larger.is_none_or(|e| w.reply < e.reply) {
                 earliest_larger = Some(w);
             }
         }
@@ -561,13 +666,13 @@ fn check_writes(
             }
         }
         for w in list.iter() {
-            if !stored.iter().any(|(t, id)| *t == w.2 && *id == w.0) {
+            if !stored.iter().any(|(t, id)| *t == w.fence && *id == w.id) {
                 report.violations.push(Violation {
                     rule: "stale-write",
                     name: (*name).to_owned(),
                     detail: format!(
                         "{} logged its write with token {} as accepted, the store has no record of it",
-                        w.0, w.2
+                        w.id, w.fence
                     ),
                 });
             }
@@ -616,7 +721,7 @@ mod tests {
             t_sent: at_ms * MS,
             t_reply: at_ms * MS + 10,
             outcome,
-            lost_reported: false,
+            lost_reported: true,
         }
     }
 
@@ -744,6 +849,51 @@ mod tests {
         );
         assert!(report.passed(), "{:?}", report.violations);
         assert_eq!(report.stale_writes_rejected, 1);
+    }
+
+    #[test]
+    fn a_late_write_must_come_with_is_lost() {
+        let mut late = write("a", "n", 1, 300, WriteOutcome::Accepted);
+        if let Event::Write { lost_reported, .. } = &mut late {
+            *lost_reported = false;
+        }
+        let report = run(vec![acq("a", "n", 1, 0, 190), late], &[("n", 1, "a")]);
+        assert_eq!(rules(&report), ["silent-loss"]);
+    }
+
+    #[test]
+    fn paused_holders_are_counted() {
+        let report = run(
+            vec![
+                acq("a", "n", 1, 0, 190),
+                Event::Fault {
+                    kind: "pause".into(),
+                    target: "client0".into(),
+                    t_start: 50 * MS,
+                    t_end: 600 * MS,
+                },
+                Event::LostDetected {
+                    id: "a".into(),
+                    t: 601 * MS,
+                    how: "is_lost".into(),
+                },
+                acq("b", "n", 2, 300, 190),
+                write("b", "n", 2, 310, WriteOutcome::Accepted),
+                write("a", "n", 1, 601, WriteOutcome::Rejected),
+                release("a", 602, ReleaseOutcome::NotHeld, true),
+                acq("c", "n", 3, 700, 190),
+            ],
+            &[("n", 2, "b")],
+        );
+        assert!(report.passed(), "{:?}", report.violations);
+        assert_eq!(
+            (
+                report.paused_holders,
+                report.paused_holders_told_lost,
+                report.paused_writes_rejected
+            ),
+            (1, 1, 1)
+        );
     }
 
     #[test]

@@ -32,7 +32,7 @@ pub enum Mode {
     ScriptFlush,
     /// `CLIENT KILL` of every client connection on a lock server.
     ClientKill,
-    /// Pool size 1 and eight tasks per client, with bursts of latency.
+    /// Pool size 1 and sixteen tasks per client, with bursts of latency.
     Pool,
     /// A foreign hash written on a free lock key for a while.
     WrongType,
@@ -155,7 +155,10 @@ impl Injector<'_> {
                 self.fault(fault.name(), &format!("node{node}"), t_start, t_end)
             }
             Mode::Pause => {
-                let client = self.rng.usize(..self.cluster.clients.len());
+                // Stop a client that holds a lock right now, if one does: the GC pause.
+                let client = self
+                    .holding_client()
+                    .unwrap_or_else(|| self.rng.usize(..self.cluster.clients.len()));
                 let pid = self.cluster.clients[client].pid;
                 let Some(pid) = Pid::from_raw(pid) else {
                     return Ok(false);
@@ -175,7 +178,7 @@ impl Injector<'_> {
                 };
                 let ms = ms_of(ttl);
                 let latency = if fault == Mode::Pool {
-                    Duration::from_millis(ms / 4)
+                    Duration::from_millis(ms / 2)
                 } else {
                     Duration::from_millis(self.rng.u64(ms / 4..=ms * 3 / 2))
                 };
@@ -270,6 +273,26 @@ impl Injector<'_> {
             t_end,
         })?;
         Ok(true)
+    }
+
+    /// A client that holds one of the locks now, read from the holder label on the key
+    /// (`torture-c<id>@host:pid`).
+    fn holding_client(&mut self) -> Option<usize> {
+        let mut holders = Vec::new();
+        for i in 0..self.cluster.names {
+            let key = format!("lock:{{torture:{i}}}");
+            let reply = self.cluster.nodes[0].server.command(&["GET", &key]);
+            let client = reply
+                .split_once(":torture-c")
+                .and_then(|(_, rest)| rest.split_once('@'))
+                .and_then(|(id, _)| id.parse::<usize>().ok())
+                .filter(|&id| id < self.cluster.clients.len());
+            holders.extend(client);
+        }
+        if holders.is_empty() {
+            return None;
+        }
+        Some(holders[self.rng.usize(..holders.len())])
     }
 
     /// One client, or a minority of them.

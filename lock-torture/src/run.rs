@@ -42,7 +42,7 @@ pub struct RunArgs {
     /// Client processes.
     #[arg(long, default_value_t = 4)]
     pub clients: u32,
-    /// Tasks per client process (pool mode uses 8).
+    /// Tasks per client process (pool mode uses 16).
     #[arg(long, default_value_t = 2)]
     pub tasks: u32,
     /// Lock names the clients contend for.
@@ -371,7 +371,8 @@ fn spawn_client(
         command.args(["--lock-url", &node.proxies[id as usize].url()]);
     }
     if mode == Mode::Pool {
-        command.args(["--tasks", "8", "--pool-size", "1"]);
+        // Many tasks on one pooled connection, with a short deadline for a checkout.
+        command.args(["--tasks", "16", "--pool-size", "1", "--command-timeout-ms", "400"]);
     } else {
         command.args(["--tasks", &args.tasks.to_string()]);
     }
