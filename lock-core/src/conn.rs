@@ -1,4 +1,5 @@
-//! How lock commands reach Redis: one multiplexed connection taken from the pool.
+//! How lock commands reach Redis: one multiplexed connection taken from the pool (or a
+//! cluster connection, or the master a Sentinel names).
 //!
 //! A deadpool-redis checkout answers a `PING` (and `UNWATCH`) before handing out the
 //! connection, which doubles the round trips of a one-command lock operation. Lock commands
@@ -12,19 +13,75 @@ use std::sync::{Arc, PoisonError, RwLock, RwLockWriteGuard};
 use std::time::Duration;
 
 use deadpool_redis::{Connection, Pool};
-use redis::aio::MultiplexedConnection;
+use redis::aio::{ConnectionLike, MultiplexedConnection};
+use redis::{Cmd, Pipeline, RedisFuture, Value};
 
 use crate::locker::within;
 use crate::LockError;
 
-/// The pool plus the shared connection currently in use.
+/// Where the shared connection comes from.
+pub(crate) enum Source {
+    /// One server, through a deadpool-redis pool.
+    Pool(Pool),
+    /// A Redis Cluster: one cluster connection routes each command to the master of its
+    /// key's slot and follows MOVED/ASK redirections during resharding and failover.
+    #[cfg(feature = "cluster")]
+    Cluster(redis::cluster::ClusterClient),
+    /// The master Redis Sentinel currently names; asked again after every failure.
+    #[cfg(feature = "sentinel")]
+    Sentinel {
+        client: tokio::sync::Mutex<redis::sentinel::SentinelClient>,
+        config: redis::AsyncConnectionConfig,
+    },
+}
+
+/// A connection of any source; cheap to clone (all share one socket or socket set).
+#[derive(Clone)]
+pub(crate) enum Conn {
+    Single(MultiplexedConnection),
+    #[cfg(feature = "cluster")]
+    Cluster(redis::cluster_async::ClusterConnection),
+}
+
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Conn::Single(conn) => conn.req_packed_command(cmd),
+            #[cfg(feature = "cluster")]
+            Conn::Cluster(conn) => conn.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        cmd: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Conn::Single(conn) => conn.req_packed_commands(cmd, offset, count),
+            #[cfg(feature = "cluster")]
+            Conn::Cluster(conn) => conn.req_packed_commands(cmd, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Single(conn) => conn.get_db(),
+            #[cfg(feature = "cluster")]
+            Conn::Cluster(conn) => conn.get_db(),
+        }
+    }
+}
+
+/// The source plus the shared connection currently in use.
 #[derive(Clone)]
 pub(crate) struct SharedConnection {
     inner: Arc<Inner>,
 }
 
 struct Inner {
-    pool: Pool,
+    source: Source,
     /// Deadline for opening a connection (the pool's own timeouts may be unset when the
     /// user built the pool).
     connect_timeout: Duration,
@@ -36,22 +93,22 @@ struct Inner {
 
 #[derive(Clone)]
 struct Slot {
-    conn: MultiplexedConnection,
+    conn: Conn,
     generation: u64,
 }
 
 /// A clone of the shared connection, remembering which one it was so that a failure can
 /// retire exactly that connection.
 pub(crate) struct Lent {
-    pub conn: MultiplexedConnection,
+    pub conn: Conn,
     generation: u64,
 }
 
 impl SharedConnection {
-    pub fn new(pool: Pool, connect_timeout: Duration) -> SharedConnection {
+    pub fn new(source: Source, connect_timeout: Duration) -> SharedConnection {
         SharedConnection {
             inner: Arc::new(Inner {
-                pool,
+                source,
                 connect_timeout,
                 current: RwLock::new(None),
                 reconnect: tokio::sync::Mutex::new(()),
@@ -74,13 +131,7 @@ impl SharedConnection {
                 generation: slot.generation,
             });
         }
-        let checked_out = Box::pin(within(
-            self.inner.connect_timeout,
-            name,
-            checkout(&self.inner.pool, name),
-        ))
-        .await?;
-        let conn = Connection::take(checked_out);
+        let conn = Box::pin(within(self.inner.connect_timeout, name, self.open(name))).await?;
         let generation = {
             let mut current = write_ignoring_poison(&self.inner.current);
             let generation = current.as_ref().map_or(1, |s| s.generation + 1);
@@ -105,12 +156,41 @@ impl SharedConnection {
         }
     }
 
+    async fn open(&self, name: &str) -> Result<Conn, LockError> {
+        match &self.inner.source {
+            Source::Pool(pool) => Ok(Conn::Single(Connection::take(checkout(pool, name).await?))),
+            #[cfg(feature = "cluster")]
+            Source::Cluster(client) => client
+                .get_async_connection()
+                .await
+                .map(Conn::Cluster)
+                .map_err(|err| cannot_connect(name, err)),
+            #[cfg(feature = "sentinel")]
+            Source::Sentinel { client, config } => client
+                .lock()
+                .await
+                .get_async_connection_with_config(config)
+                .await
+                .map(Conn::Single)
+                .map_err(|err| cannot_connect(name, err)),
+        }
+    }
+
     fn current(&self) -> Option<Slot> {
         self.inner
             .current
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
+    }
+}
+
+#[cfg(any(feature = "cluster", feature = "sentinel"))]
+fn cannot_connect(name: &str, err: redis::RedisError) -> LockError {
+    LockError::Connection {
+        name: name.to_owned(),
+        reason: format!("cannot connect: {err}"),
+        source: Some(Box::new(err)),
     }
 }
 
@@ -129,7 +209,11 @@ fn write_ignoring_poison<T>(lock: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
     lock.write().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// True when the error means the connection itself is unusable.
+/// True when the error means the connection itself is unusable, or points at a server that
+/// is no longer the master (after a Sentinel failover the old master answers READONLY).
 pub(crate) fn is_connection_failure(err: &redis::RedisError) -> bool {
-    err.is_io_error() || err.is_connection_dropped() || err.is_unrecoverable_error()
+    err.is_io_error()
+        || err.is_connection_dropped()
+        || err.is_unrecoverable_error()
+        || err.code() == Some("READONLY")
 }

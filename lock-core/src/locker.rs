@@ -15,7 +15,7 @@ use crate::backend::redlock::Redlock;
 use crate::backend::scripted::Scripted;
 use crate::backend::transaction::Transactional;
 use crate::backend::{AnyBackend, Backend as _};
-use crate::conn::SharedConnection;
+use crate::conn::{SharedConnection, Source};
 use crate::key::{validate_ttl, validate_wait, LockKeys};
 use crate::local::LocalNames;
 use crate::notifier::Notifier;
@@ -109,7 +109,7 @@ impl Locker {
     /// A locker on an existing deadpool-redis pool, with default settings.
     pub fn from_pool(pool: Pool) -> Locker {
         let settings = LockerBuilder::new().settings();
-        let conn = SharedConnection::new(pool, settings.command_timeout);
+        let conn = SharedConnection::new(Source::Pool(pool), settings.command_timeout);
         Locker::with_backend(AnyBackend::Scripted(Scripted::new(conn)), settings, None)
     }
 
@@ -365,6 +365,13 @@ enum Store {
     Pool(Pool),
     Memory,
     Redlock(Vec<String>),
+    #[cfg(feature = "cluster")]
+    Cluster(Vec<String>),
+    #[cfg(feature = "sentinel")]
+    Sentinel {
+        sentinels: Vec<String>,
+        master: String,
+    },
 }
 
 impl fmt::Debug for Store {
@@ -376,6 +383,10 @@ impl fmt::Debug for Store {
             Store::Pool(_) => f.write_str("Pool(..)"),
             Store::Memory => f.write_str("Memory"),
             Store::Redlock(urls) => write!(f, "Redlock({} nodes)", urls.len()),
+            #[cfg(feature = "cluster")]
+            Store::Cluster(urls) => write!(f, "Cluster({} seeds)", urls.len()),
+            #[cfg(feature = "sentinel")]
+            Store::Sentinel { master, .. } => write!(f, "Sentinel({master})"),
         }
     }
 }
@@ -432,6 +443,49 @@ impl LockerBuilder {
         S: Into<String>,
     {
         self.store = Store::Redlock(urls.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// A Redis Cluster, reached through any of its nodes (`seeds`). Every key of one lock
+    /// carries the lock name as a hash tag, so each lock lives in one slot and its scripts
+    /// never touch two slots; the cluster connection follows MOVED/ASK redirections during
+    /// resharding and failover. Requires the `cluster` feature.
+    ///
+    /// ```no_run
+    /// # use lock_core::Locker;
+    /// let locker = Locker::builder()
+    ///     .cluster(["redis://10.0.0.1:7000/", "redis://10.0.0.2:7000/"])
+    ///     .build()?;
+    /// # Ok::<(), lock_core::LockError>(())
+    /// ```
+    #[cfg(feature = "cluster")]
+    pub fn cluster<I, S>(mut self, seeds: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.store = Store::Cluster(seeds.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// The master that Redis Sentinel names for `master` (the `sentinels` are the
+    /// Sentinels' URLs). After a failover, the first failed command makes the locker ask
+    /// the Sentinels again. Requires the `sentinel` feature.
+    ///
+    /// Caveat: Redis replication is asynchronous. A lock written to a master that fails
+    /// before the write reached a replica is gone after the failover, and another client
+    /// can take it while the first still believes it holds it. Use fencing tokens where
+    /// that matters, or Redlock over independent masters.
+    #[cfg(feature = "sentinel")]
+    pub fn sentinel<I, S>(mut self, sentinels: I, master: impl Into<String>) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.store = Store::Sentinel {
+            sentinels: sentinels.into_iter().map(Into::into).collect(),
+            master: master.into(),
+        };
         self
     }
 
@@ -535,6 +589,12 @@ impl LockerBuilder {
             }
             Store::Pool(pool) => (pool, None),
             Store::Redlock(urls) => return self.build_redlock(&urls, settings),
+            #[cfg(feature = "cluster")]
+            Store::Cluster(seeds) => return self.build_cluster(&seeds, settings),
+            #[cfg(feature = "sentinel")]
+            Store::Sentinel { sentinels, master } => {
+                return self.build_sentinel(sentinels, master, settings)
+            }
             Store::Env => {
                 let url =
                     std::env::var(REDIS_URL_ENV).unwrap_or_else(|_| DEFAULT_REDIS_URL.to_owned());
@@ -548,7 +608,7 @@ impl LockerBuilder {
         };
         let backend = match self.protocol {
             Protocol::Scripts => AnyBackend::Scripted(Scripted::new(SharedConnection::new(
-                pool,
+                Source::Pool(pool),
                 settings.command_timeout,
             ))),
             Protocol::Transactions => AnyBackend::Transaction(Transactional::new(pool)),
@@ -579,7 +639,7 @@ impl LockerBuilder {
             let (pool, client) = build_pool(url, self.pool_size, self.command_timeout)?;
             first_client.get_or_insert(client);
             nodes.push(Scripted::new(SharedConnection::new(
-                pool,
+                Source::Pool(pool),
                 self.command_timeout,
             )));
         }
@@ -588,6 +648,64 @@ impl LockerBuilder {
         let notifier = first_client.map(Notifier::new);
         let backend = AnyBackend::Redlock(Redlock::new(nodes, self.node_timeout));
         Ok(Locker::with_backend(backend, settings, notifier))
+    }
+
+    #[cfg(feature = "cluster")]
+    fn build_cluster(&self, seeds: &[String], settings: Settings) -> Result<Locker, LockError> {
+        self.scripts_only("a Redis Cluster")?;
+        let client = redis::cluster::ClusterClient::builder(seeds.to_vec())
+            .connection_timeout(self.command_timeout)
+            .response_timeout(self.command_timeout)
+            .build()
+            .map_err(|err| LockError::Config(format!("cannot use the cluster seeds: {err}")))?;
+        // PUBLISH reaches every node of a cluster, so one node's subscription hears all
+        // releases; if that node goes, waiters fall back to timed retries.
+        let notifier = match seeds.first() {
+            Some(seed) => redis::Client::open(seed.as_str()).ok().map(Notifier::new),
+            None => None,
+        };
+        let conn = SharedConnection::new(Source::Cluster(client), self.command_timeout);
+        let backend = AnyBackend::Scripted(Scripted::new(conn));
+        Ok(Locker::with_backend(backend, settings, notifier))
+    }
+
+    #[cfg(feature = "sentinel")]
+    fn build_sentinel(
+        &self,
+        sentinels: Vec<String>,
+        master: String,
+        settings: Settings,
+    ) -> Result<Locker, LockError> {
+        self.scripts_only("Sentinel")?;
+        let client = redis::sentinel::SentinelClient::build(
+            sentinels,
+            master,
+            None,
+            redis::sentinel::SentinelServerType::Master,
+        )
+        .map_err(|err| LockError::Config(format!("cannot use the sentinels: {err}")))?;
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(self.command_timeout))
+            .set_response_timeout(Some(self.command_timeout));
+        let source = Source::Sentinel {
+            client: tokio::sync::Mutex::new(client),
+            config,
+        };
+        let conn = SharedConnection::new(source, self.command_timeout);
+        // The master moves on failover: waiters use timed retries rather than a pub/sub
+        // connection pinned to one server.
+        let backend = AnyBackend::Scripted(Scripted::new(conn));
+        Ok(Locker::with_backend(backend, settings, None))
+    }
+
+    #[cfg(any(feature = "cluster", feature = "sentinel"))]
+    fn scripts_only(&self, what: &str) -> Result<(), LockError> {
+        if self.protocol == Protocol::Scripts {
+            return Ok(());
+        }
+        Err(LockError::Config(format!(
+            "{what} runs on Lua scripts; Protocol::Transactions is for a single server"
+        )))
     }
 
     fn build_infallible(self) -> Locker {

@@ -1,9 +1,11 @@
 //! Integration tests against real redis-server processes started by `lock_tests`.
 
 mod behaviour;
+mod cluster;
 mod contention;
 mod fencing;
 mod harness;
 mod redis_only;
 mod redlock;
+mod sentinel;
 mod stress;

@@ -10,7 +10,10 @@
 //! # drop(url);
 //! ```
 
+pub mod cluster;
 pub mod proxy;
+
+pub use cluster::RedisCluster;
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
@@ -33,6 +36,8 @@ pub struct RedisServer {
     port: u16,
     dir: tempfile::TempDir,
     extra_config: Vec<String>,
+    /// Sentinel mode: the base config is the Sentinel's, and `--sentinel` is passed.
+    sentinel: bool,
 }
 
 impl RedisServer {
@@ -53,6 +58,30 @@ impl RedisServer {
             port: 0,
             dir,
             extra_config: extra_config.iter().map(|s| (*s).to_owned()).collect(),
+            sentinel: false,
+        };
+        server.spawn_on_free_port();
+        server
+    }
+
+    /// Starts a Redis Sentinel watching the master at `master_port` under the name `master`,
+    /// quick to act (down after 1 s) so failover tests stay short.
+    pub fn start_sentinel(master: &str, master_port: u16) -> RedisServer {
+        let dir = tempfile::Builder::new()
+            .prefix("lock-tests-sentinel-")
+            .tempdir()
+            .unwrap_or_else(|err| panic!("cannot create a temp dir for redis-server: {err}"));
+        let mut server = RedisServer {
+            child: None,
+            port: 0,
+            dir,
+            extra_config: vec![
+                format!("sentinel monitor {master} 127.0.0.1 {master_port} 1"),
+                format!("sentinel down-after-milliseconds {master} 1000"),
+                format!("sentinel failover-timeout {master} 3000"),
+                format!("sentinel parallel-syncs {master} 1"),
+            ],
+            sentinel: true,
         };
         server.spawn_on_free_port();
         server
@@ -112,8 +141,12 @@ impl RedisServer {
     fn spawn_on_port(&mut self, port: u16) -> Result<(), String> {
         let config = self.write_config(port);
         let binary = std::env::var("REDIS_SERVER_BIN").unwrap_or_else(|_| "redis-server".into());
-        let child = Command::new(&binary)
-            .arg(&config)
+        let mut command = Command::new(&binary);
+        command.arg(&config);
+        if self.sentinel {
+            command.arg("--sentinel");
+        }
+        let child = command
             .current_dir(self.dir.path())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -145,8 +178,13 @@ impl RedisServer {
 
     fn write_config(&self, port: u16) -> PathBuf {
         let path = self.dir.path().join("redis.conf");
+        let persistence = if self.sentinel {
+            "" // a Sentinel rejects data-server settings
+        } else {
+            "save \"\"\nappendonly no\n"
+        };
         let mut text = format!(
-            "port {port}\nbind 127.0.0.1\nsave \"\"\nappendonly no\ndaemonize no\n\
+            "port {port}\nbind 127.0.0.1\n{persistence}daemonize no\n\
              protected-mode no\nlogfile {}\ndir {}\n",
             self.log_path().display(),
             self.dir.path().display()

@@ -4,11 +4,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use redis::aio::MultiplexedConnection;
 use redis::{FromRedisValue, Script};
 
 use super::{millis, remaining_from_pttl, Attempt, Backend, RawState};
-use crate::conn::{is_connection_failure, SharedConnection};
+use crate::conn::{is_connection_failure, Conn, SharedConnection};
 use crate::key::LockKeys;
 use crate::LockError;
 
@@ -40,7 +39,7 @@ impl Lua {
 
     async fn run<T: FromRedisValue>(
         &self,
-        conn: &mut MultiplexedConnection,
+        conn: &mut Conn,
         keys: &[&str],
         args: &[&[u8]],
     ) -> redis::RedisResult<T> {
@@ -263,7 +262,7 @@ impl Backend for Scripted {
 /// command (no script to run on the server), and on a held lock answers with the holder's
 /// value. `GET` makes a foreign non-string value a WRONGTYPE error, never "taken".
 async fn set_nx_get(
-    conn: &mut MultiplexedConnection,
+    conn: &mut Conn,
     keys: &LockKeys,
     value: &str,
     ttl: Duration,
@@ -291,7 +290,7 @@ async fn set_nx_get(
 /// The scripted acquire: SET NX PX, plus INCR of the fencing counter when asked, atomically;
 /// on a held lock it returns the holder's PTTL and value in the same round trip.
 async fn acquire_script(
-    conn: &mut MultiplexedConnection,
+    conn: &mut Conn,
     keys: &LockKeys,
     value: &str,
     ttl: Duration,
@@ -333,7 +332,7 @@ fn is_syntax_error(err: &redis::RedisError) -> bool {
 /// same multiplexed connection. The connection keeps request order, so the delete reaches
 /// Redis after the SET it undoes.
 struct UndoOnDrop<'a> {
-    conn: &'a MultiplexedConnection,
+    conn: &'a Conn,
     keys: &'a LockKeys,
     value: &'a str,
     armed: bool,

@@ -1,0 +1,144 @@
+//! A private Redis Cluster: N masters (and optional replicas), each a [`RedisServer`] with
+//! `cluster-enabled yes`, joined with `redis-cli --cluster create`.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use crate::RedisServer;
+
+/// How long a new cluster may take to agree on its slots.
+const FORMING_LIMIT: Duration = Duration::from_secs(30);
+
+/// A running cluster; its servers stop when it is dropped.
+#[derive(Debug)]
+pub struct RedisCluster {
+    /// Every server, masters first (as `redis-cli --cluster create` assigns them).
+    pub nodes: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    /// Starts `masters` masters with `replicas` replicas each.
+    pub fn start(masters: usize, replicas: usize) -> RedisCluster {
+        let config = [
+            "cluster-enabled yes",
+            "cluster-config-file nodes.conf",
+            "cluster-node-timeout 1000",
+            "cluster-replica-validity-factor 0",
+        ];
+        let nodes: Vec<RedisServer> = (0..masters * (1 + replicas))
+            .map(|_| RedisServer::start_with(&config))
+            .collect();
+        let mut create = Command::new("redis-cli");
+        create.arg("--cluster").arg("create");
+        for node in &nodes {
+            create.arg(format!("127.0.0.1:{}", node.port()));
+        }
+        create
+            .arg("--cluster-replicas")
+            .arg(replicas.to_string())
+            .arg("--cluster-yes");
+        let output = create.output().unwrap_or_else(|err| {
+            panic!("cannot run redis-cli (install redis-tools / redis-server): {err}")
+        });
+        assert!(
+            output.status.success(),
+            "redis-cli --cluster create failed:\n{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let cluster = RedisCluster { nodes };
+        cluster.wait_until_ok();
+        cluster
+    }
+
+    /// Seed URLs, one per node.
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(RedisServer::url).collect()
+    }
+
+    /// Waits until every running node reports `cluster_state:ok`.
+    pub fn wait_until_ok(&self) {
+        let started = Instant::now();
+        loop {
+            let all_ok = self.nodes.iter().all(|node| {
+                node.command(&["CLUSTER", "INFO"])
+                    .contains("cluster_state:ok")
+            });
+            if all_ok {
+                return;
+            }
+            assert!(
+                started.elapsed() < FORMING_LIMIT,
+                "the cluster did not reach cluster_state:ok"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// The index of the node that is master of `key`'s slot now.
+    pub fn master_of(&self, key: &str) -> usize {
+        let slot = self.nodes[0].command(&["CLUSTER", "KEYSLOT", key]);
+        let slot: u16 = slot
+            .trim()
+            .trim_start_matches(':')
+            .parse()
+            .unwrap_or_else(|_| panic!("CLUSTER KEYSLOT answered {slot:?}"));
+        for (index, node) in self.nodes.iter().enumerate() {
+            let nodes = node.command(&["CLUSTER", "NODES"]);
+            for line in nodes.lines() {
+                let fields: Vec<&str> = line.split(' ').collect();
+                if fields.len() < 9
+                    || !fields[2].contains("myself")
+                    || !fields[2].contains("master")
+                {
+                    continue;
+                }
+                let owns = fields[8..].iter().any(|range| match range.split_once('-') {
+                    Some((a, b)) => {
+                        a.parse::<u16>().is_ok_and(|a| a <= slot)
+                            && b.parse::<u16>().is_ok_and(|b| slot <= b)
+                    }
+                    None => range.parse::<u16>() == Ok(slot),
+                });
+                if owns {
+                    return index;
+                }
+            }
+        }
+        panic!("no master owns slot {slot}");
+    }
+
+    /// The node id (CLUSTER MYID) of node `index`.
+    pub fn node_id(&self, index: usize) -> String {
+        let reply = self.nodes[index].command(&["CLUSTER", "MYID"]);
+        reply
+            .lines()
+            .nth(1)
+            .unwrap_or_else(|| panic!("CLUSTER MYID answered {reply:?}"))
+            .to_owned()
+    }
+
+    /// Moves `slots` hash slots from node `from` to node `to` with `redis-cli --cluster
+    /// reshard`, keys included (MIGRATE), while clients keep running.
+    pub fn reshard(&self, from: usize, to: usize, slots: usize) {
+        let output = Command::new("redis-cli")
+            .arg("--cluster")
+            .arg("reshard")
+            .arg(format!("127.0.0.1:{}", self.nodes[from].port()))
+            .arg("--cluster-from")
+            .arg(self.node_id(from))
+            .arg("--cluster-to")
+            .arg(self.node_id(to))
+            .arg("--cluster-slots")
+            .arg(slots.to_string())
+            .arg("--cluster-yes")
+            .output()
+            .unwrap_or_else(|err| panic!("cannot run redis-cli: {err}"));
+        assert!(
+            output.status.success(),
+            "reshard failed:\n{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+}
