@@ -1,24 +1,47 @@
-//! Percentiles and min/median/max over repetitions.
+//! Percentiles of one run, and min/median/max over repetitions.
 
 use serde::Serialize;
 
-/// Latency samples in nanoseconds.
+/// Durations in nanoseconds, collected during one run.
 #[derive(Debug, Default)]
-pub struct Samples(pub Vec<u64>);
+pub struct Samples {
+    values: Vec<u64>,
+    sorted: bool,
+}
 
 impl Samples {
-    /// The `q`-quantile (0.0..=1.0) in microseconds.
+    pub fn with_capacity(capacity: usize) -> Samples {
+        Samples {
+            values: Vec::with_capacity(capacity),
+            sorted: true,
+        }
+    }
+
+    pub fn push(&mut self, nanos: u64) {
+        self.values.push(nanos);
+        self.sorted = false;
+    }
+
+    pub fn len(&self) -> usize {
+        self.values.len()
+    }
+
+    /// The `q`-quantile (0.0..=1.0) in microseconds; NaN when there are no samples.
     pub fn quantile_us(&mut self, q: f64) -> f64 {
-        if self.0.is_empty() {
+        if self.values.is_empty() {
             return f64::NAN;
         }
-        self.0.sort_unstable();
-        let index = ((self.0.len() - 1) as f64 * q).round() as usize;
-        self.0[index] as f64 / 1000.0
+        if !self.sorted {
+            self.values.sort_unstable();
+            self.sorted = true;
+        }
+        let index = ((self.values.len() - 1) as f64 * q).round() as usize;
+        self.values[index] as f64 / 1000.0
     }
 }
 
-/// One figure measured over several repetitions.
+/// One figure measured over several repetitions. NaN runs (nothing measured) are left out;
+/// all-NaN gives NaN, shown as `n/a`.
 #[derive(Debug, Clone, Copy, Serialize)]
 pub struct Spread {
     pub min: f64,
@@ -27,8 +50,8 @@ pub struct Spread {
 }
 
 impl Spread {
-    pub fn of(values: &[f64]) -> Spread {
-        let mut sorted: Vec<f64> = values.iter().copied().filter(|v| v.is_finite()).collect();
+    pub fn of(values: impl IntoIterator<Item = f64>) -> Spread {
+        let mut sorted: Vec<f64> = values.into_iter().filter(|v| v.is_finite()).collect();
         sorted.sort_by(f64::total_cmp);
         if sorted.is_empty() {
             return Spread {
@@ -37,21 +60,123 @@ impl Spread {
                 max: f64::NAN,
             };
         }
+        let mid = sorted.len() / 2;
+        let median = if sorted.len() % 2 == 0 {
+            (sorted[mid - 1] + sorted[mid]) / 2.0
+        } else {
+            sorted[mid]
+        };
         Spread {
             min: sorted[0],
-            median: sorted[sorted.len() / 2],
+            median,
             max: sorted[sorted.len() - 1],
         }
     }
 
-    /// `median (min–max)`, with `digits` decimals.
+    /// The spread of `figure` over `runs`.
+    pub fn pick<R>(runs: &[R], figure: impl Fn(&R) -> f64) -> Spread {
+        Spread::of(runs.iter().map(figure))
+    }
+
+    /// `median (min–max)` with `digits` decimals, or just the value when all runs agree or
+    /// there was one run.
     pub fn show(&self, digits: usize) -> String {
+        if !self.median.is_finite() {
+            return "n/a".into();
+        }
+        let value = |v: f64| group_thousands(&format!("{v:.digits$}"));
+        if (self.max - self.min).abs() < f64::EPSILON {
+            return value(self.median);
+        }
         format!(
-            "{:.d$} ({:.d$}–{:.d$})",
-            self.median,
-            self.min,
-            self.max,
-            d = digits
+            "{} ({}–{})",
+            value(self.median),
+            value(self.min),
+            value(self.max)
         )
+    }
+}
+
+/// `median_a / median_b`, or NaN.
+pub fn ratio(a: f64, b: f64) -> f64 {
+    if a.is_finite() && b.is_finite() && b != 0.0 {
+        a / b
+    } else {
+        f64::NAN
+    }
+}
+
+/// `1.234x`, or `n/a`.
+pub fn show_ratio(r: f64) -> String {
+    if r.is_finite() {
+        format!("{r:.2}x")
+    } else {
+        "n/a".into()
+    }
+}
+
+/// `12345.6` → `12 345.6` (thin groups keep wide figures readable in tables).
+fn group_thousands(number: &str) -> String {
+    let (sign, rest) = match number.strip_prefix('-') {
+        Some(rest) => ("-", rest),
+        None => ("", number),
+    };
+    let (int, frac) = match rest.split_once('.') {
+        Some((int, frac)) => (int, Some(frac)),
+        None => (rest, None),
+    };
+    if int.len() <= 4 {
+        return number.to_owned();
+    }
+    let mut grouped = String::with_capacity(int.len() + int.len() / 3);
+    for (i, digit) in int.chars().enumerate() {
+        if i > 0 && (int.len() - i) % 3 == 0 {
+            grouped.push(' ');
+        }
+        grouped.push(digit);
+    }
+    match frac {
+        Some(frac) => format!("{sign}{grouped}.{frac}"),
+        None => format!("{sign}{grouped}"),
+    }
+}
+
+/// Jain's fairness index of `counts`: 1 when all are equal, 1/n when one takes all.
+pub fn jain(counts: &[u64]) -> f64 {
+    let sum: f64 = counts.iter().map(|&x| x as f64).sum();
+    let sum_sq: f64 = counts.iter().map(|&x| (x as f64).powi(2)).sum();
+    if sum_sq > 0.0 {
+        sum * sum / (counts.len() as f64 * sum_sq)
+    } else {
+        f64::NAN
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantiles_and_spreads() {
+        let mut samples = Samples::default();
+        for n in 1..=100 {
+            samples.push(n * 1000);
+        }
+        assert_eq!(samples.quantile_us(0.5), 51.0);
+        assert_eq!(samples.quantile_us(0.99), 99.0);
+        let spread = Spread::of([3.0, 1.0, f64::NAN, 2.0]);
+        assert_eq!((spread.min, spread.median, spread.max), (1.0, 2.0, 3.0));
+        assert_eq!(Spread::of([1.0, 2.0]).median, 1.5);
+        assert_eq!(Spread::of([f64::NAN]).show(1), "n/a");
+        assert_eq!(
+            Spread::of([12345.0, 9.0, 100000.0]).show(0),
+            "12 345 (9–100 000)"
+        );
+    }
+
+    #[test]
+    fn fairness() {
+        assert_eq!(jain(&[5, 5, 5]), 1.0);
+        assert!((jain(&[9, 0, 0]) - 1.0 / 3.0).abs() < 1e-9);
     }
 }

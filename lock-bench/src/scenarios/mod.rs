@@ -1,18 +1,68 @@
-//! One module per scenario. Each runs one contender for a fixed time and returns figures.
+//! One module per scenario. Each measures its contenders in turn, repetition after
+//! repetition, and returns a table of min/median/max figures.
 
-pub mod hot;
-pub mod uncontended;
+use std::time::Duration;
 
-/// Reads Redis's `total_commands_processed` (scripts' inner calls are not counted there;
-/// commandstats is used where that matters).
-pub async fn commands_processed(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("stats")
-        .query_async(conn)
-        .await
-        .unwrap_or_default();
-    info.lines()
-        .find_map(|line| line.strip_prefix("total_commands_processed:"))
-        .and_then(|n| n.trim().parse().ok())
-        .unwrap_or(0)
+pub mod renewal;
+pub mod s1_latency;
+pub mod s2_throughput;
+pub mod s3_hot;
+pub mod s4_redlock;
+pub mod s5_overrun;
+
+/// How long and how often to measure.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Per contender, per repetition (S1–S4).
+    pub run_for: Duration,
+    pub reps: usize,
+    /// Concurrent tasks in S2.
+    pub tasks: usize,
+    /// Contender counts in S3.
+    pub hot_contenders: Vec<usize>,
+    /// Per contender over all repetitions (S5).
+    pub overrun_for: Duration,
+    /// Renewal cost: leases, their TTL, and how long they are held.
+    pub renew_leases: usize,
+    pub renew_ttl: Duration,
+    pub renew_hold: Duration,
+}
+
+/// Runs `run(i)` for each of `count` contenders in turn, `reps` times, starting each
+/// repetition one contender later so that no contender always runs first (or right after
+/// the same neighbour). Returns the runs of each contender, in repetition order.
+pub async fn interleaved<R>(
+    count: usize,
+    reps: usize,
+    mut run: impl AsyncFnMut(usize) -> R,
+) -> Vec<Vec<R>> {
+    let mut runs: Vec<Vec<R>> = (0..count).map(|_| Vec::with_capacity(reps)).collect();
+    for rep in 0..reps {
+        for k in 0..count {
+            let i = (k + rep) % count;
+            runs[i].push(run(i).await);
+        }
+    }
+    runs
+}
+
+/// Keeps the first error of a run for the report.
+#[derive(Debug, Default, Clone)]
+pub struct Failures {
+    pub count: u64,
+    pub first: Option<String>,
+}
+
+impl Failures {
+    pub fn record(&mut self, err: String) {
+        self.count += 1;
+        self.first.get_or_insert(err);
+    }
+
+    pub fn merge(&mut self, other: Failures) {
+        self.count += other.count;
+        if self.first.is_none() {
+            self.first = other.first;
+        }
+    }
 }

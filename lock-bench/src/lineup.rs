@@ -1,0 +1,248 @@
+//! Who runs in which scenario. Adding a contender: a module in `contenders/`, a variant of
+//! `contenders::Any`, and a line in the lists below.
+
+use std::sync::Arc;
+
+use lock_core::Locker;
+
+use crate::contenders::annotated::Annotated;
+use crate::contenders::core::Core;
+use crate::contenders::naive::Naive;
+use crate::contenders::raw::Raw;
+use crate::contenders::rslock::Rslock;
+use crate::contenders::{Any, Contender as _};
+use crate::scenarios::s3_hot;
+use crate::scenarios::s4_redlock::Config;
+use crate::scenarios::s5_overrun::{self, CONTENDERS};
+
+pub const RAW: &str = "raw redis-rs (floor)";
+pub const NAIVE: &str = "naive 1 ms retry";
+pub const CORE: &str = "lock-core Locker";
+pub const CORE_RENEW: &str = "lock-core Locker + auto_renew()";
+pub const MACRO_RENEW: &str = "#[redis_locked] (default: renews)";
+pub const MACRO_PLAIN: &str = "#[redis_locked(renew = false)]";
+pub const RSLOCK: &str = "rslock 0.10";
+pub const RSLOCK_USING: &str = "rslock 0.10 using() (renews)";
+
+pub const HOT_CORE_SHARED: &str = "lock-core, 1 locker (N tasks)";
+pub const HOT_CORE_SEPARATE: &str = "lock-core, N lockers";
+pub const HOT_NAIVE: &str = "naive 1 ms retry, N clients";
+pub const HOT_RSLOCK: &str = "rslock 0.10, N managers";
+
+/// Where the contenders connect.
+#[derive(Debug, Clone)]
+pub struct Endpoints {
+    /// The single Redis of S1, S2, S3, S5 and the renewal scenario.
+    pub single: String,
+    /// Independent masters for S4 (5, or none when they could not be started).
+    pub masters: Vec<String>,
+}
+
+/// Keeps the contenders whose label contains one of `only` (all when `only` is empty).
+#[derive(Debug, Clone, Default)]
+pub struct Filter {
+    pub only: Vec<String>,
+}
+
+impl Filter {
+    pub fn keeps(&self, label: &str) -> bool {
+        self.only.is_empty() || self.only.iter().any(|part| label.contains(part.as_str()))
+    }
+}
+
+fn locker(urls: &[String], prefix: &str) -> Result<Locker, String> {
+    let builder = Locker::builder().prefix(prefix);
+    let builder = match urls {
+        [url] => builder.url(url.clone()),
+        urls => builder.redlock(urls.iter().cloned()),
+    };
+    builder
+        .build()
+        .map_err(|err| format!("cannot build a locker: {err}"))
+}
+
+/// S1 and S2: the floor first (ratios refer to it), then everyone on one Redis.
+pub async fn uncontended(endpoints: &Endpoints, filter: &Filter) -> Result<Vec<Any>, String> {
+    let single = std::slice::from_ref(&endpoints.single);
+    let mut all = vec![
+        Any::Raw(Raw::connect(single, RAW).await?),
+        Any::Naive(Naive::connect(&endpoints.single, NAIVE).await?),
+        Any::Core(Core::new(locker(single, "core:")?, false, CORE)),
+        Any::Core(Core::new(locker(single, "core-renew:")?, true, CORE_RENEW)),
+        Any::Annotated(Annotated::new(locker(single, "macro:")?, true, MACRO_RENEW)),
+        Any::Annotated(Annotated::new(
+            locker(single, "macro-plain:")?,
+            false,
+            MACRO_PLAIN,
+        )),
+        Any::Rslock(Rslock::new(single, false, RSLOCK)?),
+    ];
+    // The floor stays whatever the filter says: every ratio refers to it.
+    let floor = all.remove(0);
+    let mut kept = vec![floor];
+    kept.extend(all.into_iter().filter(|c| filter.keeps(c.label())));
+    Ok(kept)
+}
+
+/// S3: groups of `n` for each library.
+pub async fn hot(
+    endpoints: &Endpoints,
+    filter: &Filter,
+    n: usize,
+) -> Result<Vec<s3_hot::Group>, String> {
+    let single = std::slice::from_ref(&endpoints.single);
+    let mut groups = Vec::new();
+    if filter.keeps(HOT_CORE_SHARED) {
+        let shared = Arc::new(Any::Core(Core::new(locker(single, "core:")?, false, CORE)));
+        groups.push(s3_hot::Group {
+            label: HOT_CORE_SHARED.into(),
+            members: vec![shared; n],
+        });
+    }
+    if filter.keeps(HOT_CORE_SEPARATE) {
+        let mut members = Vec::with_capacity(n);
+        for _ in 0..n {
+            members.push(Arc::new(Any::Core(Core::new(
+                locker(single, "core:")?,
+                false,
+                CORE,
+            ))));
+        }
+        groups.push(s3_hot::Group {
+            label: HOT_CORE_SEPARATE.into(),
+            members,
+        });
+    }
+    if filter.keeps(HOT_NAIVE) {
+        let mut members = Vec::with_capacity(n);
+        for _ in 0..n {
+            members.push(Arc::new(Any::Naive(
+                Naive::connect(&endpoints.single, NAIVE).await?,
+            )));
+        }
+        groups.push(s3_hot::Group {
+            label: HOT_NAIVE.into(),
+            members,
+        });
+    }
+    if filter.keeps(HOT_RSLOCK) {
+        let mut members = Vec::with_capacity(n);
+        for _ in 0..n {
+            members.push(Arc::new(Any::Rslock(Rslock::new(single, false, RSLOCK)?)));
+        }
+        groups.push(s3_hot::Group {
+            label: HOT_RSLOCK.into(),
+            members,
+        });
+    }
+    Ok(groups)
+}
+
+/// S4: raw, lock-core and rslock on 1, 3 and 5 nodes.
+pub async fn redlock(endpoints: &Endpoints, filter: &Filter) -> Result<Vec<Config>, String> {
+    let mut configs = Vec::new();
+    for nodes in [1usize, 3, 5] {
+        let urls: Vec<String> = if nodes == 1 {
+            vec![endpoints.single.clone()]
+        } else {
+            endpoints.masters.iter().take(nodes).cloned().collect()
+        };
+        if urls.len() < nodes {
+            return Err(format!(
+                "S4 needs {nodes} Redis masters, {} are running",
+                urls.len()
+            ));
+        }
+        let suffix = if nodes == 1 {
+            ", 1 Redis".to_owned()
+        } else {
+            format!(", Redlock-{nodes}")
+        };
+        let all = [
+            (
+                "raw",
+                Any::Raw(Raw::connect(&urls, format!("{RAW}{suffix}")).await?),
+            ),
+            (
+                "lock-core",
+                Any::Core(Core::new(
+                    locker(&urls, "core:")?,
+                    false,
+                    format!("{CORE}{suffix}"),
+                )),
+            ),
+            (
+                "rslock",
+                Any::Rslock(Rslock::new(&urls, false, format!("{RSLOCK}{suffix}"))?),
+            ),
+        ];
+        for (library, contender) in all {
+            if library == "raw" || filter.keeps(contender.label()) {
+                configs.push(Config {
+                    library: library.into(),
+                    nodes,
+                    contender: Arc::new(contender),
+                });
+            }
+        }
+    }
+    Ok(configs)
+}
+
+/// S5: five instances of each library, with and without renewal.
+pub async fn overrun(
+    endpoints: &Endpoints,
+    filter: &Filter,
+) -> Result<Vec<s5_overrun::Group>, String> {
+    let single = std::slice::from_ref(&endpoints.single);
+    let mut groups = Vec::new();
+    let kinds: [(&str, bool); 6] = [
+        (NAIVE, false),
+        (RSLOCK, false),
+        (CORE, false),
+        (CORE_RENEW, true),
+        (MACRO_RENEW, true),
+        (RSLOCK_USING, true),
+    ];
+    for (label, renews) in kinds {
+        if !filter.keeps(label) {
+            continue;
+        }
+        let mut members = Vec::with_capacity(CONTENDERS);
+        for _ in 0..CONTENDERS {
+            let member = match label {
+                NAIVE => Any::Naive(Naive::connect(&endpoints.single, label).await?),
+                RSLOCK | RSLOCK_USING => Any::Rslock(Rslock::new(single, renews, label)?),
+                MACRO_RENEW => {
+                    Any::Annotated(Annotated::new(locker(single, "macro:")?, true, label))
+                }
+                _ => Any::Core(Core::new(locker(single, "core:")?, renews, label)),
+            };
+            members.push(Arc::new(member));
+        }
+        groups.push(s5_overrun::Group {
+            label: label.into(),
+            renews: members.iter().all(|m| m.renews()),
+            members,
+        });
+    }
+    Ok(groups)
+}
+
+/// The renewal-cost scenario: the libraries that can keep leases alive.
+pub async fn renewal(endpoints: &Endpoints, filter: &Filter) -> Result<Vec<Any>, String> {
+    let single = std::slice::from_ref(&endpoints.single);
+    let all = vec![
+        Any::Core(Core::new(
+            locker(single, "core-renew:")?,
+            true,
+            "lock-core auto_renew() (batched per tick)",
+        )),
+        Any::Naive(Naive::connect(&endpoints.single, "naive: a timer per lease").await?),
+        Any::Rslock(Rslock::new(single, true, "rslock 0.10 using() per lease")?),
+    ];
+    Ok(all
+        .into_iter()
+        .filter(|c| filter.keeps(c.label()))
+        .collect())
+}

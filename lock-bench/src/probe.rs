@@ -1,0 +1,160 @@
+//! What Redis itself says about a measurement window: `INFO stats`, `INFO commandstats`
+//! and `INFO cpu`, read before and after, on a connection of the benchmark's own.
+
+use redis::aio::MultiplexedConnection;
+
+/// A connection for INFO snapshots.
+#[derive(Clone)]
+pub struct Probe {
+    conn: MultiplexedConnection,
+}
+
+/// Counters at one moment.
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    /// `total_commands_processed` (a script counts once, whatever it calls).
+    pub commands: u64,
+    /// The sum of `calls=` over commandstats, INFO excluded: scripts' inner calls count too.
+    pub calls: u64,
+    /// `calls=` per command.
+    pub per_command: Vec<(String, u64)>,
+    /// `total_reads_processed`: read events on client sockets, about one per round trip of
+    /// a client (a large pipeline can take several reads).
+    pub reads: u64,
+    /// `used_cpu_user + used_cpu_sys`, seconds.
+    pub cpu_s: f64,
+}
+
+/// What changed between two snapshots.
+#[derive(Debug, Clone, Default)]
+pub struct Delta {
+    pub commands: u64,
+    pub calls: u64,
+    pub reads: u64,
+    pub cpu_s: f64,
+    pub per_command: Vec<(String, u64)>,
+}
+
+impl Probe {
+    pub async fn connect(url: &str) -> Result<Probe, String> {
+        let client =
+            redis::Client::open(url).map_err(|err| format!("bad Redis URL {url:?}: {err}"))?;
+        let conn = client
+            .get_multiplexed_async_connection()
+            .await
+            .map_err(|err| format!("cannot connect to {url}: {err}"))?;
+        Ok(Probe { conn })
+    }
+
+    /// Reads the counters. Fails only if Redis does not answer.
+    pub async fn snapshot(&self) -> Result<Snapshot, String> {
+        let mut conn = self.conn.clone();
+        let info: String = redis::cmd("INFO")
+            .arg("stats")
+            .arg("commandstats")
+            .arg("cpu")
+            .query_async(&mut conn)
+            .await
+            .map_err(|err| format!("INFO failed: {err}"))?;
+        Ok(parse(&info))
+    }
+
+    /// `INFO server`'s `redis_version`.
+    pub async fn version(&self) -> Result<String, String> {
+        let mut conn = self.conn.clone();
+        let info: String = redis::cmd("INFO")
+            .arg("server")
+            .query_async(&mut conn)
+            .await
+            .map_err(|err| format!("INFO failed: {err}"))?;
+        Ok(field(&info, "redis_version")
+            .unwrap_or("unknown")
+            .to_owned())
+    }
+}
+
+impl Snapshot {
+    pub fn delta_since(&self, before: &Snapshot) -> Delta {
+        let per_command = self
+            .per_command
+            .iter()
+            .map(|(name, after)| {
+                let before = before
+                    .per_command
+                    .iter()
+                    .find(|(b, _)| b == name)
+                    .map_or(0, |(_, n)| *n);
+                (name.clone(), after.saturating_sub(before))
+            })
+            .filter(|(_, n)| *n > 0)
+            .collect();
+        Delta {
+            // The snapshot's own INFO is one command and one read: negligible.
+            commands: self.commands.saturating_sub(before.commands),
+            calls: self.calls.saturating_sub(before.calls),
+            reads: self.reads.saturating_sub(before.reads),
+            cpu_s: (self.cpu_s - before.cpu_s).max(0.0),
+            per_command,
+        }
+    }
+}
+
+fn field<'a>(info: &'a str, name: &str) -> Option<&'a str> {
+    info.lines().find_map(|line| {
+        line.strip_prefix(name)
+            .and_then(|rest| rest.strip_prefix(':'))
+            .map(str::trim)
+    })
+}
+
+fn parse(info: &str) -> Snapshot {
+    let number = |name: &str| field(info, name).and_then(|v| v.parse::<u64>().ok());
+    let seconds = |name: &str| field(info, name).and_then(|v| v.parse::<f64>().ok());
+    let per_command: Vec<(String, u64)> = info
+        .lines()
+        .filter_map(|line| line.strip_prefix("cmdstat_"))
+        .filter_map(|line| {
+            let (name, rest) = line.split_once(':')?;
+            let calls = rest
+                .strip_prefix("calls=")?
+                .split(',')
+                .next()?
+                .parse()
+                .ok()?;
+            Some((name.to_owned(), calls))
+        })
+        .collect();
+    Snapshot {
+        commands: number("total_commands_processed").unwrap_or(0),
+        calls: per_command
+            .iter()
+            .filter(|(name, _)| name != "info")
+            .map(|(_, n)| n)
+            .sum(),
+        per_command,
+        reads: number("total_reads_processed").unwrap_or(0),
+        cpu_s: seconds("used_cpu_user").unwrap_or(0.0) + seconds("used_cpu_sys").unwrap_or(0.0),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_info() {
+        let info = "# Stats\r\ntotal_commands_processed:120\r\ntotal_reads_processed:90\r\n\
+                    # CPU\r\nused_cpu_sys:1.5\r\nused_cpu_user:2.25\r\n\
+                    # Commandstats\r\ncmdstat_set:calls=10,usec=5,usec_per_call=0.5\r\n\
+                    cmdstat_info:calls=7,usec=1\r\ncmdstat_evalsha:calls=3,usec=9\r\n";
+        let snapshot = parse(info);
+        assert_eq!(snapshot.commands, 120);
+        assert_eq!(snapshot.reads, 90);
+        assert_eq!(snapshot.calls, 13);
+        assert!((snapshot.cpu_s - 3.75).abs() < 1e-9);
+        let later = parse(&info.replace("calls=10", "calls=15"));
+        let delta = later.delta_since(&snapshot);
+        assert_eq!(delta.calls, 5);
+        assert_eq!(delta.per_command, vec![("set".to_owned(), 5)]);
+    }
+}

@@ -1,0 +1,374 @@
+//! Everything one run measured: Markdown tables (printed as each scenario ends, and all of
+//! them with `--markdown`), JSON for tooling (`--json`), and the targets checked
+//! against the figures.
+
+use std::path::Path;
+
+use serde::Serialize;
+
+use crate::lineup::{
+    CORE, CORE_RENEW, HOT_CORE_SEPARATE, HOT_CORE_SHARED, HOT_NAIVE, HOT_RSLOCK, MACRO_PLAIN,
+    MACRO_RENEW, RAW, RSLOCK,
+};
+use crate::machine::Machine;
+use crate::scenarios::{renewal, s1_latency, s2_throughput, s3_hot, s4_redlock, s5_overrun};
+use crate::stats::{ratio, show_ratio};
+
+#[derive(Debug, Clone, Serialize)]
+pub struct RunSettings {
+    pub seconds_per_run: f64,
+    pub repetitions: usize,
+    pub smoke: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub machine: Machine,
+    pub settings: RunSettings,
+    pub s1: Option<s1_latency::Table>,
+    pub s2: Option<s2_throughput::Table>,
+    pub s3: Option<s3_hot::Table>,
+    pub s4: Option<s4_redlock::Table>,
+    pub s5: Option<s5_overrun::Table>,
+    pub renewal: Option<renewal::Table>,
+    pub targets: Vec<Target>,
+    /// Runs that measured nothing, or failed operations.
+    pub problems: Vec<String>,
+}
+
+/// One of the targets, and whether this run met it (`None`: not measured).
+#[derive(Debug, Clone, Serialize)]
+pub struct Target {
+    pub scenario: &'static str,
+    pub target: String,
+    pub measured: String,
+    pub met: Option<bool>,
+}
+
+impl Report {
+    pub fn new(machine: Machine, settings: RunSettings) -> Report {
+        Report {
+            machine,
+            settings,
+            s1: None,
+            s2: None,
+            s3: None,
+            s4: None,
+            s5: None,
+            renewal: None,
+            targets: Vec::new(),
+            problems: Vec::new(),
+        }
+    }
+
+    /// Notes failed operations and contenders that measured nothing.
+    pub fn check(
+        &mut self,
+        scenario: &str,
+        rows: impl IntoIterator<Item = (String, u64, Option<String>, bool)>,
+    ) {
+        for (contender, failures, first_error, measured) in rows {
+            if !measured {
+                self.problems.push(format!(
+                    "{scenario}: {contender} measured nothing{}",
+                    first_error
+                        .as_ref()
+                        .map(|e| format!(" (first error: {e})"))
+                        .unwrap_or_default()
+                ));
+            } else if failures > 0 {
+                self.problems.push(format!(
+                    "{scenario}: {contender}: {failures} failed operations (first: {})",
+                    first_error.unwrap_or_default()
+                ));
+            }
+        }
+    }
+
+    /// Whether some contender measured nothing (the run is broken, not just noisy).
+    pub fn broken(&self) -> bool {
+        self.problems.iter().any(|p| p.contains("measured nothing"))
+    }
+
+    pub fn markdown(&self) -> String {
+        let mut out = String::new();
+        out.push_str(&self.machine.markdown());
+        out.push_str(&format!(
+            "- {} s per contender per run, {} repetitions; cells are `median (min–max)` over the repetitions\n",
+            self.settings.seconds_per_run, self.settings.repetitions
+        ));
+        for (title, table) in self.sections() {
+            out.push_str(&format!("\n### {title}\n\n{table}"));
+        }
+        if !self.targets.is_empty() {
+            out.push_str(&format!(
+                "\n### Targets\n\n{}",
+                targets_markdown(&self.targets)
+            ));
+        }
+        if !self.problems.is_empty() {
+            out.push_str("\n### Problems\n\n");
+            for problem in &self.problems {
+                out.push_str(&format!("- {problem}\n"));
+            }
+        }
+        out
+    }
+
+    /// Each measured scenario's heading and table.
+    pub fn sections(&self) -> Vec<(String, String)> {
+        let mut sections = Vec::new();
+        if let Some(t) = &self.s1 {
+            sections.push((s1_title(), t.markdown()));
+        }
+        if let Some(t) = &self.s2 {
+            sections.push((s2_title(t), t.markdown()));
+        }
+        if let Some(t) = &self.s3 {
+            sections.push((s3_title(), t.markdown()));
+        }
+        if let Some(t) = &self.s4 {
+            sections.push((s4_title(), t.markdown()));
+        }
+        if let Some(t) = &self.s5 {
+            sections.push((s5_title(t), t.markdown()));
+        }
+        if let Some(t) = &self.renewal {
+            sections.push((renewal_title(t), t.markdown()));
+        }
+        sections
+    }
+
+    pub fn write_json(&self, path: &Path) -> Result<(), String> {
+        let text = serde_json::to_string_pretty(self)
+            .map_err(|err| format!("cannot encode the report: {err}"))?;
+        write(path, &text)
+    }
+
+    pub fn write_markdown(&self, path: &Path) -> Result<(), String> {
+        write(path, &self.markdown())
+    }
+
+    /// Compares the figures with the targets.
+    pub fn evaluate_targets(&mut self) {
+        let mut targets = Vec::new();
+        if let Some(s1) = &self.s1 {
+            let p50 = |label: &str| {
+                s1.rows
+                    .iter()
+                    .find(|r| r.contender == label)
+                    .map_or(f64::NAN, |r| r.p50_us.median)
+            };
+            let (raw, core, rslock) = (p50(RAW), p50(CORE), p50(RSLOCK));
+            let r = ratio(core, raw);
+            targets.push(target(
+                "S1",
+                "lock-core p50 within 1.05x of raw",
+                format!("{} ({core:.1} µs vs {raw:.1} µs)", show_ratio(r)),
+                r.is_finite().then_some(r <= 1.05),
+            ));
+            targets.push(target(
+                "S1",
+                "lock-core p50 at most rslock's",
+                format!("{core:.1} µs vs {rslock:.1} µs"),
+                (core.is_finite() && rslock.is_finite()).then_some(core <= rslock),
+            ));
+            for (macro_label, by_hand) in [(MACRO_RENEW, CORE_RENEW), (MACRO_PLAIN, CORE)] {
+                let r = ratio(p50(macro_label), p50(by_hand));
+                targets.push(target(
+                    "S1",
+                    &format!("{macro_label} p50 vs {by_hand} (no measurable difference)"),
+                    show_ratio(r),
+                    None,
+                ));
+            }
+        }
+        if let Some(s2) = &self.s2 {
+            let vs_raw = |label: &str| {
+                s2.rows
+                    .iter()
+                    .find(|r| r.contender == label)
+                    .map_or(f64::NAN, |r| r.vs_raw)
+            };
+            let core = vs_raw(CORE);
+            targets.push(target(
+                "S2",
+                "lock-core at least 0.9x of raw",
+                format!(
+                    "{} (rslock {})",
+                    show_ratio(core),
+                    show_ratio(vs_raw(RSLOCK))
+                ),
+                core.is_finite().then_some(core >= 0.9),
+            ));
+        }
+        if let Some(s3) = &self.s3 {
+            for label in [HOT_CORE_SHARED, HOT_CORE_SEPARATE] {
+                let rows: Vec<_> = s3.rows.iter().filter(|r| r.contender == label).collect();
+                if rows.is_empty() {
+                    continue;
+                }
+                let each = |f: &dyn Fn(&s3_hot::Row) -> f64, digits: usize| {
+                    rows.iter()
+                        .map(|r| format!("N={}: {:.digits$}", r.contenders, f(r)))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                };
+                let all = |f: &dyn Fn(&s3_hot::Row) -> f64, ok: &dyn Fn(f64) -> bool| {
+                    let values: Vec<f64> = rows.iter().map(|r| f(r)).collect();
+                    values
+                        .iter()
+                        .all(|v| v.is_finite())
+                        .then(|| values.iter().all(|v| ok(*v)))
+                };
+                let gap = |r: &s3_hot::Row| r.handoff_p50_us.median;
+                let fair = |r: &s3_hot::Row| r.jain.median;
+                let calls = |r: &s3_hot::Row| r.redis_calls_per_acquisition.median;
+                targets.push(target(
+                    "S3",
+                    &format!("{label}: hand-off gap p50 ≤ 250 µs"),
+                    each(&gap, 0),
+                    all(&gap, &|v| v <= 250.0),
+                ));
+                targets.push(target(
+                    "S3",
+                    &format!("{label}: Jain fairness ≥ 0.95"),
+                    each(&fair, 3),
+                    all(&fair, &|v| v >= 0.95),
+                ));
+                targets.push(target(
+                    "S3",
+                    &format!("{label}: Redis calls per acquisition ≤ 5, flat from 2 to 64"),
+                    each(&calls, 1),
+                    all(&calls, &|v| v <= 5.0),
+                ));
+            }
+            for label in [HOT_NAIVE, HOT_RSLOCK] {
+                let shares: Vec<String> = s3
+                    .rows
+                    .iter()
+                    .filter(|r| r.contender == label)
+                    .map(|r| format!("N={}: {:.2}", r.contenders, r.self_reacquire.median))
+                    .collect();
+                if !shares.is_empty() {
+                    targets.push(target(
+                        "S3",
+                        &format!("{label}: barging share (shown beside)"),
+                        shares.join(", "),
+                        None,
+                    ));
+                }
+            }
+        }
+        if let Some(s4) = &self.s4 {
+            for row in s4
+                .rows
+                .iter()
+                .filter(|r| r.nodes > 1 && r.contender.starts_with(CORE))
+            {
+                targets.push(target(
+                    "S4",
+                    &format!("lock-core Redlock-{} p50 within 1.5x of 1 Redis", row.nodes),
+                    show_ratio(row.p50_vs_single),
+                    row.p50_vs_single
+                        .is_finite()
+                        .then_some(row.p50_vs_single <= 1.5),
+                ));
+            }
+        }
+        if let Some(s5) = &self.s5 {
+            for row in &s5.rows {
+                if row.contender == CORE_RENEW || row.contender == CORE {
+                    let (goal, met) = if row.renews {
+                        (
+                            "with auto-renewal no two holders overlap",
+                            row.overlapping_holds.max == 0.0,
+                        )
+                    } else {
+                        (
+                            "without renewal every overrun is told",
+                            row.overruns_never_told.max == 0.0,
+                        )
+                    };
+                    targets.push(target(
+                        "S5",
+                        &format!("{}: {goal}", row.contender),
+                        format!(
+                            "{} overlapping holds, {} overruns never told",
+                            row.overlapping_holds.show(0),
+                            row.overruns_never_told.show(0)
+                        ),
+                        Some(met),
+                    ));
+                }
+            }
+        }
+        self.targets = targets;
+    }
+}
+
+fn target(scenario: &'static str, goal: &str, measured: String, met: Option<bool>) -> Target {
+    Target {
+        scenario,
+        target: goal.to_owned(),
+        measured,
+        met,
+    }
+}
+
+pub fn targets_markdown(targets: &[Target]) -> String {
+    let mut out = String::from("| scenario | target | measured | met |\n|---|---|---|---|\n");
+    for t in targets {
+        let met = match t.met {
+            Some(true) => "yes",
+            Some(false) => "**no**",
+            None => "–",
+        };
+        out.push_str(&format!(
+            "| {} | {} | {} | {met} |\n",
+            t.scenario, t.target, t.measured
+        ));
+    }
+    out
+}
+
+pub fn s1_title() -> String {
+    "S1: uncontended latency (one task, lock + release, empty critical section)".into()
+}
+
+pub fn s2_title(t: &s2_throughput::Table) -> String {
+    format!(
+        "S2: uncontended throughput ({} tasks of one process, distinct names)",
+        t.tasks
+    )
+}
+
+pub fn s3_title() -> String {
+    "S3: hot name (N contenders on one name, each holding it ~1 ms)".into()
+}
+
+pub fn s4_title() -> String {
+    "S4: Redlock (S1 and S2 on 1 Redis, and on 3 and 5 local masters)".into()
+}
+
+pub fn s5_title(t: &s5_overrun::Table) -> String {
+    format!(
+        "S5: overrun safety (5 contenders, TTL 100 ms, holds 0–150 ms, {:.1} s per run)",
+        t.seconds_per_run
+    )
+}
+
+pub fn renewal_title(t: &renewal::Table) -> String {
+    format!(
+        "Renewal cost ({} leases, TTL {} ms, held {:.1} s; a tick is TTL/3)",
+        t.leases, t.ttl_ms, t.hold_s
+    )
+}
+
+fn write(path: &Path, text: &str) -> Result<(), String> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)
+            .map_err(|err| format!("cannot create {}: {err}", dir.display()))?;
+    }
+    std::fs::write(path, text).map_err(|err| format!("cannot write {}: {err}", path.display()))
+}

@@ -1,0 +1,140 @@
+//! S1, uncontended latency: one task takes and gives back one name in a loop, with an empty
+//! critical section. Percentiles of the lock + release cycle, and cycles per second.
+
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use super::{interleaved, Failures, Settings};
+use crate::contenders::{Any, Contender as _, Spec};
+use crate::stats::{ratio, show_ratio, Samples, Spread};
+
+pub const SPEC: Spec = Spec {
+    ttl: Duration::from_secs(10),
+    wait: Duration::ZERO,
+    watch_lost: false,
+};
+
+/// One run of one contender.
+#[derive(Debug, Clone)]
+pub struct Latency {
+    pub p50_us: f64,
+    pub p90_us: f64,
+    pub p99_us: f64,
+    pub p999_us: f64,
+    pub cycles_per_s: f64,
+    pub failures: Failures,
+}
+
+/// Cycles on `name` for `run_for` (after a warm-up).
+pub async fn measure(contender: &Any, name: &str, run_for: Duration) -> Latency {
+    let mut failures = Failures::default();
+    if let Err(err) = contender.warm_up().await {
+        failures.record(format!("warm-up: {err}"));
+    }
+    let mut samples = Samples::with_capacity(50_000);
+    let started = Instant::now();
+    while started.elapsed() < run_for {
+        let t0 = Instant::now();
+        match contender.locked(name, SPEC, std::future::ready(())).await {
+            Ok(_) => samples.push(t0.elapsed().as_nanos() as u64),
+            Err(err) => failures.record(err),
+        }
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    Latency {
+        p50_us: samples.quantile_us(0.50),
+        p90_us: samples.quantile_us(0.90),
+        p99_us: samples.quantile_us(0.99),
+        p999_us: samples.quantile_us(0.999),
+        cycles_per_s: samples.len() as f64 / elapsed,
+        failures,
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    pub contender: String,
+    pub p50_us: Spread,
+    pub p90_us: Spread,
+    pub p99_us: Spread,
+    pub p999_us: Spread,
+    pub cycles_per_s: Spread,
+    /// Median p50 over the floor's (the first row) median p50.
+    pub p50_vs_raw: f64,
+    pub cycles_vs_raw: f64,
+    pub failures: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first_error: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Table {
+    pub rows: Vec<Row>,
+}
+
+/// S1 over `contenders`; the first is the floor the ratios refer to.
+pub async fn run(contenders: &[Any], settings: &Settings) -> Table {
+    let runs = interleaved(contenders.len(), settings.reps, async |i| {
+        measure(&contenders[i], "s1", settings.run_for).await
+    })
+    .await;
+    Table {
+        rows: rows(contenders, &runs),
+    }
+}
+
+pub fn rows(contenders: &[Any], runs: &[Vec<Latency>]) -> Vec<Row> {
+    let mut rows: Vec<Row> = contenders
+        .iter()
+        .zip(runs)
+        .map(|(contender, runs)| {
+            let mut failures = Failures::default();
+            for run in runs {
+                failures.merge(run.failures.clone());
+            }
+            Row {
+                contender: contender.label().to_owned(),
+                p50_us: Spread::pick(runs, |r| r.p50_us),
+                p90_us: Spread::pick(runs, |r| r.p90_us),
+                p99_us: Spread::pick(runs, |r| r.p99_us),
+                p999_us: Spread::pick(runs, |r| r.p999_us),
+                cycles_per_s: Spread::pick(runs, |r| r.cycles_per_s),
+                p50_vs_raw: f64::NAN,
+                cycles_vs_raw: f64::NAN,
+                failures: failures.count,
+                first_error: failures.first,
+            }
+        })
+        .collect();
+    if let Some(floor) = rows.first().cloned() {
+        for row in &mut rows {
+            row.p50_vs_raw = ratio(row.p50_us.median, floor.p50_us.median);
+            row.cycles_vs_raw = ratio(row.cycles_per_s.median, floor.cycles_per_s.median);
+        }
+    }
+    rows
+}
+
+impl Table {
+    pub fn markdown(&self) -> String {
+        let mut out = String::from(
+            "| contender | p50 µs | p90 µs | p99 µs | p99.9 µs | cycles/s | p50 vs raw | cycles/s vs raw |\n\
+             |---|---|---|---|---|---|---|---|\n",
+        );
+        for row in &self.rows {
+            out.push_str(&format!(
+                "| {} | {} | {} | {} | {} | {} | {} | {} |\n",
+                row.contender,
+                row.p50_us.show(1),
+                row.p90_us.show(1),
+                row.p99_us.show(1),
+                row.p999_us.show(1),
+                row.cycles_per_s.show(0),
+                show_ratio(row.p50_vs_raw),
+                show_ratio(row.cycles_vs_raw),
+            ));
+        }
+        out
+    }
+}

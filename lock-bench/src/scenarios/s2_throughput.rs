@@ -1,0 +1,167 @@
+//! S2, uncontended throughput: many tasks of one process (one contender instance, shared),
+//! each taking and giving back its own name in a loop. Cycles per second, and what Redis
+//! did over the window: commands per second and calls per cycle (INFO commandstats, which
+//! also counts the calls scripts make).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use super::{interleaved, Failures, Settings};
+use crate::contenders::{Any, Contender as _};
+use crate::probe::Probe;
+use crate::scenarios::s1_latency::SPEC;
+use crate::stats::{ratio, show_ratio, Spread};
+
+/// One run of one contender.
+#[derive(Debug, Clone)]
+pub struct Throughput {
+    pub cycles_per_s: f64,
+    pub redis_commands_per_s: f64,
+    pub redis_calls_per_cycle: f64,
+    pub failures: Failures,
+}
+
+/// `tasks` loops sharing `contender` for `run_for`; Redis counters from `probe` when given.
+pub async fn measure(
+    contender: Arc<Any>,
+    tasks: usize,
+    run_for: Duration,
+    probe: Option<&Probe>,
+) -> Throughput {
+    let mut failures = Failures::default();
+    if let Err(err) = contender.warm_up().await {
+        failures.record(format!("warm-up: {err}"));
+    }
+    let before = match probe {
+        Some(probe) => probe.snapshot().await.ok(),
+        None => None,
+    };
+    let cycles = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let mut handles = Vec::with_capacity(tasks);
+    for task in 0..tasks {
+        let contender = contender.clone();
+        let cycles = cycles.clone();
+        handles.push(tokio::spawn(async move {
+            let name = format!("s2:{task}");
+            let mut done = 0;
+            let mut failures = Failures::default();
+            while started.elapsed() < run_for {
+                match contender.locked(&name, SPEC, std::future::ready(())).await {
+                    Ok(_) => done += 1,
+                    Err(err) => failures.record(err),
+                }
+            }
+            cycles.fetch_add(done, Ordering::Relaxed);
+            failures
+        }));
+    }
+    for handle in handles {
+        match handle.await {
+            Ok(task_failures) => failures.merge(task_failures),
+            Err(err) => failures.record(format!("task failed: {err}")),
+        }
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let cycles = cycles.load(Ordering::Relaxed);
+    let delta = match (probe, before) {
+        (Some(probe), Some(before)) => probe.snapshot().await.ok().map(|a| a.delta_since(&before)),
+        _ => None,
+    };
+    Throughput {
+        cycles_per_s: cycles as f64 / elapsed,
+        redis_commands_per_s: delta
+            .as_ref()
+            .map_or(f64::NAN, |d| d.commands as f64 / elapsed),
+        redis_calls_per_cycle: delta
+            .as_ref()
+            .map_or(f64::NAN, |d| d.calls as f64 / cycles.max(1) as f64),
+        failures,
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    pub contender: String,
+    pub tasks: usize,
+    pub cycles_per_s: Spread,
+    pub redis_commands_per_s: Spread,
+    pub redis_calls_per_cycle: Spread,
+    /// Median cycles/s over the floor's (the first row).
+    pub vs_raw: f64,
+    pub failures: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first_error: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Table {
+    pub tasks: usize,
+    pub rows: Vec<Row>,
+}
+
+/// S2 over `contenders`; the first is the floor the ratios refer to.
+pub async fn run(contenders: &[Arc<Any>], settings: &Settings, probe: &Probe) -> Table {
+    let runs = interleaved(contenders.len(), settings.reps, async |i| {
+        measure(
+            contenders[i].clone(),
+            settings.tasks,
+            settings.run_for,
+            Some(probe),
+        )
+        .await
+    })
+    .await;
+    let mut rows: Vec<Row> = contenders
+        .iter()
+        .zip(&runs)
+        .map(|(contender, runs)| {
+            let mut failures = Failures::default();
+            for run in runs {
+                failures.merge(run.failures.clone());
+            }
+            Row {
+                contender: contender.label().to_owned(),
+                tasks: settings.tasks,
+                cycles_per_s: Spread::pick(runs, |r| r.cycles_per_s),
+                redis_commands_per_s: Spread::pick(runs, |r| r.redis_commands_per_s),
+                redis_calls_per_cycle: Spread::pick(runs, |r| r.redis_calls_per_cycle),
+                vs_raw: f64::NAN,
+                failures: failures.count,
+                first_error: failures.first,
+            }
+        })
+        .collect();
+    if let Some(floor) = rows.first().map(|r| r.cycles_per_s.median) {
+        for row in &mut rows {
+            row.vs_raw = ratio(row.cycles_per_s.median, floor);
+        }
+    }
+    Table {
+        tasks: settings.tasks,
+        rows,
+    }
+}
+
+impl Table {
+    pub fn markdown(&self) -> String {
+        let mut out = String::from(
+            "| contender | cycles/s | vs raw | Redis commands/s | Redis calls/cycle |\n\
+             |---|---|---|---|---|\n",
+        );
+        for row in &self.rows {
+            out.push_str(&format!(
+                "| {} | {} | {} | {} | {} |\n",
+                row.contender,
+                row.cycles_per_s.show(0),
+                show_ratio(row.vs_raw),
+                row.redis_commands_per_s.show(0),
+                row.redis_calls_per_cycle.show(2),
+            ));
+        }
+        out
+    }
+}

@@ -1,0 +1,264 @@
+//! S3, hot name: N contenders loop on ONE name, each holding it about 1 ms. Acquisitions per
+//! second, the hand-off gap (from a holder starting its release to the next, different,
+//! holder entering its critical section), the share of self re-acquisitions (barging),
+//! Jain's fairness index over contenders, and Redis calls per acquisition (INFO
+//! commandstats deltas, which count the calls scripts make too).
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use super::{interleaved, Failures, Settings};
+use crate::contenders::{Any, Contender as _, Spec};
+use crate::probe::Probe;
+use crate::stats::{jain, Samples, Spread};
+
+const SPEC: Spec = Spec {
+    ttl: Duration::from_secs(5),
+    wait: Duration::from_secs(10),
+    watch_lost: false,
+};
+const HOLD: Duration = Duration::from_millis(1);
+
+/// One group of contenders racing for the name: the same contender several times (tasks of
+/// one process) or distinct ones (separate processes).
+pub struct Group {
+    pub label: String,
+    pub members: Vec<Arc<Any>>,
+}
+
+/// S3 figures of one run.
+#[derive(Debug, Clone)]
+pub struct Hot {
+    pub acquisitions_per_s: f64,
+    pub handoff_p50_us: f64,
+    pub handoff_p99_us: f64,
+    pub self_reacquire: f64,
+    pub jain: f64,
+    pub redis_calls_per_acquisition: f64,
+    pub failures: Failures,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Hold {
+    who: usize,
+    entered: Instant,
+    leaving: Instant,
+}
+
+pub async fn measure(group: &Group, run_for: Duration, probe: &Probe) -> Hot {
+    let n = group.members.len();
+    let mut failures = Failures::default();
+    for member in &group.members {
+        if let Err(err) = member.warm_up().await {
+            failures.record(format!("warm-up: {err}"));
+        }
+    }
+    let holds = Arc::new(Mutex::new(Vec::with_capacity(50_000)));
+    let before = probe.snapshot().await.ok();
+    let started = Instant::now();
+    let mut tasks = Vec::with_capacity(n);
+    for (who, contender) in group.members.iter().cloned().enumerate() {
+        let holds = holds.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut failures = Failures::default();
+            while started.elapsed() < run_for {
+                let holds = holds.clone();
+                let body = async move {
+                    let entered = Instant::now();
+                    tokio::time::sleep(HOLD).await;
+                    let leaving = Instant::now();
+                    holds
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .push(Hold {
+                            who,
+                            entered,
+                            leaving,
+                        });
+                };
+                if let Err(err) = contender.locked("s3", SPEC, body).await {
+                    failures.record(err);
+                }
+            }
+            failures
+        }));
+    }
+    for task in tasks {
+        match task.await {
+            Ok(task_failures) => failures.merge(task_failures),
+            Err(err) => failures.record(format!("task failed: {err}")),
+        }
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let calls = match before {
+        Some(before) => probe
+            .snapshot()
+            .await
+            .ok()
+            .map(|after| after.delta_since(&before)),
+        None => None,
+    };
+    if let (Some(delta), true) = (
+        &calls,
+        std::env::var_os("LOCK_BENCH_COMMANDSTATS").is_some(),
+    ) {
+        eprintln!(
+            "commandstats delta ({}, N={n}): {:?}",
+            group.label, delta.per_command
+        );
+    }
+    let mut log = std::mem::take(&mut *holds.lock().unwrap_or_else(PoisonError::into_inner));
+    log.sort_by_key(|hold| hold.entered);
+    summarize(&log, n, elapsed, calls.map(|d| d.calls), failures)
+}
+
+fn summarize(log: &[Hold], n: usize, elapsed: f64, calls: Option<u64>, failures: Failures) -> Hot {
+    let mut per_contender = vec![0u64; n];
+    let mut gaps = Samples::with_capacity(log.len());
+    let mut self_reacquires = 0u64;
+    for (i, hold) in log.iter().enumerate() {
+        per_contender[hold.who] += 1;
+        if let Some(previous) = i.checked_sub(1).map(|p| log[p]) {
+            if previous.who == hold.who {
+                self_reacquires += 1;
+            } else {
+                gaps.push(
+                    hold.entered
+                        .saturating_duration_since(previous.leaving)
+                        .as_nanos() as u64,
+                );
+            }
+        }
+    }
+    let acquisitions = log.len() as u64;
+    Hot {
+        acquisitions_per_s: acquisitions as f64 / elapsed,
+        handoff_p50_us: gaps.quantile_us(0.50),
+        handoff_p99_us: gaps.quantile_us(0.99),
+        self_reacquire: self_reacquires as f64 / acquisitions.max(1) as f64,
+        jain: jain(&per_contender),
+        redis_calls_per_acquisition: calls
+            .map_or(f64::NAN, |calls| calls as f64 / acquisitions.max(1) as f64),
+        failures,
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    pub contender: String,
+    pub contenders: usize,
+    pub acquisitions_per_s: Spread,
+    pub handoff_p50_us: Spread,
+    pub handoff_p99_us: Spread,
+    pub self_reacquire: Spread,
+    pub jain: Spread,
+    pub redis_calls_per_acquisition: Spread,
+    pub failures: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first_error: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Table {
+    pub rows: Vec<Row>,
+}
+
+/// S3 for each contender count: `groups(n)` builds the groups racing with `n` members.
+pub async fn run(
+    settings: &Settings,
+    probe: &Probe,
+    mut groups: impl AsyncFnMut(usize) -> Result<Vec<Group>, String>,
+) -> Result<Table, String> {
+    let mut rows = Vec::new();
+    for &n in &settings.hot_contenders {
+        let groups = groups(n).await?;
+        let runs = interleaved(groups.len(), settings.reps, async |i| {
+            measure(&groups[i], settings.run_for, probe).await
+        })
+        .await;
+        for (group, runs) in groups.iter().zip(&runs) {
+            let mut failures = Failures::default();
+            for run in runs {
+                failures.merge(run.failures.clone());
+            }
+            rows.push(Row {
+                contender: group.label.clone(),
+                contenders: n,
+                acquisitions_per_s: Spread::pick(runs, |r| r.acquisitions_per_s),
+                handoff_p50_us: Spread::pick(runs, |r| r.handoff_p50_us),
+                handoff_p99_us: Spread::pick(runs, |r| r.handoff_p99_us),
+                self_reacquire: Spread::pick(runs, |r| r.self_reacquire),
+                jain: Spread::pick(runs, |r| r.jain),
+                redis_calls_per_acquisition: Spread::pick(runs, |r| r.redis_calls_per_acquisition),
+                failures: failures.count,
+                first_error: failures.first,
+            });
+        }
+    }
+    Ok(Table { rows })
+}
+
+impl Table {
+    pub fn markdown(&self) -> String {
+        let mut out = String::from(
+            "| contender | N | acquisitions/s | hand-off p50 µs | hand-off p99 µs | self re-acquire | Jain | Redis calls/acq |\n\
+             |---|---|---|---|---|---|---|---|\n",
+        );
+        for row in &self.rows {
+            out.push_str(&format!(
+                "| {} | {} | {} | {} | {} | {} | {} | {} |\n",
+                row.contender,
+                row.contenders,
+                row.acquisitions_per_s.show(0),
+                row.handoff_p50_us.show(0),
+                row.handoff_p99_us.show(0),
+                row.self_reacquire.show(3),
+                row.jain.show(3),
+                row.redis_calls_per_acquisition.show(1),
+            ));
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn handoffs_count_only_changes_of_holder() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let log = [
+            Hold {
+                who: 0,
+                entered: at(0),
+                leaving: at(1),
+            },
+            Hold {
+                who: 0,
+                entered: at(2),
+                leaving: at(3),
+            },
+            Hold {
+                who: 1,
+                entered: at(5),
+                leaving: at(6),
+            },
+            Hold {
+                who: 0,
+                entered: at(6),
+                leaving: at(7),
+            },
+        ];
+        let hot = summarize(&log, 2, 1.0, Some(20), Failures::default());
+        assert_eq!(hot.acquisitions_per_s, 4.0);
+        assert_eq!(hot.self_reacquire, 0.25);
+        assert_eq!(hot.redis_calls_per_acquisition, 5.0);
+        // Gaps: 2 ms (0 -> 1) and 0 ms (1 -> 0); the self re-acquisition is not a hand-off.
+        assert_eq!(hot.handoff_p99_us, 2000.0);
+        assert!((hot.jain - 0.9).abs() < 1e-9);
+    }
+}
