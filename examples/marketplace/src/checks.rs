@@ -24,8 +24,8 @@ use crate::MarketError;
 
 /// At most this many violations are described; the rest are only counted.
 const MAX_DESCRIBED: usize = 20;
-/// Users read per pipeline.
-const READ_BATCH: u64 = 200;
+/// Items (and users) read per pipeline or per `ZRANGE`.
+const READ_BATCH_ITEMS: u64 = 50_000;
 
 /// What the tasks of one run did, as they saw it.
 #[derive(Debug)]
@@ -120,7 +120,8 @@ impl Snapshot {
         let mut snapshot = Snapshot::default();
         let mut first = 0;
         while first < seed.users {
-            let last = (first + READ_BATCH).min(seed.users);
+            let users_per_batch = (READ_BATCH_ITEMS / seed.items_per_user.max(1)).clamp(1, 1000);
+            let last = (first + users_per_batch).min(seed.users);
             let mut pipe = redis::pipe();
             for user in first..last {
                 pipe.hget(keys.user(user), "funds")
@@ -144,14 +145,23 @@ impl Snapshot {
             }
             first = last;
         }
-        snapshot.market = redis::cmd("ZRANGE")
-            .arg(keys.market())
-            .arg(0)
-            .arg(-1)
-            .arg("WITHSCORES")
-            .query_async(conn)
-            .await?;
-        Ok(snapshot)
+        // In slices by rank: nothing writes the market while a finished row is checked.
+        let mut start = 0u64;
+        loop {
+            let slice: Vec<(String, f64)> = redis::cmd("ZRANGE")
+                .arg(keys.market())
+                .arg(start)
+                .arg(start + READ_BATCH_ITEMS - 1)
+                .arg("WITHSCORES")
+                .query_async(conn)
+                .await?;
+            let len = slice.len() as u64;
+            snapshot.market.extend(slice);
+            if len < READ_BATCH_ITEMS {
+                return Ok(snapshot);
+            }
+            start += READ_BATCH_ITEMS;
+        }
     }
 }
 

@@ -17,12 +17,19 @@
 //!
 //! # Where the time goes
 //!
-//! A locked purchase costs four round trips to Redis: acquire the lock (one `EVALSHA`),
-//! read the price and the funds (`ZSCORE` + `HGET`, pipelined), transfer (`MULTI` ..
-//! `EXEC`, one pipeline), release (one `EVALSHA`). The lock's share is two of the four; its
-//! scripts are tiny, so on a local Redis a purchase costs about four `PING`s. An optimistic
+//! A locked purchase costs four round trips to Redis:
+//!
+//! 1. acquire the lock: `SET <lock> <token> NX PX <ttl> GET` (one command);
+//! 2. read the price and the funds: `ZSCORE` + `HGET`, pipelined;
+//! 3. transfer: `MULTI`, `HINCRBY` ×2, `SADD`, `ZREM`, `EXEC`, one pipeline;
+//! 4. release: one `EVALSHA` (compare the token, `DEL`, `PUBLISH` to wake waiters).
+//!
+//! The lock's share is the first and the last: two of four round trips, and on a local
+//! Redis it measures as about half of a purchase's wait (the report's `lock %` column), no
+//! more: the library adds nothing measurable beyond its two commands. An optimistic
 //! purchase costs two round trips per attempt, but every listing and every other purchase
-//! aborts it, so under contention it pays them many times over.
+//! aborts it, so under contention it pays them many times over. See the crate's README for
+//! measured tables.
 //!
 //! ```no_run
 //! use lock_core::Locker;

@@ -7,9 +7,9 @@
 //! cannot be aborted and nothing is ever retried. `#[redis_locked]` takes the lock before
 //! the body, and releases it on every way out of it.
 //!
-//! Round trips per purchase: acquire (1) + `ZSCORE` and `HGET` pipelined (1) + the transfer
-//! in `MULTI`/`EXEC` (1) + release (1) = 4. Per listing: acquire, `SISMEMBER`,
-//! `MULTI`/`EXEC`, release = 4.
+//! Round trips per purchase: acquire (`SET NX PX GET`, 1) + `ZSCORE` and `HGET` pipelined
+//! (1) + the transfer in `MULTI`/`EXEC` (1) + release (`EVALSHA`, 1) = 4. Per listing:
+//! acquire, `SISMEMBER`, `MULTI`/`EXEC`, release = 4.
 //!
 //! # Funds
 //!

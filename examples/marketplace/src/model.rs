@@ -111,8 +111,8 @@ impl Seed {
     }
 }
 
-/// Users written per pipeline while seeding.
-const SEED_BATCH_USERS: u64 = 200;
+/// Items written per pipeline while seeding (at least one user's worth).
+const SEED_BATCH_ITEMS: u64 = 50_000;
 
 /// Writes the starting state. The keys must not exist yet (each row has a fresh prefix).
 pub async fn seed(
@@ -122,7 +122,8 @@ pub async fn seed(
 ) -> Result<(), MarketError> {
     let mut first = 0;
     while first < seed.users {
-        let last = (first + SEED_BATCH_USERS).min(seed.users);
+        let users_per_batch = (SEED_BATCH_ITEMS / seed.items_per_user.max(1)).clamp(1, 1000);
+        let last = (first + users_per_batch).min(seed.users);
         let mut pipe = redis::pipe();
         for user in first..last {
             pipe.hset_multiple(

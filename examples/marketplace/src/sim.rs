@@ -275,13 +275,21 @@ pub async fn run_row(
 ) -> Result<RowResult, MarketError> {
     config.validate()?;
     let client = redis::Client::open(url)?;
-    let mut admin = client.get_multiplexed_async_connection().await?;
+    // Seeding, checking and deleting a large marketplace can take seconds.
+    let mut admin = connect(&client, ADMIN_TIMEOUT).await?;
     let keys = Keys::new(prefix);
     let rtt_us = measure_rtt(&mut admin).await?;
     let outcome = seed_and_run(url, &client, &mut admin, &keys, config, stop).await;
     let cleanup = delete_all(&mut admin, &keys).await;
-    let mut result = outcome?;
-    cleanup?;
+    let mut result = match (outcome, cleanup) {
+        (Ok(result), Ok(_)) => result,
+        (Err(err), Ok(_)) | (Ok(_), Err(err)) => return Err(err),
+        (Err(err), Err(cleanup)) => {
+            return Err(MarketError::Data(format!(
+                "{err}; then deleting the row's keys under {prefix:?} failed too: {cleanup}"
+            )))
+        }
+    };
     result.rtt_us = rtt_us;
     Ok(result)
 }
@@ -313,7 +321,7 @@ async fn seed_and_run(
     // Connect everything first, so that all tasks start together.
     let mut drivers = Vec::new();
     for _ in 0..config.listers + config.buyers {
-        let conn = client.get_multiplexed_async_connection().await?;
+        let conn = connect(client, TASK_TIMEOUT).await?;
         let locker = if config.locker_per_task {
             new_locker()?
         } else {
@@ -390,6 +398,23 @@ async fn seed_and_run(
             .flatten(),
         checks,
     })
+}
+
+/// Response deadline of the connection that seeds, checks and deletes a row's data.
+const ADMIN_TIMEOUT: Duration = Duration::from_secs(60);
+/// Response deadline of the listers' and buyers' connections. Generous: a command that
+/// times out leaves its effect unknown, which the checks would then (rightly) flag, and a
+/// loaded 2-core machine can stall a process for more than redis-rs' default 500 ms.
+const TASK_TIMEOUT: Duration = Duration::from_secs(10);
+
+async fn connect(
+    client: &redis::Client,
+    timeout: Duration,
+) -> Result<MultiplexedConnection, MarketError> {
+    let config = redis::AsyncConnectionConfig::new().set_response_timeout(Some(timeout));
+    Ok(client
+        .get_multiplexed_async_connection_with_config(&config)
+        .await?)
 }
 
 /// Mean round trip of a `PING`, in microseconds.
