@@ -9,3 +9,4 @@ mod redis_only;
 mod redlock;
 mod sentinel;
 mod stress;
+mod web_guards;

@@ -22,7 +22,7 @@ static DEFAULT: RwLock<ErrorResponses> = RwLock::new(ErrorResponses::new());
 /// | failure | status | body detail |
 /// |---|---|---|
 /// | [`Busy`](LockError::Busy), [`Timeout`](LockError::Timeout) | `busy_status` (409 by default), with `Retry-After` | names the lock |
-/// | [`Connection`](LockError::Connection), [`Redis`](LockError::Redis), any newer backend failure | 503 | generic: no URL, host or Redis error text |
+/// | [`Connection`](LockError::Connection), [`Redis`](LockError::Redis), [`NoQuorum`](LockError::NoQuorum) | 503 | generic: no URL, host or Redis error text |
 /// | [`InvalidName`](LockError::InvalidName) (a key built from request data is empty or too long) | 400 | generic |
 /// | [`Lost`](LockError::Lost) and configuration errors | 500 | generic |
 ///
@@ -133,12 +133,12 @@ impl ErrorResponses {
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "the request could not be guarded because of a server-side problem",
             ),
-            // Connection and Redis failures, and backend failures added after this match was
-            // written (all of which are about reaching the lock store).
-            _ => Problem::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "the lock service is unavailable; retry later",
-            ),
+            LockError::Connection { .. } | LockError::Redis { .. } | LockError::NoQuorum { .. } => {
+                Problem::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "the lock service is unavailable; retry later",
+                )
+            }
         }
     }
 
