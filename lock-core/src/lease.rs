@@ -223,8 +223,10 @@ impl Shared {
             .locker
             .run(&self.keys.name, backend.release(&self.keys, &self.value))
             .await;
-        if let Ok(false) = result {
-            self.mark_lost();
+        match result {
+            Ok(true) => crate::metrics::released(&self.keys.name, self.acquired_at.elapsed()),
+            Ok(false) => self.mark_lost(),
+            Err(_) => {}
         }
         // Local waiters may go now: after the DEL, so their attempt finds the lock free.
         self.local.clear_holder(self.serial);
@@ -245,6 +247,7 @@ impl Shared {
 
     pub fn mark_lost(&self) {
         if !self.lost.swap(true, Ordering::AcqRel) {
+            crate::metrics::lost(&self.keys.name);
             tracing::warn!(name = %self.keys.name, "lease lost: the lock is no longer held by this holder");
         }
         self.lost_signal.notify_waiters();

@@ -65,6 +65,7 @@ mod lease;
 mod local;
 mod locker;
 mod macro_support;
+pub mod metrics;
 mod notifier;
 mod renew;
 mod request;

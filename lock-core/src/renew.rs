@@ -131,15 +131,18 @@ async fn renew(locker: &Locker, renewer: &Renewer, due: Vec<Arc<Shared>>) {
     for (lease, result) in due.iter().zip(results) {
         let next_due = match result {
             Ok(true) => {
+                crate::metrics::renewal(&lease.keys.name, "renewed");
                 lease.extended(sent_at, lease.ttl);
                 sent_at + lease.ttl / RENEW_AFTER
             }
             Ok(false) => {
                 // Expired, deleted, or the server restarted empty: tell the holder now.
+                crate::metrics::renewal(&lease.keys.name, "lost");
                 lease.mark_lost();
                 continue;
             }
             Err(err) => {
+                crate::metrics::renewal(&lease.keys.name, "error");
                 // Try again soon; if Redis stays away, the lease's validity runs out and
                 // `lost()` fires on its own.
                 tracing::debug!(name = %lease.keys.name, %err, "renewal failed; retrying");

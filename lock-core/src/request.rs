@@ -136,6 +136,7 @@ impl<'a> LockRequest<'a> {
             waited_us = tracing::field::Empty,
             outcome = tracing::field::Empty,
         );
+        let requested = Instant::now();
         let attempt = Acquire {
             locker: self.locker,
             keys,
@@ -156,6 +157,7 @@ impl<'a> LockRequest<'a> {
             Err(_) => "error",
         };
         span.record("outcome", outcome);
+        crate::metrics::acquire(&self.name, outcome, requested.elapsed());
         result
     }
 }

@@ -1,0 +1,123 @@
+//! Metrics through the `metrics` facade (feature `metrics`): the application installs any
+//! recorder (Prometheus, StatsD, ...) and gets these series.
+//!
+//! | series | kind | labels |
+//! |---|---|---|
+//! | `lock_acquire_total` | counter | `lock`, `outcome` = acquired, busy, timeout, error |
+//! | `lock_wait_seconds` | histogram | `lock`: time from the request to its outcome |
+//! | `lock_hold_seconds` | histogram | `lock`: time from acquisition to release |
+//! | `lock_lost_total` | counter | `lock`: leases found lost (expired, stolen, renewal failed) |
+//! | `lock_renewals_total` | counter | `lock`, `outcome` = renewed, lost, error |
+//!
+//! The `lock` label is the name's first segment, up to the first `:` (`orders` for
+//! `orders:7`), cut to 32 bytes, so that cardinality stays bounded by the naming scheme
+//! rather than by the number of orders. Names without `:` are reported as `_`.
+
+use std::time::Duration;
+
+/// The bounded label for `name`.
+#[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+pub(crate) fn family(name: &str) -> &str {
+    let Some((first, _)) = name.split_once(':') else {
+        return "_";
+    };
+    let mut end = first.len().min(32);
+    while !first.is_char_boundary(end) {
+        end -= 1;
+    }
+    &first[..end]
+}
+
+#[cfg(feature = "metrics")]
+mod enabled {
+    use super::{family, Duration};
+
+    pub(crate) fn acquire(name: &str, outcome: &'static str, waited: Duration) {
+        let lock = family(name).to_owned();
+        metrics::counter!("lock_acquire_total", "lock" => lock.clone(), "outcome" => outcome)
+            .increment(1);
+        metrics::histogram!("lock_wait_seconds", "lock" => lock).record(waited.as_secs_f64());
+    }
+
+    pub(crate) fn released(name: &str, held: Duration) {
+        metrics::histogram!("lock_hold_seconds", "lock" => family(name).to_owned())
+            .record(held.as_secs_f64());
+    }
+
+    pub(crate) fn lost(name: &str) {
+        metrics::counter!("lock_lost_total", "lock" => family(name).to_owned()).increment(1);
+    }
+
+    pub(crate) fn renewal(name: &str, outcome: &'static str) {
+        metrics::counter!("lock_renewals_total", "lock" => family(name).to_owned(), "outcome" => outcome)
+            .increment(1);
+    }
+}
+
+#[cfg(not(feature = "metrics"))]
+mod enabled {
+    use super::Duration;
+
+    #[inline(always)]
+    pub(crate) fn acquire(_: &str, _: &'static str, _: Duration) {}
+    #[inline(always)]
+    pub(crate) fn released(_: &str, _: Duration) {}
+    #[inline(always)]
+    pub(crate) fn lost(_: &str) {}
+    #[inline(always)]
+    pub(crate) fn renewal(_: &str, _: &'static str) {}
+}
+
+pub(crate) use enabled::{acquire, lost, released, renewal};
+
+#[cfg(test)]
+mod tests {
+    use super::family;
+
+    #[test]
+    fn labels_are_bounded() {
+        assert_eq!(family("orders:7"), "orders");
+        assert_eq!(family("orders:7:lines"), "orders");
+        assert_eq!(family("nightly-report"), "_");
+        assert_eq!(family(&format!("{}:x", "é".repeat(40))).len(), 32);
+    }
+
+    #[cfg(feature = "metrics")]
+    #[tokio::test]
+    async fn series_are_recorded() {
+        use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        metrics::with_local_recorder(&recorder, || {
+            super::acquire("orders:1", "acquired", std::time::Duration::from_millis(3));
+            super::acquire("orders:2", "busy", std::time::Duration::ZERO);
+            super::lost("orders:1");
+        });
+        let snapshot = snapshotter.snapshot().into_vec();
+        let counter = |name: &str, outcome: Option<&str>| {
+            snapshot
+                .iter()
+                .filter(|(key, _, _, _)| key.key().name() == name)
+                .filter(|(key, _, _, _)| {
+                    outcome.is_none_or(|o| {
+                        key.key()
+                            .labels()
+                            .any(|l| l.key() == "outcome" && l.value() == o)
+                    })
+                })
+                .filter(|(key, _, _, _)| {
+                    key.key()
+                        .labels()
+                        .any(|l| l.key() == "lock" && l.value() == "orders")
+                })
+                .map(|(_, _, _, value)| match value {
+                    DebugValue::Counter(n) => *n,
+                    _ => 0,
+                })
+                .sum::<u64>()
+        };
+        assert_eq!(counter("lock_acquire_total", Some("acquired")), 1);
+        assert_eq!(counter("lock_acquire_total", Some("busy")), 1);
+        assert_eq!(counter("lock_lost_total", None), 1);
+    }
+}
