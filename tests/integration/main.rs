@@ -7,6 +7,7 @@ mod fencing;
 mod harness;
 mod redis_only;
 mod redlock;
+mod security;
 mod sentinel;
 mod stress;
 mod web_guards;

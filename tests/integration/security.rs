@@ -1,0 +1,451 @@
+//! Security: tokens, ownership, least-privilege ACL users, TLS, and names that try to
+//! escape the Lua scripts.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use lock_core::{LockError, Locker, Protocol};
+use lock_tests::RedisServer;
+
+use crate::harness::Harness;
+
+const SECOND: Duration = Duration::from_secs(1);
+
+/// The library's own compare-and-delete and compare-and-pexpire scripts, as an attacker who
+/// read the source would send them.
+const RELEASE_LUA: &str = include_str!("../../lock-core/src/scripts/release.lua");
+const EXTEND_LUA: &str = include_str!("../../lock-core/src/scripts/extend.lua");
+
+async fn raw(server: &RedisServer) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(server.url())
+        .expect("client")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_are_128_random_bits_unique_per_acquisition() {
+    let locker = Locker::memory();
+    let mut seen = HashSet::new();
+    let mut ones = 0u32;
+    let pid_hex = format!("{:x}", std::process::id());
+    for i in 0..256 {
+        // Same name, same process, back to back: nothing but randomness tells them apart.
+        let lease = locker.try_lock("t", SECOND).await.expect("acquire");
+        let token = lease.token().to_owned();
+        assert_eq!(token.len(), 32, "{token}");
+        let bytes: Vec<u8> = (0..16)
+            .map(|b| u8::from_str_radix(&token[2 * b..2 * b + 2], 16).expect("hex"))
+            .collect();
+        ones += bytes.iter().map(|b| b.count_ones()).sum::<u32>();
+        assert!(seen.insert(token.clone()), "token repeated at {i}");
+        assert!(lease.release().await.expect("release"));
+        if i == 0 {
+            // Not a counter, a pid or a clock reading dressed as hex.
+            assert!(token != "0".repeat(32));
+            assert!(!token.starts_with(&pid_hex) || pid_hex.len() < 4);
+        }
+    }
+    // 32,768 bits from a uniform source: the share of ones is 0.5 +- 0.003 (1 sigma).
+    let share = f64::from(ones) / (256.0 * 128.0);
+    assert!((0.47..0.53).contains(&share), "{share}");
+}
+
+/// Someone who knows the lock name, the key layout, the holder label and the scripts, but
+/// not the token, can neither release nor extend the lock.
+async fn the_name_without_the_token_is_not_enough(h: Harness) {
+    let server = h.server.as_ref().expect("server");
+    let lease = h.locker.lock("vault").ttl(5 * SECOND).await.expect("acquire");
+    let info = h.locker.inspect("vault").await.expect("inspect").expect("held");
+    let label = info.holder.clone().expect("holder label");
+    let mut conn = raw(server).await;
+
+    let guesses = [
+        String::new(),
+        label.clone(),
+        format!(":{label}"),
+        format!("{}:{label}", "0".repeat(32)),
+        lease.token().to_owned(), // the token without the label is not the stored value
+        format!("{}:someone-else", lease.token()),
+    ];
+    for guess in &guesses {
+        let released: i64 = redis::Script::new(RELEASE_LUA)
+            .key(&info.key)
+            .arg(guess)
+            .arg(format!("{}:released", info.key))
+            .invoke_async(&mut conn)
+            .await
+            .expect("release script");
+        assert_eq!(released, 0, "release with {guess:?}");
+        let extended: i64 = redis::Script::new(EXTEND_LUA)
+            .key(&info.key)
+            .arg(guess)
+            .arg(600_000)
+            .invoke_async(&mut conn)
+            .await
+            .expect("extend script");
+        assert_eq!(extended, 0, "extend with {guess:?}");
+    }
+    // Through the library: another locker's lease on the same name never exists while this
+    // one holds it, so it has nothing to release with.
+    let other = Harness::locker_for(server, h.protocol.expect("protocol"));
+    assert!(matches!(
+        other.try_lock("vault", SECOND).await,
+        Err(LockError::Busy { .. })
+    ));
+    let pttl: i64 = redis::cmd("PTTL")
+        .arg(&info.key)
+        .query_async(&mut conn)
+        .await
+        .expect("pttl");
+    assert!(pttl <= 5_000, "nobody extended it: {pttl}");
+    assert!(lease.is_held().await.expect("is_held"));
+    assert!(lease.release().await.expect("the holder still releases"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_name_without_the_token_is_not_enough_scripts() {
+    the_name_without_the_token_is_not_enough(Harness::scripts()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_name_without_the_token_is_not_enough_transactions() {
+    let server = RedisServer::start();
+    let locker = Harness::locker_for(&server, Protocol::Transactions);
+    the_name_without_the_token_is_not_enough(Harness {
+        locker,
+        server: Some(server),
+        protocol: Some(Protocol::Transactions),
+        nodes: Vec::new(),
+    })
+    .await;
+}
+
+/// The least a lock user needs: its keys and release channels, and these commands. The
+/// scripts run with the caller's permissions, so the commands they call are listed too.
+pub const LOCK_USER_ACL: &str = "on >s3cret resetkeys ~lock:* resetchannels &lock:* \
+    -@all +set +get +pttl +pexpire +incr +incrby +del +publish +evalsha +eval +subscribe \
+    +unsubscribe +watch +unwatch +multi +exec +ping";
+
+/// The same user without scripting: only the WATCH/MULTI backend can work for it.
+pub const NO_SCRIPT_USER_ACL: &str = "on >s3cret resetkeys ~lock:* resetchannels &lock:* \
+    -@all +set +get +pttl +pexpire +incr +incrby +del +publish +subscribe +unsubscribe +watch \
+    +unwatch +multi +exec +ping";
+
+fn acl_user(server: &RedisServer, user: &str, rules: &str) {
+    let mut args = vec!["ACL", "SETUSER", user];
+    args.extend(rules.split_whitespace());
+    let reply = server.command(&args);
+    assert!(reply.starts_with("+OK"), "ACL SETUSER: {reply}");
+    // Redis 7.2+ has CLIENT SETINFO, which redis-rs sends on connect (and tolerates being
+    // refused); allow it where it exists so that ACL LOG stays quiet.
+    let _ = server.command(&["ACL", "SETUSER", user, "+client|setinfo"]);
+}
+
+fn url_as(server: &RedisServer, user: &str) -> String {
+    format!("redis://{user}:s3cret@127.0.0.1:{}/", server.port())
+}
+
+/// Every operation, including the waiting path (pub/sub) and fencing.
+async fn full_life_cycle(locker: &Locker, name: &str) {
+    let lease = locker
+        .lock(name)
+        .ttl(SECOND)
+        .fencing()
+        .await
+        .expect("acquire");
+    assert_eq!(lease.fencing_token(), Some(1));
+    lease.extend(2 * SECOND).await.expect("extend");
+    assert!(lease.is_held().await.expect("is_held"));
+    let info = locker.inspect(name).await.expect("inspect").expect("held");
+    assert_eq!(info.fencing_counter, Some(1));
+    // A waiter subscribes to the release channel and is woken by the release.
+    let waiter = {
+        let locker = locker.clone();
+        let name = name.to_owned();
+        tokio::spawn(async move { locker.lock(name).ttl(SECOND).wait(5 * SECOND).await })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(lease.release().await.expect("release"));
+    let next = waiter.await.expect("join").expect("the waiter gets it");
+    assert!(next.release().await.expect("release"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_least_privilege_acl_user_can_do_everything() {
+    let server = RedisServer::start();
+    acl_user(&server, "locker", LOCK_USER_ACL);
+    for protocol in [Protocol::Scripts, Protocol::Transactions] {
+        let locker = Locker::builder()
+            .url(url_as(&server, "locker"))
+            .protocol(protocol)
+            .build()
+            .expect("locker");
+        full_life_cycle(&locker, &format!("acl-{protocol:?}")).await;
+    }
+    // Nothing outside `lock:*` was touched, and the user could not have: a denied key.
+    let log = server.command(&["ACL", "LOG"]);
+    assert!(log.starts_with("*0"), "no denials while locking: {log}");
+    let mut conn = redis::Client::open(url_as(&server, "locker"))
+        .expect("client")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect");
+    let denied = redis::cmd("SET")
+        .arg("app:data")
+        .arg("x")
+        .query_async::<()>(&mut conn)
+        .await
+        .expect_err("keys outside lock:* are refused");
+    assert!(
+        denied.to_string().to_lowercase().contains("noperm"),
+        "{denied}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_script_permission_scripts_fail_clearly_and_transactions_work() {
+    let server = RedisServer::start();
+    acl_user(&server, "noscript", NO_SCRIPT_USER_ACL);
+    let scripted = Locker::builder()
+        .url(url_as(&server, "noscript"))
+        .build()
+        .expect("locker");
+    // Fencing needs the acquire script: refused with Redis's own NOPERM message, never a
+    // false "acquired".
+    let err = scripted
+        .lock("ns")
+        .fencing()
+        .await
+        .expect_err("no EVALSHA permission");
+    assert!(matches!(err, LockError::Redis { .. }), "{err:?}");
+    assert!(err.to_string().contains("no permissions"), "{err}");
+    assert!(
+        server.command(&["EXISTS", "lock:{ns}"]).starts_with(":0"),
+        "nothing was taken"
+    );
+    let tx = Locker::builder()
+        .url(url_as(&server, "noscript"))
+        .protocol(Protocol::Transactions)
+        .build()
+        .expect("locker");
+    full_life_cycle(&tx, "ns").await;
+}
+
+/// Names built to break out of a script if they were ever pasted into its text, or to
+/// confuse the key layout. All of them must travel as data.
+const HOSTILE_NAMES: &[&str] = &[
+    "quote'\"",
+    "')) redis.call('FLUSHALL') --",
+    "\"; return 1; --",
+    "]]; redis.call('SET', 'pwned', 1); --[[",
+    "line\nbreak\r\nand\ttab",
+    "nul\0byte",
+    "{braces}",
+    "}",
+    "{",
+    "a}:fence",
+    "%s %d %%",
+    "\\\\ backslash \\",
+    "unicode ünïcødé 锁 🔒",
+    " leading and trailing ",
+];
+
+async fn hostile_names_round_trip_as_data(locker: &Locker, server: &RedisServer) {
+    let mut conn = raw(server).await;
+    let _: () = redis::cmd("SET")
+        .arg("canary")
+        .arg("alive")
+        .query_async(&mut conn)
+        .await
+        .expect("set canary");
+    for name in HOSTILE_NAMES {
+        let lease = locker
+            .lock(*name)
+            .ttl(5 * SECOND)
+            .fencing()
+            .await
+            .unwrap_or_else(|err| panic!("{name:?}: {err}"));
+        let key = format!("lock:{{{name}}}");
+        let stored: Option<Vec<u8>> = redis::cmd("GET")
+            .arg(key.as_bytes())
+            .query_async(&mut conn)
+            .await
+            .expect("get");
+        let stored = stored.unwrap_or_else(|| panic!("{name:?}: no key {key:?}"));
+        assert!(
+            stored.starts_with(lease.token().as_bytes()),
+            "{name:?}: the key holds the token"
+        );
+        let fence: Option<u64> = redis::cmd("GET")
+            .arg(format!("{key}:fence").as_bytes())
+            .query_async(&mut conn)
+            .await
+            .expect("get fence");
+        assert_eq!(fence, lease.fencing_token(), "{name:?}");
+        let info = locker.inspect(name).await.expect("inspect").expect("held");
+        assert_eq!(info.name, *name);
+        assert_eq!(info.key, key);
+        lease.extend(5 * SECOND).await.expect("extend");
+        assert!(lease.release().await.expect("release"), "{name:?}");
+        let exists: bool = redis::cmd("EXISTS")
+            .arg(key.as_bytes())
+            .query_async(&mut conn)
+            .await
+            .expect("exists");
+        assert!(!exists, "{name:?}: released");
+    }
+    let canary: Option<String> = redis::cmd("GET")
+        .arg("canary")
+        .query_async(&mut conn)
+        .await
+        .expect("get canary");
+    assert_eq!(canary.as_deref(), Some("alive"), "no script ran a name");
+    let pwned: bool = redis::cmd("EXISTS")
+        .arg("pwned")
+        .query_async(&mut conn)
+        .await
+        .expect("exists");
+    assert!(!pwned);
+    // Each name got its own key: one lock and one counter per name, nothing else.
+    let keys: Vec<Vec<u8>> = redis::cmd("KEYS")
+        .arg("lock:*")
+        .query_async(&mut conn)
+        .await
+        .expect("keys");
+    assert_eq!(keys.len(), HOSTILE_NAMES.len(), "only the fencing counters remain");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_names_are_data_scripts() {
+    let h = Harness::scripts();
+    let server = h.server.as_ref().expect("server");
+    hostile_names_round_trip_as_data(&h.locker, server).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_names_are_data_transactions() {
+    let server = RedisServer::start();
+    let locker = Harness::locker_for(&server, Protocol::Transactions);
+    hostile_names_round_trip_as_data(&locker, &server).await;
+}
+
+#[cfg(feature = "tls")]
+mod tls {
+    //! `rediss://` against a redis-server that speaks only TLS on its TLS port, with a CA
+    //! and server certificate generated here.
+
+    use super::*;
+    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+
+    struct TlsServer {
+        server: RedisServer,
+        tls_port: u16,
+        ca_pem: String,
+    }
+
+    fn tls_server() -> TlsServer {
+        let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("ca params");
+        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca_params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "lock-tests CA");
+        let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().expect("ca key"))
+            .expect("ca");
+        let server_key = KeyPair::generate().expect("server key");
+        let server_cert = CertificateParams::new(vec!["127.0.0.1".into(), "localhost".into()])
+            .expect("server params")
+            .signed_by(&server_key, &ca)
+            .expect("server cert");
+        let dir = tempfile::tempdir().expect("tempdir").keep();
+        let write = |file: &str, text: &str| {
+            let path = dir.join(file);
+            std::fs::write(&path, text).expect("write pem");
+            path.display().to_string()
+        };
+        let cert = write("server.crt", &server_cert.pem());
+        let key = write("server.key", &server_key.serialize_pem());
+        let ca_file = write("ca.crt", &ca.pem());
+        let tls_port = lock_tests::free_port();
+        let config = [
+            format!("tls-port {tls_port}"),
+            format!("tls-cert-file {cert}"),
+            format!("tls-key-file {key}"),
+            format!("tls-ca-cert-file {ca_file}"),
+            "tls-auth-clients no".to_owned(),
+        ];
+        let lines: Vec<&str> = config.iter().map(String::as_str).collect();
+        TlsServer {
+            server: RedisServer::start_with(&lines),
+            tls_port,
+            ca_pem: ca.pem(),
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_verified_tls_connection_carries_every_operation() {
+        let tls = tls_server();
+        let url = format!("rediss://127.0.0.1:{}/", tls.tls_port);
+        // Trust exactly the generated CA.
+        let client = redis::Client::build_with_tls(
+            url.as_str(),
+            redis::TlsCertificates {
+                client_tls: None,
+                root_cert: Some(tls.ca_pem.clone().into_bytes()),
+            },
+        )
+        .expect("tls client");
+        let manager = deadpool_redis::Manager::new(client.get_connection_info().clone())
+            .expect("manager");
+        let pool = deadpool_redis::Pool::builder(manager)
+            .max_size(4)
+            .build()
+            .expect("pool");
+        let locker = Locker::from_pool(pool);
+        let lease = locker
+            .lock("tls")
+            .ttl(SECOND)
+            .fencing()
+            .await
+            .expect("acquire over TLS");
+        assert_eq!(lease.fencing_token(), Some(1));
+        lease.extend(2 * SECOND).await.expect("extend");
+        assert!(lease.release().await.expect("release"));
+        let clients = tls.server.command(&["CLIENT", "LIST"]);
+        assert!(clients.contains("lib-name=redis-rs") || clients.contains("cmd="));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_rediss_url_works_and_verifies_the_server() {
+        let tls = tls_server();
+        // Unverified (`#insecure`): encrypted, the whole life cycle through the URL.
+        let insecure = Locker::builder()
+            .url(format!("rediss://127.0.0.1:{}/#insecure", tls.tls_port))
+            .build()
+            .expect("locker");
+        full_life_cycle(&insecure, "tls-url").await;
+        // Verified against the system's roots, which do not know our CA: refused.
+        let verified = Locker::builder()
+            .url(format!("rediss://127.0.0.1:{}/", tls.tls_port))
+            .command_timeout(2 * SECOND)
+            .build()
+            .expect("locker");
+        let err = verified
+            .try_lock("tls-url", SECOND)
+            .await
+            .expect_err("an untrusted certificate is refused");
+        assert!(matches!(err, LockError::Connection { .. }), "{err:?}");
+        // Plain text to the TLS port: an error, not a hang or a false grant.
+        let plain = Locker::builder()
+            .url(format!("redis://127.0.0.1:{}/", tls.tls_port))
+            .command_timeout(2 * SECOND)
+            .build()
+            .expect("locker");
+        let err = plain
+            .try_lock("tls-url", SECOND)
+            .await
+            .expect_err("plain text to a TLS port");
+        assert!(matches!(err, LockError::Connection { .. }), "{err:?}");
+    }
+}
