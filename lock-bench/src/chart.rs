@@ -58,7 +58,8 @@ fn register_font() -> Result<(), String> {
 }
 
 fn s1_panel(table: &s1_latency::Table) -> Panel {
-    let percentiles: [(&str, fn(&s1_latency::Row) -> Spread); 4] = [
+    type Pick = fn(&s1_latency::Row) -> Spread;
+    let percentiles: [(&str, Pick); 4] = [
         ("p50", |r| r.p50_us),
         ("p90", |r| r.p90_us),
         ("p99", |r| r.p99_us),

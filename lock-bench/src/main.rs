@@ -194,7 +194,7 @@ fn start_servers(count: usize) -> Result<Servers, String> {
     let started = std::panic::catch_unwind(|| (0..count).map(|_| RedisServer::start()).collect());
     std::panic::set_hook(previous_hook);
     match started {
-        Ok(all) => Ok(Servers { all: all }),
+        Ok(all) => Ok(Servers { all }),
         Err(panic) => {
             let message = panic
                 .downcast_ref::<String>()

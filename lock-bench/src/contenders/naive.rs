@@ -133,7 +133,8 @@ impl Contender for Naive {
         let lost = Arc::new(AtomicUsize::new(0));
         let ttl_ms = ttl.as_millis() as u64;
         let mut timers = Vec::with_capacity(held.len());
-        for (key, token) in held.iter().cloned() {
+        for (key, token) in &held {
+            let (key, token) = (key.clone(), token.clone());
             let mut conn = self.conn.clone();
             let extend = self.extend.clone();
             let mut stopped = stopped.clone();

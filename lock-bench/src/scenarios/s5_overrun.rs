@@ -63,7 +63,8 @@ pub async fn measure(group: &Group, run_for: Duration) -> Overruns {
     let records = Arc::new(Mutex::new(Vec::new()));
     let started = Instant::now();
     let mut tasks = Vec::new();
-    for contender in group.members.iter().cloned() {
+    for contender in &group.members {
+        let contender = contender.clone();
         let records = records.clone();
         tasks.push(tokio::spawn(async move {
             let mut failures = Failures::default();
