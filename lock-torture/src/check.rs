@@ -280,7 +280,9 @@ pub fn check(history: &History, nodes: usize) -> Report {
             } => {
                 if let (true, Some(client)) = (
                     kind == "pause",
-                    target.strip_prefix("client").and_then(|c| c.parse::<u32>().ok()),
+                    target
+                        .strip_prefix("client")
+                        .and_then(|c| c.parse::<u32>().ok()),
                 ) {
                     pauses.push((client, *t_start, *t_end));
                 }
@@ -439,7 +441,7 @@ fn check_fences<'a>(
         let group_max = group.iter().map(|(_, f)| *f).max();
         max_before = max_before.max(group_max);
         // Descending tokens; among acquisitions with larger tokens, the earliest grant.
-        group.sort_by(|x, y| y.1.cmp(&x.1));
+        group.sort_by_key(|&(_, fence)| std::cmp::Reverse(fence));
         let mut earliest_larger: Option<&Acq> = None;
         let mut i = 0;
         while i < group.len() {
@@ -632,7 +634,7 @@ fn check_writes(
         }
     }
     for (name, list) in &mut accepted_by_name {
-        list.sort_by(|x, y| y.fence.cmp(&x.fence));
+        list.sort_by_key(|w| std::cmp::Reverse(w.fence));
         let mut earliest_larger: Option<&WriteRow> = None;
         for w in list.iter() {
             if let Some(larger) = earliest_larger {
@@ -974,7 +976,10 @@ mod tests {
         };
         let stalled = run(vec![acq("a", "n", 1, 0, 5), fault.clone()], &[]);
         assert!(!stalled.resumed && !stalled.passed());
-        let resumed = run(vec![acq("a", "n", 1, 0, 5), fault, acq("b", "n", 2, 30, 5)], &[]);
+        let resumed = run(
+            vec![acq("a", "n", 1, 0, 5), fault, acq("b", "n", 2, 30, 5)],
+            &[],
+        );
         assert!(resumed.passed());
         assert!(resumed.summary().contains("faults=1 violations=0"));
     }

@@ -229,7 +229,10 @@ impl Injector<'_> {
                     .cluster
                     .nodes
                     .iter()
-                    .map(|node| node.server.command(&["HSETNX", &key, "owner", "someone-else"]))
+                    .map(|node| {
+                        node.server
+                            .command(&["HSETNX", &key, "owner", "someone-else"])
+                    })
                     .filter(|reply| reply.starts_with(":1"))
                     .count();
                 if created == 0 {
@@ -305,7 +308,6 @@ impl Injector<'_> {
         picked.sort_unstable();
         picked
     }
-
 }
 
 /// Sleeps for `d`, or until `until` if that comes first.

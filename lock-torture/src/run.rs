@@ -238,7 +238,7 @@ pub fn run(args: &RunArgs) -> Result<Vec<RunOutcome>, BoxError> {
 }
 
 fn run_one(args: &RunArgs, mode: Mode) -> Result<RunOutcome, BoxError> {
-    if args.nodes == 0 || (args.nodes > 1 && args.nodes % 2 == 0) {
+    if args.nodes == 0 || (args.nodes > 1 && args.nodes.is_multiple_of(2)) {
         return Err("--nodes must be 1, or odd for Redlock".into());
     }
     if args.clients == 0 {
@@ -352,7 +352,7 @@ fn spawn_client(
         _ if args.nodes > 1 => ProtocolArg::Scripts,
         Protocols::Scripts => ProtocolArg::Scripts,
         Protocols::Transactions => ProtocolArg::Transactions,
-        Protocols::Mixed if id % 2 == 0 => ProtocolArg::Scripts,
+        Protocols::Mixed if id.is_multiple_of(2) => ProtocolArg::Scripts,
         Protocols::Mixed => ProtocolArg::Transactions,
     };
     let mut command = Command::new(exe);
@@ -372,7 +372,14 @@ fn spawn_client(
     }
     if mode == Mode::Pool {
         // Many tasks on one pooled connection, with a short deadline for a checkout.
-        command.args(["--tasks", "16", "--pool-size", "1", "--command-timeout-ms", "400"]);
+        command.args([
+            "--tasks",
+            "16",
+            "--pool-size",
+            "1",
+            "--command-timeout-ms",
+            "400",
+        ]);
     } else {
         command.args(["--tasks", &args.tasks.to_string()]);
     }

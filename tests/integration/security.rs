@@ -56,8 +56,18 @@ async fn tokens_are_128_random_bits_unique_per_acquisition() {
 /// not the token, can neither release nor extend the lock.
 async fn the_name_without_the_token_is_not_enough(h: Harness) {
     let server = h.server.as_ref().expect("server");
-    let lease = h.locker.lock("vault").ttl(5 * SECOND).await.expect("acquire");
-    let info = h.locker.inspect("vault").await.expect("inspect").expect("held");
+    let lease = h
+        .locker
+        .lock("vault")
+        .ttl(5 * SECOND)
+        .await
+        .expect("acquire");
+    let info = h
+        .locker
+        .inspect("vault")
+        .await
+        .expect("inspect")
+        .expect("held");
     let label = info.holder.clone().expect("holder label");
     let mut conn = raw(server).await;
 
@@ -314,7 +324,11 @@ async fn hostile_names_round_trip_as_data(locker: &Locker, server: &RedisServer)
         .query_async(&mut conn)
         .await
         .expect("keys");
-    assert_eq!(keys.len(), HOSTILE_NAMES.len(), "only the fencing counters remain");
+    assert_eq!(
+        keys.len(),
+        HOSTILE_NAMES.len(),
+        "only the fencing counters remain"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -396,8 +410,8 @@ mod tls {
             },
         )
         .expect("tls client");
-        let manager = deadpool_redis::Manager::new(client.get_connection_info().clone())
-            .expect("manager");
+        let manager =
+            deadpool_redis::Manager::new(client.get_connection_info().clone()).expect("manager");
         let pool = deadpool_redis::Pool::builder(manager)
             .max_size(4)
             .build()
