@@ -10,7 +10,7 @@ use crate::duration::parse_duration;
 const EXIT_CODES: &str = "\
 Exit codes:
   0        success (run: the command exited 0)
-  1-63     run: the command's own exit code
+  other    run: the command's own exit code
   64       usage: bad option, duration, Redis URL or lock name
   69       Redis unreachable, or the connection broke
   70       internal: unexpected Redis error, a key that is not a lock

@@ -147,10 +147,11 @@ pub async fn release(target: &Target, args: &ReleaseArgs) -> Result<u8, Failure>
                 .remaining
                 .map(|left| format!(", {} left", ttl_text(Some(left))))
                 .unwrap_or_default();
-            line(&format!(
-                "removed lock `{name}` held by {}{ttl}",
-                or_dash(removed.holder.as_deref())
-            ))?;
+            let holder = removed.holder.as_deref().map_or_else(
+                || "a holder without a label".to_owned(),
+                |h| display_safe(h).into_owned(),
+            );
+            line(&format!("removed lock `{name}` held by {holder}{ttl}"))?;
         }
         None => line(&format!("lock `{name}` is not held; nothing removed"))?,
     }

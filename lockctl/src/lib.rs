@@ -39,7 +39,7 @@
 //! | code | meaning |
 //! |---|---|
 //! | 0 | success; for `run`, the command exited 0 |
-//! | 1–63 | `run`: the command's own exit code |
+//! | other | `run`: the command's own exit code |
 //! | 64 | usage: bad option, duration, Redis URL or lock name ([`exit::USAGE`]) |
 //! | 69 | Redis unreachable, or the connection broke ([`exit::UNAVAILABLE`]) |
 //! | 70 | internal: an unexpected Redis error, a key that is not a lock ([`exit::INTERNAL`]) |

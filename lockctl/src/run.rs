@@ -198,18 +198,18 @@ async fn supervise(
                     "it could not be renewed: it was removed, or Redis was unreachable for a whole TTL".to_owned()
                 } else {
                     format!(
-                        "the command outlived --ttl {} (use --renew to keep the lock while it runs)",
+                        "it outlived --ttl {}; use --renew to keep the lock while it runs",
                         format_duration(args.ttl)
                     )
                 };
                 match args.on_lost {
                     OnLost::Kill if args.kill_after.is_zero() => {
-                        eprintln!("lockctl: lost lock `{name}` while `{command}` was running ({why}); killing it");
+                        eprintln!("lockctl: lost lock `{name}` while `{command}` was running: {why}; killing it");
                         let _ = child.start_kill();
                     }
                     OnLost::Kill => {
                         eprintln!(
-                            "lockctl: lost lock `{name}` while `{command}` was running ({why}); \
+                            "lockctl: lost lock `{name}` while `{command}` was running: {why}; \
                              stopping it (SIGTERM, SIGKILL in {})",
                             format_duration(args.kill_after)
                         );
@@ -217,7 +217,7 @@ async fn supervise(
                         kill_at = Some(Instant::now() + args.kill_after);
                     }
                     OnLost::Ignore => eprintln!(
-                        "lockctl: lost lock `{name}` while `{command}` was running ({why}); \
+                        "lockctl: lost lock `{name}` while `{command}` was running: {why}; \
                          letting it finish (--on-lost ignore)"
                     ),
                 }

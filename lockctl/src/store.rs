@@ -42,7 +42,9 @@ impl Target {
     pub fn new(url: &str, prefix: &str, timeout: Duration) -> Result<Target, Failure> {
         let shown_url = redact_url(url);
         Client::open(url)
-            .map_err(|err| Failure::usage(format!("invalid Redis URL {shown_url:?}: {err}")))?;
+            .map_err(|err| Failure::usage(format!(
+                "invalid Redis URL {shown_url:?} ({err}); expected redis://[user:password@]host[:port][/db]"
+            )))?;
         if timeout.is_zero() {
             return Err(Failure::usage("--timeout must be above zero"));
         }

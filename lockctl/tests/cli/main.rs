@@ -1,1 +1,7 @@
-//! placeholder
+//! End-to-end tests of the `lockctl` binary against private redis-server processes.
+
+mod errors;
+mod inspect;
+mod run;
+mod support;
+mod watch;

@@ -1,0 +1,231 @@
+//! `status`, `list` and `release --force` against locks taken by lock-core, with names that
+//! have spaces and non-ASCII characters.
+
+use std::time::Duration;
+
+use lock_core::Locker;
+use lock_tests::RedisServer;
+use serde_json::Value;
+
+use crate::support::{assert_clean_failure, exists, run};
+
+const NAMES: [&str; 3] = ["plain", "with spaces here", "ünïcødé ✓ 锁"];
+
+fn locker(server: &RedisServer) -> Locker {
+    Locker::builder()
+        .url(server.url())
+        .app_name("inventory-sync")
+        .build()
+        .unwrap()
+}
+
+fn json(text: &str) -> Value {
+    serde_json::from_str(text).unwrap_or_else(|err| panic!("not JSON ({err}): {text}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_shows_holder_ttl_and_fencing_counter() {
+    let server = RedisServer::start();
+    let locker = locker(&server);
+    let mut leases = Vec::new();
+    for name in NAMES {
+        leases.push(
+            locker
+                .lock(name)
+                .ttl(Duration::from_secs(30))
+                .fencing()
+                .await
+                .unwrap(),
+        );
+    }
+    let pid = std::process::id();
+    for name in NAMES {
+        let text = run(&server, &["status", name]);
+        assert_eq!(text.code, Some(0), "{text:#?}");
+        assert!(
+            text.stdout.contains(&format!("lock      {name}\n")),
+            "{text:#?}"
+        );
+        assert!(
+            text.stdout
+                .contains(&format!("key       lock:{{{name}}}\n")),
+            "{text:#?}"
+        );
+        assert!(text.stdout.contains("state     held\n"), "{text:#?}");
+        assert!(
+            text.stdout.contains("holder    inventory-sync@"),
+            "{text:#?}"
+        );
+        assert!(
+            text.stdout.contains("app       inventory-sync\n"),
+            "{text:#?}"
+        );
+        assert!(
+            text.stdout.contains(&format!("pid       {pid}\n")),
+            "{text:#?}"
+        );
+        assert!(text.stdout.contains("ttl left  "), "{text:#?}");
+        assert!(text.stdout.contains("fencing   1\n"), "{text:#?}");
+
+        let value = json(&run(&server, &["status", name, "--json"]).stdout);
+        assert_eq!(value["name"], name);
+        assert_eq!(value["held"], true);
+        assert_eq!(value["app"], "inventory-sync");
+        assert_eq!(value["pid"], pid);
+        assert_eq!(value["fencing_counter"], 1);
+        let ttl = value["ttl_ms"].as_u64().unwrap();
+        assert!(ttl > 0 && ttl <= 30_000, "{value}");
+    }
+
+    // What lockctl shows is what lock-core's inspect says.
+    let info = locker.inspect(NAMES[2]).await.unwrap().unwrap();
+    let value = json(&run(&server, &["status", NAMES[2], "--json"]).stdout);
+    assert_eq!(value["holder"].as_str(), info.holder.as_deref());
+
+    for lease in leases {
+        assert!(lease.release().await.unwrap());
+    }
+    let free = run(&server, &["status", NAMES[1]]);
+    assert_eq!(free.code, Some(0));
+    assert!(free.stdout.contains("state     free\n"), "{free:#?}");
+    assert!(
+        free.stdout.contains("fencing   1\n"),
+        "the counter outlives the lock: {free:#?}"
+    );
+    let value = json(&run(&server, &["status", "never-taken", "--json"]).stdout);
+    assert_eq!(value["held"], false);
+    assert_eq!(value["holder"], Value::Null);
+    assert_eq!(value["fencing_counter"], Value::Null);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_shows_every_held_lock_and_nothing_else() {
+    let server = RedisServer::start();
+    let locker = locker(&server);
+    let mut leases = Vec::new();
+    for name in NAMES {
+        leases.push(
+            locker
+                .lock(name)
+                .ttl(Duration::from_secs(30))
+                .fencing()
+                .await
+                .unwrap(),
+        );
+    }
+    // Not locks: another prefix, a hash on a lock-shaped key, a fencing counter of a free
+    // lock, an unrelated key.
+    server.command(&["SET", "other:{x}", "y"]);
+    server.command(&["HSET", "lock:{a hash}", "f", "v"]);
+    server.command(&["SET", "lock:{gone}:fence", "4"]);
+    server.command(&["SET", "unrelated", "1"]);
+
+    let table = run(&server, &["list"]);
+    assert_eq!(table.code, Some(0), "{table:#?}");
+    let lines: Vec<&str> = table.stdout.lines().collect();
+    assert_eq!(lines.len(), 4, "{table:#?}");
+    assert!(lines[0].starts_with("NAME"), "{table:#?}");
+    let mut sorted = NAMES;
+    sorted.sort();
+    for (line, name) in lines[1..].iter().zip(sorted) {
+        assert!(line.starts_with(&format!("{name}  ")), "{table:#?}");
+        assert!(line.contains("inventory-sync@"), "{table:#?}");
+    }
+    assert!(table.stderr.contains("skipped 1 key"), "{table:#?}");
+
+    let listed = json(&run(&server, &["list", "--json"]).stdout);
+    let listed = listed.as_array().unwrap();
+    let names: Vec<&str> = listed.iter().map(|l| l["name"].as_str().unwrap()).collect();
+    assert_eq!(names, sorted);
+    for lock in listed {
+        assert_eq!(lock["app"], "inventory-sync");
+        assert_eq!(lock["fencing_counter"], 1);
+        assert!(lock["ttl_ms"].as_u64().unwrap() <= 30_000);
+    }
+
+    let matched = json(&run(&server, &["list", "--json", "--match", "with*"]).stdout);
+    assert_eq!(matched.as_array().unwrap().len(), 1);
+    assert_eq!(matched[0]["name"], "with spaces here");
+    let matched = json(&run(&server, &["list", "--json", "--match", "ü*锁"]).stdout);
+    assert_eq!(matched[0]["name"], "ünïcødé ✓ 锁");
+
+    let other = json(&run(&server, &["list", "--json", "--prefix", "other:"]).stdout);
+    assert_eq!(other[0]["name"], "x");
+    assert_eq!(other[0]["holder"], Value::Null);
+
+    for lease in leases {
+        lease.release().await.unwrap();
+    }
+    let empty = run(&server, &["list"]);
+    assert_eq!(
+        empty.stdout, "no locks held matching lock:{*}\n",
+        "{empty:#?}"
+    );
+    assert_eq!(run(&server, &["list", "--json"]).stdout, "[]\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_force_removes_any_holders_lock_and_says_whose() {
+    let server = RedisServer::start();
+    let locker = locker(&server);
+    for name in NAMES {
+        let lease = locker
+            .lock(name)
+            .ttl(Duration::from_secs(30))
+            .await
+            .unwrap();
+
+        let refused = run(&server, &["release", name]);
+        assert_clean_failure(&refused, 64);
+        assert!(refused.stderr.contains("--force"), "{refused:#?}");
+        assert!(lease.is_held().await.unwrap(), "removed without --force");
+
+        let removed = run(&server, &["release", name, "--force"]);
+        assert_eq!(removed.code, Some(0), "{removed:#?}");
+        let label = locker.holder_label().unwrap();
+        assert!(
+            removed
+                .stdout
+                .starts_with(&format!("removed lock `{name}` held by {label}, ")),
+            "{removed:#?}"
+        );
+        assert!(!exists(&server, &format!("lock:{{{name}}}")));
+        assert!(!lease.is_held().await.unwrap());
+        // The holder's own release leaves the next holder alone.
+        assert!(!lease.release().await.unwrap());
+
+        let again = run(&server, &["release", name, "--force"]);
+        assert_eq!(again.code, Some(0));
+        assert_eq!(
+            again.stdout,
+            format!("lock `{name}` is not held; nothing removed\n")
+        );
+    }
+
+    // A waiter is woken by the forced release at once, not at the end of the TTL.
+    let held = locker
+        .lock("busy")
+        .ttl(Duration::from_secs(60))
+        .await
+        .unwrap();
+    let other = Locker::from_url(&server.url()).unwrap();
+    let waiter = tokio::spawn(async move {
+        other
+            .lock("busy")
+            .ttl(Duration::from_secs(5))
+            .wait(Duration::from_secs(30))
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let started = std::time::Instant::now();
+    assert_eq!(run(&server, &["release", "busy", "--force"]).code, Some(0));
+    let lease = waiter.await.unwrap().unwrap();
+    assert!(started.elapsed() < Duration::from_secs(20));
+    lease.release().await.unwrap();
+    drop(held);
+
+    // Something that is not a lock is not deleted.
+    server.command(&["HSET", "lock:{h}", "f", "v"]);
+    assert_clean_failure(&run(&server, &["release", "h", "--force"]), 70);
+    assert!(exists(&server, "lock:{h}"));
+}
