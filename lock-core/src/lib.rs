@@ -74,6 +74,7 @@ mod wait;
 #[cfg(feature = "tower")]
 pub mod web;
 
+pub use backend::scripted::ScriptMode;
 pub use error::LockError;
 pub use key::{MAX_NAME_LEN, MAX_TTL, MAX_WAIT, MIN_TTL};
 pub use lease::{Lease, LeaseHandle};

@@ -12,7 +12,7 @@ use redis::AsyncConnectionConfig;
 
 use crate::backend::memory::Memory;
 use crate::backend::redlock::Redlock;
-use crate::backend::scripted::Scripted;
+use crate::backend::scripted::{ScriptMode, Scripted};
 use crate::backend::transaction::Transactional;
 use crate::backend::{AnyBackend, Backend as _};
 use crate::conn::{SharedConnection, Source};
@@ -110,7 +110,11 @@ impl Locker {
     pub fn from_pool(pool: Pool) -> Locker {
         let settings = LockerBuilder::new().settings();
         let conn = SharedConnection::new(Source::Pool(pool), settings.command_timeout);
-        Locker::with_backend(AnyBackend::Scripted(Scripted::new(conn)), settings, None)
+        Locker::with_backend(
+            AnyBackend::Scripted(Scripted::new(conn, ScriptMode::Eval)),
+            settings,
+            None,
+        )
     }
 
     /// A locker whose locks live in this process only: the same semantics (TTL, tokens,
@@ -356,6 +360,7 @@ pub struct LockerBuilder {
     fencing: bool,
     command_timeout: Duration,
     node_timeout: Duration,
+    script_mode: ScriptMode,
 }
 
 #[derive(Clone)]
@@ -411,6 +416,7 @@ impl LockerBuilder {
             fencing: false,
             command_timeout: Duration::from_secs(3),
             node_timeout: Duration::from_millis(100),
+            script_mode: ScriptMode::Eval,
         }
     }
 
@@ -556,6 +562,14 @@ impl LockerBuilder {
         self
     }
 
+    /// How the Lua scripts are invoked: `EVALSHA` (default, any Redis with scripting) or
+    /// Redis Functions (7.0+, loaded once, persisted and replicated to replicas, so a
+    /// failover does not even cost the one `EVAL` fallback).
+    pub fn script_mode(mut self, mode: ScriptMode) -> Self {
+        self.script_mode = mode;
+        self
+    }
+
     /// Draw a fencing token on every acquisition (default off; a request can turn it on
     /// with [`LockRequest::fencing`]).
     pub fn fencing(mut self, on: bool) -> Self {
@@ -607,10 +621,10 @@ impl LockerBuilder {
             }
         };
         let backend = match self.protocol {
-            Protocol::Scripts => AnyBackend::Scripted(Scripted::new(SharedConnection::new(
-                Source::Pool(pool),
-                settings.command_timeout,
-            ))),
+            Protocol::Scripts => AnyBackend::Scripted(Scripted::new(
+                SharedConnection::new(Source::Pool(pool), settings.command_timeout),
+                self.script_mode,
+            )),
             Protocol::Transactions => AnyBackend::Transaction(Transactional::new(pool)),
         };
         Ok(Locker::with_backend(backend, settings, notifier))
@@ -638,10 +652,10 @@ impl LockerBuilder {
         for url in urls {
             let (pool, client) = build_pool(url, self.pool_size, self.command_timeout)?;
             first_client.get_or_insert(client);
-            nodes.push(Scripted::new(SharedConnection::new(
-                Source::Pool(pool),
-                self.command_timeout,
-            )));
+            nodes.push(Scripted::new(
+                SharedConnection::new(Source::Pool(pool), self.command_timeout),
+                self.script_mode,
+            ));
         }
         // Releases are published on every node; listening to one is enough, and if it is
         // down, waiters fall back to timed retries.
@@ -665,7 +679,7 @@ impl LockerBuilder {
             None => None,
         };
         let conn = SharedConnection::new(Source::Cluster(client), self.command_timeout);
-        let backend = AnyBackend::Scripted(Scripted::new(conn));
+        let backend = AnyBackend::Scripted(Scripted::new(conn, self.script_mode));
         Ok(Locker::with_backend(backend, settings, notifier))
     }
 
@@ -694,7 +708,7 @@ impl LockerBuilder {
         let conn = SharedConnection::new(source, self.command_timeout);
         // The master moves on failover: waiters use timed retries rather than a pub/sub
         // connection pinned to one server.
-        let backend = AnyBackend::Scripted(Scripted::new(conn));
+        let backend = AnyBackend::Scripted(Scripted::new(conn, self.script_mode));
         Ok(Locker::with_backend(backend, settings, None))
     }
 

@@ -356,6 +356,7 @@ macro_rules! suite_for_every_backend {
         suite!(transactions: $($check),*);
         suite!(memory: $($check),*);
         suite!(redlock: $($check),*);
+        suite!(functions: $($check),*);
     };
 }
 

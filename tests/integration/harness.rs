@@ -1,6 +1,6 @@
 //! One constructor per backend, so every behavioural check runs against each of them.
 
-use lock_core::{Locker, Protocol};
+use lock_core::{Locker, Protocol, ScriptMode};
 use lock_tests::RedisServer;
 
 /// Config lines that take every scripting command away from a server, to prove the
@@ -29,6 +29,26 @@ impl Harness {
     pub fn scripts() -> Harness {
         let server = RedisServer::start();
         Harness::on(server, Protocol::Scripts)
+    }
+
+    /// Lua scripts loaded as a Redis Functions library and called with FCALL.
+    pub fn functions() -> Harness {
+        let server = RedisServer::start();
+        Harness {
+            locker: Harness::functions_locker(&server),
+            server: Some(server),
+            protocol: None,
+            nodes: Vec::new(),
+        }
+    }
+
+    pub fn functions_locker(server: &RedisServer) -> Locker {
+        Locker::builder()
+            .url(server.url())
+            .script_mode(ScriptMode::Functions)
+            .app_name("lock-tests")
+            .build()
+            .expect("locker")
     }
 
     pub fn transactions() -> Harness {
@@ -95,6 +115,7 @@ impl Harness {
         match (&self.server, self.protocol) {
             (Some(server), Some(protocol)) => Harness::locker_for(server, protocol),
             _ if !self.nodes.is_empty() => Harness::redlock_locker(&self.nodes),
+            (Some(server), None) => Harness::functions_locker(server),
             _ => self.locker.clone(),
         }
     }

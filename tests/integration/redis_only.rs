@@ -205,3 +205,36 @@ async fn cancelled_acquires_leave_no_lock_behind() {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_functions_library_is_reloaded_and_replicated() {
+    let master = RedisServer::start();
+    let replica = RedisServer::start_with(&[&format!("replicaof 127.0.0.1 {}", master.port())]);
+    let locker = Harness::functions_locker(&master);
+    let lease = locker
+        .lock("fn")
+        .ttl(10 * SECOND)
+        .fencing()
+        .await
+        .expect("acquire");
+    assert!(master
+        .command(&["FUNCTION", "LIST"])
+        .contains("lockcore_v1"));
+    // Replicated: a replica promoted after a failover already has the library.
+    let started = Instant::now();
+    while !replica
+        .command(&["FUNCTION", "LIST"])
+        .contains("lockcore_v1")
+    {
+        assert!(
+            started.elapsed() < 10 * SECOND,
+            "the library reached the replica"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Flushed (an old server state): loaded again on demand.
+    assert!(master.command(&["FUNCTION", "FLUSH"]).starts_with("+OK"));
+    assert!(lease.release().await.expect("release reloads the library"));
+    let again = locker.try_lock("fn", SECOND).await.expect("acquire");
+    assert!(again.release().await.expect("release"));
+}

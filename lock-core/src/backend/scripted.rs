@@ -11,11 +11,44 @@ use crate::conn::{is_connection_failure, Conn, SharedConnection};
 use crate::key::LockKeys;
 use crate::LockError;
 
-static ACQUIRE: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("../scripts/acquire.lua")));
-static RELEASE: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("../scripts/release.lua")));
-static EXTEND: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("../scripts/extend.lua")));
+static ACQUIRE: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new("acquire", include_str!("../scripts/acquire.lua")));
+static RELEASE: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new("release", include_str!("../scripts/release.lua")));
+static EXTEND: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new("extend", include_str!("../scripts/extend.lua")));
 static RAISE_FENCE: LazyLock<Lua> =
-    LazyLock::new(|| Lua::new(include_str!("../scripts/raise_fence.lua")));
+    LazyLock::new(|| Lua::new("raise_fence", include_str!("../scripts/raise_fence.lua")));
+
+/// The Redis Functions library holding the same four scripts, for [`ScriptMode::Functions`].
+/// Versioned by name: a library of another lock-core version never shadows this one.
+static LIBRARY: LazyLock<String> = LazyLock::new(|| {
+    let mut library = format!("#!lua name={LIBRARY_NAME}\n");
+    for script in [&*ACQUIRE, &*RELEASE, &*EXTEND, &*RAISE_FENCE] {
+        // Function bodies get (keys, args); naming them KEYS and ARGV lets the very same
+        // script text run as a function.
+        library.push_str(&format!(
+            "redis.register_function('{LIBRARY_NAME}_{}', function(KEYS, ARGV)\n{}\nend)\n",
+            script.name, script.source
+        ));
+    }
+    library
+});
+const LIBRARY_NAME: &str = "lockcore_v1";
+
+/// How the lock scripts are invoked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum ScriptMode {
+    /// `EVALSHA`, falling back to `EVAL` after `NOSCRIPT`. Works on every Redis with
+    /// scripting, keeps no state on the server beyond its script cache. The default.
+    #[default]
+    Eval,
+    /// Redis Functions (7.0+): the scripts are loaded once as a library (`FUNCTION LOAD`),
+    /// which is persisted and replicated, so a promoted replica already has them; calls use
+    /// `FCALL`. If the library is missing (an older server state), it is loaded again.
+    Functions,
+}
 
 /// A Lua script and its SHA1, sent as `EVALSHA` and, after a `NOSCRIPT` reply (a restarted
 /// or failed-over server, or `SCRIPT FLUSH`), as `EVAL` with its source, which also caches it
@@ -25,24 +58,32 @@ static RAISE_FENCE: LazyLock<Lua> =
 /// kilobytes and is moved at every await level of a lock operation; this one is small, and
 /// the rare fallback is boxed.
 struct Lua {
+    name: &'static str,
     source: &'static str,
     sha1: String,
+    function: String,
 }
 
 impl Lua {
-    fn new(source: &'static str) -> Lua {
+    fn new(name: &'static str, source: &'static str) -> Lua {
         Lua {
+            name,
             source,
             sha1: Script::new(source).get_hash().to_owned(),
+            function: format!("{LIBRARY_NAME}_{name}"),
         }
     }
 
     async fn run<T: FromRedisValue>(
         &self,
+        mode: ScriptMode,
         conn: &mut Conn,
         keys: &[&str],
         args: &[&[u8]],
     ) -> redis::RedisResult<T> {
+        if mode == ScriptMode::Functions {
+            return Box::pin(self.call_function(conn, keys, args)).await;
+        }
         let reply = self
             .command("EVALSHA", &self.sha1, keys, args)
             .query_async(conn)
@@ -58,6 +99,34 @@ impl Lua {
         }
     }
 
+    async fn call_function<T: FromRedisValue>(
+        &self,
+        conn: &mut Conn,
+        keys: &[&str],
+        args: &[&[u8]],
+    ) -> redis::RedisResult<T> {
+        let fcall = self.command("FCALL", &self.function, keys, args);
+        match fcall.query_async(conn).await {
+            Err(err) if err.to_string().contains("Function not found") => {
+                redis::cmd("FUNCTION")
+                    .arg("LOAD")
+                    .arg("REPLACE")
+                    .arg(LIBRARY.as_str())
+                    .query_async::<()>(conn)
+                    .await?;
+                fcall.query_async(conn).await
+            }
+            other => other,
+        }
+    }
+
+    fn mode_command(&self, mode: ScriptMode, keys: &[&str], args: &[&[u8]]) -> redis::Cmd {
+        match mode {
+            ScriptMode::Eval => self.command("EVALSHA", &self.sha1, keys, args),
+            ScriptMode::Functions => self.command("FCALL", &self.function, keys, args),
+        }
+    }
+
     fn command(&self, verb: &str, script: &str, keys: &[&str], args: &[&[u8]]) -> redis::Cmd {
         let mut cmd = redis::cmd(verb);
         cmd.arg(script).arg(keys.len()).arg(keys);
@@ -70,15 +139,17 @@ impl Lua {
 
 pub(crate) struct Scripted {
     conn: SharedConnection,
+    mode: ScriptMode,
     /// Whether the server accepts `SET .. NX .. GET` (Redis 7.0+); cleared on the first
     /// syntax error, after which acquires use the script.
     set_get: AtomicBool,
 }
 
 impl Scripted {
-    pub fn new(conn: SharedConnection) -> Scripted {
+    pub fn new(conn: SharedConnection, mode: ScriptMode) -> Scripted {
         Scripted {
             conn,
+            mode,
             set_get: AtomicBool::new(true),
         }
     }
@@ -89,7 +160,7 @@ impl Scripted {
         let mut conn = lent.conn.clone();
         let token = token.to_string();
         RAISE_FENCE
-            .run::<i64>(&mut conn, &[&keys.fence], &[token.as_bytes()])
+            .run::<i64>(self.mode, &mut conn, &[&keys.fence], &[token.as_bytes()])
             .await
             .map(|_| ())
             .map_err(|err| {
@@ -110,7 +181,7 @@ impl Scripted {
         let lent = self.conn.get(&keys.name).await?;
         let mut conn = lent.conn.clone();
         script
-            .run(&mut conn, &[&keys.lock], args)
+            .run(self.mode, &mut conn, &[&keys.lock], args)
             .await
             .map_err(|err| {
                 if is_connection_failure(&err) {
@@ -132,6 +203,7 @@ impl Backend for Scripted {
         let lent = self.conn.get(&keys.name).await?;
         let mut conn = lent.conn.clone();
         let undo = UndoOnDrop {
+            mode: self.mode,
             conn: &lent.conn,
             keys,
             value,
@@ -141,13 +213,13 @@ impl Backend for Scripted {
         let mut reply = if use_set_get {
             set_nx_get(&mut conn, keys, value, ttl).await
         } else {
-            acquire_script(&mut conn, keys, value, ttl, fencing).await
+            acquire_script(self.mode, &mut conn, keys, value, ttl, fencing).await
         };
         if use_set_get && reply.as_ref().is_err_and(is_syntax_error) {
             // Redis before 7.0 refuses NX together with GET: use the script from now on.
             self.set_get.store(false, Ordering::Relaxed);
             use_set_get = false;
-            reply = acquire_script(&mut conn, keys, value, ttl, fencing).await;
+            reply = acquire_script(self.mode, &mut conn, keys, value, ttl, fencing).await;
         }
         let attempt = match reply {
             Ok(attempt) => attempt,
@@ -212,9 +284,8 @@ impl Backend for Scripted {
         let mut conn = lent.conn.clone();
         let mut pipe = redis::pipe();
         for (keys, value, ttl) in items {
-            pipe.add_command(EXTEND.command(
-                "EVALSHA",
-                &EXTEND.sha1,
+            pipe.add_command(EXTEND.mode_command(
+                self.mode,
                 &[&keys.lock],
                 &[value.as_bytes(), millis(*ttl).to_string().as_bytes()],
             ));
@@ -290,6 +361,7 @@ async fn set_nx_get(
 /// The scripted acquire: SET NX PX, plus INCR of the fencing counter when asked, atomically;
 /// on a held lock it returns the holder's PTTL and value in the same round trip.
 async fn acquire_script(
+    mode: ScriptMode,
     conn: &mut Conn,
     keys: &LockKeys,
     value: &str,
@@ -300,6 +372,7 @@ async fn acquire_script(
     let fencing_flag: &[u8] = if fencing { b"1" } else { b"0" };
     let (taken, number, holder) = ACQUIRE
         .run::<(i64, i64, Vec<u8>)>(
+            mode,
             conn,
             &[&keys.lock, &keys.fence],
             &[value.as_bytes(), ttl.as_bytes(), fencing_flag],
@@ -332,6 +405,7 @@ fn is_syntax_error(err: &redis::RedisError) -> bool {
 /// same multiplexed connection. The connection keeps request order, so the delete reaches
 /// Redis after the SET it undoes.
 struct UndoOnDrop<'a> {
+    mode: ScriptMode,
     conn: &'a Conn,
     keys: &'a LockKeys,
     value: &'a str,
@@ -353,12 +427,13 @@ impl Drop for UndoOnDrop<'_> {
             return; // no runtime to run the undo on; the TTL will clean up
         };
         let mut conn = self.conn.clone();
+        let mode = self.mode;
         let key = self.keys.lock.clone();
         let channel = self.keys.channel.clone();
         let value = self.value.to_owned();
         runtime.spawn(async move {
             let undone = RELEASE
-                .run::<i64>(&mut conn, &[&key], &[value.as_bytes(), channel.as_bytes()])
+                .run::<i64>(mode, &mut conn, &[&key], &[value.as_bytes(), channel.as_bytes()])
                 .await;
             if let Err(err) = undone {
                 tracing::debug!(%key, %err, "undo of an abandoned acquire failed; the TTL will free the lock");
