@@ -1,10 +1,20 @@
 //! Distributed locks on Redis: "only one of these at a time, across all my processes".
 //!
 //! A [`Locker`] takes named locks with a TTL, waits for them up to a deadline, extends,
-//! inspects and releases them; a [`Lease`] is the guard of one held lock. The same API runs on
-//! one Redis with Lua scripts (the default), on one Redis with WATCH/MULTI transactions only
-//! ([`Protocol::Transactions`], for servers where scripting is disabled), or in process
-//! ([`Locker::memory`], for tests and single-process apps).
+//! inspects and releases them; a [`Lease`] is the guard of one held lock. The same API runs
+//! on:
+//!
+//! - one Redis with Lua scripts (the default; [`ScriptMode::Functions`] loads them as a
+//!   Redis Functions library instead),
+//! - one Redis with WATCH/MULTI transactions only ([`Protocol::Transactions`], for servers
+//!   or proxies where scripting is disabled),
+//! - N independent masters with Redlock ([`LockerBuilder::redlock`]),
+//! - a Redis Cluster (`LockerBuilder::cluster`, feature `cluster`) or the master Redis
+//!   Sentinel names (`LockerBuilder::sentinel`, feature `sentinel`),
+//! - or in process ([`Locker::memory`], for tests and single-process apps).
+//!
+//! `#[redis_locked(key = "market:{item_id}", ttl = "10s")]` (feature `macros`, on by
+//! default) runs an `async fn` under a lock with none of the boilerplate.
 //!
 //! ```
 //! use lock_core::Locker;
@@ -40,6 +50,34 @@
 //! - **Bad input is an error, never a panic nor a false "acquired"**: empty or oversized
 //!   names, TTLs out of range, a non-string value on the lock key (WRONGTYPE), an unreachable
 //!   server or a malformed URL each have their [`LockError`].
+//!
+//! # Waiting
+//!
+//! A blocked request does not poll. Waiters of one `Locker` queue in FIFO order and only the
+//! head of the queue talks to Redis; while a lease of the same locker holds the name, the
+//! head waits for its local release signal. Otherwise it subscribes to the lock's release
+//! channel (one pub/sub connection per locker, reference-counted per name) and sleeps until
+//! a release is published, the holder's TTL runs out, or a long safety-net pause passes,
+//! never past its own deadline.
+//!
+//! # Deployments and what they guarantee
+//!
+//! - **One Redis**: everything above, as long as the server keeps its data. A server that
+//!   restarts empty (or a failover to a replica that had not yet received the lock) can let
+//!   a second client in while the first still believes it holds the lock; fencing tokens
+//!   are reset too. Use fencing-aware storage or Redlock where that matters.
+//! - **Redlock** (N masters): a lock needs a majority; it keeps working with a minority
+//!   down and fails cleanly ([`LockError::NoQuorum`]) with a majority down. The validity is
+//!   TTL minus the time the acquisition took minus a drift allowance (1% + 2 ms). **Delayed
+//!   restart rule**: a node that crashed must stay down for at least the longest TTL in use
+//!   (or run with `appendfsync always`), otherwise it can vote for a second holder.
+//!   Fencing tokens are the maximum over a majority, written back to a majority before the
+//!   lease is granted, so they increase across successive holders while nodes keep their
+//!   data; they are not a consensus protocol.
+//! - **Cluster**: each lock lives in one slot (hash tag), so it has the guarantees of one
+//!   Redis per shard; resharding is followed transparently.
+//! - **Sentinel**: like one Redis, plus the failover caveat: replication is asynchronous,
+//!   so a lock acknowledged by a master that dies before replicating it is lost.
 //!
 //! # Keys
 //!
