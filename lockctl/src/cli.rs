@@ -87,11 +87,11 @@ const RUN_HELP: &str = "\
 The command runs only while the lock is held. lockctl forwards SIGINT, SIGTERM, SIGHUP and \
 SIGQUIT to it, releases the lock when it exits, and exits with its status.
 
-Without --renew the lease lasts --ttl: a command that runs longer loses the lock, and is \
-stopped (SIGTERM, then SIGKILL after --kill-after) unless --on-lost ignore. With --renew the \
-lease is extended every ttl/3 while the command runs, and is lost only if Redis says it is no \
-longer ours (for example an operator ran `lockctl release --force`) or cannot be reached for \
-a whole TTL.
+Without --renew the lease lasts --ttl: a command that runs longer loses the lock. With --renew \
+the lease is extended every ttl/3 while the command runs, and is lost only if Redis cannot be \
+reached for a whole TTL. Either way a lock removed under the command (for example by \
+`lockctl release --force`) is noticed within ttl/3 or 2s, whichever is shorter. On a lost lease the command is stopped \
+(SIGTERM, then SIGKILL after --kill-after) unless --on-lost ignore.
 
 The command sees LOCKCTL_LOCK (the lock name), LOCKCTL_KEY (its Redis key), and with \
 --fencing LOCKCTL_FENCING_TOKEN (strictly increasing per lock name: pass it to storage that \

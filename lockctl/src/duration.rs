@@ -38,7 +38,7 @@ pub fn format_duration(duration: Duration) -> String {
     }
     if millis < 60_000 {
         let tenths = (millis + 50) / 100;
-        return if tenths % 10 == 0 {
+        return if tenths.is_multiple_of(10) {
             format!("{}s", tenths / 10)
         } else {
             format!("{}.{}s", tenths / 10, tenths % 10)

@@ -25,9 +25,10 @@
 //! `LOCKCTL_FENCING_TOKEN`.
 //!
 //! A lease lasts `--ttl`. Without `--renew` a command that runs longer than that loses the
-//! lock; with `--renew` the lease is extended every ttl/3 and is lost only when Redis says it
-//! is no longer ours (say, after `lockctl release --force`) or cannot be reached for a whole
-//! TTL. On a lost lease, `--on-lost kill` (the default) sends the command SIGTERM, then
+//! lock; with `--renew` the lease is extended every ttl/3 and is lost only when Redis cannot
+//! be reached for a whole TTL. Either way lockctl looks every ttl/3 (every 2 s at most)
+//! whether the lock is still its own, so a lock removed under it (say, by
+//! `lockctl release --force`) is lost too. On a lost lease, `--on-lost kill` (the default) sends the command SIGTERM, then
 //! SIGKILL after `--kill-after` (10 s), and lockctl exits with `--lost-exit-code` (79);
 //! `--on-lost ignore` only says so on stderr and exits with the command's status.
 //!

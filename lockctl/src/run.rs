@@ -5,7 +5,8 @@
 //! 2. Start the command with the lock name, key and fencing token in its environment.
 //! 3. While it runs: forward SIGINT/SIGTERM/SIGHUP/SIGQUIT to it, and watch the lease. With
 //!    `--renew` lock-core extends the lease every ttl/3; without, the lease ends after
-//!    `--ttl`. When the lease is lost, `--on-lost kill` (default) sends SIGTERM and, after
+//!    `--ttl`. Either way lockctl asks Redis every ttl/3 (at most every 2 s, at least every
+//!    100 ms) whether the lock is still ours. When the lease is lost, `--on-lost kill` (default) sends SIGTERM and, after
 //!    `--kill-after`, SIGKILL; `--on-lost ignore` only says so.
 //! 4. When it exits: release the lock (compare-and-delete: never someone else's), and exit
 //!    with its status, `128 + n` if it died of signal `n`, or `--lost-exit-code` if the
@@ -14,6 +15,7 @@
 use std::ffi::OsString;
 use std::path::Path;
 use std::process::{ExitStatus, Stdio};
+use std::time::Duration;
 
 use lock_core::{Lease, Locker};
 use tokio::process::{Child, Command};
@@ -25,6 +27,12 @@ use crate::exit::{code_of_status, Failure, CANNOT_EXECUTE, NOT_FOUND, SIGNAL_BAS
 use crate::holder::display_safe;
 use crate::signals::{self, Signals};
 use crate::store::Target;
+
+/// Shortest pause between two looks at whether the lock is still ours.
+const CHECK_FLOOR: Duration = Duration::from_millis(100);
+
+/// Longest pause between two looks at whether the lock is still ours.
+const CHECK_CEILING: Duration = Duration::from_secs(2);
 
 /// Runs `lockctl run`; the result is the exit code.
 pub async fn run(target: &Target, args: RunArgs) -> Result<u8, Failure> {
@@ -183,6 +191,22 @@ async fn supervise(
     let name = display_safe(&args.key).into_owned();
     let mut lost = false;
     let mut kill_at: Option<Instant> = None;
+    // Renewal alone would notice a removed lock only every ttl/3 (and without --renew
+    // nothing would until the end): look at least every CHECK_CEILING. `is_held` marks the
+    // lease lost when the lock is not ours any more, which wakes `lost()` below. A failed
+    // look proves nothing: the end of the lease's validity still counts. Off the select
+    // loop, so a slow Redis never delays a signal.
+    let period = (args.ttl / 3).clamp(CHECK_FLOOR, CHECK_CEILING);
+    let checker = tokio::spawn({
+        let handle = handle.clone();
+        async move {
+            loop {
+                tokio::time::sleep(period).await;
+                let _ = handle.is_held().await;
+            }
+        }
+    });
+    let _stop_checker = AbortOnDrop(checker);
     loop {
         tokio::select! {
             exit = child.wait() => {
@@ -194,8 +218,10 @@ async fn supervise(
             caught = signals.recv() => signals::forward(pid, caught),
             () = handle.lost(), if !lost => {
                 lost = true;
-                let why = if args.renew {
-                    "it could not be renewed: it was removed, or Redis was unreachable for a whole TTL".to_owned()
+                let why = if !handle.expires_in().is_zero() {
+                    "Redis says it is no longer ours: it was removed".to_owned()
+                } else if args.renew {
+                    "it could not be renewed: Redis was unreachable for a whole TTL".to_owned()
                 } else {
                     format!(
                         "it outlived --ttl {}; use --renew to keep the lock while it runs",
@@ -227,6 +253,15 @@ async fn supervise(
                 let _ = child.start_kill();
             }
         }
+    }
+}
+
+/// Stops a background task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 

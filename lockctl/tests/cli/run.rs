@@ -78,10 +78,7 @@ fn busy_lock_gives_the_conflict_code_and_names_the_holder() {
     );
     assert_clean_failure(&busy, 75);
     assert!(busy.stderr.contains("lock `report` is busy"), "{busy:#?}");
-    assert!(
-        busy.stderr.contains(&format!("held by lockctl/sleep@")),
-        "{busy:#?}"
-    );
+    assert!(busy.stderr.contains("held by lockctl/sleep@"), "{busy:#?}");
     assert!(
         busy.stderr.contains(&format!(":{}", holder.id())),
         "the holder's pid: {busy:#?}"
@@ -331,10 +328,7 @@ fn the_holder_label_names_the_command_or_the_app() {
         .unwrap();
     wait_until("the lock", || exists(&server, "lock:{l}"));
     let status = run(&server, &["status", "l"]);
-    assert!(
-        status.stdout.contains(&format!("billing-cron@")),
-        "{status:#?}"
-    );
+    assert!(status.stdout.contains("billing-cron@"), "{status:#?}");
     assert!(
         status
             .stdout
@@ -343,4 +337,24 @@ fn the_holder_label_names_the_command_or_the_app() {
     );
     signal(&holder, Signal::TERM);
     wait_for(&mut holder, "holder");
+}
+
+/// Without --renew, lockctl still looks every ttl/3: a removed lock stops the command long
+/// before the TTL would.
+#[test]
+fn deleted_lock_is_noticed_without_renewal_too() {
+    let server = RedisServer::start();
+    let mut child = lockctl(&server)
+        .args(["run", "--key", "export", "--ttl", "1m", "--", "sleep", "60"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_until("the lock", || exists(&server, "lock:{export}"));
+    assert_eq!(
+        run(&server, &["release", "export", "--force"]).code,
+        Some(0)
+    );
+    assert_eq!(wait_for(&mut child, "lockctl run"), Some(79));
+    let stderr = std::io::read_to_string(child.stderr.take().unwrap()).unwrap();
+    assert!(stderr.contains("it was removed"), "{stderr}");
 }
