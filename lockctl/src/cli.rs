@@ -1,4 +1,8 @@
 //! The command line, as clap reads it.
+//!
+//! The doc comments below are the `--help` text, written for a terminal, not for rustdoc:
+//! `[user:password@]` and `<PREFIX>` are meant literally.
+#![allow(rustdoc::broken_intra_doc_links, rustdoc::invalid_html_tags)]
 
 use std::ffi::OsString;
 use std::time::Duration;
