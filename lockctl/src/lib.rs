@@ -104,9 +104,26 @@ pub fn main() -> ExitCode {
             )))
         }
     };
-    match runtime.block_on(dispatch(cli)) {
+    let result = runtime.block_on(async {
+        let result = dispatch(cli).await;
+        settle().await;
+        result
+    });
+    match result {
         Ok(code) => ExitCode::from(code),
         Err(failure) => report(failure),
+    }
+}
+
+/// Lets background work finish before the runtime goes: lock-core cleans up an abandoned
+/// acquisition (lockctl interrupted while waiting) or a dropped lease in spawned tasks,
+/// which a runtime shutdown would cancel. Bounded, so that exiting never hangs.
+async fn settle() {
+    const LIMIT: std::time::Duration = std::time::Duration::from_millis(500);
+    let handle = tokio::runtime::Handle::current();
+    let deadline = tokio::time::Instant::now() + LIMIT;
+    while handle.metrics().num_alive_tasks() > 0 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     }
 }
 

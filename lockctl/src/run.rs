@@ -6,8 +6,9 @@
 //! 3. While it runs: forward SIGINT/SIGTERM/SIGHUP/SIGQUIT to it, and watch the lease. With
 //!    `--renew` lock-core extends the lease every ttl/3; without, the lease ends after
 //!    `--ttl`. Either way lockctl asks Redis every ttl/3 (at most every 2 s, at least every
-//!    100 ms) whether the lock is still ours. When the lease is lost, `--on-lost kill` (default) sends SIGTERM and, after
-//!    `--kill-after`, SIGKILL; `--on-lost ignore` only says so.
+//!    100 ms) whether the lock is still ours. When the lease is lost, `--on-lost kill`
+//!    (default) sends SIGTERM and, after `--kill-after`, SIGKILL; `--on-lost ignore` only
+//!    says so.
 //! 4. When it exits: release the lock (compare-and-delete: never someone else's), and exit
 //!    with its status, `128 + n` if it died of signal `n`, or `--lost-exit-code` if the
 //!    lease was lost under it (with `--on-lost kill`).
