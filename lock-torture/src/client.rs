@@ -326,15 +326,6 @@ async fn hold(ctx: &Ctx, rng: &mut fastrand::Rng, lease: Lease, held: Held) {
         }
     }
 
-    if auto_renew && !lease.is_lost() {
-        let valid_until = valid_until(&lease) + sabotage;
-        ctx.log(&Event::Observed {
-            id: id.clone(),
-            t: clock::now(),
-            valid_until,
-        });
-    }
-
     if !(careful && lost) {
         // Stamp first, then ask: if the stamp is past the validity, is_lost() must say so.
         let t_sent = clock::now();
@@ -342,6 +333,9 @@ async fn hold(ctx: &Ctx, rng: &mut fastrand::Rng, lease: Lease, held: Held) {
         if lost_reported && !lost {
             lost = true;
             lost_detected("is_lost");
+        }
+        if auto_renew && !lost_reported {
+            observe(ctx, &lease, &id, t_sent, sabotage);
         }
         let outcome = match fence {
             Some(token) => match ctx.store.write(&name, token, &id).await {
@@ -367,6 +361,9 @@ async fn hold(ctx: &Ctx, rng: &mut fastrand::Rng, lease: Lease, held: Held) {
     if lost_reported && !lost {
         lost_detected("is_lost");
     }
+    if auto_renew && !lost_reported {
+        observe(ctx, &lease, &id, t_sent, sabotage);
+    }
     let outcome = match lease.release().await {
         Ok(true) => ReleaseOutcome::Released,
         Ok(false) => ReleaseOutcome::NotHeld,
@@ -378,6 +375,16 @@ async fn hold(ctx: &Ctx, rng: &mut fastrand::Rng, lease: Lease, held: Held) {
         t_reply: clock::now(),
         outcome,
         lost_reported,
+    });
+}
+
+/// Logs the validity an auto-renewed lease reports now: the renewer moves it in the
+/// background, and the holder trusts whatever it reads.
+fn observe(ctx: &Ctx, lease: &Lease, id: &str, t: Nanos, sabotage: Nanos) {
+    ctx.log(&Event::Observed {
+        id: id.to_owned(),
+        t,
+        valid_until: valid_until(lease) + sabotage,
     });
 }
 
