@@ -220,12 +220,12 @@ async fn supervise(
             () = handle.lost(), if !lost => {
                 lost = true;
                 let why = if !handle.expires_in().is_zero() {
-                    "Redis says it is no longer ours: it was removed".to_owned()
+                    "it was removed (Redis says it is no longer ours)".to_owned()
                 } else if args.renew {
                     "it could not be renewed: Redis was unreachable for a whole TTL".to_owned()
                 } else {
                     format!(
-                        "it outlived --ttl {}; use --renew to keep the lock while it runs",
+                        "it outlived --ttl {} (use --renew to keep the lock while it runs)",
                         format_duration(args.ttl)
                     )
                 };

@@ -259,7 +259,7 @@ impl Watcher {
         }
         let mut details = Vec::new();
         if let Some(left) = remaining {
-            details.push(format!("ttl {}", format_duration(left)));
+            details.push(format!("ttl left {}", format_duration(left)));
         }
         if let Some(held) = held {
             details.push(format!("held {}", format_duration(held)));
