@@ -3,7 +3,7 @@
 //! the `dejavu` crate, so no system font library is needed.
 
 use std::path::Path;
-use std::sync::Once;
+use std::sync::OnceLock;
 
 use plotters::coord::Shift;
 use plotters::prelude::*;
@@ -23,18 +23,18 @@ const OURS: RGBColor = RGBColor(31, 119, 180);
 const BOOK: RGBColor = RGBColor(255, 127, 14);
 
 fn register_font() -> Result<(), ChartError> {
-    static ONCE: Once = Once::new();
-    let mut failed = false;
-    ONCE.call_once(|| {
+    static LOADED: OnceLock<bool> = OnceLock::new();
+    let loaded = *LOADED.get_or_init(|| {
         let regular =
             plotters::style::register_font(FONT, FontStyle::Normal, dejavu::sans::regular());
         let bold = plotters::style::register_font(FONT, FontStyle::Bold, dejavu::sans::bold());
-        failed = regular.is_err() || bold.is_err();
+        regular.is_ok() && bold.is_ok()
     });
-    if failed {
-        return Err(ChartError("the bundled DejaVu font did not load".into()));
+    if loaded {
+        Ok(())
+    } else {
+        Err(ChartError("the bundled DejaVu font did not load".into()))
     }
-    Ok(())
 }
 
 /// One bar group: a row's short label, and the values to compare.

@@ -131,7 +131,7 @@ pub async fn discover_with(
     })
 }
 
-/// Connects and sends `PING`, within [`PROBE_LIMIT`].
+/// Connects and sends `PING`, within half a second.
 pub async fn probe(url: &str) -> Result<(), String> {
     let client = redis::Client::open(url).map_err(|err| err.to_string())?;
     let attempt = async {
