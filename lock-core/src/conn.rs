@@ -124,6 +124,19 @@ impl SharedConnection {
                 generation: slot.generation,
             });
         }
+        // Connecting runs in a task of its own: a caller that gives up (a Redlock node
+        // deadline, a dropped request) must not abort a connection that the next caller
+        // needs, or a slow network would never get one established.
+        let this = self.clone();
+        let owned_name = name.to_owned();
+        let opening = tokio::spawn(async move { this.connect(&owned_name).await });
+        match opening.await {
+            Ok(result) => result,
+            Err(_) => Err(LockError::connection(name, "the connecting task failed")),
+        }
+    }
+
+    async fn connect(&self, name: &str) -> Result<Lent, LockError> {
         let _one_at_a_time = self.inner.reconnect.lock().await;
         if let Some(slot) = self.current() {
             return Ok(Lent {
@@ -131,7 +144,7 @@ impl SharedConnection {
                 generation: slot.generation,
             });
         }
-        let conn = Box::pin(within(self.inner.connect_timeout, name, self.open(name))).await?;
+        let conn = within(self.inner.connect_timeout, name, self.open(name)).await?;
         let generation = {
             let mut current = write_ignoring_poison(&self.inner.current);
             let generation = current.as_ref().map_or(1, |s| s.generation + 1);

@@ -220,21 +220,24 @@ async fn bad_input_is_rejected_before_any_call(h: Harness) {
         .is_none());
 }
 
-async fn fencing_tokens_strictly_increase(h: Harness) {
-    let mut last = 0;
-    for _ in 0..5 {
-        let lease = h
-            .locker
+/// Takes "f" `times` times with fencing; each token must exceed the last one seen.
+pub async fn fencing_grows(locker: &Locker, last: &mut u64, times: usize) {
+    for _ in 0..times {
+        let lease = locker
             .lock("f")
             .ttl(SECOND)
             .fencing()
             .await
             .expect("acquire");
         let token = lease.fencing_token().expect("fencing was asked for");
-        assert!(token > last, "{token} after {last}");
-        last = token;
+        assert!(token > *last, "{token} after {last}");
+        *last = token;
         lease.release().await.expect("release");
     }
+}
+
+async fn fencing_tokens_strictly_increase(h: Harness) {
+    fencing_grows(&h.locker, &mut 0, 5).await;
     let plain = h.locker.try_lock("f", SECOND).await.expect("acquire");
     assert_eq!(plain.fencing_token(), None, "fencing is opt-in");
     plain.release().await.expect("release");

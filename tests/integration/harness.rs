@@ -1,5 +1,7 @@
 //! One constructor per backend, so every behavioural check runs against each of them.
 
+use std::time::Duration;
+
 use lock_core::{Locker, Protocol, ScriptMode};
 use lock_tests::RedisServer;
 
@@ -85,8 +87,11 @@ impl Harness {
     }
 
     pub fn redlock_locker(nodes: &[RedisServer]) -> Locker {
+        // A generous per-node deadline: tests run on loaded machines; the deadline itself is
+        // exercised by `a_slow_node_costs_at_most_the_node_timeout`.
         Locker::builder()
             .redlock(nodes.iter().map(RedisServer::url))
+            .node_timeout(Duration::from_millis(500))
             .app_name("lock-tests")
             .build()
             .expect("redlock locker")

@@ -12,9 +12,11 @@ use crate::harness::Harness;
 const TASKS: usize = 16;
 const RUN_FOR: Duration = Duration::from_secs(2);
 
-async fn counter_is_exact_under_contention(h: Harness) {
-    let server = h.server.as_ref().expect("server");
-    let client = redis::Client::open(server.url()).expect("client");
+/// The counter lives in a store of its own, so every backend (memory, Redlock) can be
+/// checked the same way.
+pub async fn counter_is_exact_under_contention(h: Harness) {
+    let store = lock_tests::RedisServer::start();
+    let client = redis::Client::open(store.url()).expect("client");
     let acquisitions = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
     let mut tasks = Vec::new();
@@ -31,7 +33,7 @@ async fn counter_is_exact_under_contention(h: Harness) {
                 let lease = locker
                     .lock("stress")
                     .ttl(Duration::from_secs(5))
-                    .wait(Duration::from_secs(10))
+                    .wait(Duration::from_secs(20))
                     .await
                     .expect("acquire");
                 let seen: Option<u64> = conn.get("counter").await.expect("get");
@@ -72,4 +74,14 @@ async fn scripts() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn transactions() {
     counter_is_exact_under_contention(Harness::transactions()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory() {
+    counter_is_exact_under_contention(Harness::memory()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_five_masters() {
+    counter_is_exact_under_contention(Harness::redlock_of(5)).await;
 }
