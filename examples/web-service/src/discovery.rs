@@ -128,3 +128,36 @@ async fn ping(url: &str) -> Result<(), String> {
         Err(_) => Err("no answer within 500 ms".to_owned()),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_private_server_is_started_and_stopped() {
+        let redis = start_private("redis-server")
+            .await
+            .expect("redis-server on PATH");
+        assert!(redis.url().starts_with("redis://127.0.0.1:"));
+        assert!(ping(redis.url()).await.is_ok());
+        let url = redis.url().to_owned();
+        drop(redis);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while ping(&url).await.is_ok() {
+            assert!(
+                Instant::now() < deadline,
+                "the private server outlived its handle"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    #[tokio::test]
+    async fn without_redis_server_the_error_says_how_to_install_it() {
+        let err = start_private("/nonexistent/redis-server")
+            .await
+            .unwrap_err();
+        assert_eq!(err, INSTALL_HINT);
+        assert!(err.contains("apt-get install -y redis-server"));
+    }
+}
