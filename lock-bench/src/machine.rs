@@ -55,8 +55,13 @@ impl Machine {
     }
 
     pub fn markdown(&self) -> String {
+        let end = if self.load_at_end.is_empty() {
+            String::new()
+        } else {
+            format!(", {} at the end", self.load_at_end)
+        };
         format!(
-            "- Machine: {} × {} ({}), {}\n- Redis {} ({})\n- Load average (1/5/15 min): {} at the start, {} at the end\n- Command: `{}`{}\n",
+            "- Machine: {} × {} ({}), {}\n- Redis {} ({})\n- Load average (1/5/15 min): {} at the start{}\n- Command: `{}`{}\n",
             self.cores,
             self.cpu,
             std::env::consts::ARCH,
@@ -64,7 +69,7 @@ impl Machine {
             self.redis_version,
             self.redis,
             self.load_at_start,
-            self.load_at_end,
+            end,
             self.command,
             self.git_commit
                 .as_ref()

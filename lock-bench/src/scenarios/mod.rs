@@ -46,6 +46,39 @@ pub async fn interleaved<R>(
     runs
 }
 
+/// Like [`interleaved`], but each repetition is cut into short slices run round-robin over
+/// the contenders, each slice adding to that contender's accumulator for the repetition.
+/// On a shared, noisy machine a burst of load then hits every contender about equally
+/// instead of spoiling one contender's whole run. Returns one accumulator per contender
+/// per repetition.
+pub async fn sliced<A: Default>(
+    count: usize,
+    reps: usize,
+    run_for: Duration,
+    mut slice: impl AsyncFnMut(usize, Duration, &mut A),
+) -> Vec<Vec<A>> {
+    let slices = (run_for.as_millis() / SLICE.as_millis()).clamp(1, MAX_SLICES as u128) as u32;
+    let each = run_for / slices;
+    let mut runs: Vec<Vec<A>> = (0..count).map(|_| Vec::with_capacity(reps)).collect();
+    for rep in 0..reps {
+        let mut accs: Vec<A> = (0..count).map(|_| A::default()).collect();
+        for s in 0..slices as usize {
+            for k in 0..count {
+                let i = (k + rep + s) % count;
+                slice(i, each, &mut accs[i]).await;
+            }
+        }
+        for (runs, acc) in runs.iter_mut().zip(accs) {
+            runs.push(acc);
+        }
+    }
+    runs
+}
+
+/// Shortest slice of [`sliced`], and the most slices per repetition.
+const SLICE: Duration = Duration::from_millis(100);
+const MAX_SLICES: u32 = 10;
+
 /// Keeps the first error of a run for the report.
 #[derive(Debug, Default, Clone)]
 pub struct Failures {

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use super::{interleaved, Failures, Settings};
+use super::{sliced, Failures, Settings};
 use crate::contenders::{Any, Contender as _, Spec};
 use crate::stats::{ratio, show_ratio, Samples, Spread};
 
@@ -26,30 +26,63 @@ pub struct Latency {
     pub failures: Failures,
 }
 
-/// Cycles on `name` for `run_for` (after a warm-up).
-pub async fn measure(contender: &Any, name: &str, run_for: Duration) -> Latency {
-    let mut failures = Failures::default();
-    if let Err(err) = contender.warm_up().await {
-        failures.record(format!("warm-up: {err}"));
+/// What slices of one repetition of one contender added up to.
+#[derive(Debug, Default)]
+pub struct Acc {
+    samples: Samples,
+    elapsed: Duration,
+    warmed_up: bool,
+    failures: Failures,
+}
+
+/// Cycles on `name` for `run_for`, added to `acc` (a warm-up first, once per accumulator).
+pub async fn slice(contender: &Any, name: &str, run_for: Duration, acc: &mut Acc) {
+    if !acc.warmed_up {
+        acc.warmed_up = true;
+        if let Err(err) = contender.warm_up().await {
+            acc.failures.record(format!("warm-up: {err}"));
+        }
     }
-    let mut samples = Samples::with_capacity(50_000);
     let started = Instant::now();
     while started.elapsed() < run_for {
         let t0 = Instant::now();
         match contender.locked(name, SPEC, std::future::ready(())).await {
-            Ok(_) => samples.push(t0.elapsed().as_nanos() as u64),
-            Err(err) => failures.record(err),
+            Ok(_) => acc.samples.push(t0.elapsed().as_nanos() as u64),
+            Err(err) => acc.failures.record(err),
         }
     }
-    let elapsed = started.elapsed().as_secs_f64();
-    Latency {
-        p50_us: samples.quantile_us(0.50),
-        p90_us: samples.quantile_us(0.90),
-        p99_us: samples.quantile_us(0.99),
-        p999_us: samples.quantile_us(0.999),
-        cycles_per_s: samples.len() as f64 / elapsed,
-        failures,
+    acc.elapsed += started.elapsed();
+}
+
+impl Acc {
+    pub fn latency(mut self) -> Latency {
+        Latency {
+            p50_us: self.samples.quantile_us(0.50),
+            p90_us: self.samples.quantile_us(0.90),
+            p99_us: self.samples.quantile_us(0.99),
+            p999_us: self.samples.quantile_us(0.999),
+            cycles_per_s: self.samples.len() as f64 / self.elapsed.as_secs_f64().max(1e-9),
+            failures: self.failures,
+        }
     }
+}
+
+/// One repetition per accumulator, slices interleaved with the other contenders'.
+pub async fn measure_all(
+    contenders: &[&Any],
+    name: &str,
+    settings: &Settings,
+) -> Vec<Vec<Latency>> {
+    sliced(
+        contenders.len(),
+        settings.reps,
+        settings.run_for,
+        async |i, run_for, acc: &mut Acc| slice(contenders[i], name, run_for, acc).await,
+    )
+    .await
+    .into_iter()
+    .map(|runs| runs.into_iter().map(Acc::latency).collect())
+    .collect()
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -75,10 +108,8 @@ pub struct Table {
 
 /// S1 over `contenders`; the first is the floor the ratios refer to.
 pub async fn run(contenders: &[Any], settings: &Settings) -> Table {
-    let runs = interleaved(contenders.len(), settings.reps, async |i| {
-        measure(&contenders[i], "s1", settings.run_for).await
-    })
-    .await;
+    let refs: Vec<&Any> = contenders.iter().collect();
+    let runs = measure_all(&refs, "s1", settings).await;
     Table {
         rows: rows(contenders, &runs),
     }

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use super::{interleaved, Failures, Settings};
+use super::{sliced, Failures, Settings};
 use crate::contenders::{Any, Contender as _};
 use crate::probe::Probe;
 use crate::scenarios::s1_latency::SPEC;
@@ -24,16 +24,31 @@ pub struct Throughput {
     pub failures: Failures,
 }
 
-/// `tasks` loops sharing `contender` for `run_for`; Redis counters from `probe` when given.
-pub async fn measure(
-    contender: Arc<Any>,
+/// What slices of one repetition of one contender added up to.
+#[derive(Debug, Default)]
+pub struct Acc {
+    cycles: u64,
+    elapsed: Duration,
+    commands: Option<u64>,
+    calls: Option<u64>,
+    warmed_up: bool,
+    failures: Failures,
+}
+
+/// `tasks` loops sharing `contender` for `run_for`, added to `acc`; Redis counters from
+/// `probe` when given.
+pub async fn slice(
+    contender: &Arc<Any>,
     tasks: usize,
     run_for: Duration,
     probe: Option<&Probe>,
-) -> Throughput {
-    let mut failures = Failures::default();
-    if let Err(err) = contender.warm_up().await {
-        failures.record(format!("warm-up: {err}"));
+    acc: &mut Acc,
+) {
+    if !acc.warmed_up {
+        acc.warmed_up = true;
+        if let Err(err) = contender.warm_up().await {
+            acc.failures.record(format!("warm-up: {err}"));
+        }
     }
     let before = match probe {
         Some(probe) => probe.snapshot().await.ok(),
@@ -61,26 +76,53 @@ pub async fn measure(
     }
     for handle in handles {
         match handle.await {
-            Ok(task_failures) => failures.merge(task_failures),
-            Err(err) => failures.record(format!("task failed: {err}")),
+            Ok(task_failures) => acc.failures.merge(task_failures),
+            Err(err) => acc.failures.record(format!("task failed: {err}")),
         }
     }
-    let elapsed = started.elapsed().as_secs_f64();
-    let cycles = cycles.load(Ordering::Relaxed);
-    let delta = match (probe, before) {
-        (Some(probe), Some(before)) => probe.snapshot().await.ok().map(|a| a.delta_since(&before)),
-        _ => None,
-    };
-    Throughput {
-        cycles_per_s: cycles as f64 / elapsed,
-        redis_commands_per_s: delta
-            .as_ref()
-            .map_or(f64::NAN, |d| d.commands as f64 / elapsed),
-        redis_calls_per_cycle: delta
-            .as_ref()
-            .map_or(f64::NAN, |d| d.calls as f64 / cycles.max(1) as f64),
-        failures,
+    acc.elapsed += started.elapsed();
+    acc.cycles += cycles.load(Ordering::Relaxed);
+    if let (Some(probe), Some(before)) = (probe, before) {
+        if let Ok(after) = probe.snapshot().await {
+            let delta = after.delta_since(&before);
+            *acc.commands.get_or_insert(0) += delta.commands;
+            *acc.calls.get_or_insert(0) += delta.calls;
+        }
     }
+}
+
+impl Acc {
+    pub fn throughput(self) -> Throughput {
+        let seconds = self.elapsed.as_secs_f64().max(1e-9);
+        Throughput {
+            cycles_per_s: self.cycles as f64 / seconds,
+            redis_commands_per_s: self.commands.map_or(f64::NAN, |c| c as f64 / seconds),
+            redis_calls_per_cycle: self
+                .calls
+                .map_or(f64::NAN, |c| c as f64 / self.cycles.max(1) as f64),
+            failures: self.failures,
+        }
+    }
+}
+
+/// One repetition per accumulator, slices interleaved with the other contenders'.
+pub async fn measure_all(
+    contenders: &[Arc<Any>],
+    settings: &Settings,
+    probe: Option<&Probe>,
+) -> Vec<Vec<Throughput>> {
+    sliced(
+        contenders.len(),
+        settings.reps,
+        settings.run_for,
+        async |i, run_for, acc: &mut Acc| {
+            slice(&contenders[i], settings.tasks, run_for, probe, acc).await
+        },
+    )
+    .await
+    .into_iter()
+    .map(|runs| runs.into_iter().map(Acc::throughput).collect())
+    .collect()
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -105,16 +147,7 @@ pub struct Table {
 
 /// S2 over `contenders`; the first is the floor the ratios refer to.
 pub async fn run(contenders: &[Arc<Any>], settings: &Settings, probe: &Probe) -> Table {
-    let runs = interleaved(contenders.len(), settings.reps, async |i| {
-        measure(
-            contenders[i].clone(),
-            settings.tasks,
-            settings.run_for,
-            Some(probe),
-        )
-        .await
-    })
-    .await;
+    let runs = measure_all(contenders, settings, Some(probe)).await;
     let mut rows: Vec<Row> = contenders
         .iter()
         .zip(&runs)

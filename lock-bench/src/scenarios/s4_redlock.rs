@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use super::s1_latency::{self, Latency};
 use super::s2_throughput::{self, Throughput};
-use super::{interleaved, Failures, Settings};
+use super::{Failures, Settings};
 use crate::contenders::{Any, Contender as _};
 use crate::stats::{ratio, show_ratio, Spread};
 
@@ -43,20 +43,11 @@ pub struct Table {
 }
 
 pub async fn run(configs: &[Config], settings: &Settings) -> Table {
-    let latency: Vec<Vec<Latency>> = interleaved(configs.len(), settings.reps, async |i| {
-        s1_latency::measure(&configs[i].contender, "s4", settings.run_for).await
-    })
-    .await;
-    let throughput: Vec<Vec<Throughput>> = interleaved(configs.len(), settings.reps, async |i| {
-        s2_throughput::measure(
-            configs[i].contender.clone(),
-            settings.tasks,
-            settings.run_for,
-            None,
-        )
-        .await
-    })
-    .await;
+    let refs: Vec<&Any> = configs.iter().map(|c| &*c.contender).collect();
+    let latency: Vec<Vec<Latency>> = s1_latency::measure_all(&refs, "s4", settings).await;
+    let contenders: Vec<Arc<Any>> = configs.iter().map(|c| c.contender.clone()).collect();
+    let throughput: Vec<Vec<Throughput>> =
+        s2_throughput::measure_all(&contenders, settings, None).await;
     let mut rows: Vec<Row> = configs
         .iter()
         .zip(latency.iter().zip(&throughput))
