@@ -68,10 +68,11 @@ impl IntoResponse for Rejection {
 /// `/orders/{id}/pay` locks `orders:7` for `/orders/7/pay`. Parameters are percent-decoded,
 /// as axum's `Path` extractor gives them, so `/orders/%37/pay` names the same lock.
 ///
-/// Use it in a layer added with `Router::route_layer` or `Router::layer` (both run after
-/// routing, where the parameters are known). `{{` and `}}` are literal braces. A route
-/// without one of the parameters answers 500 (and logs why); a parameter that is not UTF-8
-/// answers 400.
+/// Add the layer with `Router::route_layer` (or `MethodRouter::route_layer`), which runs
+/// after routing, where the parameters are known. `Router::layer` also wraps the fallback,
+/// which has no parameters: a request for an unknown path would get 500 instead of 404.
+/// `{{` and `}}` are literal braces. A route without one of the parameters answers 500 (and
+/// logs why); a parameter that is not UTF-8 answers 400.
 ///
 /// # Panics
 ///

@@ -172,6 +172,10 @@ type Responder = dyn Fn(&Rejection) -> Response<Bytes> + Send + Sync;
 /// others), the lock held until the response is produced ([`HoldUntil::Response`]), and the
 /// process-wide [`ErrorResponses`].
 ///
+/// If the lease turns out to have been lost when it is released (possible only with
+/// auto-renewal off or Redis trouble), the response goes out as produced, and a warning is
+/// logged: the work has been done, and an error status would invite a retry that repeats it.
+///
 /// ```
 /// use axum::{routing::post, Router};
 /// use lock_core::web::{key, LockLayer};
