@@ -239,10 +239,7 @@ async fn any_tower_service_can_be_guarded_and_answer_grpc_statuses() {
         ))))
     });
     let by_job = key::header("x-job-id").prefix("grpc:");
-    let plain = tower::Layer::layer(
-        &LockLayer::new(locker.clone(), by_job.clone()),
-        service,
-    );
+    let plain = tower::Layer::layer(&LockLayer::new(locker.clone(), by_job.clone()), service);
     let grpc = tower::Layer::layer(
         &LockLayer::new(locker.clone(), by_job).on_reject(Rejection::grpc_response),
         service,
