@@ -242,7 +242,10 @@ impl Acquire<'_> {
                     // Subscribing takes a moment during which a release would go unseen,
                     // so look once more right after it.
                     subscribed_once = true;
-                    subscription = self.subscribe(&local).await;
+                    subscription = tokio::time::timeout_at(deadline.into(), self.subscribe(&local))
+                        .await
+                        .ok()
+                        .flatten();
                     backoff = Backoff::new(subscription.is_some());
                     if subscription.is_some() {
                         continue;
