@@ -238,3 +238,36 @@ async fn the_functions_library_is_reloaded_and_replicated() {
     let again = locker.try_lock("fn", SECOND).await.expect("acquire");
     assert!(again.release().await.expect("release"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exhausted_pool_is_a_connection_error_in_bounded_time() {
+    let server = RedisServer::start();
+    for protocol in [Protocol::Scripts, Protocol::Transactions] {
+        let mut config = lock_core::deadpool_redis::Config::from_url(server.url());
+        config.pool = Some(lock_core::deadpool_redis::PoolConfig::new(1));
+        let pool = config
+            .create_pool(Some(lock_core::deadpool_redis::Runtime::Tokio1))
+            .expect("pool");
+        // Someone else holds the pool's only connection.
+        let _taken = pool.get().await.expect("checkout");
+        let locker = Locker::builder()
+            .pool(pool.clone())
+            .protocol(protocol)
+            .command_timeout(Duration::from_millis(500))
+            .build()
+            .expect("locker");
+        let started = Instant::now();
+        let err = locker
+            .try_lock("exhausted", SECOND)
+            .await
+            .expect_err("no connection to be had");
+        assert!(
+            matches!(err, LockError::Connection { .. }),
+            "{protocol:?}: {err:?}"
+        );
+        assert!(
+            started.elapsed() < 5 * SECOND,
+            "bounded by the command timeout"
+        );
+    }
+}
