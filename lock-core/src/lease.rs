@@ -19,6 +19,10 @@ use crate::LockError;
 /// A held lock. Release it with [`Lease::release`]; dropping it releases it in the
 /// background (when a tokio runtime is available), and its TTL frees it in any case.
 ///
+/// Prefer `release().await` where you can: it reports whether the lease was still ours, and a
+/// background release spawned just before the runtime shuts down (a lease dropped at the end
+/// of `main`) may never run, leaving the lock to its TTL.
+///
 /// The read-only view ([`LeaseHandle`]: name, token, fencing token, validity, loss signal)
 /// is reachable through `Deref`, and can be cloned out with [`Lease::handle`] for code that
 /// must watch the lease without owning it.
