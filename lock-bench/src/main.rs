@@ -10,6 +10,7 @@
 
 mod chart;
 mod contenders;
+mod cpu;
 mod lineup;
 mod machine;
 mod probe;

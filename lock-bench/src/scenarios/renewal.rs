@@ -1,6 +1,6 @@
 //! Renewal cost: many auto-renewed leases (10,000 by default) held on distinct names for a
 //! while (10 s): script runs, Redis calls and read events per renewal tick, and the CPU
-//! time of this process (from /proc/self/stat) and of Redis (INFO cpu) over the window.
+//! time of this process (from /proc) and of Redis (INFO cpu) over the window.
 //!
 //! The window opens one TTL after the last lease was taken, so it shows the steady state:
 //! the first renewal of a fresh server also loads the renewal script, which is not what a
@@ -49,20 +49,6 @@ pub struct Table {
     pub rows: Vec<Row>,
 }
 
-/// Client CPU time so far (user + system), from /proc/self/stat, in seconds. `None` where
-/// /proc is not available.
-pub fn process_cpu_s() -> Option<f64> {
-    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
-    // Fields after the command name (which may hold spaces), which ends at the last ')'.
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    // utime and stime are fields 14 and 15 of the whole line: 11 and 12 after the name.
-    let utime: f64 = fields.get(11)?.parse().ok()?;
-    let stime: f64 = fields.get(12)?.parse().ok()?;
-    // In clock ticks of USER_HZ, which Linux fixes at 100 for this interface.
-    Some((utime + stime) / 100.0)
-}
-
 async fn measure(contender: &Any, settings: &Settings, probe: &Probe) -> Option<Row> {
     let names: Vec<String> = (0..settings.renew_leases)
         .map(|i| format!("renew:{i}"))
@@ -94,11 +80,11 @@ async fn measure(contender: &Any, settings: &Settings, probe: &Probe) -> Option<
     row.acquire_s = started.elapsed().as_secs_f64();
     tokio::time::sleep(settings.renew_ttl).await;
     let before = probe.snapshot().await;
-    let cpu_before = process_cpu_s();
+    let cpu_before = crate::cpu::process_cpu_s();
     let window_start = Instant::now();
     tokio::time::sleep(settings.renew_hold).await;
     let window = window_start.elapsed();
-    let cpu_after = process_cpu_s();
+    let cpu_after = crate::cpu::process_cpu_s();
     let after = probe.snapshot().await;
     match release.await {
         Ok(summary) => row.leases_lost = summary.lost,

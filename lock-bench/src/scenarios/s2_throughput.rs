@@ -21,6 +21,10 @@ pub struct Throughput {
     pub cycles_per_s: f64,
     pub redis_commands_per_s: f64,
     pub redis_calls_per_cycle: f64,
+    /// CPU time of this process and of Redis per cycle: on a machine where both share the
+    /// cores, their sum bounds the throughput.
+    pub client_cpu_us_per_cycle: f64,
+    pub redis_cpu_us_per_cycle: f64,
     pub failures: Failures,
 }
 
@@ -31,6 +35,8 @@ pub struct Acc {
     elapsed: Duration,
     commands: Option<u64>,
     calls: Option<u64>,
+    client_cpu_s: Option<f64>,
+    redis_cpu_s: Option<f64>,
     warmed_up: bool,
     failures: Failures,
 }
@@ -55,6 +61,7 @@ pub async fn slice(
         None => None,
     };
     let cycles = Arc::new(AtomicU64::new(0));
+    let cpu_before = crate::cpu::process_cpu_s();
     let started = Instant::now();
     let mut handles = Vec::with_capacity(tasks);
     for task in 0..tasks {
@@ -82,11 +89,15 @@ pub async fn slice(
     }
     acc.elapsed += started.elapsed();
     acc.cycles += cycles.load(Ordering::Relaxed);
+    if let (Some(before), Some(after)) = (cpu_before, crate::cpu::process_cpu_s()) {
+        *acc.client_cpu_s.get_or_insert(0.0) += after - before;
+    }
     if let (Some(probe), Some(before)) = (probe, before) {
         if let Ok(after) = probe.snapshot().await {
             let delta = after.delta_since(&before);
             *acc.commands.get_or_insert(0) += delta.commands;
             *acc.calls.get_or_insert(0) += delta.calls;
+            *acc.redis_cpu_s.get_or_insert(0.0) += delta.cpu_s;
         }
     }
 }
@@ -94,12 +105,16 @@ pub async fn slice(
 impl Acc {
     pub fn throughput(self) -> Throughput {
         let seconds = self.elapsed.as_secs_f64().max(1e-9);
+        let per_cycle =
+            |s: Option<f64>| s.map_or(f64::NAN, |s| s * 1e6 / self.cycles.max(1) as f64);
         Throughput {
             cycles_per_s: self.cycles as f64 / seconds,
             redis_commands_per_s: self.commands.map_or(f64::NAN, |c| c as f64 / seconds),
             redis_calls_per_cycle: self
                 .calls
                 .map_or(f64::NAN, |c| c as f64 / self.cycles.max(1) as f64),
+            client_cpu_us_per_cycle: per_cycle(self.client_cpu_s),
+            redis_cpu_us_per_cycle: per_cycle(self.redis_cpu_s),
             failures: self.failures,
         }
     }
@@ -132,6 +147,8 @@ pub struct Row {
     pub cycles_per_s: Spread,
     pub redis_commands_per_s: Spread,
     pub redis_calls_per_cycle: Spread,
+    pub client_cpu_us_per_cycle: Spread,
+    pub redis_cpu_us_per_cycle: Spread,
     /// Median cycles/s over the floor's (the first row).
     pub vs_raw: f64,
     pub failures: u64,
@@ -162,6 +179,8 @@ pub async fn run(contenders: &[Arc<Any>], settings: &Settings, probe: &Probe) ->
                 cycles_per_s: Spread::pick(runs, |r| r.cycles_per_s),
                 redis_commands_per_s: Spread::pick(runs, |r| r.redis_commands_per_s),
                 redis_calls_per_cycle: Spread::pick(runs, |r| r.redis_calls_per_cycle),
+                client_cpu_us_per_cycle: Spread::pick(runs, |r| r.client_cpu_us_per_cycle),
+                redis_cpu_us_per_cycle: Spread::pick(runs, |r| r.redis_cpu_us_per_cycle),
                 vs_raw: f64::NAN,
                 failures: failures.count,
                 first_error: failures.first,
@@ -182,17 +201,19 @@ pub async fn run(contenders: &[Arc<Any>], settings: &Settings, probe: &Probe) ->
 impl Table {
     pub fn markdown(&self) -> String {
         let mut out = String::from(
-            "| contender | cycles/s | vs raw | Redis commands/s | Redis calls/cycle |\n\
-             |---|---|---|---|---|\n",
+            "| contender | cycles/s | vs raw | Redis commands/s | Redis calls/cycle | client CPU µs/cycle | Redis CPU µs/cycle |\n\
+             |---|---|---|---|---|---|---|\n",
         );
         for row in &self.rows {
             out.push_str(&format!(
-                "| {} | {} | {} | {} | {} |\n",
+                "| {} | {} | {} | {} | {} | {} | {} |\n",
                 row.contender,
                 row.cycles_per_s.show(0),
                 show_ratio(row.vs_raw),
                 row.redis_commands_per_s.show(0),
                 row.redis_calls_per_cycle.show(2),
+                row.client_cpu_us_per_cycle.show(1),
+                row.redis_cpu_us_per_cycle.show(1),
             ));
         }
         out
