@@ -13,6 +13,7 @@
 //!   [`ErrorResponses::response`] or `LockError::into_response`.
 //!
 //!   ```
+//!   # #[cfg(feature = "axum")] mod example {
 //!   use axum::{extract::{Path, State}, routing::post, Json, Router};
 //!   use lock_core::{redis_locked, LockError, Locker};
 //!
@@ -29,9 +30,12 @@
 //!       Ok(Json("paid"))
 //!   }
 //!
-//!   let app: Router = Router::new()
-//!       .route("/orders/{order_id}/pay", post(pay))
-//!       .with_state(App { locker: Locker::memory() });
+//!   fn app() -> Router {
+//!       Router::new()
+//!           .route("/orders/{order_id}/pay", post(pay))
+//!           .with_state(App { locker: Locker::memory() })
+//!   }
+//!   # }
 //!   ```
 //!
 //! - **[`LockLayer`] on a route**, without touching the handler: the key comes from the
