@@ -29,6 +29,8 @@ pub(crate) struct Renewer {
 struct State {
     leases: Vec<Entry>,
     running: bool,
+    /// When the task will look next on its own; a new lease due later needs no wake-up.
+    next_wake: Option<Instant>,
 }
 
 struct Entry {
@@ -50,8 +52,13 @@ impl Renewer {
             stop_at: max_hold.map(|cap| lease.acquired_at() + cap),
         });
         if state.running {
-            drop(state);
-            self.wake.notify_one();
+            let due = lease.acquired_at() + lease.ttl / RENEW_AFTER;
+            // Waking the task costs more than registering; most leases are due after its
+            // next look anyway.
+            if state.next_wake.is_none_or(|wake| due < wake) {
+                drop(state);
+                self.wake.notify_one();
+            }
             return;
         }
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
@@ -103,6 +110,7 @@ fn next_batch(renewer: &Renewer) -> Option<(Vec<Arc<Shared>>, Instant)> {
     });
     if state.leases.is_empty() {
         state.running = false;
+        state.next_wake = None;
         return None;
     }
     let mut due = Vec::new();
@@ -117,6 +125,8 @@ fn next_batch(renewer: &Renewer) -> Option<(Vec<Arc<Shared>>, Instant)> {
             next_wake = next_wake.min(entry.next_due);
         }
     }
+    // Renewing now means looking again right after; otherwise the task sleeps until then.
+    state.next_wake = due.is_empty().then_some(next_wake);
     Some((due, next_wake))
 }
 
