@@ -72,7 +72,8 @@ pub struct ClientArgs {
     /// Random seed.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Stop after this long even if standard input stays open.
+    /// Stop after this long even if standard input stays open (the orchestrator sets it
+    /// past the end of its run).
     #[arg(long, default_value_t = 300)]
     pub max_seconds: u64,
     /// Self-test of the checker: log every lease as valid this many milliseconds longer

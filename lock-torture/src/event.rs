@@ -116,13 +116,14 @@ pub enum Event {
         /// When it was healed (equal to `t_start` for instant faults).
         t_end: Nanos,
     },
-    /// A lock server was down (killed) from `t_start` until it answered again at `t_end`.
+    /// A lock server was down (killed) from `t_start` until its new process was started at
+    /// `t_end` (it may serve clients from then on).
     Down {
         /// Node number.
         node: u32,
         /// The SIGKILL.
         t_start: Nanos,
-        /// The restarted server answered PING.
+        /// Just before the new server process was spawned.
         t_end: Nanos,
         /// Whether it came back empty (always, persistence is off).
         empty: bool,

@@ -144,12 +144,15 @@ impl Injector<'_> {
                     // Stay down past every lease the server granted: at least one TTL.
                     std::thread::sleep(ttl * 2);
                 }
+                // The new process may serve clients as soon as it is spawned, before it
+                // answers the orchestrator's PING: the outage ends here.
+                let t_spawn = clock::now();
                 self.cluster.nodes[node].server.restart();
                 let t_end = clock::now();
                 self.log.write(&Event::Down {
                     node: node as u32,
                     t_start,
-                    t_end,
+                    t_end: t_spawn,
                     empty: true,
                 })?;
                 self.fault(fault.name(), &format!("node{node}"), t_start, t_end)

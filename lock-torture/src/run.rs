@@ -367,6 +367,9 @@ fn spawn_client(
         .args(["--protocol", protocol.as_str()])
         .args(["--seed", &seed.wrapping_add(u64::from(id)).to_string()])
         .args(["--sabotage-ms", &args.sabotage_ms.to_string()]);
+    // A safety net only (clients stop when their standard input closes): past the whole run.
+    let cap = args.seconds + args.settle_seconds + 120.0;
+    command.args(["--max-seconds", &format!("{}", cap.ceil() as u64)]);
     for node in &cluster.nodes {
         command.args(["--lock-url", &node.proxies[id as usize].url()]);
     }

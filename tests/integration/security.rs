@@ -355,6 +355,8 @@ mod tls {
 
     struct TlsServer {
         server: RedisServer,
+        /// The certificates; removed when the server is dropped.
+        _certs: tempfile::TempDir,
         tls_port: u16,
         ca_pem: String,
     }
@@ -372,9 +374,9 @@ mod tls {
             .expect("server params")
             .signed_by(&server_key, &ca)
             .expect("server cert");
-        let dir = tempfile::tempdir().expect("tempdir").keep();
+        let certs = tempfile::tempdir().expect("tempdir");
         let write = |file: &str, text: &str| {
-            let path = dir.join(file);
+            let path = certs.path().join(file);
             std::fs::write(&path, text).expect("write pem");
             path.display().to_string()
         };
@@ -392,6 +394,7 @@ mod tls {
         let lines: Vec<&str> = config.iter().map(String::as_str).collect();
         TlsServer {
             server: RedisServer::start_with(&lines),
+            _certs: certs,
             tls_port,
             ca_pem: ca.pem(),
         }
