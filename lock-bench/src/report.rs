@@ -239,7 +239,7 @@ impl Report {
                 targets.push(target(
                     "S3",
                     &format!("{label}: Redis calls per acquisition ≤ 5, flat from 2 to 64"),
-                    each(&calls, 1),
+                    each(&calls, 2),
                     all(&calls, &|v| v <= 5.0),
                 ));
             }

@@ -23,6 +23,9 @@ pub struct Latency {
     pub p99_us: f64,
     pub p999_us: f64,
     pub cycles_per_s: f64,
+    /// CPU time of this whole process per cycle: the library's own cost, whatever the
+    /// network's latency.
+    pub client_cpu_us_per_cycle: f64,
     pub failures: Failures,
 }
 
@@ -31,6 +34,7 @@ pub struct Latency {
 pub struct Acc {
     samples: Samples,
     elapsed: Duration,
+    client_cpu_s: Option<f64>,
     warmed_up: bool,
     failures: Failures,
 }
@@ -43,6 +47,7 @@ pub async fn slice(contender: &Any, name: &str, run_for: Duration, acc: &mut Acc
             acc.failures.record(format!("warm-up: {err}"));
         }
     }
+    let cpu_before = crate::cpu::process_cpu_s();
     let started = Instant::now();
     while started.elapsed() < run_for {
         let t0 = Instant::now();
@@ -52,6 +57,9 @@ pub async fn slice(contender: &Any, name: &str, run_for: Duration, acc: &mut Acc
         }
     }
     acc.elapsed += started.elapsed();
+    if let (Some(before), Some(after)) = (cpu_before, crate::cpu::process_cpu_s()) {
+        *acc.client_cpu_s.get_or_insert(0.0) += after - before;
+    }
 }
 
 impl Acc {
@@ -62,6 +70,9 @@ impl Acc {
             p99_us: self.samples.quantile_us(0.99),
             p999_us: self.samples.quantile_us(0.999),
             cycles_per_s: self.samples.len() as f64 / self.elapsed.as_secs_f64().max(1e-9),
+            client_cpu_us_per_cycle: self
+                .client_cpu_s
+                .map_or(f64::NAN, |s| s * 1e6 / self.samples.len().max(1) as f64),
             failures: self.failures,
         }
     }
@@ -93,6 +104,7 @@ pub struct Row {
     pub p99_us: Spread,
     pub p999_us: Spread,
     pub cycles_per_s: Spread,
+    pub client_cpu_us_per_cycle: Spread,
     /// Median p50 over the floor's (the first row) median p50.
     pub p50_vs_raw: f64,
     pub cycles_vs_raw: f64,
@@ -131,6 +143,7 @@ pub fn rows(contenders: &[Any], runs: &[Vec<Latency>]) -> Vec<Row> {
                 p99_us: Spread::pick(runs, |r| r.p99_us),
                 p999_us: Spread::pick(runs, |r| r.p999_us),
                 cycles_per_s: Spread::pick(runs, |r| r.cycles_per_s),
+                client_cpu_us_per_cycle: Spread::pick(runs, |r| r.client_cpu_us_per_cycle),
                 p50_vs_raw: f64::NAN,
                 cycles_vs_raw: f64::NAN,
                 failures: failures.count,
@@ -150,12 +163,12 @@ pub fn rows(contenders: &[Any], runs: &[Vec<Latency>]) -> Vec<Row> {
 impl Table {
     pub fn markdown(&self) -> String {
         let mut out = String::from(
-            "| contender | p50 µs | p90 µs | p99 µs | p99.9 µs | cycles/s | p50 vs raw | cycles/s vs raw |\n\
-             |---|---|---|---|---|---|---|---|\n",
+            "| contender | p50 µs | p90 µs | p99 µs | p99.9 µs | cycles/s | p50 vs raw | cycles/s vs raw | client CPU µs/cycle |\n\
+             |---|---|---|---|---|---|---|---|---|\n",
         );
         for row in &self.rows {
             out.push_str(&format!(
-                "| {} | {} | {} | {} | {} | {} | {} | {} |\n",
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
                 row.contender,
                 row.p50_us.show(1),
                 row.p90_us.show(1),
@@ -164,6 +177,7 @@ impl Table {
                 row.cycles_per_s.show(0),
                 show_ratio(row.p50_vs_raw),
                 show_ratio(row.cycles_vs_raw),
+                row.client_cpu_us_per_cycle.show(1),
             ));
         }
         out

@@ -17,6 +17,10 @@ use crate::stats::{Samples, Spread};
 pub const TTL: Duration = Duration::from_millis(100);
 pub const MAX_HOLD: Duration = Duration::from_millis(150);
 pub const CONTENDERS: usize = 5;
+/// Redis stores expiry times in milliseconds and expires a key only once the clock has
+/// passed that millisecond: a hold at most this much longer than the TTL may still find
+/// its key in place at release.
+const EXPIRY_GRANULARITY: Duration = Duration::from_millis(2);
 const SPEC: Spec = Spec {
     ttl: TTL,
     wait: Duration::from_secs(30),
@@ -140,13 +144,18 @@ fn summarize(mut records: Vec<Record>, renews: bool, failures: Failures) -> Over
     };
     let mut late = Samples::default();
     for record in &records {
-        let longer = record.left - record.entered > TTL;
+        let held = record.left - record.entered;
+        let longer = held > TTL;
         let during = record.outcome.lost_signal_at.is_some();
         let at_release = !during && record.outcome.released == Released::Lost;
-        // Without renewal, a body longer than the TTL outlived its lock (Redis expired the
-        // key TTL after the acquire, which came before the body). With renewal, the lease
-        // lapsed only if the library says so.
-        let overrun = if renews { during || at_release } else { longer };
+        // Without renewal, a body longer than the TTL (plus Redis's 1 ms expiry granularity)
+        // outlived its lock: Redis expired the key TTL after the acquire, which came before
+        // the body. With renewal, the lease lapsed only if the library says so.
+        let overrun = if renews {
+            during || at_release
+        } else {
+            held > TTL + EXPIRY_GRANULARITY
+        };
         figures.longer_than_ttl += u64::from(longer);
         figures.overruns += u64::from(overrun);
         figures.told_during_hold += u64::from(during);
