@@ -49,6 +49,23 @@ impl RedisServer {
 
     /// Starts a server with extra config lines (e.g. `"rename-command EVAL \"\""`).
     pub fn start_with(extra_config: &[&str]) -> RedisServer {
+        let config = extra_config.iter().map(|s| (*s).to_owned()).collect();
+        RedisServer::launch(config, false)
+    }
+
+    /// Starts a Redis Sentinel watching the master at `master_port` under the name `master`,
+    /// quick to act (down after 1 s) so failover tests stay short.
+    pub fn start_sentinel(master: &str, master_port: u16) -> RedisServer {
+        let config = vec![
+            format!("sentinel monitor {master} 127.0.0.1 {master_port} 1"),
+            format!("sentinel down-after-milliseconds {master} 1000"),
+            format!("sentinel failover-timeout {master} 3000"),
+            format!("sentinel parallel-syncs {master} 1"),
+        ];
+        RedisServer::launch(config, true)
+    }
+
+    fn launch(extra_config: Vec<String>, sentinel: bool) -> RedisServer {
         let dir = tempfile::Builder::new()
             .prefix("lock-tests-redis-")
             .tempdir()
@@ -57,31 +74,8 @@ impl RedisServer {
             child: None,
             port: 0,
             dir,
-            extra_config: extra_config.iter().map(|s| (*s).to_owned()).collect(),
-            sentinel: false,
-        };
-        server.spawn_on_free_port();
-        server
-    }
-
-    /// Starts a Redis Sentinel watching the master at `master_port` under the name `master`,
-    /// quick to act (down after 1 s) so failover tests stay short.
-    pub fn start_sentinel(master: &str, master_port: u16) -> RedisServer {
-        let dir = tempfile::Builder::new()
-            .prefix("lock-tests-sentinel-")
-            .tempdir()
-            .unwrap_or_else(|err| panic!("cannot create a temp dir for redis-server: {err}"));
-        let mut server = RedisServer {
-            child: None,
-            port: 0,
-            dir,
-            extra_config: vec![
-                format!("sentinel monitor {master} 127.0.0.1 {master_port} 1"),
-                format!("sentinel down-after-milliseconds {master} 1000"),
-                format!("sentinel failover-timeout {master} 3000"),
-                format!("sentinel parallel-syncs {master} 1"),
-            ],
-            sentinel: true,
+            extra_config,
+            sentinel,
         };
         server.spawn_on_free_port();
         server
