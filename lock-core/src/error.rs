@@ -7,6 +7,10 @@ use std::time::Duration;
 /// Messages are short, name the lock, and say what to do. Match on the variant to decide;
 /// [`LockError::is_contention`] groups the "someone else has it" cases.
 ///
+/// Messages are meant for logs and operators: `Busy` and `Timeout` name the holder
+/// (`app@host:pid`). Do not send `to_string()` to untrusted clients; the `axum` feature's
+/// `IntoResponse` builds client-safe problem bodies instead.
+///
 /// ```
 /// use lock_core::{LockError, Locker};
 /// use std::time::Duration;
