@@ -97,6 +97,31 @@ impl Spread {
     }
 }
 
+/// The spread of `figure(run) / figure(floor run)` over repetitions, pairing each run with
+/// the floor's run of the same repetition (measured in the same interleaved slices, so
+/// under the same machine load). Steadier than a ratio of medians when the load changes
+/// between repetitions.
+pub fn paired<R>(runs: &[R], floor: &[R], figure: impl Fn(&R) -> f64) -> Spread {
+    Spread::of(
+        runs.iter()
+            .zip(floor)
+            .map(|(run, floor)| ratio(figure(run), figure(floor))),
+    )
+}
+
+impl Spread {
+    /// `1.03x (0.98–1.07x)`, or `n/a`.
+    pub fn show_ratio(&self) -> String {
+        if !self.median.is_finite() {
+            return "n/a".into();
+        }
+        if (self.max - self.min).abs() < 0.005 {
+            return show_ratio(self.median);
+        }
+        format!("{:.2}x ({:.2}–{:.2})", self.median, self.min, self.max)
+    }
+}
+
 /// `median_a / median_b`, or NaN.
 pub fn ratio(a: f64, b: f64) -> f64 {
     if a.is_finite() && b.is_finite() && b != 0.0 {
@@ -172,6 +197,9 @@ mod tests {
             Spread::of([12345.0, 9.0, 100000.0]).show(0),
             "12 345 (9–100 000)"
         );
+        let ratios = paired(&[2.0, 3.0, 8.0], &[1.0, 2.0, 4.0], |v| *v);
+        assert_eq!((ratios.min, ratios.median, ratios.max), (1.5, 2.0, 2.0));
+        assert_eq!(ratios.show_ratio(), "2.00x (1.50–2.00)");
     }
 
     #[test]

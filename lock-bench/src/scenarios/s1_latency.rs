@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use super::{sliced, Failures, Settings};
 use crate::contenders::{Any, Contender as _, Spec};
-use crate::stats::{ratio, show_ratio, Samples, Spread};
+use crate::stats::{paired, Samples, Spread};
 
 pub const SPEC: Spec = Spec {
     ttl: Duration::from_secs(10),
@@ -105,9 +105,9 @@ pub struct Row {
     pub p999_us: Spread,
     pub cycles_per_s: Spread,
     pub client_cpu_us_per_cycle: Spread,
-    /// Median p50 over the floor's (the first row) median p50.
-    pub p50_vs_raw: f64,
-    pub cycles_vs_raw: f64,
+    /// p50 over the floor's (the first row) p50 of the same repetition.
+    pub p50_vs_raw: Spread,
+    pub cycles_vs_raw: Spread,
     pub failures: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub first_error: Option<String>,
@@ -128,7 +128,8 @@ pub async fn run(contenders: &[Any], settings: &Settings) -> Table {
 }
 
 pub fn rows(contenders: &[Any], runs: &[Vec<Latency>]) -> Vec<Row> {
-    let mut rows: Vec<Row> = contenders
+    let floor = runs.first().map(Vec::as_slice).unwrap_or_default();
+    contenders
         .iter()
         .zip(runs)
         .map(|(contender, runs)| {
@@ -144,20 +145,13 @@ pub fn rows(contenders: &[Any], runs: &[Vec<Latency>]) -> Vec<Row> {
                 p999_us: Spread::pick(runs, |r| r.p999_us),
                 cycles_per_s: Spread::pick(runs, |r| r.cycles_per_s),
                 client_cpu_us_per_cycle: Spread::pick(runs, |r| r.client_cpu_us_per_cycle),
-                p50_vs_raw: f64::NAN,
-                cycles_vs_raw: f64::NAN,
+                p50_vs_raw: paired(runs, floor, |r| r.p50_us),
+                cycles_vs_raw: paired(runs, floor, |r| r.cycles_per_s),
                 failures: failures.count,
                 first_error: failures.first,
             }
         })
-        .collect();
-    if let Some(floor) = rows.first().cloned() {
-        for row in &mut rows {
-            row.p50_vs_raw = ratio(row.p50_us.median, floor.p50_us.median);
-            row.cycles_vs_raw = ratio(row.cycles_per_s.median, floor.cycles_per_s.median);
-        }
-    }
-    rows
+        .collect()
 }
 
 impl Table {
@@ -175,8 +169,8 @@ impl Table {
                 row.p99_us.show(1),
                 row.p999_us.show(1),
                 row.cycles_per_s.show(0),
-                show_ratio(row.p50_vs_raw),
-                show_ratio(row.cycles_vs_raw),
+                row.p50_vs_raw.show_ratio(),
+                row.cycles_vs_raw.show_ratio(),
                 row.client_cpu_us_per_cycle.show(1),
             ));
         }

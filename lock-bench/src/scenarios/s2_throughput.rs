@@ -13,7 +13,7 @@ use super::{sliced, Failures, Settings};
 use crate::contenders::{Any, Contender as _};
 use crate::probe::Probe;
 use crate::scenarios::s1_latency::SPEC;
-use crate::stats::{ratio, show_ratio, Spread};
+use crate::stats::{paired, Spread};
 
 /// One run of one contender.
 #[derive(Debug, Clone)]
@@ -149,8 +149,8 @@ pub struct Row {
     pub redis_calls_per_cycle: Spread,
     pub client_cpu_us_per_cycle: Spread,
     pub redis_cpu_us_per_cycle: Spread,
-    /// Median cycles/s over the floor's (the first row).
-    pub vs_raw: f64,
+    /// Cycles/s over the floor's (the first row) in the same repetition.
+    pub vs_raw: Spread,
     pub failures: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub first_error: Option<String>,
@@ -165,7 +165,8 @@ pub struct Table {
 /// S2 over `contenders`; the first is the floor the ratios refer to.
 pub async fn run(contenders: &[Arc<Any>], settings: &Settings, probe: &Probe) -> Table {
     let runs = measure_all(contenders, settings, Some(probe)).await;
-    let mut rows: Vec<Row> = contenders
+    let floor = runs.first().map(Vec::as_slice).unwrap_or_default();
+    let rows: Vec<Row> = contenders
         .iter()
         .zip(&runs)
         .map(|(contender, runs)| {
@@ -181,17 +182,12 @@ pub async fn run(contenders: &[Arc<Any>], settings: &Settings, probe: &Probe) ->
                 redis_calls_per_cycle: Spread::pick(runs, |r| r.redis_calls_per_cycle),
                 client_cpu_us_per_cycle: Spread::pick(runs, |r| r.client_cpu_us_per_cycle),
                 redis_cpu_us_per_cycle: Spread::pick(runs, |r| r.redis_cpu_us_per_cycle),
-                vs_raw: f64::NAN,
+                vs_raw: paired(runs, floor, |r| r.cycles_per_s),
                 failures: failures.count,
                 first_error: failures.first,
             }
         })
         .collect();
-    if let Some(floor) = rows.first().map(|r| r.cycles_per_s.median) {
-        for row in &mut rows {
-            row.vs_raw = ratio(row.cycles_per_s.median, floor);
-        }
-    }
     Table {
         tasks: settings.tasks,
         rows,
@@ -209,7 +205,7 @@ impl Table {
                 "| {} | {} | {} | {} | {} | {} | {} |\n",
                 row.contender,
                 row.cycles_per_s.show(0),
-                show_ratio(row.vs_raw),
+                row.vs_raw.show_ratio(),
                 row.redis_commands_per_s.show(0),
                 row.redis_calls_per_cycle.show(2),
                 row.client_cpu_us_per_cycle.show(1),

@@ -10,7 +10,7 @@ use super::s1_latency::{self, Latency};
 use super::s2_throughput::{self, Throughput};
 use super::{Failures, Settings};
 use crate::contenders::{Any, Contender as _};
-use crate::stats::{ratio, show_ratio, Spread};
+use crate::stats::{paired, Spread};
 
 /// One library on one number of nodes.
 pub struct Config {
@@ -27,10 +27,10 @@ pub struct Row {
     pub s1_p99_us: Spread,
     pub s1_cycles_per_s: Spread,
     pub s2_cycles_per_s: Spread,
-    /// Median S1 p50 over the same library's on one node.
-    pub p50_vs_single: f64,
-    /// Median S2 cycles/s over the same library's on one node.
-    pub s2_vs_single: f64,
+    /// S1 p50 over the same library's on one node, in the same repetition.
+    pub p50_vs_single: Spread,
+    /// S2 cycles/s over the same library's on one node, in the same repetition.
+    pub s2_vs_single: Spread,
     pub failures: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub first_error: Option<String>,
@@ -48,49 +48,44 @@ pub async fn run(configs: &[Config], settings: &Settings) -> Table {
     let contenders: Vec<Arc<Any>> = configs.iter().map(|c| c.contender.clone()).collect();
     let throughput: Vec<Vec<Throughput>> =
         s2_throughput::measure_all(&contenders, settings, None).await;
-    let mut rows: Vec<Row> = configs
+    // Each configuration's runs on one node: the pairing for its ratios.
+    let single = |library: &str| {
+        configs
+            .iter()
+            .position(|c| c.library == library && c.nodes == 1)
+    };
+    let rows: Vec<Row> = configs
         .iter()
         .zip(latency.iter().zip(&throughput))
-        .map(|(config, (latency, throughput))| {
+        .map(|(config, (latency_runs, throughput_runs))| {
             let mut failures = Failures::default();
-            for run in latency {
+            for run in latency_runs {
                 failures.merge(run.failures.clone());
             }
-            for run in throughput {
+            for run in throughput_runs {
                 failures.merge(run.failures.clone());
             }
+            let (p50_vs_single, s2_vs_single) = match single(&config.library) {
+                Some(i) => (
+                    paired(latency_runs, &latency[i], |r| r.p50_us),
+                    paired(throughput_runs, &throughput[i], |r| r.cycles_per_s),
+                ),
+                None => (Spread::of([]), Spread::of([])),
+            };
             Row {
                 contender: config.contender.label().to_owned(),
                 nodes: config.nodes,
-                s1_p50_us: Spread::pick(latency, |r| r.p50_us),
-                s1_p99_us: Spread::pick(latency, |r| r.p99_us),
-                s1_cycles_per_s: Spread::pick(latency, |r| r.cycles_per_s),
-                s2_cycles_per_s: Spread::pick(throughput, |r| r.cycles_per_s),
-                p50_vs_single: f64::NAN,
-                s2_vs_single: f64::NAN,
+                s1_p50_us: Spread::pick(latency_runs, |r| r.p50_us),
+                s1_p99_us: Spread::pick(latency_runs, |r| r.p99_us),
+                s1_cycles_per_s: Spread::pick(latency_runs, |r| r.cycles_per_s),
+                s2_cycles_per_s: Spread::pick(throughput_runs, |r| r.cycles_per_s),
+                p50_vs_single,
+                s2_vs_single,
                 failures: failures.count,
                 first_error: failures.first,
             }
         })
         .collect();
-    let singles: Vec<(String, f64, f64)> = configs
-        .iter()
-        .zip(&rows)
-        .filter(|(config, _)| config.nodes == 1)
-        .map(|(config, row)| {
-            (
-                config.library.clone(),
-                row.s1_p50_us.median,
-                row.s2_cycles_per_s.median,
-            )
-        })
-        .collect();
-    for (config, row) in configs.iter().zip(&mut rows) {
-        if let Some((_, p50, rate)) = singles.iter().find(|(lib, _, _)| *lib == config.library) {
-            row.p50_vs_single = ratio(row.s1_p50_us.median, *p50);
-            row.s2_vs_single = ratio(row.s2_cycles_per_s.median, *rate);
-        }
-    }
     Table {
         tasks: settings.tasks,
         rows,
@@ -112,9 +107,9 @@ impl Table {
                 row.s1_p50_us.show(1),
                 row.s1_p99_us.show(1),
                 row.s1_cycles_per_s.show(0),
-                show_ratio(row.p50_vs_single),
+                row.p50_vs_single.show_ratio(),
                 row.s2_cycles_per_s.show(0),
-                show_ratio(row.s2_vs_single),
+                row.s2_vs_single.show_ratio(),
             ));
         }
         out
