@@ -8,7 +8,7 @@ use tracing::Instrument as _;
 
 use crate::backend::{Attempt, Backend as _};
 use crate::key::{validate_ttl, validate_wait, LockKeys};
-use crate::lease::{Grant, Renewal};
+use crate::lease::{validity, Grant, Renewal};
 use crate::local::NameRef;
 use crate::notifier::Subscription;
 use crate::token::{decode_value, encode_value, new_token};
@@ -148,6 +148,7 @@ impl<'a> LockRequest<'a> {
             last_busy: Busy::default(),
             fencing_token: None,
             renew: self.renew,
+            expired_grant: None,
         };
         let result = attempt.run(wait).instrument(span.clone()).await;
         let outcome = match &result {
@@ -181,6 +182,8 @@ struct Acquire<'a> {
     last_busy: Busy,
     fencing_token: Option<u64>,
     renew: Option<Renewal>,
+    /// Set when a grant arrived too late to be of use (how long it took).
+    expired_grant: Option<Duration>,
 }
 
 impl Acquire<'_> {
@@ -192,8 +195,7 @@ impl Acquire<'_> {
         // barge in ahead of them).
         let held_here = local.local_holder_until().is_some();
         if wait.is_zero() || !(local.has_queue() || held_here) {
-            let started = Instant::now();
-            if self.attempt().await? {
+            if let Some(started) = self.attempt().await? {
                 return Ok(self.grant(started, local));
             }
             if wait.is_zero() {
@@ -229,8 +231,7 @@ impl Acquire<'_> {
                 };
                 holder_until.min(deadline)
             } else {
-                let started = Instant::now();
-                if self.attempt().await? {
+                if let Some(started) = self.attempt().await? {
                     // Record the new holder before leaving the queue, so that the next in
                     // line waits for its release instead of asking Redis.
                     let lease = self.grant(started, local.clone());
@@ -281,9 +282,10 @@ impl Acquire<'_> {
         }
     }
 
-    /// One attempt; true when acquired.
-    async fn attempt(&mut self) -> Result<bool, LockError> {
+    /// One attempt; the time it started when it acquired a lease with validity left.
+    async fn attempt(&mut self) -> Result<Option<Instant>, LockError> {
         self.attempts += 1;
+        let started = Instant::now();
         let backend = self.locker.backend();
         let attempt = self
             .locker
@@ -294,8 +296,21 @@ impl Acquire<'_> {
             .await?;
         match attempt {
             Attempt::Acquired { fencing_token } => {
+                let took = started.elapsed();
+                let trusted = validity(self.ttl);
+                if !trusted.is_zero() && took >= trusted {
+                    // The answer came back after the lease had run out (a slow network or
+                    // server): such a lease protects nothing. Give it back and treat the
+                    // attempt as failed, as Redlock does.
+                    let _ = self
+                        .locker
+                        .run(&self.keys.name, backend.release(&self.keys, &self.value))
+                        .await;
+                    self.expired_grant = Some(took);
+                    return Ok(None);
+                }
                 self.fencing_token = fencing_token;
-                Ok(true)
+                Ok(Some(started))
             }
             Attempt::Busy {
                 remaining,
@@ -308,7 +323,7 @@ impl Acquire<'_> {
                         .and_then(|v| decode_value(v).1)
                         .map(str::to_owned),
                 };
-                Ok(false)
+                Ok(None)
             }
         }
     }
@@ -331,6 +346,12 @@ impl Acquire<'_> {
 
     fn busy(self) -> LockError {
         record(self.attempts, self.begun);
+        if let Some(took) = self.expired_grant {
+            return LockError::connection(
+                &self.keys.name,
+                format!("the lock was granted after {took:?}, when its TTL of {:?} had already run out; the network or server is too slow for this TTL", self.ttl),
+            );
+        }
         LockError::Busy {
             name: self.keys.name,
             holder: self.last_busy.holder,

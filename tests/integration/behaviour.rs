@@ -57,10 +57,10 @@ async fn expired_holder_cannot_touch_next_holder(h: Harness) {
     let other = h.second_locker();
     let stale = h
         .locker
-        .try_lock("e", Duration::from_millis(50))
+        .try_lock("e", Duration::from_millis(300))
         .await
         .expect("acquire");
-    tokio::time::sleep(Duration::from_millis(120)).await;
+    tokio::time::sleep(Duration::from_millis(700)).await;
     assert!(stale.is_lost(), "validity ran out locally");
     let current = other
         .try_lock("e", 10 * SECOND)
@@ -86,7 +86,7 @@ async fn expired_holder_cannot_touch_next_holder(h: Harness) {
 async fn ttl_frees_a_crashed_holder(h: Harness) {
     let crashed = h
         .locker
-        .try_lock("c", Duration::from_millis(100))
+        .try_lock("c", Duration::from_millis(300))
         .await
         .expect("acquire");
     std::mem::forget(crashed); // no release, no drop: as if the process died
@@ -270,17 +270,11 @@ async fn inspect_reports_the_holder(h: Harness) {
 
 async fn extend_keeps_the_lock_past_its_first_ttl(h: Harness) {
     let other = h.second_locker();
-    let lease = h
-        .locker
-        .try_lock("x", Duration::from_millis(150))
-        .await
-        .expect("acquire");
-    for _ in 0..4 {
-        tokio::time::sleep(Duration::from_millis(60)).await;
-        lease
-            .extend(Duration::from_millis(150))
-            .await
-            .expect("still ours");
+    let lease = h.locker.try_lock("x", SECOND).await.expect("acquire");
+    // Five extends 400 ms apart carry a 1 s lease past 2 s, with room for a loaded machine.
+    for _ in 0..5 {
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        lease.extend(SECOND).await.expect("still ours");
     }
     assert!(!lease.is_lost());
     assert!(matches!(
@@ -293,7 +287,7 @@ async fn extend_keeps_the_lock_past_its_first_ttl(h: Harness) {
 async fn lost_fires_at_the_end_of_validity(h: Harness) {
     let lease = h
         .locker
-        .try_lock("l", Duration::from_millis(100))
+        .try_lock("l", Duration::from_millis(300))
         .await
         .expect("acquire");
     let fired = Arc::new(AtomicBool::new(false));

@@ -271,3 +271,27 @@ async fn an_exhausted_pool_is_a_connection_error_in_bounded_time() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_that_arrives_after_its_ttl_is_not_a_lease() {
+    let server = RedisServer::start();
+    let proxy = lock_tests::proxy::Proxy::start(server.addr()).expect("proxy");
+    let locker = Locker::builder()
+        .url(proxy.url())
+        .command_timeout(5 * SECOND)
+        .build()
+        .expect("locker");
+    // Connect first, then slow every answer down past the TTL.
+    let warm = locker.try_lock("slow", SECOND).await.expect("acquire");
+    assert!(warm.release().await.expect("release"));
+    proxy.set_latency(Duration::from_millis(300));
+    match locker.try_lock("slow", Duration::from_millis(100)).await {
+        Err(LockError::Connection { reason, .. }) => {
+            assert!(reason.contains("too slow for this TTL"), "{reason}");
+        }
+        other => panic!("a lease that expired in flight must not be handed out: {other:?}"),
+    }
+    proxy.set_latency(Duration::ZERO);
+    // It was given back, not left to its TTL (which has passed anyway) or to anyone else.
+    assert!(server.command(&["EXISTS", "lock:{slow}"]).starts_with(":0"));
+}
