@@ -9,6 +9,7 @@
 //! written (1), or the set-up failed (2).
 
 mod chart;
+mod cli;
 mod contenders;
 mod cpu;
 mod lineup;
@@ -16,138 +17,23 @@ mod machine;
 mod probe;
 mod report;
 mod scenarios;
+mod servers;
 mod stats;
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use clap::{Parser, ValueEnum};
+use clap::Parser as _;
 use lock_tests::RedisServer;
 
+use cli::{Args, Scenario};
 use lineup::{Endpoints, Filter};
 use machine::Machine;
 use probe::Probe;
 use report::{Report, RunSettings};
-use scenarios::{renewal, s1_latency, s2_throughput, s3_hot, s4_redlock, s5_overrun, Settings};
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum Scenario {
-    /// Every scenario below.
-    All,
-    /// Uncontended latency: one task, lock + release in a loop.
-    S1,
-    /// Uncontended throughput: many tasks on distinct names.
-    S2,
-    /// Hot name: 2, 8 and 64 contenders on one name, each holding ~1 ms.
-    S3,
-    /// Redlock: S1 and S2 on 1 Redis and on 3 and 5 local masters.
-    S4,
-    /// Overrun safety: 5 contenders, TTL 100 ms, holds 0–150 ms.
-    S5,
-    /// Renewal cost: 10,000 auto-renewed leases held 10 s.
-    Renewal,
-}
-
-#[derive(Debug, Parser)]
-#[command(
-    about = "Lock benchmarks: lock-core beside the raw redis-rs floor, a naive retry loop and rslock",
-    after_help = "Every contender runs in turn in this one process, repetition after repetition; \
-                  tables show `median (min–max)` over the repetitions."
-)]
-struct Args {
-    /// Which scenario to run.
-    #[arg(value_enum, default_value = "all")]
-    scenario: Scenario,
-    /// Seconds per contender per repetition (S1–S4).
-    #[arg(long, default_value_t = 1.0)]
-    seconds: f64,
-    /// Repetitions; min/median/max over them are reported.
-    #[arg(long, default_value_t = 3)]
-    reps: usize,
-    /// Concurrent tasks in S2 and S4.
-    #[arg(long, default_value_t = 64)]
-    tasks: usize,
-    /// Seconds per S5 contender, over all repetitions.
-    #[arg(long, default_value_t = 10.0)]
-    overrun_seconds: f64,
-    /// Leases held in the renewal-cost scenario.
-    #[arg(long, default_value_t = 10_000)]
-    renew_leases: usize,
-    /// Seconds the renewal-cost leases are held.
-    #[arg(long, default_value_t = 10.0)]
-    renew_seconds: f64,
-    /// TTL of the renewal-cost leases, in milliseconds (renewed every third of it).
-    #[arg(long, default_value_t = 3000)]
-    renew_ttl_ms: u64,
-    /// Only contenders whose label contains this text (repeatable); the raw floor always runs.
-    #[arg(long)]
-    only: Vec<String>,
-    /// Redis for the single-instance scenarios; default: $REDIS_URL, else a private
-    /// redis-server started for the run. S4 always starts its own masters.
-    #[arg(long)]
-    url: Option<String>,
-    /// Write every figure as JSON here.
-    #[arg(long)]
-    json: Option<PathBuf>,
-    /// Write the machine description, every table and the targets as Markdown here.
-    #[arg(long)]
-    markdown: Option<PathBuf>,
-    /// Write one PNG with the S1 latency and S3 hand-off charts side by side.
-    #[arg(long)]
-    chart: Option<PathBuf>,
-    /// Write s1_latency.png and s3_handoff.png into this directory.
-    #[arg(long)]
-    charts_dir: Option<PathBuf>,
-    /// A fraction of a second per scenario and one repetition: checks that everything runs
-    /// (CI). Overrides the durations and sizes above.
-    #[arg(long)]
-    smoke: bool,
-}
-
-impl Args {
-    fn settings(&self) -> Result<Settings, String> {
-        let seconds = |name: &str, value: f64| {
-            Duration::try_from_secs_f64(value)
-                .ok()
-                .filter(|d| !d.is_zero())
-                .ok_or_else(|| format!("--{name} must be a positive number of seconds"))
-        };
-        if self.reps == 0 {
-            return Err("--reps must be at least 1".into());
-        }
-        if self.tasks == 0 {
-            return Err("--tasks must be at least 1".into());
-        }
-        if self.smoke {
-            return Ok(Settings {
-                run_for: Duration::from_millis(100),
-                reps: 1,
-                tasks: 16,
-                hot_contenders: vec![2, 8, 64],
-                overrun_for: Duration::from_millis(400),
-                renew_leases: 200,
-                renew_ttl: Duration::from_secs(1),
-                renew_hold: Duration::from_millis(500),
-            });
-        }
-        Ok(Settings {
-            run_for: seconds("seconds", self.seconds)?,
-            reps: self.reps,
-            tasks: self.tasks,
-            hot_contenders: vec![2, 8, 64],
-            overrun_for: seconds("overrun-seconds", self.overrun_seconds)?,
-            renew_leases: self.renew_leases.max(1),
-            renew_ttl: Duration::from_millis(self.renew_ttl_ms.max(3)),
-            renew_hold: seconds("renew-seconds", self.renew_seconds)?,
-        })
-    }
-
-    fn runs(&self, scenario: Scenario) -> bool {
-        self.scenario == Scenario::All || self.scenario == scenario
-    }
-}
+use scenarios::{renewal, s1_latency, s2_throughput, s3_hot, s4_redlock, s5_overrun};
+use servers::start_servers;
 
 /// Why the run stopped.
 enum Failure {
@@ -178,31 +64,6 @@ fn main() -> ExitCode {
         Err(Failure::Run(message)) => {
             eprintln!("error: {message}");
             ExitCode::from(1)
-        }
-    }
-}
-
-/// Private redis-servers, stopped on drop.
-struct Servers {
-    all: Vec<RedisServer>,
-}
-
-/// Starts `count` servers; `RedisServer::start` panics when it cannot, so its message is
-/// caught and returned.
-fn start_servers(count: usize) -> Result<Servers, String> {
-    let previous_hook = std::panic::take_hook();
-    std::panic::set_hook(Box::new(|_| {}));
-    let started = std::panic::catch_unwind(|| (0..count).map(|_| RedisServer::start()).collect());
-    std::panic::set_hook(previous_hook);
-    match started {
-        Ok(all) => Ok(Servers { all }),
-        Err(panic) => {
-            let message = panic
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
-                .unwrap_or_else(|| "unknown error".into());
-            Err(format!("cannot start redis-server: {message}"))
         }
     }
 }
