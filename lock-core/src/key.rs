@@ -30,24 +30,26 @@ pub(crate) struct LockKeys {
     pub name: String,
     /// `<prefix>{<name>}`: holds `<token>:<holder label>` with a TTL.
     pub lock: String,
-    /// `<prefix>{<name>}:fence`: the fencing counter (no TTL).
-    pub fence: String,
-    /// `<prefix>{<name>}:released`: the pub/sub channel releases are announced on.
-    pub channel: String,
 }
 
 impl LockKeys {
-    pub fn new(prefix: &str, name: &str) -> Result<LockKeys, LockError> {
-        validate_name(name)?;
+    /// Takes the name by value: the acquire path builds one string, not two.
+    pub fn new(prefix: &str, name: String) -> Result<LockKeys, LockError> {
+        validate_name(&name)?;
         let lock = format!("{prefix}{{{name}}}");
-        let fence = format!("{lock}:fence");
-        let channel = crate::notifier::channel_of(&lock);
-        Ok(LockKeys {
-            name: name.to_owned(),
-            lock,
-            fence,
-            channel,
-        })
+        Ok(LockKeys { name, lock })
+    }
+
+    /// `<prefix>{<name>}:fence`: the fencing counter (no TTL). Built only where fencing is
+    /// used.
+    pub fn fence(&self) -> String {
+        format!("{}:fence", self.lock)
+    }
+
+    /// `<prefix>{<name>}:released`: the pub/sub channel releases are announced on. The
+    /// release script derives the same name from the lock key itself.
+    pub fn channel(&self) -> String {
+        crate::notifier::channel_of(&self.lock)
     }
 }
 
@@ -112,9 +114,10 @@ mod tests {
 
     #[test]
     fn keys_share_one_hash_tag() {
-        let keys = LockKeys::new("lock:", "market:7").unwrap();
+        let keys = LockKeys::new("lock:", "market:7".to_owned()).unwrap();
         assert_eq!(keys.lock, "lock:{market:7}");
-        assert_eq!(keys.fence, "lock:{market:7}:fence");
+        assert_eq!(keys.fence(), "lock:{market:7}:fence");
+        assert_eq!(keys.channel(), "lock:{market:7}:released");
     }
 
     #[test]

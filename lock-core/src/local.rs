@@ -19,7 +19,7 @@ const SHARDS: usize = 16;
 
 #[derive(Default)]
 pub(crate) struct LocalNames {
-    shards: [Mutex<HashMap<String, Arc<NameState>>>; SHARDS],
+    shards: [Mutex<HashMap<Arc<str>, Arc<NameState>>>; SHARDS],
     hasher: std::collections::hash_map::RandomState,
 }
 
@@ -40,7 +40,8 @@ pub(crate) struct NameState {
 /// A counted reference to a name's state; the entry leaves the map with its last user.
 pub(crate) struct NameRef {
     names: Arc<LocalNames>,
-    name: String,
+    /// Shared with the map's key: cloning a `NameRef` allocates nothing.
+    name: Arc<str>,
     state: Arc<NameState>,
 }
 
@@ -48,17 +49,18 @@ impl LocalNames {
     pub fn get(self: &Arc<Self>, name: &str) -> NameRef {
         let shard = &self.shards[self.shard_of(name)];
         let mut map = shard.lock().unwrap_or_else(PoisonError::into_inner);
-        let state = match map.get(name) {
-            Some(state) => Arc::clone(state),
+        let (name, state) = match map.get_key_value(name) {
+            Some((key, state)) => (Arc::clone(key), Arc::clone(state)),
             None => {
+                let key: Arc<str> = Arc::from(name);
                 let state = Arc::new(NameState::default());
-                map.insert(name.to_owned(), Arc::clone(&state));
-                state
+                map.insert(Arc::clone(&key), Arc::clone(&state));
+                (key, state)
             }
         };
         NameRef {
             names: Arc::clone(self),
-            name: name.to_owned(),
+            name,
             state,
         }
     }
@@ -72,7 +74,7 @@ impl Clone for NameRef {
     fn clone(&self) -> NameRef {
         NameRef {
             names: Arc::clone(&self.names),
-            name: self.name.clone(),
+            name: Arc::clone(&self.name),
             state: Arc::clone(&self.state),
         }
     }
@@ -84,7 +86,7 @@ impl Drop for NameRef {
         let mut map = shard.lock().unwrap_or_else(PoisonError::into_inner);
         // The map's reference and ours: nobody else uses this name now.
         if Arc::strong_count(&self.state) == 2 {
-            map.remove(&self.name);
+            map.remove(&*self.name);
         }
     }
 }

@@ -140,7 +140,11 @@ impl Locker {
         name: impl Into<String>,
         ttl: Duration,
     ) -> Result<Lease, LockError> {
-        self.lock(name).ttl(ttl).wait(Duration::ZERO).await
+        self.lock(name)
+            .ttl(ttl)
+            .wait(Duration::ZERO)
+            .acquire()
+            .await
     }
 
     /// Runs `work` while holding `name` (waiting up to the locker's default wait), and
@@ -172,7 +176,7 @@ impl Locker {
     where
         F: Future,
     {
-        let lease = self.lock(name).ttl(ttl).await?;
+        let lease = self.lock(name).ttl(ttl).acquire().await?;
         let outcome = AssertUnwindSafe(work).catch_unwind().await;
         let name = lease.name().to_owned();
         let released = lease.release().await;
@@ -195,7 +199,7 @@ impl Locker {
     /// Who holds `name` right now, if anyone: holder label, remaining TTL and the fencing
     /// counter.
     pub async fn inspect(&self, name: &str) -> Result<Option<LockInfo>, LockError> {
-        let keys = LockKeys::new(&self.inner.settings.prefix, name)?;
+        let keys = LockKeys::new(&self.inner.settings.prefix, name.to_owned())?;
         let state = self.run(name, self.backend().inspect(&keys)).await?;
         Ok(state.value.map(|value| {
             let (_, holder) = decode_value(&value);

@@ -180,7 +180,7 @@ where
     if spec.renew {
         request = request.auto_renew();
     }
-    let lease = request.await.map_err(E::from)?;
+    let lease = request.acquire().await.map_err(E::from)?;
     let mut stack = HELD.try_with(Vec::clone).unwrap_or_default();
     stack.push(lease.handle());
     let guarded = AssertUnwindSafe(HELD.scope(stack, body)).catch_unwind();

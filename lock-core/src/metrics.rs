@@ -28,16 +28,37 @@ pub(crate) fn family(name: &str) -> &str {
     &first[..end]
 }
 
+/// The `lock` label of one acquisition, computed before the name moves into the request;
+/// nothing at all without the `metrics` feature.
+pub(crate) struct Family {
+    #[cfg(feature = "metrics")]
+    label: String,
+}
+
+impl Family {
+    #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+    pub(crate) fn of(name: &str) -> Family {
+        Family {
+            #[cfg(feature = "metrics")]
+            label: family(name).to_owned(),
+        }
+    }
+
+    #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+    pub(crate) fn acquire(self, outcome: &'static str, waited: Duration) {
+        #[cfg(feature = "metrics")]
+        {
+            metrics::counter!("lock_acquire_total", "lock" => self.label.clone(), "outcome" => outcome)
+                .increment(1);
+            metrics::histogram!("lock_wait_seconds", "lock" => self.label)
+                .record(waited.as_secs_f64());
+        }
+    }
+}
+
 #[cfg(feature = "metrics")]
 mod enabled {
     use super::{family, Duration};
-
-    pub(crate) fn acquire(name: &str, outcome: &'static str, waited: Duration) {
-        let lock = family(name).to_owned();
-        metrics::counter!("lock_acquire_total", "lock" => lock.clone(), "outcome" => outcome)
-            .increment(1);
-        metrics::histogram!("lock_wait_seconds", "lock" => lock).record(waited.as_secs_f64());
-    }
 
     pub(crate) fn released(name: &str, held: Duration) {
         metrics::histogram!("lock_hold_seconds", "lock" => family(name).to_owned())
@@ -59,8 +80,6 @@ mod enabled {
     use super::Duration;
 
     #[inline(always)]
-    pub(crate) fn acquire(_: &str, _: &'static str, _: Duration) {}
-    #[inline(always)]
     pub(crate) fn released(_: &str, _: Duration) {}
     #[inline(always)]
     pub(crate) fn lost(_: &str) {}
@@ -68,7 +87,7 @@ mod enabled {
     pub(crate) fn renewal(_: &str, _: &'static str) {}
 }
 
-pub(crate) use enabled::{acquire, lost, released, renewal};
+pub(crate) use enabled::{lost, released, renewal};
 
 #[cfg(test)]
 mod tests {
@@ -89,8 +108,8 @@ mod tests {
         let recorder = DebuggingRecorder::new();
         let snapshotter = recorder.snapshotter();
         metrics::with_local_recorder(&recorder, || {
-            super::acquire("orders:1", "acquired", std::time::Duration::from_millis(3));
-            super::acquire("orders:2", "busy", std::time::Duration::ZERO);
+            super::Family::of("orders:1").acquire("acquired", std::time::Duration::from_millis(3));
+            super::Family::of("orders:2").acquire("busy", std::time::Duration::ZERO);
             super::lost("orders:1");
         });
         let snapshot = snapshotter.snapshot().into_vec();

@@ -117,37 +117,48 @@ impl<'a> LockRequest<'a> {
         self
     }
 
-    async fn acquire(self) -> Result<Lease, LockError> {
-        let settings = self.locker.settings();
-        let ttl = self.ttl.unwrap_or(settings.default_ttl);
-        let wait = self.wait.unwrap_or(settings.default_wait);
-        let fencing = self.fencing.unwrap_or(settings.fencing);
-        let keys = LockKeys::new(&settings.prefix, &self.name)?;
-        validate_ttl(&self.name, ttl)?;
-        validate_wait(&self.name, wait)?;
-        let token = new_token(&self.name)?;
+    /// The acquisition itself, without the box `.await` on the request puts it in (the
+    /// `IntoFuture` type must be nameable). `try_lock` and `#[redis_locked]` call this.
+    pub(crate) async fn acquire(self) -> Result<Lease, LockError> {
+        let LockRequest {
+            locker,
+            name,
+            ttl,
+            wait,
+            fencing,
+            renew,
+        } = self;
+        let settings = locker.settings();
+        let ttl = ttl.unwrap_or(settings.default_ttl);
+        let wait = wait.unwrap_or(settings.default_wait);
+        let fencing = fencing.unwrap_or(settings.fencing);
+        let keys = LockKeys::new(&settings.prefix, name)?;
+        validate_ttl(&keys.name, ttl)?;
+        validate_wait(&keys.name, wait)?;
+        let token = new_token(&keys.name)?;
         let value = encode_value(&token, settings.label.as_deref());
         let span = tracing::debug_span!(
             "lock.acquire",
-            name = %self.name,
+            name = %keys.name,
             ttl_ms = ttl.as_millis() as u64,
             wait_ms = wait.as_millis() as u64,
             attempts = tracing::field::Empty,
             waited_us = tracing::field::Empty,
             outcome = tracing::field::Empty,
         );
-        let requested = Instant::now();
+        let family = crate::metrics::Family::of(&keys.name);
+        let begun = Instant::now();
         let attempt = Acquire {
-            locker: self.locker,
+            locker,
             keys,
             value,
             ttl,
             fencing,
-            begun: Instant::now(),
+            begun,
             attempts: 0,
             last_busy: Busy::default(),
             fencing_token: None,
-            renew: self.renew,
+            renew,
             expired_grant: None,
         };
         let result = attempt.run(wait).instrument(span.clone()).await;
@@ -158,7 +169,7 @@ impl<'a> LockRequest<'a> {
             Err(_) => "error",
         };
         span.record("outcome", outcome);
-        crate::metrics::acquire(&self.name, outcome, requested.elapsed());
+        family.acquire(outcome, begun.elapsed());
         result
     }
 }
@@ -271,7 +282,7 @@ impl Acquire<'_> {
     async fn subscribe(&self, local: &NameRef) -> Option<Subscription> {
         let notifier = self.locker.notifier()?;
         match notifier
-            .subscribe(&self.keys.channel, &local.released)
+            .subscribe(&self.keys.channel(), &local.released)
             .await
         {
             Ok(subscription) => Some(subscription),

@@ -20,6 +20,7 @@ pub(crate) struct Memory {
 #[derive(Default)]
 struct State {
     locks: HashMap<String, Entry>,
+    /// Fencing counters by lock key (never expire, like the Redis counters).
     fences: HashMap<String, u64>,
     operations: u64,
 }
@@ -76,7 +77,7 @@ impl Backend for Memory {
             },
         );
         let fencing_token = fencing.then(|| {
-            let counter = state.fences.entry(keys.fence.clone()).or_insert(0);
+            let counter = state.fences.entry(keys.lock.clone()).or_insert(0);
             *counter += 1;
             *counter
         });
@@ -105,7 +106,7 @@ impl Backend for Memory {
 
     async fn inspect(&self, keys: &LockKeys) -> Result<RawState, LockError> {
         let mut state = self.state();
-        let fencing_counter = state.fences.get(&keys.fence).copied();
+        let fencing_counter = state.fences.get(&keys.lock).copied();
         let (value, remaining) = match state.live(&keys.lock) {
             Some(entry) => (
                 Some(entry.value.clone()),

@@ -160,14 +160,14 @@ impl Scripted {
         let mut conn = lent.conn.clone();
         let token = token.to_string();
         RAISE_FENCE
-            .run::<i64>(self.mode, &mut conn, &[&keys.fence], &[token.as_bytes()])
+            .run::<i64>(self.mode, &mut conn, &[&keys.fence()], &[token.as_bytes()])
             .await
             .map(|_| ())
             .map_err(|err| {
                 if is_connection_failure(&err) {
                     self.conn.retire(&lent);
                 }
-                LockError::from_redis(&keys.name, &keys.fence, err)
+                LockError::from_redis(&keys.name, &keys.lock, err)
             })
     }
 
@@ -258,7 +258,7 @@ impl Backend for Scripted {
     }
 
     async fn release(&self, keys: &LockKeys, value: &str) -> Result<bool, LockError> {
-        self.run::<i64>(&RELEASE, keys, &[value.as_bytes(), keys.channel.as_bytes()])
+        self.run::<i64>(&RELEASE, keys, &[value.as_bytes()])
             .await
             .map(|n| n == 1)
     }
@@ -312,7 +312,7 @@ impl Backend for Scripted {
         let (value, pttl, fence): (Option<Vec<u8>>, i64, Option<u64>) = redis::pipe()
             .get(&keys.lock)
             .pttl(&keys.lock)
-            .get(&keys.fence)
+            .get(keys.fence())
             .query_async(&mut conn)
             .await
             .map_err(|err| {
@@ -374,7 +374,7 @@ async fn acquire_script(
         .run::<(i64, i64, Vec<u8>)>(
             mode,
             conn,
-            &[&keys.lock, &keys.fence],
+            &[&keys.lock, &keys.fence()],
             &[value.as_bytes(), ttl.as_bytes(), fencing_flag],
         )
         .await?;
@@ -429,11 +429,10 @@ impl Drop for UndoOnDrop<'_> {
         let mut conn = self.conn.clone();
         let mode = self.mode;
         let key = self.keys.lock.clone();
-        let channel = self.keys.channel.clone();
         let value = self.value.to_owned();
         runtime.spawn(async move {
             let undone = RELEASE
-                .run::<i64>(mode, &mut conn, &[&key], &[value.as_bytes(), channel.as_bytes()])
+                .run::<i64>(mode, &mut conn, &[&key], &[value.as_bytes()])
                 .await;
             if let Err(err) = undone {
                 tracing::debug!(%key, %err, "undo of an abandoned acquire failed; the TTL will free the lock");

@@ -65,7 +65,7 @@ impl Backend for Transactional {
         compare_and(&mut conn, keys, value, |pipe| {
             pipe.del(&keys.lock)
                 .ignore()
-                .publish(&keys.channel, "released")
+                .publish(keys.channel(), "released")
                 .ignore();
         })
         .await
@@ -84,7 +84,7 @@ impl Backend for Transactional {
         let (value, pttl, fence): (Option<Vec<u8>>, i64, Option<u64>) = redis::pipe()
             .get(&keys.lock)
             .pttl(&keys.lock)
-            .get(&keys.fence)
+            .get(keys.fence())
             .query_async(&mut conn)
             .await
             .map_err(|err| LockError::from_redis(&keys.name, &keys.lock, err))?;
@@ -136,7 +136,7 @@ async fn acquire_once(
             .arg("PX")
             .arg(millis(ttl));
         if fencing {
-            tx.incr(&keys.fence, 1);
+            tx.incr(keys.fence(), 1);
         } else {
             tx.cmd("PING");
         }
