@@ -36,6 +36,8 @@ pub struct Endpoints {
     pub single: String,
     /// Independent masters for S4 (5, or none when they could not be started).
     pub masters: Vec<String>,
+    /// Seeds of a 3-master Redis Cluster for S4, when one could be started.
+    pub cluster: Vec<String>,
 }
 
 /// Keeps the contenders whose label contains one of `only` (all when `only` is empty).
@@ -184,6 +186,23 @@ pub async fn redlock(endpoints: &Endpoints, filter: &Filter) -> Result<Vec<Confi
                     contender: Arc::new(contender),
                 });
             }
+        }
+    }
+    // lock-core on a 3-master cluster: each lock lives on one master, so this measures the
+    // cluster client's routing, not a quorum.
+    if !endpoints.cluster.is_empty() {
+        let label = format!("{CORE}, cluster-3");
+        if filter.keeps(&label) {
+            let locker = Locker::builder()
+                .prefix("core:")
+                .cluster(endpoints.cluster.iter().cloned())
+                .build()
+                .map_err(|err| format!("cannot build a cluster locker: {err}"))?;
+            configs.push(Config {
+                library: "lock-core".into(),
+                nodes: endpoints.cluster.len(),
+                contender: Arc::new(Any::Core(Core::new(locker, false, label))),
+            });
         }
     }
     Ok(configs)

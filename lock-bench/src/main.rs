@@ -33,7 +33,7 @@ use machine::Machine;
 use probe::Probe;
 use report::{Report, RunSettings};
 use scenarios::{renewal, s1_latency, s2_throughput, s3_hot, s4_redlock, s5_overrun};
-use servers::start_servers;
+use servers::{start_cluster, start_servers};
 
 /// Why the run stopped.
 enum Failure {
@@ -94,7 +94,27 @@ async fn run(args: Args) -> Result<(), Failure> {
     } else {
         Vec::new()
     };
-    let endpoints = Endpoints { single, masters };
+    // S4 also measures a 3-master cluster when redis-cli can build one; without it, S4 goes on
+    // without the cluster row.
+    let (_cluster_servers, cluster) = if args.runs(Scenario::S4) {
+        match start_cluster() {
+            Ok(cluster) => {
+                let urls = cluster.urls();
+                (Some(cluster), urls)
+            }
+            Err(err) => {
+                eprintln!("S4 without the cluster row: {err}");
+                (None, Vec::new())
+            }
+        }
+    } else {
+        (None, Vec::new())
+    };
+    let endpoints = Endpoints {
+        single,
+        masters,
+        cluster,
+    };
     let probe = Probe::connect(&endpoints.single)
         .await
         .map_err(Failure::Setup)?;
