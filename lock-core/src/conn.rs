@@ -26,12 +26,12 @@ pub(crate) enum Source {
     /// A Redis Cluster: one cluster connection routes each command to the master of its
     /// key's slot and follows MOVED/ASK redirections during resharding and failover.
     #[cfg(feature = "cluster")]
-    Cluster(redis::cluster::ClusterClient),
+    Cluster(Box<redis::cluster::ClusterClient>),
     /// The master Redis Sentinel currently names; asked again after every failure.
     #[cfg(feature = "sentinel")]
     Sentinel {
-        client: tokio::sync::Mutex<redis::sentinel::SentinelClient>,
-        config: redis::AsyncConnectionConfig,
+        client: Box<tokio::sync::Mutex<redis::sentinel::SentinelClient>>,
+        config: Box<redis::AsyncConnectionConfig>,
     },
 }
 

@@ -682,7 +682,7 @@ impl LockerBuilder {
             Some(seed) => redis::Client::open(seed.as_str()).ok().map(Notifier::new),
             None => None,
         };
-        let conn = SharedConnection::new(Source::Cluster(client), self.command_timeout);
+        let conn = SharedConnection::new(Source::Cluster(Box::new(client)), self.command_timeout);
         let backend = AnyBackend::Scripted(Scripted::new(conn, self.script_mode));
         Ok(Locker::with_backend(backend, settings, notifier))
     }
@@ -706,8 +706,8 @@ impl LockerBuilder {
             .set_connection_timeout(Some(self.command_timeout))
             .set_response_timeout(Some(self.command_timeout));
         let source = Source::Sentinel {
-            client: tokio::sync::Mutex::new(client),
-            config,
+            client: Box::new(tokio::sync::Mutex::new(client)),
+            config: Box::new(config),
         };
         let conn = SharedConnection::new(source, self.command_timeout);
         // The master moves on failover: waiters use timed retries rather than a pub/sub
