@@ -180,7 +180,9 @@ where
     if spec.renew {
         request = request.auto_renew();
     }
-    let lease = request.acquire().await.map_err(E::from)?;
+    // Boxed (through IntoFuture): inlining the acquisition would make every annotated
+    // function's future several kilobytes larger (clippy::large_futures in user code).
+    let lease = request.await.map_err(E::from)?;
     let mut stack = HELD.try_with(Vec::clone).unwrap_or_default();
     stack.push(lease.handle());
     let guarded = AssertUnwindSafe(HELD.scope(stack, body)).catch_unwind();
