@@ -756,7 +756,7 @@ fn build_pool(
 ) -> Result<(Pool, redis::Client), LockError> {
     // Parse first: deadpool's own error for a bad URL does not say which part is wrong.
     let client = redis::Client::open(url).map_err(|err| {
-        LockError::Config(format!("cannot use Redis URL {:?}: {err}", redact(url)))
+        LockError::Config(format!("cannot use Redis URL {:?}: {err}", redact_url(url)))
     })?;
     // Every command on these connections answers within `timeout` or fails: the deadline
     // the scripted backend relies on.
@@ -764,7 +764,7 @@ fn build_pool(
         .set_connection_timeout(Some(timeout))
         .set_response_timeout(Some(timeout));
     let manager = Manager::new_with_config(url, connection).map_err(|err| {
-        LockError::Config(format!("cannot use Redis URL {:?}: {err}", redact(url)))
+        LockError::Config(format!("cannot use Redis URL {:?}: {err}", redact_url(url)))
     })?;
     let mut config = PoolConfig::default();
     if let Some(size) = size {
@@ -780,13 +780,21 @@ fn build_pool(
         .runtime(Runtime::Tokio1)
         .build()
         .map_err(|err| {
-            LockError::Config(format!("cannot build a pool for {:?}: {err}", redact(url)))
+            LockError::Config(format!(
+                "cannot build a pool for {:?}: {err}",
+                redact_url(url)
+            ))
         })?;
     Ok((pool, client))
 }
 
-/// The URL with any password replaced, for error messages.
-fn redact(url: &str) -> String {
+/// A Redis URL with any password replaced by `***`, safe for logs and error messages.
+///
+/// ```
+/// assert_eq!(lock_core::redact_url("redis://app:s3cret@db:6379/0"), "redis://***@db:6379/0");
+/// assert_eq!(lock_core::redact_url("redis://127.0.0.1/"), "redis://127.0.0.1/");
+/// ```
+pub fn redact_url(url: &str) -> String {
     match (url.find("://"), url.rfind('@')) {
         (Some(scheme), Some(at)) if at > scheme => {
             format!("{}://***@{}", &url[..scheme], &url[at + 1..])
@@ -810,10 +818,10 @@ mod tests {
     #[test]
     fn passwords_stay_out_of_messages() {
         assert_eq!(
-            redact("redis://user:secret@host:6379/0"),
+            redact_url("redis://user:secret@host:6379/0"),
             "redis://***@host:6379/0"
         );
-        assert_eq!(redact("redis://host/"), "redis://host/");
+        assert_eq!(redact_url("redis://host/"), "redis://host/");
     }
 
     #[test]

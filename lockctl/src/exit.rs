@@ -182,14 +182,7 @@ fn one_line(message: String) -> String {
 }
 
 /// A Redis URL with any password replaced by `***`, safe for messages.
-pub fn redact_url(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            format!("{}://***@{}", &url[..scheme], &url[at + 1..])
-        }
-        _ => url.to_owned(),
-    }
-}
+pub use lock_core::redact_url;
 
 #[cfg(test)]
 mod tests {

@@ -246,14 +246,7 @@ fn free_port() -> std::io::Result<u16> {
 }
 
 /// The URL with any password hidden.
-pub fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            format!("{}://***@{}", &url[..scheme], &url[at + 1..])
-        }
-        _ => url.to_owned(),
-    }
-}
+pub use lock_core::redact_url as redact;
 
 #[cfg(test)]
 mod tests {

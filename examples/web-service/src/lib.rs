@@ -67,11 +67,4 @@ pub async fn spawn(router: Router, addr: SocketAddr) -> std::io::Result<Running>
 }
 
 /// The URL with any password hidden, for banners and logs.
-pub fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            format!("{}://***@{}", &url[..scheme], &url[at + 1..])
-        }
-        _ => url.to_owned(),
-    }
-}
+pub use lock_core::redact_url as redact;

@@ -42,18 +42,9 @@ impl Naive {
         self.next_token.fetch_add(1, Ordering::Relaxed).to_string()
     }
 
+    /// The same `SET NX PX` the raw floor sends.
     async fn set_nx(&self, key: &str, token: &str, ttl: Duration) -> Result<bool, String> {
-        let mut conn = self.conn.clone();
-        let set: Option<String> = redis::cmd("SET")
-            .arg(key)
-            .arg(token)
-            .arg("NX")
-            .arg("PX")
-            .arg(ttl.as_millis() as u64)
-            .query_async(&mut conn)
-            .await
-            .map_err(|err| err.to_string())?;
-        Ok(set.is_some())
+        super::raw::Raw::set_nx(self.conn.clone(), key, token, ttl).await
     }
 
     async fn acquire(&self, key: &str, token: &str, spec: Spec) -> Result<(), String> {

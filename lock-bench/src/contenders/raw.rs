@@ -38,7 +38,7 @@ impl Raw {
         })
     }
 
-    async fn set_nx(
+    pub(super) async fn set_nx(
         mut conn: MultiplexedConnection,
         key: &str,
         token: &str,
