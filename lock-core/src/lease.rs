@@ -70,11 +70,14 @@ pub(crate) struct Shared {
     /// The TTL each extension (manual or automatic) asks for.
     pub ttl: Duration,
     /// Local end of validity: the start of the last successful acquire or extend, plus TTL,
-    /// minus the clock-drift allowance.
+    /// minus the clock-drift allowance. Its mutex also orders the transitions of `lost`
+    /// and `finished` against extensions, so that a renewal reply applied after the lease
+    /// ended (released, dropped or lost) can never make it valid, or a local holder, again.
     valid_until: Mutex<Instant>,
+    /// Sticky: once set, never cleared.
     lost: AtomicBool,
-    /// Set once release has started: the renewer stops renewing.
-    pub finished: AtomicBool,
+    /// Set once release has started (sticky): the renewer stops renewing.
+    finished: AtomicBool,
     lost_signal: Notify,
     local: NameRef,
 }
@@ -179,14 +182,19 @@ impl Lease {
                 &shared.keys.name,
                 backend.extend(&shared.keys, &shared.value, ttl),
             )
-            .await?;
-        if !extended {
+            .await
+            .inspect_err(|err| {
+                // A foreign value sits on the key: our lock is certainly gone.
+                if matches!(err, LockError::WrongType { .. }) {
+                    shared.mark_lost();
+                }
+            })?;
+        if !extended || !shared.extended(started, ttl) {
             shared.mark_lost();
             return Err(LockError::Lost {
                 name: shared.keys.name.clone(),
             });
         }
-        shared.extended(started, ttl);
         Ok(())
     }
 }
@@ -205,7 +213,7 @@ impl Drop for Lease {
             return;
         }
         let shared = Arc::clone(&self.handle.shared);
-        shared.finished.store(true, Ordering::Release);
+        shared.finish();
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             tracing::debug!(name = %shared.keys.name, "lease dropped outside a tokio runtime; its TTL will free it");
             shared.local.clear_holder(shared.serial);
@@ -221,7 +229,7 @@ impl Drop for Lease {
 
 impl Shared {
     async fn release_now(&self) -> Result<bool, LockError> {
-        self.finished.store(true, Ordering::Release);
+        self.finish();
         let backend = self.locker.backend();
         let result = self
             .locker
@@ -237,20 +245,43 @@ impl Shared {
         result
     }
 
-    /// Records a successful extension that was sent at `sent_at`.
-    pub fn extended(&self, sent_at: Instant, ttl: Duration) {
+    /// Marks the lease as ended by its holder (release or drop): no renewal applies to it
+    /// any more.
+    fn finish(&self) {
+        let _transition = self.state_lock();
+        self.finished.store(true, Ordering::Release);
+    }
+
+    /// Applies a successful extension that was sent at `sent_at`, unless the lease has
+    /// ended meanwhile: released, dropped, lost, or past its validity (its holder may
+    /// already have been told it was lost, and loss is final). False when not applied.
+    pub fn extended(&self, sent_at: Instant, ttl: Duration) -> bool {
+        let mut valid_until = self.state_lock();
+        if self.is_finished() || self.is_marked_lost() || Instant::now() >= *valid_until {
+            return false;
+        }
         let until = sent_at + validity(ttl);
-        *self
-            .valid_until
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = until;
+        *valid_until = until;
+        // Under the state lock: a release or loss that follows clears it after this.
         self.local.set_holder(self.serial, until);
+        drop(valid_until);
         // A `lost()` future sleeping until the old deadline must look again.
         self.lost_signal.notify_waiters();
+        true
+    }
+
+    fn state_lock(&self) -> std::sync::MutexGuard<'_, Instant> {
+        self.valid_until
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     pub fn mark_lost(&self) {
-        if !self.lost.swap(true, Ordering::AcqRel) {
+        let newly_lost = {
+            let _transition = self.state_lock();
+            !self.lost.swap(true, Ordering::AcqRel)
+        };
+        if newly_lost {
             crate::metrics::lost(&self.keys.name);
             tracing::warn!(name = %self.keys.name, "lease lost: the lock is no longer held by this holder");
         }
@@ -259,10 +290,7 @@ impl Shared {
     }
 
     pub fn valid_until(&self) -> Instant {
-        *self
-            .valid_until
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+        *self.state_lock()
     }
 
     pub fn acquired_at(&self) -> Instant {

@@ -9,7 +9,7 @@ use tokio::sync::Notify;
 
 use crate::backend::Backend as _;
 use crate::lease::Shared;
-use crate::Locker;
+use crate::{LockError, Locker};
 
 /// Leases are extended once a third of their TTL has passed, so two renewals can fail
 /// before the lease runs out.
@@ -140,13 +140,26 @@ async fn renew(locker: &Locker, renewer: &Renewer, due: Vec<Arc<Shared>>) {
     let mut state = renewer.state.lock().unwrap_or_else(PoisonError::into_inner);
     for (lease, result) in due.iter().zip(results) {
         let next_due = match result {
-            Ok(true) => {
+            Ok(true) if lease.extended(sent_at, lease.ttl) => {
                 crate::metrics::renewal(&lease.keys.name, "renewed");
-                lease.extended(sent_at, lease.ttl);
                 sent_at + lease.ttl / RENEW_AFTER
             }
-            Ok(false) => {
-                // Expired, deleted, or the server restarted empty: tell the holder now.
+            Ok(true) if lease.is_finished() => {
+                // Released or dropped while the renewal was in flight: the release that
+                // follows it on the connection deletes the lock; nothing to apply.
+                continue;
+            }
+            Ok(true) => {
+                // The reply came after the lease's validity had run out locally: its holder
+                // may have been told it was lost, and loss is final. The lock itself goes
+                // when the lease is released or dropped, or after its TTL.
+                crate::metrics::renewal(&lease.keys.name, "lost");
+                lease.mark_lost();
+                continue;
+            }
+            Ok(false) | Err(LockError::WrongType { .. }) => {
+                // Expired, deleted, replaced by a foreign value, or the server restarted
+                // empty: tell the holder now.
                 crate::metrics::renewal(&lease.keys.name, "lost");
                 lease.mark_lost();
                 continue;

@@ -64,8 +64,14 @@ impl<'a> LockRequest<'a> {
     }
 
     /// How long to keep trying while someone else holds the lock. Zero tries once and fails
-    /// with [`LockError::Busy`]; otherwise the request fails with [`LockError::Timeout`]
-    /// when the time is up.
+    /// with [`LockError::Busy`] (that one attempt is bounded by the locker's
+    /// `command_timeout`); otherwise the request fails with [`LockError::Timeout`] when the
+    /// time is up.
+    ///
+    /// The wait is a deadline, also against a slow or stalled server: an attempt still in
+    /// flight when it passes is abandoned, and undone in the background like a cancelled
+    /// acquire, so the request returns within its wait plus the timer's granularity (about
+    /// a millisecond) and never grants a lease after it.
     pub fn wait(mut self, wait: Duration) -> Self {
         self.wait = Some(wait);
         self
@@ -174,6 +180,16 @@ impl<'a> LockRequest<'a> {
     }
 }
 
+/// What one attempt came to.
+enum Tried {
+    /// A lease with validity left, from an attempt that started at this instant.
+    Acquired(Instant),
+    /// Busy, or a grant that came too late and was given back.
+    NotYet,
+    /// The request's deadline passed with the attempt in flight; it was abandoned.
+    OutOfTime,
+}
+
 /// What the last busy attempt said about the holder.
 #[derive(Debug, Default)]
 struct Busy {
@@ -200,14 +216,19 @@ struct Acquire<'a> {
 impl Acquire<'_> {
     async fn run(mut self, wait: Duration) -> Result<Lease, LockError> {
         let deadline = self.begun + wait;
+        // A waiting request's attempts end at its deadline; a try (wait zero) has only the
+        // command timeout, or it could never make its one attempt.
+        let bound = (!wait.is_zero()).then_some(deadline);
         let local = self.locker.local().get(&self.keys.name);
         // Fast path: try once straight away, unless a lease of this locker holds the name (no
         // need to ask Redis) or this locker's waiters are queued for it (a newcomer must not
         // barge in ahead of them).
         let held_here = local.local_holder_until().is_some();
         if wait.is_zero() || !(local.has_queue() || held_here) {
-            if let Some(started) = self.attempt().await? {
-                return Ok(self.grant(started, local));
+            match self.attempt(bound).await? {
+                Tried::Acquired(started) => return Ok(self.grant(started, local)),
+                Tried::OutOfTime => return Err(self.timeout()),
+                Tried::NotYet => {}
             }
             if wait.is_zero() {
                 return Err(self.busy());
@@ -226,6 +247,10 @@ impl Acquire<'_> {
         let mut subscribed_once = false;
         let mut backoff = Backoff::new(false);
         loop {
+            // Nothing starts after the deadline, whatever woke this waiter.
+            if Instant::now() >= deadline {
+                return Err(self.timeout());
+            }
             // Armed before looking, so that a release between the look and the wait still
             // wakes this waiter.
             let released = local.released.notified();
@@ -242,12 +267,16 @@ impl Acquire<'_> {
                 };
                 holder_until.min(deadline)
             } else {
-                if let Some(started) = self.attempt().await? {
-                    // Record the new holder before leaving the queue, so that the next in
-                    // line waits for its release instead of asking Redis.
-                    let lease = self.grant(started, local.clone());
-                    drop((turn, queued, subscription));
-                    return Ok(lease);
+                match self.attempt(bound).await? {
+                    Tried::Acquired(started) => {
+                        // Record the new holder before leaving the queue, so that the next in
+                        // line waits for its release instead of asking Redis.
+                        let lease = self.grant(started, local.clone());
+                        drop((turn, queued, subscription));
+                        return Ok(lease);
+                    }
+                    Tried::OutOfTime => return Err(self.timeout()),
+                    Tried::NotYet => {}
                 }
                 if !subscribed_once {
                     // Held elsewhere: from now on, learn of its release by notification.
@@ -273,9 +302,6 @@ impl Acquire<'_> {
                 () = released => {}
                 () = tokio::time::sleep_until(pause_until.into()) => {}
             }
-            if Instant::now() >= deadline && local.local_holder_until().is_some() {
-                return Err(self.timeout());
-            }
         }
     }
 
@@ -293,18 +319,23 @@ impl Acquire<'_> {
         }
     }
 
-    /// One attempt; the time it started when it acquired a lease with validity left.
-    async fn attempt(&mut self) -> Result<Option<Instant>, LockError> {
+    /// One attempt, abandoned at `bound` if it is still in flight then (dropping a backend's
+    /// acquire undoes whatever it may have set).
+    async fn attempt(&mut self, bound: Option<Instant>) -> Result<Tried, LockError> {
         self.attempts += 1;
         let started = Instant::now();
         let backend = self.locker.backend();
-        let attempt = self
-            .locker
-            .run(
-                &self.keys.name,
-                backend.acquire(&self.keys, &self.value, self.ttl, self.fencing),
-            )
-            .await?;
+        let call = self.locker.run(
+            &self.keys.name,
+            backend.acquire(&self.keys, &self.value, self.ttl, self.fencing),
+        );
+        let attempt = match bound {
+            None => call.await?,
+            Some(deadline) => match tokio::time::timeout_at(deadline.into(), call).await {
+                Ok(attempt) => attempt?,
+                Err(_) => return Ok(Tried::OutOfTime),
+            },
+        };
         match attempt {
             Attempt::Acquired { fencing_token } => {
                 let took = started.elapsed();
@@ -312,16 +343,14 @@ impl Acquire<'_> {
                 if !trusted.is_zero() && took >= trusted {
                     // The answer came back after the lease had run out (a slow network or
                     // server): such a lease protects nothing. Give it back and treat the
-                    // attempt as failed, as Redlock does.
-                    let _ = self
-                        .locker
-                        .run(&self.keys.name, backend.release(&self.keys, &self.value))
-                        .await;
+                    // attempt as failed, as Redlock does. The give-back runs in a task of
+                    // its own, so that dropping this request cannot cut it short.
+                    self.give_back();
                     self.expired_grant = Some(took);
-                    return Ok(None);
+                    return Ok(Tried::NotYet);
                 }
                 self.fencing_token = fencing_token;
-                Ok(Some(started))
+                Ok(Tried::Acquired(started))
             }
             Attempt::Busy {
                 remaining,
@@ -334,9 +363,29 @@ impl Acquire<'_> {
                         .and_then(|v| decode_value(v).1)
                         .map(str::to_owned),
                 };
-                Ok(None)
+                Ok(Tried::NotYet)
             }
         }
+    }
+
+    /// Deletes this request's value from the lock in the background (compare-and-delete:
+    /// nobody else's lock is touched). The TTL frees it if this fails.
+    fn give_back(&self) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let locker = self.locker.clone();
+        let keys = self.keys.clone();
+        let value = self.value.clone();
+        runtime.spawn(async move {
+            let backend = locker.backend();
+            let given_back = locker
+                .run(&keys.name, backend.release(&keys, &value))
+                .await;
+            if let Err(err) = given_back {
+                tracing::debug!(name = %keys.name, %err, "giving back a late grant failed; the TTL will free the lock");
+            }
+        });
     }
 
     fn grant(self, attempt_started: Instant, local: NameRef) -> Lease {

@@ -77,7 +77,15 @@ impl Harness {
     }
 
     pub fn redlock_of(n: usize) -> Harness {
-        let nodes: Vec<RedisServer> = (0..n).map(|_| RedisServer::start()).collect();
+        Harness::redlock_on((0..n).map(|_| RedisServer::start()).collect())
+    }
+
+    /// Redlock over `n` servers that accept `DEBUG` (for stalls).
+    pub fn redlock_debuggable(n: usize) -> Harness {
+        Harness::redlock_on((0..n).map(|_| RedisServer::start_debuggable()).collect())
+    }
+
+    fn redlock_on(nodes: Vec<RedisServer>) -> Harness {
         Harness {
             locker: Harness::redlock_locker(&nodes),
             server: None,

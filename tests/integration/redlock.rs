@@ -115,26 +115,14 @@ async fn the_delayed_restart_rule_keeps_mutual_exclusion() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_node_costs_at_most_the_node_timeout() {
-    let h = Harness::redlock_of(3);
-    // Connect to every node first, then pause one (DEBUG SLEEP blocks it) and lock on the
-    // others: the operation waits for the fastest majority, at most the node deadline for
-    // the sleeping node, never for the sleep itself.
+    let h = Harness::redlock_debuggable(3);
+    // Connect to every node first, then stall one (DEBUG SLEEP blocks it; `stall` fails the
+    // test if the server refuses it) and lock on the others: the operation waits for the
+    // fastest majority, at most the node deadline for the sleeping node, never for the
+    // sleep itself.
     let warm = h.locker.try_lock("slow", SECOND).await.expect("acquire");
     warm.release().await.expect("release");
-    let slow = h.nodes[0].url();
-    let sleeper = tokio::spawn(async move {
-        let client = redis::Client::open(slow).expect("client");
-        let mut conn = client
-            .get_multiplexed_async_connection()
-            .await
-            .expect("connect");
-        let _: Result<(), _> = redis::cmd("DEBUG")
-            .arg("SLEEP")
-            .arg("3")
-            .query_async(&mut conn)
-            .await;
-    });
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    let sleeper = h.nodes[0].stall(3 * SECOND);
     let started = Instant::now();
     let lease = h
         .locker
@@ -146,5 +134,37 @@ async fn a_slow_node_costs_at_most_the_node_timeout() {
         "did not wait out the 3 s sleep (node deadline 500 ms)"
     );
     lease.release().await.expect("release");
-    sleeper.await.expect("join");
+    sleeper.join().expect("the node slept");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_foreign_value_on_one_node_fails_the_attempt_and_leaves_nothing_behind() {
+    // Regression (issue 13): the WRONGTYPE answer of one node was returned before the
+    // clean-up, so the other nodes kept this attempt's value for the whole TTL and every
+    // later acquire was "busy, held by" this very process.
+    let h = Harness::redlock_of(3);
+    assert!(h.nodes[2]
+        .command(&["HSET", "lock:{job}", "field", "value"])
+        .starts_with(':'));
+    for wait in [Duration::ZERO, Duration::from_millis(300)] {
+        match h.locker.lock("job").ttl(60 * SECOND).wait(wait).await {
+            Err(LockError::WrongType { name, .. }) => assert_eq!(name, "job"),
+            other => panic!("wait {wait:?}: expected WrongType, got {other:?}"),
+        }
+        for (i, node) in h.nodes[..2].iter().enumerate() {
+            assert_eq!(
+                node.command(&["EXISTS", "lock:{job}"]),
+                ":0\r\n",
+                "wait {wait:?}: node {i} kept the failed attempt's value"
+            );
+        }
+    }
+    assert!(h.nodes[2].command(&["TYPE", "lock:{job}"]).contains("hash"));
+    assert!(h.nodes[2].command(&["DEL", "lock:{job}"]).starts_with(":1"));
+    let lease = h
+        .second_locker()
+        .try_lock("job", SECOND)
+        .await
+        .expect("free once the foreign value is gone");
+    lease.release().await.expect("release");
 }

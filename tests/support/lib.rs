@@ -53,6 +53,45 @@ impl RedisServer {
         RedisServer::launch(config, false)
     }
 
+    /// Starts a server that accepts `DEBUG` (off by default since Redis 7), for tests that
+    /// stall it with [`RedisServer::stall`].
+    pub fn start_debuggable() -> RedisServer {
+        RedisServer::start_with(&["enable-debug-command yes"])
+    }
+
+    /// Stalls the server for `duration` with `DEBUG SLEEP` (it answers nothing meanwhile;
+    /// commands sent to it queue up), from a thread of its own. Returns once the server has
+    /// received the command; join the handle to wait for the stall to end. The server must
+    /// come from [`RedisServer::start_debuggable`]: the thread panics if DEBUG is refused.
+    pub fn stall(&self, duration: Duration) -> std::thread::JoinHandle<()> {
+        let addr = self.addr();
+        let seconds = format!("{:.3}", duration.as_secs_f64());
+        let (sent, was_sent) = std::sync::mpsc::channel();
+        let handle = std::thread::spawn(move || {
+            let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2))
+                .unwrap_or_else(|err| panic!("cannot connect to stall {addr}: {err}"));
+            stream
+                .set_read_timeout(Some(duration + Duration::from_secs(10)))
+                .expect("read timeout");
+            let request = format!(
+                "*3\r\n$5\r\nDEBUG\r\n$5\r\nSLEEP\r\n${}\r\n{seconds}\r\n",
+                seconds.len()
+            );
+            stream
+                .write_all(request.as_bytes())
+                .expect("send DEBUG SLEEP");
+            let _ = sent.send(());
+            let mut reply = [0u8; 256];
+            let n = stream.read(&mut reply).expect("DEBUG SLEEP reply");
+            let reply = String::from_utf8_lossy(&reply[..n]);
+            assert!(reply.starts_with("+OK"), "DEBUG SLEEP refused: {reply}");
+        });
+        let _ = was_sent.recv();
+        // The command is on the wire; give the server a moment to start sleeping on it.
+        std::thread::sleep(Duration::from_millis(20));
+        handle
+    }
+
     /// Starts a Redis Sentinel watching the master at `master_port` under the name `master`,
     /// quick to act (down after 1 s) so failover tests stay short.
     pub fn start_sentinel(master: &str, master_port: u16) -> RedisServer {

@@ -120,9 +120,18 @@ impl Backend for Redlock {
         let results = self
             .on_all(&keys.name, |node| node.acquire(keys, value, ttl, fencing))
             .await;
+        // From here on our value may sit on some nodes: if this future is dropped before it
+        // decides (a caller's deadline, a cancelled request), they are cleaned up anyway.
+        let undo = UndoOnDrop {
+            nodes: self,
+            keys,
+            value,
+            armed: true,
+        };
         let mut acquired = 0;
         let mut token = 0u64;
         let mut busy = None;
+        let mut wrong_type = None;
         let mut failures = Vec::new();
         for result in results {
             match result {
@@ -131,22 +140,31 @@ impl Backend for Redlock {
                     token = token.max(fencing_token.unwrap_or(0));
                 }
                 Ok(attempt @ Attempt::Busy { .. }) => busy = busy.or(Some(attempt)),
-                // A foreign value on a node is the caller's problem, not a vote.
-                Err(err @ LockError::WrongType { .. }) => return Err(err),
+                // A foreign value on a node is the caller's problem, not a vote; it fails
+                // the attempt, which still undoes what it set on the other nodes below.
+                Err(err @ LockError::WrongType { .. }) => wrong_type = wrong_type.or(Some(err)),
                 Err(err) => failures.push(err),
             }
         }
         let valid = started.elapsed() + drift(ttl) < ttl;
-        if acquired >= self.quorum()
+        if wrong_type.is_none()
+            && acquired >= self.quorum()
             && valid
             && (!fencing || self.write_back_fence(keys, token).await)
         {
+            undo.disarm();
             return Ok(Attempt::Acquired {
                 fencing_token: fencing.then_some(token),
             });
         }
-        // Not granted: take our value back from every node, whatever it answered.
-        let _ = self.release(keys, value).await;
+        // Not granted: take our value back from every node, whatever it answered, before
+        // saying so (a node missed here is left to the undo and, at worst, to the TTL).
+        if self.release(keys, value).await.is_ok() {
+            undo.disarm();
+        }
+        if let Some(err) = wrong_type {
+            return Err(err);
+        }
         if let Some(busy) = busy {
             return Ok(busy);
         }
@@ -237,6 +255,36 @@ impl Backend for Redlock {
             remaining: None,
             fencing_counter,
         })
+    }
+}
+
+/// Deletes this attempt's value from every node in the background when the attempt is
+/// dropped before it decided. Each node's delete follows that node's SET on the same
+/// connection, so it cannot arrive first.
+struct UndoOnDrop<'a> {
+    nodes: &'a Redlock,
+    keys: &'a LockKeys,
+    value: &'a str,
+    armed: bool,
+}
+
+impl UndoOnDrop<'_> {
+    fn disarm(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for UndoOnDrop<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return; // no runtime to run the undo on; the TTL will clean up
+        };
+        for node in &self.nodes.nodes {
+            node.release_in_background(&runtime, self.keys, self.value);
+        }
     }
 }
 

@@ -171,6 +171,37 @@ impl Scripted {
             })
     }
 
+    /// Compare-and-deletes `value` in a task of its own, for an attempt that was abandoned
+    /// after its SET may have been sent: the delete is queued behind it on the shared
+    /// connection. Best effort; the TTL frees the lock if it fails.
+    pub fn release_in_background(
+        &self,
+        runtime: &tokio::runtime::Handle,
+        keys: &LockKeys,
+        value: &str,
+    ) {
+        let conn = self.conn.clone();
+        let mode = self.mode;
+        let keys = keys.clone();
+        let value = value.to_owned();
+        runtime.spawn(async move {
+            let undone = match conn.get(&keys.name).await {
+                Ok(lent) => {
+                    let mut conn = lent.conn.clone();
+                    RELEASE
+                        .run::<i64>(mode, &mut conn, &[&keys.lock], &[value.as_bytes()])
+                        .await
+                        .map(drop)
+                        .map_err(|err| err.to_string())
+                }
+                Err(err) => Err(err.to_string()),
+            };
+            if let Err(err) = undone {
+                tracing::debug!(key = %keys.lock, %err, "undo of an abandoned acquire failed; the TTL will free the lock");
+            }
+        });
+    }
+
     /// Runs a script on the shared connection, retiring the connection if it broke.
     async fn run<T: FromRedisValue>(
         &self,

@@ -197,7 +197,13 @@ async fn compare_and(
             return Ok(true);
         }
     }
-    Ok(false)
+    // Every EXEC was aborted by a write to the key, yet every look found our value: the
+    // lock may well still be ours, so "not held" would be a lie that marks the lease lost.
+    // An error leaves the decision to the caller (the renewer retries; the TTL bounds it).
+    Err(LockError::connection(
+        &keys.name,
+        format!("the key kept changing under WATCH ({MAX_OPTIMISTIC_RETRIES} aborted transactions in a row)"),
+    ))
 }
 
 /// Deletes a lock taken for a caller who is no longer there to receive it.

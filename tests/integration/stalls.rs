@@ -1,0 +1,122 @@
+//! A server that stops answering for a while (`DEBUG SLEEP`): commands sent meanwhile stay
+//! in flight, which makes races between them deterministic.
+
+use std::time::{Duration, Instant};
+
+use lock_core::{LockError, Locker, Protocol};
+use lock_tests::RedisServer;
+
+use crate::harness::{Harness, NO_SCRIPTING};
+
+const SECOND: Duration = Duration::from_secs(1);
+
+/// Regression (issue 13): an auto-renewal in flight while the lease was released re-installed
+/// it as this locker's local holder once its `OK` arrived, after the release had cleared it.
+/// Local waiters then trusted that phantom holder (the key gone from Redis) until its
+/// validity ended, and timed out naming this process. Reproduced in about half the trials
+/// before the fix; a finished lease must never become a holder again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewal_in_flight_at_release_never_reinstates_the_lease() {
+    let server = RedisServer::start_debuggable();
+    let locker = Locker::from_url(&server.url()).expect("locker");
+    let ttl = Duration::from_millis(1500);
+    for trial in 0..8 {
+        let name = format!("renewed:{trial}");
+        let lease = locker
+            .lock(name.as_str())
+            .ttl(ttl)
+            .auto_renew()
+            .await
+            .expect("acquire");
+        let acquired = lease.acquired_at();
+        // A watcher keeps a view of the lease, as a task waiting on `lost()` would.
+        let watcher = lease.handle();
+        // The renewal is due a third of the TTL after the acquisition (500 ms): stall the
+        // server from 400 to 800 ms so that the renewal and then the release (at 600 ms) are
+        // both queued behind the stall and answered together.
+        tokio::time::sleep_until((acquired + Duration::from_millis(400)).into()).await;
+        let stall = server.stall(Duration::from_millis(400));
+        tokio::time::sleep_until((acquired + Duration::from_millis(600)).into()).await;
+        // On a worker thread of its own, as a request handler's release would be.
+        let released = tokio::spawn(async move {
+            if trial % 2 == 0 {
+                assert!(lease.release().await.expect("release"), "trial {trial}");
+            } else {
+                drop(lease);
+            }
+        });
+        tokio::task::spawn_blocking(move || stall.join())
+            .await
+            .expect("join")
+            .expect("the server slept");
+        released.await.expect("release task");
+        // Give the dropped lease's background release and the renewal's reply time to land.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(
+            server.command(&["EXISTS", &format!("lock:{{{name}}}")]),
+            ":0\r\n",
+            "trial {trial}: the lock is gone from Redis"
+        );
+        // A phantom local holder would make this wait for its validity (about 2 s).
+        let next = locker
+            .lock(name.as_str())
+            .wait(Duration::from_millis(500))
+            .await
+            .unwrap_or_else(|err| panic!("trial {trial}: the free lock was refused: {err}"));
+        assert!(next.release().await.expect("release"));
+        drop(watcher);
+    }
+}
+
+/// Regression (issue 13): an attempt started before the deadline was not bounded by it, so
+/// `wait(200ms)` against a stalled server returned only when the server answered (up to
+/// the command timeout, 3 s by default).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wait_is_a_deadline_against_a_stalled_server() {
+    let mut config: Vec<&str> = NO_SCRIPTING.to_vec();
+    config.push("enable-debug-command yes");
+    for protocol in [Protocol::Scripts, Protocol::Transactions] {
+        let server = match protocol {
+            Protocol::Transactions => RedisServer::start_with(&config),
+            _ => RedisServer::start_debuggable(),
+        };
+        let locker = Harness::locker_for(&server, protocol);
+        // Connect first: the stall must hit a lock command, not the connection set-up.
+        let warm = locker.try_lock("deadline", SECOND).await.expect("warm up");
+        assert!(warm.release().await.expect("release"));
+
+        let stall = server.stall(Duration::from_millis(1500));
+        let started = Instant::now();
+        let result = locker
+            .lock("deadline")
+            .ttl(5 * SECOND)
+            .wait(Duration::from_millis(200))
+            .await;
+        let took = started.elapsed();
+        match result {
+            Err(LockError::Timeout { name, .. }) => assert_eq!(name, "deadline"),
+            other => panic!("{protocol:?}: expected Timeout, got {other:?}"),
+        }
+        // The stall lasts 1.5 s: returning before it ends shows the attempt was abandoned
+        // at the deadline rather than waited out.
+        assert!(
+            took < Duration::from_millis(1200),
+            "{protocol:?}: wait(200ms) returned after {took:?}"
+        );
+        tokio::task::spawn_blocking(move || stall.join())
+            .await
+            .expect("join")
+            .expect("the server slept");
+        // The abandoned attempt's SET reaches the server when it wakes, and its undo right
+        // after: the lock is free again long before its 5 s TTL.
+        let other = Harness::locker_for(&server, protocol);
+        let lease = other
+            .lock("deadline")
+            .wait(2 * SECOND)
+            .await
+            .unwrap_or_else(|err| {
+                panic!("{protocol:?}: the abandoned attempt was not undone: {err}")
+            });
+        assert!(lease.release().await.expect("release"));
+    }
+}
