@@ -46,6 +46,18 @@ impl LockKeys {
         format!("{}:fence", self.lock)
     }
 
+    /// `<prefix>{<name>}:q`: the waiter queue (a sorted set of waiting Lockers' channels, in
+    /// arrival order). Exists only while someone waits.
+    pub fn queue(&self) -> String {
+        format!("{}:q", self.lock)
+    }
+
+    /// `<prefix>{<name>}:qe`: the queue's entries (until when each waiter counts, and the
+    /// value the lock is reserved with for it).
+    pub fn queue_entries(&self) -> String {
+        format!("{}:qe", self.lock)
+    }
+
     /// `<prefix>{<name>}:released`: the pub/sub channel releases are announced on. The
     /// release script derives the same name from the lock key itself.
     pub fn channel(&self) -> String {
@@ -118,6 +130,8 @@ mod tests {
         assert_eq!(keys.lock, "lock:{market:7}");
         assert_eq!(keys.fence(), "lock:{market:7}:fence");
         assert_eq!(keys.channel(), "lock:{market:7}:released");
+        assert_eq!(keys.queue(), "lock:{market:7}:q");
+        assert_eq!(keys.queue_entries(), "lock:{market:7}:qe");
     }
 
     #[test]

@@ -107,6 +107,7 @@ pub mod metrics;
 mod notifier;
 mod renew;
 mod request;
+mod signal;
 mod token;
 mod wait;
 #[cfg(feature = "tower")]

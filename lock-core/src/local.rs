@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
-use tokio::sync::Notify;
+use crate::signal::Wake;
 
 /// Independent shards so that tasks locking different names rarely meet on one mutex.
 const SHARDS: usize = 16;
@@ -30,9 +30,10 @@ pub(crate) struct NameState {
     pub gate: tokio::sync::Mutex<()>,
     /// Waiters queued on (or holding) the gate.
     queued: AtomicUsize,
-    /// Fired when a lease of this name is released here, or when Redis reports a release
-    /// (through the notifier), or when the notifier lost messages.
-    pub released: Arc<Notify>,
+    /// Fired when a lease of this name is released here, or when Redis reports a release or
+    /// a turn in the waiter queue (through the notifier), or when the notifier lost
+    /// messages.
+    pub released: Arc<Wake>,
     /// The lease of this locker holding the name, if any: its serial and validity end.
     holder: Mutex<Option<(u64, Instant)>>,
 }
@@ -106,6 +107,11 @@ impl NameState {
         self.queued.load(Ordering::Acquire) > 0
     }
 
+    /// How many waiters of this locker are queued for the name (the caller included).
+    pub fn queued(&self) -> usize {
+        self.queued.load(Ordering::Acquire)
+    }
+
     /// Joins the queue; the returned guard leaves it.
     pub fn enqueue(&self) -> Queued<'_> {
         self.queued.fetch_add(1, Ordering::AcqRel);
@@ -125,7 +131,7 @@ impl NameState {
                 *holder = None;
             }
         }
-        self.released.notify_waiters();
+        self.released.wake();
     }
 
     /// When a lease of this locker holds the name: the end of its validity.

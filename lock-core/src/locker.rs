@@ -65,6 +65,10 @@ pub(crate) struct Inner {
     /// Release notifications; `None` when the locker has no URL to open a pub/sub
     /// connection with (built from a pool) or needs none (memory).
     notifier: Option<Notifier>,
+    /// Waiters stand in the lock's Redis-side queue and are told their turn on the
+    /// notifier's own channel (one Redis or a Cluster, on Lua scripts, with a notifier);
+    /// otherwise they subscribe to each lock's release channel, or poll.
+    queued_waits: bool,
     renewer: Renewer,
 }
 
@@ -280,13 +284,24 @@ impl Locker {
         self.inner.notifier.as_ref()
     }
 
+    /// The notifier, when waiters use the Redis-side waiter queue.
+    pub(crate) fn queue_notifier(&self) -> Option<&Notifier> {
+        self.inner
+            .notifier
+            .as_ref()
+            .filter(|_| self.inner.queued_waits)
+    }
+
     fn with_backend(backend: AnyBackend, settings: Settings, notifier: Option<Notifier>) -> Locker {
+        // The queue needs the scripts, and a channel to be told on.
+        let queued_waits = notifier.is_some() && matches!(backend, AnyBackend::Scripted(_));
         Locker {
             inner: Arc::new(Inner {
                 backend,
                 settings,
                 local: Arc::default(),
                 notifier,
+                queued_waits,
                 renewer: Renewer::default(),
             }),
         }
@@ -617,11 +632,11 @@ impl LockerBuilder {
                 let url =
                     std::env::var(REDIS_URL_ENV).unwrap_or_else(|_| DEFAULT_REDIS_URL.to_owned());
                 let (pool, client) = build_pool(&url, self.pool_size, self.command_timeout)?;
-                (pool, Some(Notifier::new(client)))
+                (pool, Some(Notifier::new(client, own_channel(&settings))))
             }
             Store::Url(url) => {
                 let (pool, client) = build_pool(&url, self.pool_size, self.command_timeout)?;
-                (pool, Some(Notifier::new(client)))
+                (pool, Some(Notifier::new(client, own_channel(&settings))))
             }
         };
         let backend = match self.protocol {
@@ -656,14 +671,19 @@ impl LockerBuilder {
         for url in urls {
             let (pool, client) = build_pool(url, self.pool_size, self.command_timeout)?;
             first_client.get_or_insert(client);
-            nodes.push(Scripted::new(
-                SharedConnection::new(Source::Pool(pool), self.command_timeout),
-                self.script_mode,
-            ));
+            nodes.push(
+                Scripted::new(
+                    SharedConnection::new(Source::Pool(pool), self.command_timeout),
+                    self.script_mode,
+                )
+                .announcing_releases(),
+            );
         }
-        // Releases are published on every node; listening to one is enough, and if it is
-        // down, waiters fall back to timed retries.
-        let notifier = first_client.map(Notifier::new);
+        // No waiter queue over independent nodes (each would hand the lock to its own head,
+        // and no head might reach a majority): releases are announced on every node, and
+        // listening to one is enough; if it is down, waiters fall back to timed retries.
+        let channel = own_channel(&settings);
+        let notifier = first_client.map(|client| Notifier::new(client, channel));
         let backend = AnyBackend::Redlock(Redlock::new(nodes, self.node_timeout));
         Ok(Locker::with_backend(backend, settings, notifier))
     }
@@ -679,7 +699,9 @@ impl LockerBuilder {
         // PUBLISH reaches every node of a cluster, so one node's subscription hears all
         // releases; if that node goes, waiters fall back to timed retries.
         let notifier = match seeds.first() {
-            Some(seed) => redis::Client::open(seed.as_str()).ok().map(Notifier::new),
+            Some(seed) => redis::Client::open(seed.as_str())
+                .ok()
+                .map(|client| Notifier::new(client, own_channel(&settings))),
             None => None,
         };
         let conn = SharedConnection::new(Source::Cluster(Box::new(client)), self.command_timeout);
@@ -746,6 +768,13 @@ impl LockerBuilder {
             command_timeout: self.command_timeout,
         }
     }
+}
+
+/// A channel name of this Locker's own (`<prefix>waiters:<random>`): its name in waiter
+/// queues, where its turns are announced. Not a secret: a forged message only makes a
+/// waiter look at Redis once more.
+fn own_channel(settings: &Settings) -> String {
+    format!("{}waiters:{:016x}", settings.prefix, fastrand::u64(..))
 }
 
 /// The pool for lock commands, and a client for the pub/sub connection.

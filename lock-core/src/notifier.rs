@@ -1,11 +1,16 @@
-//! Release notifications from Redis: one pub/sub connection per `Locker`, shared by all of
-//! its waiters.
+//! Notifications from Redis: one pub/sub connection per `Locker`, shared by all of its
+//! waiters, in one of two ways.
 //!
-//! The release script publishes on `<lock key>:released`. A waiter subscribes to its lock's
-//! channel (reference-counted: the first waiter on a name sends SUBSCRIBE, the last one to
-//! leave sends UNSUBSCRIBE) and is woken through the name's local signal. If the pub/sub
-//! connection drops, every waiter is woken (messages may have been lost, so they look again)
-//! and the connection is re-opened and re-subscribed by itself.
+//! - The waiter queue (one Redis, Cluster): the Locker subscribes once to a channel of its
+//!   own, and the scripts publish `<kind>:<ms>:<lock key>` there when it is this Locker's
+//!   turn (see the crate docs, "Waiting"). A waiter registers its interest in a lock key
+//!   locally ([`Notifier::listen`]): no Redis call after the first SUBSCRIBE.
+//! - Broadcast (Redlock, WATCH/MULTI): the release publishes on `<lock key>:released`, and a
+//!   waiter subscribes to that channel (reference-counted: the first waiter on a name sends
+//!   SUBSCRIBE, the last one to leave sends UNSUBSCRIBE).
+//!
+//! If the pub/sub connection drops, every waiter is woken (messages may have been lost, so
+//! they look again) and the connection is re-opened and re-subscribed by itself.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -14,7 +19,8 @@ use std::time::Duration;
 use futures_util::future::BoxFuture;
 use futures_util::StreamExt as _;
 use redis::aio::PubSubSink;
-use tokio::sync::Notify;
+
+use crate::signal::{parse_message, Wake};
 
 /// The channel a lock's releases are published on.
 pub(crate) fn channel_of(lock_key: &str) -> String {
@@ -28,8 +34,13 @@ pub(crate) struct Notifier {
 
 struct Inner {
     client: redis::Client,
-    /// Wanted subscriptions: channel -> (number of waiters, their signal).
-    wanted: Mutex<HashMap<String, (usize, Arc<Notify>)>>,
+    /// This Locker's own channel, for waiter-queue messages.
+    own_channel: String,
+    /// Wanted subscriptions: channel -> (number of waiters, their signal). The own channel
+    /// joins at the first `listen` and stays.
+    wanted: Mutex<HashMap<String, (usize, Arc<Wake>)>>,
+    /// Lock keys this Locker waits for in a waiter queue -> (number of waiters, signal).
+    interests: Mutex<HashMap<String, (usize, Arc<Wake>)>>,
     /// The connection and what it is actually subscribed to. An async mutex: SUBSCRIBE and
     /// UNSUBSCRIBE for one channel must reach Redis in the order they were decided.
     link: tokio::sync::Mutex<Link>,
@@ -47,15 +58,59 @@ pub(crate) struct Subscription {
     channel: String,
 }
 
+/// A waiter's interest in the queue messages of one lock; dropping it withdraws it.
+pub(crate) struct Interest {
+    notifier: Notifier,
+    lock_key: String,
+}
+
 impl Notifier {
-    pub fn new(client: redis::Client) -> Notifier {
+    /// A notifier whose own channel (for waiter-queue messages) is `own_channel`.
+    pub fn new(client: redis::Client, own_channel: String) -> Notifier {
         Notifier {
             inner: Arc::new(Inner {
                 client,
+                own_channel,
                 wanted: Mutex::new(HashMap::new()),
+                interests: Mutex::new(HashMap::new()),
                 link: tokio::sync::Mutex::new(Link::default()),
             }),
         }
+    }
+
+    /// This Locker's channel: the name it stands under in waiter queues.
+    pub fn own_channel(&self) -> &str {
+        &self.inner.own_channel
+    }
+
+    /// Routes the queue messages about `lock_key` to `signal`; returns once the Locker's
+    /// channel is subscribed (a round trip the first time, free afterwards), so that no
+    /// message published after this point is missed.
+    pub async fn listen(&self, lock_key: &str, signal: &Arc<Wake>) -> redis::RedisResult<Interest> {
+        {
+            let mut interests = self.interests();
+            let entry = interests
+                .entry(lock_key.to_owned())
+                .or_insert_with(|| (0, Arc::clone(signal)));
+            entry.0 += 1;
+        }
+        let interest = Interest {
+            notifier: self.clone(),
+            lock_key: lock_key.to_owned(),
+        };
+        let own = &self.inner.own_channel;
+        self.wanted()
+            .entry(own.clone())
+            .or_insert_with(|| (1, Arc::default()));
+        self.reconcile(own).await?;
+        Ok(interest)
+    }
+
+    fn interests(&self) -> std::sync::MutexGuard<'_, HashMap<String, (usize, Arc<Wake>)>> {
+        self.inner
+            .interests
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Subscribes `signal` to `channel`; returns once Redis has confirmed the subscription,
@@ -63,7 +118,7 @@ impl Notifier {
     pub async fn subscribe(
         &self,
         channel: &str,
-        signal: &Arc<Notify>,
+        signal: &Arc<Wake>,
     ) -> redis::RedisResult<Subscription> {
         {
             let mut wanted = self.wanted();
@@ -80,7 +135,7 @@ impl Notifier {
         Ok(subscription)
     }
 
-    fn wanted(&self) -> std::sync::MutexGuard<'_, HashMap<String, (usize, Arc<Notify>)>> {
+    fn wanted(&self) -> std::sync::MutexGuard<'_, HashMap<String, (usize, Arc<Wake>)>> {
         self.inner
             .wanted
             .lock()
@@ -140,14 +195,33 @@ impl Notifier {
         tokio::spawn(async move {
             while let Some(message) = stream.next().await {
                 let Some(inner) = weak.upgrade() else { return };
+                let channel = message.get_channel_name();
+                if channel == inner.own_channel {
+                    let payload: String = message.get_payload().unwrap_or_default();
+                    let Some((lock_key, hint)) = parse_message(&payload) else {
+                        continue;
+                    };
+                    let signal = inner
+                        .interests
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .get(lock_key)
+                        .map(|(_, signal)| Arc::clone(signal));
+                    // No local waiter any more: the reservation lapses after its window,
+                    // or the waiter that left already passed it on.
+                    if let Some(signal) = signal {
+                        signal.post(hint);
+                    }
+                    continue;
+                }
                 let signal = inner
                     .wanted
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner)
-                    .get(message.get_channel_name())
+                    .get(channel)
                     .map(|(_, signal)| Arc::clone(signal));
                 if let Some(signal) = signal {
-                    signal.notify_waiters();
+                    signal.wake();
                 }
             }
             // The connection is gone: releases may have been missed. Wake everyone so they
@@ -167,7 +241,10 @@ impl Notifier {
 
     fn wake_all(&self) {
         for (_, signal) in self.wanted().values() {
-            signal.notify_waiters();
+            signal.wake();
+        }
+        for (_, signal) in self.interests().values() {
+            signal.wake();
         }
     }
 
@@ -225,6 +302,19 @@ impl Drop for Subscription {
     }
 }
 
+impl Drop for Interest {
+    fn drop(&mut self) {
+        let mut interests = self.notifier.interests();
+        match interests.get_mut(&self.lock_key) {
+            Some(entry) if entry.0 > 1 => entry.0 -= 1,
+            Some(_) => {
+                interests.remove(&self.lock_key);
+            }
+            None => {}
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -236,8 +326,11 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn subscriptions_are_counted_per_channel_and_dropped_with_the_last_waiter() {
         let server = lock_tests::RedisServer::start();
-        let notifier = Notifier::new(redis::Client::open(server.url()).unwrap());
-        let signal = Arc::new(Notify::new());
+        let notifier = Notifier::new(
+            redis::Client::open(server.url()).unwrap(),
+            "lock:waiters:test".into(),
+        );
+        let signal = Arc::new(Wake::default());
         let first = notifier
             .subscribe("lock:{a}:released", &signal)
             .await
@@ -284,8 +377,11 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_lost_connection_wakes_waiters_and_resubscribes() {
         let mut server = lock_tests::RedisServer::start();
-        let notifier = Notifier::new(redis::Client::open(server.url()).unwrap());
-        let signal = Arc::new(Notify::new());
+        let notifier = Notifier::new(
+            redis::Client::open(server.url()).unwrap(),
+            "lock:waiters:test".into(),
+        );
+        let signal = Arc::new(Wake::default());
         let _sub = notifier
             .subscribe("lock:{b}:released", &signal)
             .await

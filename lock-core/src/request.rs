@@ -6,11 +6,12 @@ use std::time::{Duration, Instant};
 
 use tracing::Instrument as _;
 
-use crate::backend::{Attempt, Backend as _};
+use crate::backend::{Attempt, AttemptKind, Backend as _, Place, Waiter, CLAIM_WINDOW};
 use crate::key::{validate_ttl, validate_wait, LockKeys};
 use crate::lease::{validity, Grant, Renewal};
 use crate::local::NameRef;
-use crate::notifier::Subscription;
+use crate::notifier::{Interest, Subscription};
+use crate::signal::Hint;
 use crate::token::{decode_value, encode_value, new_token};
 use crate::wait::Backoff;
 use crate::{Lease, LockError, Locker};
@@ -195,6 +196,60 @@ enum Tried {
 struct Busy {
     remaining: Option<Duration>,
     holder: Option<String>,
+    /// Our place in the lock's waiter queue, after a queued attempt.
+    place: Option<Place>,
+}
+
+/// Slack after a lease's end before looking: Redis expires keys at millisecond
+/// granularity, so a waiter that looks exactly at the end may find the key still there.
+const EXPIRY_SLACK: Duration = Duration::from_millis(1);
+
+/// How a waiter learns that it may try again.
+enum Listening {
+    /// Told its turn in the lock's Redis-side queue, on the locker's own channel.
+    Queue {
+        /// Kept for its `Drop`, which stops routing the lock's messages here.
+        _interest: Interest,
+        spot: QueueSpot,
+    },
+    /// Woken by every release of the lock (its release channel; kept for its `Drop`).
+    Broadcast { _subscription: Subscription },
+    /// Nothing tells it: timed retries.
+    Polling,
+}
+
+/// This locker's place in a lock's Redis-side queue, given up when the request ends without
+/// the lock (timeout, error, cancellation) and no other waiter of this locker follows.
+struct QueueSpot {
+    locker: Locker,
+    keys: LockKeys,
+    channel: String,
+    local: NameRef,
+    /// Set once a queued attempt has (or may have) put us in the queue.
+    in_queue: bool,
+}
+
+impl Drop for QueueSpot {
+    fn drop(&mut self) {
+        // Another waiter of this locker inherits the place otherwise.
+        if !self.in_queue || self.local.queued() > 1 {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return; // the entry expires with the request's wait
+        };
+        let locker = self.locker.clone();
+        let keys = self.keys.clone();
+        let channel = std::mem::take(&mut self.channel);
+        runtime.spawn(async move {
+            let left = locker
+                .run(&keys.name, locker.backend().leave_queue(&keys, &channel))
+                .await;
+            if let Err(err) = left {
+                tracing::debug!(name = %keys.name, %err, "leaving the waiter queue failed; the entry expires by itself");
+            }
+        });
+    }
 }
 
 /// One acquisition in progress.
@@ -220,12 +275,22 @@ impl Acquire<'_> {
         // command timeout, or it could never make its one attempt.
         let bound = (!wait.is_zero()).then_some(deadline);
         let local = self.locker.local().get(&self.keys.name);
+        let queue = if wait.is_zero() {
+            None
+        } else {
+            self.locker.queue_notifier()
+        };
         // Fast path: try once straight away, unless a lease of this locker holds the name (no
         // need to ask Redis) or this locker's waiters are queued for it (a newcomer must not
-        // barge in ahead of them).
+        // barge in ahead of them). A plain SET: the uncontended path runs no script.
         let held_here = local.local_holder_until().is_some();
         if wait.is_zero() || !(local.has_queue() || held_here) {
-            match self.attempt(bound).await? {
+            let kind = if queue.is_some() {
+                AttemptKind::BeforeQueueing
+            } else {
+                AttemptKind::Try
+            };
+            match self.attempt(bound, kind).await? {
                 Tried::Acquired(started) => return Ok(self.grant(started, local)),
                 Tried::OutOfTime => return Err(self.timeout()),
                 Tried::NotYet => {}
@@ -241,54 +306,105 @@ impl Acquire<'_> {
         let Ok(turn) = tokio::time::timeout_at(deadline.into(), local.gate.lock()).await else {
             return Err(self.timeout());
         };
-        // Release notifications are subscribed to only once Redis says someone else holds the
-        // name: while a lease of this locker holds it, its release is signalled locally.
-        let mut subscription = None;
-        let mut subscribed_once = false;
-        let mut backoff = Backoff::new(false);
+        let mut listening = Listening::Polling;
+        if let Some(notifier) = queue {
+            // Stand in the lock's Redis-side queue. Listen first, so that a turn announced
+            // right after the queued attempt is not missed.
+            let listen = notifier.listen(&self.keys.lock, &local.released);
+            match tokio::time::timeout_at(deadline.into(), listen).await {
+                Ok(Ok(interest)) => {
+                    let spot = QueueSpot {
+                        locker: self.locker.clone(),
+                        keys: self.keys.clone(),
+                        channel: notifier.own_channel().to_owned(),
+                        local: local.clone(),
+                        in_queue: false,
+                    };
+                    listening = Listening::Queue {
+                        _interest: interest,
+                        spot,
+                    };
+                }
+                Ok(Err(err)) => {
+                    tracing::debug!(name = %self.keys.name, %err, "no waiter-queue notifications; falling back to timed retries");
+                }
+                Err(_) => return Err(self.timeout()),
+            }
+        }
+        // Without the queue, release notifications are subscribed to only once Redis says
+        // someone else holds the name: while a lease of this locker holds it, its release is
+        // signalled locally.
+        let mut subscribe_pending = queue.is_none() && self.locker.notifier().is_some();
+        let mut backoff = Backoff::new(!matches!(listening, Listening::Polling));
         loop {
             // Nothing starts after the deadline, whatever woke this waiter.
             if Instant::now() >= deadline {
                 return Err(self.timeout());
             }
-            // Armed before looking, so that a release between the look and the wait still
-            // wakes this waiter.
+            // Armed before looking, so that a release or a turn announced between the look
+            // and the wait still wakes this waiter.
             let released = local.released.notified();
             tokio::pin!(released);
             released.as_mut().enable();
+            // Only what is announced from here on concerns the pause below.
+            let _before_this_look = local.released.take_hint();
 
-            let pause_until = if let Some(holder_until) = local.local_holder_until() {
+            let mut pause_until = if let Some(holder_until) = local.local_holder_until() {
                 // A lease of this very locker holds the name: its release (or the end of its
                 // validity, should it have been leaked) is signalled locally; Redis need not
                 // be asked until then.
                 self.last_busy = Busy {
                     remaining: Some(holder_until.saturating_duration_since(Instant::now())),
                     holder: self.locker.settings().label.clone(),
+                    place: None,
                 };
                 holder_until.min(deadline)
             } else {
-                match self.attempt(bound).await? {
+                let tried = match &listening {
+                    Listening::Queue { spot, .. } => {
+                        let waiter = Waiter {
+                            channel: &spot.channel,
+                            life: deadline.saturating_duration_since(Instant::now()),
+                        };
+                        self.attempt(bound, AttemptKind::Queued(&waiter)).await?
+                    }
+                    Listening::Broadcast { .. } | Listening::Polling => {
+                        self.attempt(bound, AttemptKind::Try).await?
+                    }
+                };
+                match tried {
                     Tried::Acquired(started) => {
-                        // Record the new holder before leaving the queue, so that the next in
-                        // line waits for its release instead of asking Redis.
+                        // The queued attempt took us out of the queue. Record the new holder
+                        // before leaving the local queue, so that the next in line waits for
+                        // its release instead of asking Redis.
+                        if let Listening::Queue { spot, .. } = &mut listening {
+                            spot.in_queue = false;
+                        }
                         let lease = self.grant(started, local.clone());
-                        drop((turn, queued, subscription));
+                        drop((turn, queued, listening));
                         return Ok(lease);
                     }
                     Tried::OutOfTime => return Err(self.timeout()),
                     Tried::NotYet => {}
                 }
-                if !subscribed_once {
+                if let Listening::Queue { spot, .. } = &mut listening {
+                    spot.in_queue = true;
+                }
+                if subscribe_pending {
                     // Held elsewhere: from now on, learn of its release by notification.
                     // Subscribing takes a moment during which a release would go unseen,
                     // so look once more right after it.
-                    subscribed_once = true;
-                    subscription = tokio::time::timeout_at(deadline.into(), self.subscribe(&local))
-                        .await
-                        .ok()
-                        .flatten();
-                    backoff = Backoff::new(subscription.is_some());
-                    if subscription.is_some() {
+                    subscribe_pending = false;
+                    let subscription =
+                        tokio::time::timeout_at(deadline.into(), self.subscribe(&local))
+                            .await
+                            .ok()
+                            .flatten();
+                    if let Some(subscription) = subscription {
+                        listening = Listening::Broadcast {
+                            _subscription: subscription,
+                        };
+                        backoff = Backoff::new(true);
                         continue;
                     }
                 }
@@ -296,12 +412,51 @@ impl Acquire<'_> {
                 if now >= deadline {
                     return Err(self.timeout());
                 }
-                now + backoff.next(self.last_busy.remaining).min(deadline - now)
+                let queued_in_redis = matches!(listening, Listening::Queue { .. });
+                now + self
+                    .pause(&mut backoff, queued_in_redis)
+                    .min(deadline - now)
             };
-            tokio::select! {
-                () = released => {}
-                () = tokio::time::sleep_until(pause_until.into()) => {}
+            // Wait. A message that only moves this waiter's timer (its turn comes later)
+            // costs no Redis call.
+            loop {
+                tokio::select! {
+                    () = released.as_mut() => {}
+                    () = tokio::time::sleep_until(pause_until.into()) => break,
+                }
+                released.set(local.released.notified());
+                released.as_mut().enable();
+                match local.released.take_hint() {
+                    Some(Hint::Standby(left) | Hint::Head(left)) => {
+                        pause_until = (Instant::now() + left + EXPIRY_SLACK).min(deadline);
+                    }
+                    Some(Hint::Granted) | None => break,
+                }
             }
+        }
+    }
+
+    /// How long to wait before looking again when nothing wakes this waiter sooner.
+    fn pause(&self, backoff: &mut Backoff, queued_in_redis: bool) -> Duration {
+        let remaining = self.last_busy.remaining;
+        let place = self.last_busy.place.filter(|_| queued_in_redis);
+        match (place, remaining) {
+            // First in line: the holder's lease ends then, should it never release (a crash).
+            (Some(Place { position: 0, .. }), Some(left)) => left + EXPIRY_SLACK,
+            // Next after a head that has the lock reserved: our turn if it does not claim it.
+            (
+                Some(Place {
+                    position: 1,
+                    head_reserved: true,
+                }),
+                Some(left),
+            ) => left + EXPIRY_SLACK,
+            // Next after a head that waits for a holder: if the holder crashes and the head is
+            // gone too, it is our turn one claim window after the holder's lease ends.
+            (Some(Place { position: 1, .. }), Some(left)) => left + CLAIM_WINDOW + EXPIRY_SLACK,
+            // Further back: our turn is announced; the timer is only a safety net.
+            (Some(_), _) => backoff.next(None),
+            (None, remaining) => backoff.next(remaining),
         }
     }
 
@@ -321,13 +476,17 @@ impl Acquire<'_> {
 
     /// One attempt, abandoned at `bound` if it is still in flight then (dropping a backend's
     /// acquire undoes whatever it may have set).
-    async fn attempt(&mut self, bound: Option<Instant>) -> Result<Tried, LockError> {
+    async fn attempt(
+        &mut self,
+        bound: Option<Instant>,
+        kind: AttemptKind<'_>,
+    ) -> Result<Tried, LockError> {
         self.attempts += 1;
         let started = Instant::now();
         let backend = self.locker.backend();
         let call = self.locker.run(
             &self.keys.name,
-            backend.acquire(&self.keys, &self.value, self.ttl, self.fencing),
+            backend.acquire(&self.keys, &self.value, self.ttl, self.fencing, kind),
         );
         let attempt = match bound {
             None => call.await?,
@@ -355,6 +514,7 @@ impl Acquire<'_> {
             Attempt::Busy {
                 remaining,
                 holder_value,
+                place,
             } => {
                 self.last_busy = Busy {
                     remaining,
@@ -362,6 +522,7 @@ impl Acquire<'_> {
                         .as_deref()
                         .and_then(|v| decode_value(v).1)
                         .map(str::to_owned),
+                    place,
                 };
                 Ok(Tried::NotYet)
             }

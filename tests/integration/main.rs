@@ -6,6 +6,7 @@ mod contention;
 mod fencing;
 mod harness;
 mod loss;
+mod queue;
 mod redis_only;
 mod redlock;
 mod reentrancy;

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use super::{Attempt, Backend, RawState};
+use super::{Attempt, AttemptKind, Backend, RawState};
 use crate::key::LockKeys;
 use crate::LockError;
 
@@ -61,12 +61,14 @@ impl Backend for Memory {
         value: &str,
         ttl: Duration,
         fencing: bool,
+        _kind: AttemptKind<'_>,
     ) -> Result<Attempt, LockError> {
         let mut state = self.state();
         if let Some(entry) = state.live(&keys.lock) {
             return Ok(Attempt::Busy {
                 remaining: Some(entry.expires_at.saturating_duration_since(Instant::now())),
                 holder_value: Some(entry.value.clone()),
+                place: None,
             });
         }
         state.locks.insert(

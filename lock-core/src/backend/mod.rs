@@ -25,8 +25,57 @@ pub(crate) enum Attempt {
         remaining: Option<Duration>,
         /// The value stored by the holder (`token[:label]`).
         holder_value: Option<String>,
+        /// Our place in the lock's waiter queue, for a queued attempt.
+        place: Option<Place>,
     },
 }
+
+impl Attempt {
+    /// Busy, with nothing known about the holder.
+    pub fn busy_unknown() -> Attempt {
+        Attempt::Busy {
+            remaining: None,
+            holder_value: None,
+            place: None,
+        }
+    }
+}
+
+/// Where a queued attempt left this Locker in the lock's waiter queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Place {
+    /// 0: first in line.
+    pub position: u64,
+    /// The lock is reserved for the waiter ahead of us (its claim window is `remaining`).
+    pub head_reserved: bool,
+}
+
+/// How an attempt is made.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum AttemptKind<'a> {
+    /// One try; a busy answer says how long the holder has left.
+    Try,
+    /// The first try of a request that queues next if the lock is busy (the queued attempt
+    /// will tell the holder's TTL, so a busy answer need not).
+    BeforeQueueing,
+    /// Take the lock if it is free and nobody waits ahead, claim it if it is reserved for
+    /// us, or join the lock's waiter queue (backends without a queue make a plain try).
+    Queued(&'a Waiter<'a>),
+}
+
+/// A waiting Locker, as it stands in a waiter queue.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Waiter<'a> {
+    /// The Locker's channel: its name in the queue, and where its turn is announced.
+    pub channel: &'a str,
+    /// How long the entry counts if it is not renewed: the request's remaining wait.
+    pub life: Duration,
+}
+
+/// How long a waiter whose turn has come has to claim the lock before the next in line
+/// may take it. Longer than a round trip and a wake-up on a busy machine, short enough
+/// that a dead, paused or partitioned waiter costs the queue little.
+pub(crate) const CLAIM_WINDOW: Duration = Duration::from_millis(100);
 
 /// What is stored on a lock right now, for [`crate::Locker::inspect`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,7 +97,18 @@ pub(crate) trait Backend: Send + Sync {
         value: &str,
         ttl: Duration,
         fencing: bool,
+        kind: AttemptKind<'_>,
     ) -> impl Future<Output = Result<Attempt, LockError>> + Send;
+
+    /// Takes `waiter` out of the lock's waiter queue, passing on a reservation it did not
+    /// claim. Backends without a queue have nothing to do.
+    fn leave_queue(
+        &self,
+        _keys: &LockKeys,
+        _waiter: &str,
+    ) -> impl Future<Output = Result<(), LockError>> + Send {
+        async { Ok(()) }
+    }
 
     /// Deletes the lock if it still holds `value`. True if it did.
     fn release(
@@ -124,8 +184,13 @@ impl Backend for AnyBackend {
         value: &str,
         ttl: Duration,
         fencing: bool,
+        kind: AttemptKind<'_>,
     ) -> Result<Attempt, LockError> {
-        dispatch!(self, b => b.acquire(keys, value, ttl, fencing))
+        dispatch!(self, b => b.acquire(keys, value, ttl, fencing, kind))
+    }
+
+    async fn leave_queue(&self, keys: &LockKeys, waiter: &str) -> Result<(), LockError> {
+        dispatch!(self, b => b.leave_queue(keys, waiter))
     }
 
     async fn release(&self, keys: &LockKeys, value: &str) -> Result<bool, LockError> {

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use futures_util::future::join_all;
 
 use super::scripted::Scripted;
-use super::{Attempt, Backend, RawState};
+use super::{Attempt, AttemptKind, Backend, RawState};
 use crate::key::LockKeys;
 use crate::LockError;
 
@@ -115,10 +115,13 @@ impl Backend for Redlock {
         value: &str,
         ttl: Duration,
         fencing: bool,
+        _kind: AttemptKind<'_>,
     ) -> Result<Attempt, LockError> {
         let started = Instant::now();
         let results = self
-            .on_all(&keys.name, |node| node.acquire(keys, value, ttl, fencing))
+            .on_all(&keys.name, |node| {
+                node.acquire(keys, value, ttl, fencing, AttemptKind::Try)
+            })
             .await;
         // From here on our value may sit on some nodes: if this future is dropped before it
         // decides (a caller's deadline, a cancelled request), they are cleaned up anyway.
@@ -170,10 +173,7 @@ impl Backend for Redlock {
         }
         if acquired >= self.quorum() {
             // A majority, but it took too long to leave any validity: try again.
-            return Ok(Attempt::Busy {
-                remaining: None,
-                holder_value: None,
-            });
+            return Ok(Attempt::busy_unknown());
         }
         Err(self.no_quorum(&keys.name, acquired, &failures))
     }

@@ -6,25 +6,60 @@ use std::time::Duration;
 
 use redis::{FromRedisValue, Script};
 
-use super::{millis, remaining_from_pttl, Attempt, Backend, RawState};
+use super::{
+    millis, remaining_from_pttl, Attempt, AttemptKind, Backend, Place, RawState, Waiter,
+    CLAIM_WINDOW,
+};
 use crate::conn::{is_connection_failure, Conn, SharedConnection};
 use crate::key::LockKeys;
 use crate::LockError;
 
 static ACQUIRE: LazyLock<Lua> =
     LazyLock::new(|| Lua::new("acquire", include_str!("../scripts/acquire.lua")));
-static RELEASE: LazyLock<Lua> =
-    LazyLock::new(|| Lua::new("release", include_str!("../scripts/release.lua")));
+static ACQUIRE_QUEUED: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(
+        "acquire_queued",
+        concat!(
+            include_str!("../scripts/queue.lua"),
+            include_str!("../scripts/acquire_queued.lua")
+        ),
+    )
+});
+static RELEASE: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(
+        "release",
+        concat!(
+            include_str!("../scripts/queue.lua"),
+            include_str!("../scripts/release.lua")
+        ),
+    )
+});
+static LEAVE_QUEUE: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(
+        "leave_queue",
+        concat!(
+            include_str!("../scripts/queue.lua"),
+            include_str!("../scripts/leave_queue.lua")
+        ),
+    )
+});
 static EXTEND: LazyLock<Lua> =
     LazyLock::new(|| Lua::new("extend", include_str!("../scripts/extend.lua")));
 static RAISE_FENCE: LazyLock<Lua> =
     LazyLock::new(|| Lua::new("raise_fence", include_str!("../scripts/raise_fence.lua")));
 
-/// The Redis Functions library holding the same four scripts, for [`ScriptMode::Functions`].
+/// The Redis Functions library holding the same scripts, for [`ScriptMode::Functions`].
 /// Versioned by name: a library of another lock-core version never shadows this one.
 static LIBRARY: LazyLock<String> = LazyLock::new(|| {
     let mut library = format!("#!lua name={LIBRARY_NAME}\n");
-    for script in [&*ACQUIRE, &*RELEASE, &*EXTEND, &*RAISE_FENCE] {
+    for script in [
+        &*ACQUIRE,
+        &*ACQUIRE_QUEUED,
+        &*RELEASE,
+        &*LEAVE_QUEUE,
+        &*EXTEND,
+        &*RAISE_FENCE,
+    ] {
         // Function bodies get (keys, args); naming them KEYS and ARGV lets the very same
         // script text run as a function.
         library.push_str(&format!(
@@ -34,7 +69,7 @@ static LIBRARY: LazyLock<String> = LazyLock::new(|| {
     }
     library
 });
-const LIBRARY_NAME: &str = "lockcore_v1";
+const LIBRARY_NAME: &str = "lockcore_v2";
 
 /// How the lock scripts are invoked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -140,6 +175,9 @@ impl Lua {
 pub(crate) struct Scripted {
     conn: SharedConnection,
     mode: ScriptMode,
+    /// Also publish every release on `<lock key>:released`, for waiters that subscribe to
+    /// it rather than queue (Redlock's nodes).
+    announce_releases: bool,
     /// Whether the server accepts `SET .. NX .. GET` (Redis 7.0+); cleared on the first
     /// syntax error, after which acquires use the script.
     set_get: AtomicBool,
@@ -150,8 +188,15 @@ impl Scripted {
         Scripted {
             conn,
             mode,
+            announce_releases: false,
             set_get: AtomicBool::new(true),
         }
+    }
+
+    /// Publishes every release on the lock's own channel too (see `announce_releases`).
+    pub fn announcing_releases(mut self) -> Scripted {
+        self.announce_releases = true;
+        self
     }
 
     /// Raises the lock's fencing counter to at least `token` (Redlock's write-back).
@@ -182,14 +227,14 @@ impl Scripted {
     ) {
         let conn = self.conn.clone();
         let mode = self.mode;
+        let announce = self.announce_releases;
         let keys = keys.clone();
         let value = value.to_owned();
         runtime.spawn(async move {
             let undone = match conn.get(&keys.name).await {
                 Ok(lent) => {
                     let mut conn = lent.conn.clone();
-                    RELEASE
-                        .run::<i64>(mode, &mut conn, &[&keys.lock], &[value.as_bytes()])
+                    release_script(mode, &mut conn, &keys, &value, announce)
                         .await
                         .map(drop)
                         .map_err(|err| err.to_string())
@@ -209,10 +254,21 @@ impl Scripted {
         keys: &LockKeys,
         args: &[&[u8]],
     ) -> Result<T, LockError> {
+        self.run_on(script, keys, &[&keys.lock], args).await
+    }
+
+    /// [`Scripted::run`] with more keys than the lock's own (all under its hash tag).
+    async fn run_on<T: FromRedisValue>(
+        &self,
+        script: &Lua,
+        keys: &LockKeys,
+        script_keys: &[&str],
+        args: &[&[u8]],
+    ) -> Result<T, LockError> {
         let lent = self.conn.get(&keys.name).await?;
         let mut conn = lent.conn.clone();
         script
-            .run(self.mode, &mut conn, &[&keys.lock], args)
+            .run(self.mode, &mut conn, script_keys, args)
             .await
             .map_err(|err| {
                 if is_connection_failure(&err) {
@@ -230,18 +286,26 @@ impl Backend for Scripted {
         value: &str,
         ttl: Duration,
         fencing: bool,
+        kind: AttemptKind<'_>,
     ) -> Result<Attempt, LockError> {
         let lent = self.conn.get(&keys.name).await?;
         let mut conn = lent.conn.clone();
         let undo = UndoOnDrop {
             mode: self.mode,
+            announce: self.announce_releases,
             conn: &lent.conn,
             keys,
             value,
             armed: true,
         };
-        let mut use_set_get = !fencing && self.set_get.load(Ordering::Relaxed);
-        let mut reply = if use_set_get {
+        let waiter = match kind {
+            AttemptKind::Queued(waiter) => Some(waiter),
+            AttemptKind::Try | AttemptKind::BeforeQueueing => None,
+        };
+        let mut use_set_get = !fencing && waiter.is_none() && self.set_get.load(Ordering::Relaxed);
+        let mut reply = if let Some(waiter) = waiter {
+            acquire_queued(self.mode, &mut conn, keys, value, ttl, fencing, waiter).await
+        } else if use_set_get {
             set_nx_get(&mut conn, keys, value, ttl).await
         } else {
             acquire_script(self.mode, &mut conn, keys, value, ttl, fencing).await
@@ -269,11 +333,13 @@ impl Backend for Scripted {
         undo.disarm();
         match attempt {
             // SET ... GET does not say how long the holder has left; ask, on this
-            // contended path only, so that waiters and `Busy` errors can use it.
+            // contended path only, so that waiters and `Busy` errors can use it (a request
+            // about to queue learns it from the queued attempt instead).
             Attempt::Busy {
                 remaining: None,
                 holder_value,
-            } if use_set_get => {
+                place,
+            } if use_set_get && matches!(kind, AttemptKind::Try) => {
                 let pttl: i64 = redis::cmd("PTTL")
                     .arg(&keys.lock)
                     .query_async(&mut conn)
@@ -282,6 +348,7 @@ impl Backend for Scripted {
                 Ok(Attempt::Busy {
                     remaining: remaining_from_pttl(pttl),
                     holder_value,
+                    place,
                 })
             }
             attempt => Ok(attempt),
@@ -289,9 +356,30 @@ impl Backend for Scripted {
     }
 
     async fn release(&self, keys: &LockKeys, value: &str) -> Result<bool, LockError> {
-        self.run::<i64>(&RELEASE, keys, &[value.as_bytes()])
+        let lent = self.conn.get(&keys.name).await?;
+        let mut conn = lent.conn.clone();
+        release_script(self.mode, &mut conn, keys, value, self.announce_releases)
             .await
             .map(|n| n == 1)
+            .map_err(|err| {
+                if is_connection_failure(&err) {
+                    self.conn.retire(&lent);
+                }
+                LockError::from_redis(&keys.name, &keys.lock, err)
+            })
+    }
+
+    async fn leave_queue(&self, keys: &LockKeys, waiter: &str) -> Result<(), LockError> {
+        let window = millis(CLAIM_WINDOW).to_string();
+        let (queue, entries) = (keys.queue(), keys.queue_entries());
+        self.run_on::<i64>(
+            &LEAVE_QUEUE,
+            keys,
+            &[&keys.lock, &queue, &entries],
+            &[waiter.as_bytes(), window.as_bytes()],
+        )
+        .await
+        .map(drop)
     }
 
     async fn extend(&self, keys: &LockKeys, value: &str, ttl: Duration) -> Result<bool, LockError> {
@@ -385,6 +473,7 @@ async fn set_nx_get(
         Some(holder) => Attempt::Busy {
             remaining: None,
             holder_value: Some(String::from_utf8_lossy(&holder).into_owned()),
+            place: None,
         },
     })
 }
@@ -418,8 +507,78 @@ async fn acquire_script(
             remaining: remaining_from_pttl(number),
             holder_value: (!holder.is_empty())
                 .then(|| String::from_utf8_lossy(&holder).into_owned()),
+            place: None,
         }
     })
+}
+
+/// The queued acquire: take the lock if it is free and nobody waits ahead, claim it if it is
+/// reserved for this Locker, or join (keep our place in) its waiter queue.
+async fn acquire_queued(
+    mode: ScriptMode,
+    conn: &mut Conn,
+    keys: &LockKeys,
+    value: &str,
+    ttl: Duration,
+    fencing: bool,
+    waiter: &Waiter<'_>,
+) -> redis::RedisResult<Attempt> {
+    let ttl = millis(ttl).to_string();
+    let life = millis(waiter.life).to_string();
+    let window = millis(CLAIM_WINDOW).to_string();
+    let fencing_flag: &[u8] = if fencing { b"1" } else { b"0" };
+    let (fence, queue, entries) = (keys.fence(), keys.queue(), keys.queue_entries());
+    let (taken, number, holder, position, head_reserved) = ACQUIRE_QUEUED
+        .run::<(i64, i64, Vec<u8>, i64, i64)>(
+            mode,
+            conn,
+            &[&keys.lock, &fence, &queue, &entries],
+            &[
+                value.as_bytes(),
+                ttl.as_bytes(),
+                fencing_flag,
+                waiter.channel.as_bytes(),
+                life.as_bytes(),
+                window.as_bytes(),
+            ],
+        )
+        .await?;
+    Ok(if taken == 1 {
+        Attempt::Acquired {
+            fencing_token: fencing.then(|| u64::try_from(number).unwrap_or(0)),
+        }
+    } else {
+        Attempt::Busy {
+            remaining: remaining_from_pttl(number),
+            holder_value: (!holder.is_empty())
+                .then(|| String::from_utf8_lossy(&holder).into_owned()),
+            place: Some(Place {
+                position: u64::try_from(position).unwrap_or(0),
+                head_reserved: head_reserved == 1,
+            }),
+        }
+    })
+}
+
+/// The release script: compare-and-delete, or hand the lock to the first live waiter.
+async fn release_script(
+    mode: ScriptMode,
+    conn: &mut Conn,
+    keys: &LockKeys,
+    value: &str,
+    announce: bool,
+) -> redis::RedisResult<i64> {
+    let window = millis(CLAIM_WINDOW).to_string();
+    let announce: &[u8] = if announce { b"1" } else { b"0" };
+    let (queue, entries) = (keys.queue(), keys.queue_entries());
+    RELEASE
+        .run::<i64>(
+            mode,
+            conn,
+            &[&keys.lock, &queue, &entries],
+            &[value.as_bytes(), window.as_bytes(), announce],
+        )
+        .await
 }
 
 /// A copy of a connection error for each lease of a failed batch.
@@ -437,6 +596,7 @@ fn is_syntax_error(err: &redis::RedisError) -> bool {
 /// Redis after the SET it undoes.
 struct UndoOnDrop<'a> {
     mode: ScriptMode,
+    announce: bool,
     conn: &'a Conn,
     keys: &'a LockKeys,
     value: &'a str,
@@ -459,14 +619,13 @@ impl Drop for UndoOnDrop<'_> {
         };
         let mut conn = self.conn.clone();
         let mode = self.mode;
-        let key = self.keys.lock.clone();
+        let announce = self.announce;
+        let keys = self.keys.clone();
         let value = self.value.to_owned();
         runtime.spawn(async move {
-            let undone = RELEASE
-                .run::<i64>(mode, &mut conn, &[&key], &[value.as_bytes()])
-                .await;
+            let undone = release_script(mode, &mut conn, &keys, &value, announce).await;
             if let Err(err) = undone {
-                tracing::debug!(%key, %err, "undo of an abandoned acquire failed; the TTL will free the lock");
+                tracing::debug!(key = %keys.lock, %err, "undo of an abandoned acquire failed; the TTL will free the lock");
             }
         });
     }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use deadpool_redis::{Connection, Pool};
 
-use super::{millis, remaining_from_pttl, Attempt, Backend, RawState};
+use super::{millis, remaining_from_pttl, Attempt, AttemptKind, Backend, RawState};
 use crate::conn::checkout;
 use crate::key::LockKeys;
 use crate::LockError;
@@ -33,6 +33,7 @@ impl Backend for Transactional {
         value: &str,
         ttl: Duration,
         fencing: bool,
+        _kind: AttemptKind<'_>,
     ) -> Result<Attempt, LockError> {
         // The WATCH ... EXEC exchange runs in its own task so that a caller who gives up
         // half-way cannot cut it between the two round trips. If the caller is gone when it
@@ -125,6 +126,7 @@ async fn acquire_once(
             return Ok(Attempt::Busy {
                 remaining: remaining_from_pttl(pttl),
                 holder_value: Some(String::from_utf8_lossy(&holder).into_owned()),
+                place: None,
             });
         }
         let mut tx = redis::pipe();
@@ -158,10 +160,7 @@ async fn acquire_once(
             Some((None, _)) | None => continue,
         }
     }
-    Ok(Attempt::Busy {
-        remaining: None,
-        holder_value: None,
-    })
+    Ok(Attempt::busy_unknown())
 }
 
 /// WATCH the key, check it holds `value`, then run `then` in MULTI/EXEC. False when the lock

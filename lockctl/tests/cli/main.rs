@@ -2,6 +2,7 @@
 
 mod errors;
 mod inspect;
+mod queue;
 mod run;
 mod support;
 mod watch;

@@ -1,0 +1,59 @@
+-- A waiting Locker's attempt: take the lock if it is free and nobody is queued ahead, or
+-- claim it if it is reserved for us; otherwise join (or keep our place in) the queue.
+-- KEYS[1] lock key, KEYS[2] fencing counter, KEYS[3] queue, KEYS[4] queue entries
+-- ARGV[1] value, ARGV[2] ttl in ms, ARGV[3] "1" to draw a fencing token,
+-- ARGV[4] waiter (the Locker's channel), ARGV[5] how long the entry counts, in ms (the
+-- request's remaining wait), ARGV[6] claim window in ms
+-- Returns {1, fencing token or 0, '', 0, 0} when taken,
+--         {0, lock's remaining ttl in ms, holder value, our place (0 = head),
+--          1 if the lock is reserved for the head} when queued.
+-- GET on a non-string key raises WRONGTYPE: a foreign value is an error, never "taken".
+local lock, q, e = KEYS[1], KEYS[3], KEYS[4]
+local waiter, window = ARGV[4], ARGV[6]
+local now = now_ms()
+local current = redis.call('GET', lock)
+local head = live_head(q, e, now)
+local ours = false
+if current then
+  if head == waiter then
+    local _, reserved = entry_of(e, waiter)
+    ours = reserved == current
+  end
+elseif head == nil or head == waiter then
+  ours = true
+else
+  -- Free (its holder expired or crashed), but someone is queued ahead: their turn.
+  hand_over(lock, q, e, now, window)
+  current = redis.call('GET', lock)
+end
+if ours then
+  redis.call('SET', lock, ARGV[1], 'PX', ARGV[2])
+  redis.call('ZREM', q, waiter)
+  redis.call('HDEL', e, waiter)
+  local next_head = live_head(q, e, now)
+  if next_head then
+    -- Now first in line: wake at our lease's end if we never release it (a crash).
+    redis.call('PUBLISH', next_head, 'h:' .. ARGV[2] .. ':' .. lock)
+  end
+  local token = 0
+  if ARGV[3] == '1' then
+    token = redis.call('INCR', KEYS[2])
+  end
+  return {1, token, '', 0, 0}
+end
+redis.call('ZADD', q, 'NX', now_us(), waiter)
+local life = tonumber(ARGV[5]) + tonumber(window)
+redis.call('HSET', e, waiter, (now + life) .. ' ' .. ARGV[1])
+if redis.call('PTTL', q) < life then
+  redis.call('PEXPIRE', q, life)
+  redis.call('PEXPIRE', e, life)
+end
+head = head or waiter
+local reserved = 0
+if head ~= waiter then
+  local _, head_value = entry_of(e, head)
+  if head_value == current then
+    reserved = 1
+  end
+end
+return {0, redis.call('PTTL', lock), current or '', redis.call('ZRANK', q, waiter), reserved}

@@ -1,0 +1,57 @@
+-- The waiter queue of a lock, shared by the scripts that touch it (prepended to each).
+-- q (ZSET): waiters in arrival order; member = the waiting Locker's channel, score = the
+--   server time it first queued, in microseconds (ZADD NX keeps a waiter's place).
+-- e (HASH): member -> "<expiry ms> <value>": until when the entry counts (the waiter's
+--   deadline, or the end of its claim window once the lock is reserved for it), and the
+--   value the lock is reserved with for it.
+-- Times are the server's (TIME), never a client's clock.
+
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+local function now_us()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+-- expiry, value of a waiter's entry (nil when it has none)
+local function entry_of(e, waiter)
+  local raw = redis.call('HGET', e, waiter)
+  if not raw then return nil, nil end
+  local space = string.find(raw, ' ', 1, true)
+  if not space then return nil, nil end
+  return tonumber(string.sub(raw, 1, space - 1)), string.sub(raw, space + 1)
+end
+
+-- The first waiter whose entry still counts; expired ones (dead, paused, partitioned or
+-- gone waiters) are dropped on the way.
+local function live_head(q, e, now)
+  while true do
+    local head = redis.call('ZRANGE', q, 0, 0)[1]
+    if not head then return nil end
+    local expiry = entry_of(e, head)
+    if expiry and expiry > now then return head end
+    redis.call('ZREM', q, head)
+    redis.call('HDEL', e, head)
+  end
+end
+
+-- Reserves the free lock for the queue's live head for `window` ms (its value on the key,
+-- so newcomers' SET NX fails and nobody barges), tells the head ("g") and the one after it
+-- ("s": take over if the head has not claimed it within the window). False when nobody
+-- waits.
+local function hand_over(lock, q, e, now, window)
+  local head = live_head(q, e, now)
+  if not head then return false end
+  local _, value = entry_of(e, head)
+  redis.call('SET', lock, value, 'PX', window)
+  redis.call('HSET', e, head, (now + tonumber(window)) .. ' ' .. value)
+  redis.call('PUBLISH', head, 'g:' .. window .. ':' .. lock)
+  local second = redis.call('ZRANGE', q, 1, 1)[1]
+  if second then
+    redis.call('PUBLISH', second, 's:' .. window .. ':' .. lock)
+  end
+  return true
+end
