@@ -53,12 +53,58 @@
 //!
 //! # Waiting
 //!
-//! A blocked request does not poll. Waiters of one `Locker` queue in FIFO order and only the
-//! head of the queue talks to Redis; while a lease of the same locker holds the name, the
-//! head waits for its local release signal. Otherwise it subscribes to the lock's release
-//! channel (one pub/sub connection per locker, reference-counted per name) and sleeps until
-//! a release is published, the holder's TTL runs out, or a long safety-net pause passes,
-//! never past its own deadline.
+//! A blocked request does not poll, and separate processes waiting for one lock do not
+//! stampede it. Two queues keep them in order:
+//!
+//! - **In a `Locker`**, waiters queue in FIFO order and only the head talks to Redis; while a
+//!   lease of the same locker holds the name, the head waits for its local release signal.
+//! - **Across `Locker`s** (processes), on one Redis or a Cluster with Lua scripts, the head
+//!   stands in the lock's waiter queue in Redis, and is told when its turn comes.
+//!
+//! The waiter queue, step by step:
+//!
+//! 1. A request first tries a plain `SET key value NX PX ttl GET`: when nobody holds the lock
+//!    that is the whole acquisition (no script, no queue, and its release is a
+//!    compare-and-delete that publishes nothing).
+//! 2. If the lock is busy and the request may wait, its `Locker` subscribes to a channel of
+//!    its own (`<prefix>waiters:<random>`, once per `Locker`), then runs the queued attempt:
+//!    one script that takes the lock if it is free and nobody is queued ahead, claims it if
+//!    it is reserved for this `Locker`, or else adds the `Locker` to the queue (a sorted set
+//!    `<prefix>{N}:q` in arrival order; `<prefix>{N}:qe` keeps each entry's expiry, the
+//!    request's remaining wait, and its value). Finding the lock busy and joining the queue
+//!    are one atomic step, so no release can slip between them.
+//! 3. Releasing hands the lock to the first waiter whose entry has not expired: the key
+//!    takes that waiter's value for a claim window of 100 ms (so a newcomer's `SET NX`
+//!    fails: nobody barges past the queue), the waiter's `Locker` is told `g` on its
+//!    channel, and the next one in line is told `s` (standby). The head claims the lock with
+//!    the queued attempt, which sets its own value and TTL and tells the new head `h` (the
+//!    holder's TTL, to wake at if that holder crashes). With nobody queued, the release just
+//!    deletes the key.
+//! 4. Timers cover what no message announces: the head sleeps until the holder's TTL runs
+//!    out (a crashed holder), the next in line until the claim window (or the holder's TTL
+//!    plus one window) ends, the rest until a safety-net pause (0.5 s growing to 5 s); none
+//!    past its own deadline.
+//!
+//! Failure cases, all with tests against real `redis-server` processes:
+//!
+//! - A waiter that dies, is paused (SIGSTOP, a GC pause) or is cut from Redis while queued
+//!   is skipped: when its turn comes nobody claims it, and the next in line takes over one
+//!   claim window later. An entry whose request has given up expires on its own; a request
+//!   that times out (or is dropped) leaves the queue and passes on a reservation it did not
+//!   claim.
+//! - A holder that crashes: the head wakes at the holder's TTL and takes the lock. If the
+//!   head is gone too, the next one takes over one claim window later, or at its safety net.
+//! - Lost messages (the pub/sub connection dropped, `CLIENT KILL`, a restart): every waiter
+//!   of the `Locker` is woken and looks again; a server restarted empty forgets the queue and
+//!   the waiters simply queue again. None of this touches mutual exclusion, which rests on
+//!   the lock key alone: a reservation is never anyone's lease.
+//!
+//! Where there is no queue: Redlock (each node could reserve the lock for a different
+//! waiter, and no waiter might then win a majority) and WATCH/MULTI (no scripts) announce
+//! every release on `<prefix>{N}:released`, and their waiters subscribe to it (every waiting
+//! process wakes at each release); a `Locker` built from a pool or on Sentinel has no
+//! pub/sub connection and polls. Mixing them with scripted `Locker`s on one lock is safe,
+//! but each kind then learns of the other's releases only from its timers.
 //!
 //! # Deployments and what they guarantee
 //!
@@ -81,9 +127,10 @@
 //!
 //! # Keys
 //!
-//! A lock named `N` lives at `<prefix>{N}` (default prefix `lock:`), and its fencing counter
-//! at `<prefix>{N}:fence`. The braces are a Redis Cluster hash tag: both keys of a lock always
-//! share a slot, and no lock name can collide with another lock's counter.
+//! A lock named `N` lives at `<prefix>{N}` (default prefix `lock:`), its fencing counter at
+//! `<prefix>{N}:fence`, and its waiter queue, while someone waits, at `<prefix>{N}:q` and
+//! `<prefix>{N}:qe`. The braces are a Redis Cluster hash tag: every key of a lock shares a
+//! slot, and no lock name can collide with another lock's keys.
 //!
 //! # Web handlers
 //!

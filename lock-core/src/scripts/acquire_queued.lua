@@ -10,30 +10,30 @@
 -- GET on a non-string key raises WRONGTYPE: a foreign value is an error, never "taken".
 local lock, q, e = KEYS[1], KEYS[3], KEYS[4]
 local waiter, window = ARGV[4], ARGV[6]
-local now = now_ms()
+local now, now_us = clock()
 local current = redis.call('GET', lock)
-local head = live_head(q, e, now)
+local head, head_value = live_head(q, e, now)
 local ours = false
 if current then
-  if head == waiter then
-    local _, reserved = entry_of(e, waiter)
-    ours = reserved == current
-  end
+  -- Reserved for us: the head's value is on the key.
+  ours = head == waiter and head_value == current
 elseif head == nil or head == waiter then
   ours = true
 else
   -- Free (its holder expired or crashed), but someone is queued ahead: their turn.
   hand_over(lock, q, e, now, window)
-  current = redis.call('GET', lock)
+  current = head_value
 end
 if ours then
   redis.call('SET', lock, ARGV[1], 'PX', ARGV[2])
-  redis.call('ZREM', q, waiter)
-  redis.call('HDEL', e, waiter)
-  local next_head = live_head(q, e, now)
-  if next_head then
-    -- Now first in line: wake at our lease's end if we never release it (a crash).
-    redis.call('PUBLISH', next_head, 'h:' .. ARGV[2] .. ':' .. lock)
+  if head == waiter then
+    redis.call('ZREM', q, waiter)
+    redis.call('HDEL', e, waiter)
+    local next_head = redis.call('ZRANGE', q, 0, 0)[1]
+    if next_head then
+      -- Now first in line: wake at our lease's end if we never release it (a crash).
+      redis.call('PUBLISH', next_head, 'h:' .. ARGV[2] .. ':' .. lock)
+    end
   end
   local token = 0
   if ARGV[3] == '1' then
@@ -41,19 +41,19 @@ if ours then
   end
   return {1, token, '', 0, 0}
 end
-redis.call('ZADD', q, 'NX', now_us(), waiter)
+redis.call('ZADD', q, 'NX', now_us, waiter)
 local life = tonumber(ARGV[5]) + tonumber(window)
 redis.call('HSET', e, waiter, (now + life) .. ' ' .. ARGV[1])
 if redis.call('PTTL', q) < life then
   redis.call('PEXPIRE', q, life)
   redis.call('PEXPIRE', e, life)
 end
-head = head or waiter
+local position = 0
 local reserved = 0
-if head ~= waiter then
-  local _, head_value = entry_of(e, head)
+if head and head ~= waiter then
+  position = redis.call('ZRANK', q, waiter)
   if head_value == current then
     reserved = 1
   end
 end
-return {0, redis.call('PTTL', lock), current or '', redis.call('ZRANK', q, waiter), reserved}
+return {0, redis.call('PTTL', lock), current or '', position, reserved}

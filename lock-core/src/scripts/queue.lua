@@ -6,14 +6,11 @@
 --   value the lock is reserved with for it.
 -- Times are the server's (TIME), never a client's clock.
 
-local function now_ms()
+-- The server's time: milliseconds (entry expiries) and microseconds (arrival order).
+local function clock()
   local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-
-local function now_us()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  return math.floor(us / 1000), us
 end
 
 -- expiry, value of a waiter's entry (nil when it has none)
@@ -25,14 +22,14 @@ local function entry_of(e, waiter)
   return tonumber(string.sub(raw, 1, space - 1)), string.sub(raw, space + 1)
 end
 
--- The first waiter whose entry still counts; expired ones (dead, paused, partitioned or
--- gone waiters) are dropped on the way.
+-- The first waiter whose entry still counts, and its value; expired ones (dead, paused,
+-- partitioned or gone waiters) are dropped on the way.
 local function live_head(q, e, now)
   while true do
     local head = redis.call('ZRANGE', q, 0, 0)[1]
-    if not head then return nil end
-    local expiry = entry_of(e, head)
-    if expiry and expiry > now then return head end
+    if not head then return nil, nil end
+    local expiry, value = entry_of(e, head)
+    if expiry and expiry > now then return head, value end
     redis.call('ZREM', q, head)
     redis.call('HDEL', e, head)
   end
@@ -43,9 +40,8 @@ end
 -- ("s": take over if the head has not claimed it within the window). False when nobody
 -- waits.
 local function hand_over(lock, q, e, now, window)
-  local head = live_head(q, e, now)
+  local head, value = live_head(q, e, now)
   if not head then return false end
-  local _, value = entry_of(e, head)
   redis.call('SET', lock, value, 'PX', window)
   redis.call('HSET', e, head, (now + tonumber(window)) .. ' ' .. value)
   redis.call('PUBLISH', head, 'g:' .. window .. ':' .. lock)

@@ -7,7 +7,7 @@
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end
-if redis.call('EXISTS', KEYS[2]) == 1 and hand_over(KEYS[1], KEYS[2], KEYS[3], now_ms(), ARGV[2]) then
+if redis.call('EXISTS', KEYS[2]) == 1 and hand_over(KEYS[1], KEYS[2], KEYS[3], clock(), ARGV[2]) then
   return 1
 end
 redis.call('DEL', KEYS[1])
