@@ -219,6 +219,15 @@ impl LockError {
     }
 
     /// A connection-level failure with no lower error (e.g. a command deadline).
+    /// A failure that may pass by itself (a dropped connection, a node out of reach), which
+    /// a waiting request retries within its wait.
+    pub(crate) fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            LockError::Connection { .. } | LockError::NoQuorum { .. }
+        )
+    }
+
     pub(crate) fn connection(name: &str, reason: impl Into<String>) -> LockError {
         LockError::Connection {
             name: name.to_owned(),

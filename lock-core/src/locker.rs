@@ -671,17 +671,15 @@ impl LockerBuilder {
         for url in urls {
             let (pool, client) = build_pool(url, self.pool_size, self.command_timeout)?;
             first_client.get_or_insert(client);
-            nodes.push(
-                Scripted::new(
-                    SharedConnection::new(Source::Pool(pool), self.command_timeout),
-                    self.script_mode,
-                )
-                .announcing_releases(),
-            );
+            nodes.push(Scripted::new(
+                SharedConnection::new(Source::Pool(pool), self.command_timeout),
+                self.script_mode,
+            ));
         }
         // No waiter queue over independent nodes (each would hand the lock to its own head,
-        // and no head might reach a majority): releases are announced on every node, and
-        // listening to one is enough; if it is down, waiters fall back to timed retries.
+        // and no head might reach a majority): releases are announced on every node to the
+        // lock's subscribers, and listening to one node is enough; if it is down, waiters
+        // fall back to timed retries.
         let channel = own_channel(&settings);
         let notifier = first_client.map(|client| Notifier::new(client, channel));
         let backend = AnyBackend::Redlock(Redlock::new(nodes, self.node_timeout));

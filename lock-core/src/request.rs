@@ -73,6 +73,10 @@ impl<'a> LockRequest<'a> {
     /// flight when it passes is abandoned, and undone in the background like a cancelled
     /// acquire, so the request returns within its wait plus the timer's granularity (about
     /// a millisecond) and never grants a lease after it.
+    ///
+    /// A waiting request rides out transient failures (a dropped connection, a server
+    /// restarting, no Redlock quorum) by trying again within its wait; if the wait runs
+    /// out first, it fails with the last such error rather than [`LockError::Timeout`].
     pub fn wait(mut self, wait: Duration) -> Self {
         self.wait = Some(wait);
         self
@@ -167,6 +171,7 @@ impl<'a> LockRequest<'a> {
             fencing_token: None,
             renew,
             expired_grant: None,
+            transient: None,
         };
         let result = attempt.run(wait).instrument(span.clone()).await;
         let outcome = match &result {
@@ -266,6 +271,9 @@ struct Acquire<'a> {
     renew: Option<Renewal>,
     /// Set when a grant arrived too late to be of use (how long it took).
     expired_grant: Option<Duration>,
+    /// The error of the last attempt, when it failed with a transient error: what the
+    /// request reports if its wait runs out before an attempt succeeds.
+    transient: Option<LockError>,
 }
 
 impl Acquire<'_> {
@@ -284,16 +292,20 @@ impl Acquire<'_> {
         // need to ask Redis) or this locker's waiters are queued for it (a newcomer must not
         // barge in ahead of them). A plain SET: the uncontended path runs no script.
         let held_here = local.local_holder_until().is_some();
-        if wait.is_zero() || !(local.has_queue() || held_here) {
+        let fast_path = wait.is_zero() || !(local.has_queue() || held_here);
+        if fast_path {
             let kind = if queue.is_some() {
                 AttemptKind::BeforeQueueing
             } else {
                 AttemptKind::Try
             };
-            match self.attempt(bound, kind).await? {
-                Tried::Acquired(started) => return Ok(self.grant(started, local)),
-                Tried::OutOfTime => return Err(self.timeout()),
-                Tried::NotYet => {}
+            match self.attempt(bound, kind).await {
+                Ok(Tried::Acquired(started)) => return Ok(self.grant(started, local)),
+                Ok(Tried::OutOfTime) => return Err(self.timeout()),
+                Ok(Tried::NotYet) => {}
+                // A waiting request rides out a dropped connection within its wait.
+                Err(err) if !wait.is_zero() && err.is_transient() => self.transient = Some(err),
+                Err(err) => return Err(err),
             }
             if wait.is_zero() {
                 return Err(self.busy());
@@ -335,6 +347,12 @@ impl Acquire<'_> {
         // someone else holds the name: while a lease of this locker holds it, its release is
         // signalled locally.
         let mut subscribe_pending = queue.is_none() && self.locker.notifier().is_some();
+        // Out of the Redis queue, a plain SET comes first: after a release by this very
+        // locker, or with nobody queued, it is all it takes (one command, no script).
+        let mut plain_next = !fast_path;
+        // Pauses between attempts that failed with a transient error (a dropped connection,
+        // a server restarting): short, since nothing will announce the recovery.
+        let mut retry = Backoff::new(false);
         let mut backoff = Backoff::new(!matches!(listening, Listening::Polling));
         loop {
             // Nothing starts after the deadline, whatever woke this waiter.
@@ -358,19 +376,50 @@ impl Acquire<'_> {
                     holder: self.locker.settings().label.clone(),
                     place: None,
                 };
+                plain_next = true;
                 holder_until.min(deadline)
             } else {
                 let tried = match &listening {
+                    Listening::Queue { spot, .. } if plain_next && !spot.in_queue => {
+                        plain_next = false;
+                        let tried = self.attempt(bound, AttemptKind::BeforeQueueing).await;
+                        if matches!(tried, Ok(Tried::NotYet)) {
+                            continue; // busy: queue at once
+                        }
+                        tried
+                    }
                     Listening::Queue { spot, .. } => {
                         let waiter = Waiter {
                             channel: &spot.channel,
                             life: deadline.saturating_duration_since(Instant::now()),
                         };
-                        self.attempt(bound, AttemptKind::Queued(&waiter)).await?
+                        self.attempt(bound, AttemptKind::Queued(&waiter)).await
                     }
                     Listening::Broadcast { .. } | Listening::Polling => {
-                        self.attempt(bound, AttemptKind::Try).await?
+                        self.attempt(bound, AttemptKind::Try).await
                     }
+                };
+                let tried = match tried {
+                    Ok(tried) => {
+                        self.transient = None;
+                        tried
+                    }
+                    Err(err) if err.is_transient() => {
+                        tracing::debug!(name = %self.keys.name, %err, "attempt failed; retrying within the wait");
+                        self.transient = Some(err);
+                        if let Listening::Queue { spot, .. } = &mut listening {
+                            // The attempt may have queued us before the connection broke.
+                            spot.in_queue = true;
+                        }
+                        let now = Instant::now();
+                        let pause_until = (now + retry.next(None)).min(deadline);
+                        tokio::select! {
+                            () = released.as_mut() => {}
+                            () = tokio::time::sleep_until(pause_until.into()) => {}
+                        }
+                        continue;
+                    }
+                    Err(err) => return Err(err),
                 };
                 match tried {
                     Tried::Acquired(started) => {
@@ -582,6 +631,9 @@ impl Acquire<'_> {
 
     fn timeout(self) -> LockError {
         record(self.attempts, self.begun);
+        if let Some(err) = self.transient {
+            return err;
+        }
         LockError::Timeout {
             name: self.keys.name,
             waited: self.begun.elapsed(),

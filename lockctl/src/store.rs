@@ -294,6 +294,25 @@ impl Store {
         Ok(())
     }
 
+    /// Tells the first waiter in the lock's Redis-side queue (lock-core's waiter queue, see
+    /// its crate docs) that the lock is free, as a release would: it looks at once instead
+    /// of at the removed holder's TTL. Best effort: the waiter's timers cover a failure.
+    async fn wake_queue_head(&mut self, lock_key: &str) {
+        let head: Result<Vec<String>, _> = redis::cmd("ZRANGE")
+            .arg(format!("{lock_key}:q"))
+            .arg(0)
+            .arg(0)
+            .query_async(&mut self.conn)
+            .await;
+        if let Some(head) = head.ok().and_then(|mut heads| heads.pop()) {
+            let _: Result<i64, _> = redis::cmd("PUBLISH")
+                .arg(head)
+                .arg(format!("g:0:{lock_key}"))
+                .query_async(&mut self.conn)
+                .await;
+        }
+    }
+
     /// Deletes lock `name` whoever holds it, tells its waiters, and returns what it held
     /// (`None` if it was free). Atomic: WATCH the key, read it, then DEL and PUBLISH in one
     /// MULTI/EXEC, retried if the lock changed hands in between, so the holder reported is
@@ -328,6 +347,7 @@ impl Store {
                 .await
                 .map_err(|err| self.fail(&err))?;
             if done.is_some() {
+                self.wake_queue_head(&keys.lock).await;
                 let (_, holder) = split_value(&value);
                 return Ok(Some(HeldLock {
                     name: name.to_owned(),

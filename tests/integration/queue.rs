@@ -123,3 +123,58 @@ async fn redis_calls_per_acquisition_stay_flat_as_lockers_are_added() {
         );
     }
 }
+
+/// A holder in one Locker, a queued waiter in another; `disturb` runs while the waiter is
+/// queued, then the holder releases: the waiter must still get the lock, and (unless the
+/// server forgot the holder's lock too) not before the release.
+async fn waiter_recovers_from(
+    what: &str,
+    forgets_locks: bool,
+    disturb: impl FnOnce(&mut RedisServer),
+) {
+    let mut server = RedisServer::start();
+    let holder_locker = Locker::from_url(&server.url()).expect("locker");
+    let waiter_locker = Locker::from_url(&server.url()).expect("locker");
+    let holder = holder_locker
+        .lock("recover")
+        .ttl(5 * SECOND)
+        .await
+        .expect("holder");
+    let waiter = tokio::spawn(async move {
+        waiter_locker
+            .lock("recover")
+            .ttl(5 * SECOND)
+            .wait(20 * SECOND)
+            .await
+    });
+    until("the waiter to queue", || queued(&server, "recover") == 1).await;
+    disturb(&mut server);
+    if !forgets_locks {
+        // Woken by the disturbance, the waiter looks again and queues again.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(!waiter.is_finished(), "{what}: the waiter got a held lock");
+    }
+    let _ = holder.release().await;
+    let lease = waiter
+        .await
+        .expect("join")
+        .unwrap_or_else(|err| panic!("{what}: the waiter never got the lock: {err}"));
+    assert!(lease.is_held().await.expect("is_held"), "{what}");
+    assert!(lease.release().await.expect("release"), "{what}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_recover_when_redis_forgets_scripts_connections_or_everything() {
+    waiter_recovers_from("SCRIPT FLUSH", false, |server| {
+        assert!(server.command(&["SCRIPT", "FLUSH"]).starts_with("+OK"));
+    })
+    .await;
+    waiter_recovers_from("CLIENT KILL of every connection", false, |server| {
+        // The notifications' connection and the command connections, as a failover or a
+        // proxy restart would cut them.
+        server.command(&["CLIENT", "KILL", "TYPE", "pubsub"]);
+        server.command(&["CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"]);
+    })
+    .await;
+    waiter_recovers_from("a restart with no data", true, |server| server.restart()).await;
+}

@@ -1,8 +1,10 @@
 //! S3, hot name: N contenders loop on ONE name, each holding it about 1 ms. Acquisitions per
 //! second, the hand-off gap (from a holder starting its release to the next, different,
 //! holder entering its critical section), the share of self re-acquisitions (barging),
-//! Jain's fairness index over contenders, and Redis calls per acquisition (INFO
-//! commandstats deltas, which count the calls scripts make too).
+//! Jain's fairness index over contenders, Redis calls per acquisition (INFO commandstats
+//! deltas, which count the calls scripts make too), and round trips per acquisition (the
+//! server's read events on client sockets, `total_reads_processed`: one per request a
+//! client sends, or per pipeline).
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -37,6 +39,7 @@ pub struct Hot {
     pub self_reacquire: f64,
     pub jain: f64,
     pub redis_calls_per_acquisition: f64,
+    pub round_trips_per_acquisition: f64,
     pub failures: Failures,
 }
 
@@ -111,10 +114,28 @@ pub async fn measure(group: &Group, run_for: Duration, probe: &Probe) -> Hot {
     }
     let mut log = std::mem::take(&mut *holds.lock().unwrap_or_else(PoisonError::into_inner));
     log.sort_by_key(|hold| hold.entered);
-    summarize(&log, n, elapsed, calls.map(|d| d.calls), failures)
+    let counts = calls.map(|d| Counts {
+        calls: d.calls,
+        // The probe's own INFO request is one read of the window.
+        reads: d.reads.saturating_sub(1),
+    });
+    summarize(&log, n, elapsed, counts, failures)
 }
 
-fn summarize(log: &[Hold], n: usize, elapsed: f64, calls: Option<u64>, failures: Failures) -> Hot {
+/// What the server counted over a measurement window.
+#[derive(Debug, Clone, Copy)]
+struct Counts {
+    calls: u64,
+    reads: u64,
+}
+
+fn summarize(
+    log: &[Hold],
+    n: usize,
+    elapsed: f64,
+    counts: Option<Counts>,
+    failures: Failures,
+) -> Hot {
     let mut per_contender = vec![0u64; n];
     let mut gaps = Samples::with_capacity(log.len());
     let mut self_reacquires = 0u64;
@@ -139,8 +160,10 @@ fn summarize(log: &[Hold], n: usize, elapsed: f64, calls: Option<u64>, failures:
         handoff_p99_us: gaps.quantile_us(0.99),
         self_reacquire: self_reacquires as f64 / acquisitions.max(1) as f64,
         jain: jain(&per_contender),
-        redis_calls_per_acquisition: calls
-            .map_or(f64::NAN, |calls| calls as f64 / acquisitions.max(1) as f64),
+        redis_calls_per_acquisition: counts
+            .map_or(f64::NAN, |c| c.calls as f64 / acquisitions.max(1) as f64),
+        round_trips_per_acquisition: counts
+            .map_or(f64::NAN, |c| c.reads as f64 / acquisitions.max(1) as f64),
         failures,
     }
 }
@@ -155,6 +178,7 @@ pub struct Row {
     pub self_reacquire: Spread,
     pub jain: Spread,
     pub redis_calls_per_acquisition: Spread,
+    pub round_trips_per_acquisition: Spread,
     pub failures: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub first_error: Option<String>,
@@ -192,6 +216,7 @@ pub async fn run(
                 self_reacquire: Spread::pick(runs, |r| r.self_reacquire),
                 jain: Spread::pick(runs, |r| r.jain),
                 redis_calls_per_acquisition: Spread::pick(runs, |r| r.redis_calls_per_acquisition),
+                round_trips_per_acquisition: Spread::pick(runs, |r| r.round_trips_per_acquisition),
                 failures: failures.count,
                 first_error: failures.first,
             });
@@ -203,12 +228,12 @@ pub async fn run(
 impl Table {
     pub fn markdown(&self) -> String {
         let mut out = String::from(
-            "| contender | N | acquisitions/s | hand-off p50 µs | hand-off p99 µs | self re-acquire | Jain | Redis calls/acq |\n\
-             |---|---|---|---|---|---|---|---|\n",
+            "| contender | N | acquisitions/s | hand-off p50 µs | hand-off p99 µs | self re-acquire | Jain | Redis calls/acq | round trips/acq |\n\
+             |---|---|---|---|---|---|---|---|---|\n",
         );
         for row in &self.rows {
             out.push_str(&format!(
-                "| {} | {} | {} | {} | {} | {} | {} | {} |\n",
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
                 row.contender,
                 row.contenders,
                 row.acquisitions_per_s.show(0),
@@ -217,6 +242,7 @@ impl Table {
                 row.self_reacquire.show(3),
                 row.jain.show(3),
                 row.redis_calls_per_acquisition.show(1),
+                row.round_trips_per_acquisition.show(1),
             ));
         }
         out
@@ -253,10 +279,15 @@ mod tests {
                 leaving: at(7),
             },
         ];
-        let hot = summarize(&log, 2, 1.0, Some(20), Failures::default());
+        let counts = Counts {
+            calls: 20,
+            reads: 12,
+        };
+        let hot = summarize(&log, 2, 1.0, Some(counts), Failures::default());
         assert_eq!(hot.acquisitions_per_s, 4.0);
         assert_eq!(hot.self_reacquire, 0.25);
         assert_eq!(hot.redis_calls_per_acquisition, 5.0);
+        assert_eq!(hot.round_trips_per_acquisition, 3.0);
         // Gaps: 2 ms (0 -> 1) and 0 ms (1 -> 0); the self re-acquisition is not a hand-off.
         assert_eq!(hot.handoff_p99_us, 2000.0);
         assert!((hot.jain - 0.8).abs() < 1e-9);

@@ -175,9 +175,6 @@ impl Lua {
 pub(crate) struct Scripted {
     conn: SharedConnection,
     mode: ScriptMode,
-    /// Also publish every release on `<lock key>:released`, for waiters that subscribe to
-    /// it rather than queue (Redlock's nodes).
-    announce_releases: bool,
     /// Whether the server accepts `SET .. NX .. GET` (Redis 7.0+); cleared on the first
     /// syntax error, after which acquires use the script.
     set_get: AtomicBool,
@@ -188,15 +185,8 @@ impl Scripted {
         Scripted {
             conn,
             mode,
-            announce_releases: false,
             set_get: AtomicBool::new(true),
         }
-    }
-
-    /// Publishes every release on the lock's own channel too (see `announce_releases`).
-    pub fn announcing_releases(mut self) -> Scripted {
-        self.announce_releases = true;
-        self
     }
 
     /// Raises the lock's fencing counter to at least `token` (Redlock's write-back).
@@ -227,14 +217,13 @@ impl Scripted {
     ) {
         let conn = self.conn.clone();
         let mode = self.mode;
-        let announce = self.announce_releases;
         let keys = keys.clone();
         let value = value.to_owned();
         runtime.spawn(async move {
             let undone = match conn.get(&keys.name).await {
                 Ok(lent) => {
                     let mut conn = lent.conn.clone();
-                    release_script(mode, &mut conn, &keys, &value, announce)
+                    release_script(mode, &mut conn, &keys, &value)
                         .await
                         .map(drop)
                         .map_err(|err| err.to_string())
@@ -292,7 +281,6 @@ impl Backend for Scripted {
         let mut conn = lent.conn.clone();
         let undo = UndoOnDrop {
             mode: self.mode,
-            announce: self.announce_releases,
             conn: &lent.conn,
             keys,
             value,
@@ -358,7 +346,7 @@ impl Backend for Scripted {
     async fn release(&self, keys: &LockKeys, value: &str) -> Result<bool, LockError> {
         let lent = self.conn.get(&keys.name).await?;
         let mut conn = lent.conn.clone();
-        release_script(self.mode, &mut conn, keys, value, self.announce_releases)
+        release_script(self.mode, &mut conn, keys, value)
             .await
             .map(|n| n == 1)
             .map_err(|err| {
@@ -566,17 +554,15 @@ async fn release_script(
     conn: &mut Conn,
     keys: &LockKeys,
     value: &str,
-    announce: bool,
 ) -> redis::RedisResult<i64> {
     let window = millis(CLAIM_WINDOW).to_string();
-    let announce: &[u8] = if announce { b"1" } else { b"0" };
     let (queue, entries) = (keys.queue(), keys.queue_entries());
     RELEASE
         .run::<i64>(
             mode,
             conn,
             &[&keys.lock, &queue, &entries],
-            &[value.as_bytes(), window.as_bytes(), announce],
+            &[value.as_bytes(), window.as_bytes()],
         )
         .await
 }
@@ -596,7 +582,6 @@ fn is_syntax_error(err: &redis::RedisError) -> bool {
 /// Redis after the SET it undoes.
 struct UndoOnDrop<'a> {
     mode: ScriptMode,
-    announce: bool,
     conn: &'a Conn,
     keys: &'a LockKeys,
     value: &'a str,
@@ -619,11 +604,10 @@ impl Drop for UndoOnDrop<'_> {
         };
         let mut conn = self.conn.clone();
         let mode = self.mode;
-        let announce = self.announce;
         let keys = self.keys.clone();
         let value = self.value.to_owned();
         runtime.spawn(async move {
-            let undone = release_script(mode, &mut conn, &keys, &value, announce).await;
+            let undone = release_script(mode, &mut conn, &keys, &value).await;
             if let Err(err) = undone {
                 tracing::debug!(key = %keys.lock, %err, "undo of an abandoned acquire failed; the TTL will free the lock");
             }
