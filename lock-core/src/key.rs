@@ -46,22 +46,34 @@ impl LockKeys {
         format!("{}:fence", self.lock)
     }
 
-    /// `<prefix>{<name>}:q`: the waiter queue (a sorted set of waiting Lockers' channels, in
-    /// arrival order). Exists only while someone waits.
-    pub fn queue(&self) -> String {
-        format!("{}:q", self.lock)
-    }
-
-    /// `<prefix>{<name>}:qe`: the queue's entries (until when each waiter counts, and the
-    /// value the lock is reserved with for it).
-    pub fn queue_entries(&self) -> String {
-        format!("{}:qe", self.lock)
+    /// `<prefix>{<name>}:qe`: the waiter queue's entries (until when each waiter counts, and
+    /// the value the lock is reserved with for it); cut the last byte off for
+    /// `<prefix>{<name>}:q`, the queue itself (a sorted set of waiting Lockers' channels, in
+    /// arrival order). One allocation for both keys. They exist only while someone waits.
+    pub fn queue_keys(&self) -> QueueKeys {
+        QueueKeys(format!("{}:qe", self.lock))
     }
 
     /// `<prefix>{<name>}:released`: the pub/sub channel releases are announced on. The
     /// release script derives the same name from the lock key itself.
     pub fn channel(&self) -> String {
         crate::notifier::channel_of(&self.lock)
+    }
+}
+
+/// The two keys of a lock's waiter queue, in one string.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct QueueKeys(String);
+
+impl QueueKeys {
+    /// `<prefix>{<name>}:q`
+    pub fn queue(&self) -> &str {
+        &self.0[..self.0.len() - 1]
+    }
+
+    /// `<prefix>{<name>}:qe`
+    pub fn entries(&self) -> &str {
+        &self.0
     }
 }
 
@@ -130,8 +142,9 @@ mod tests {
         assert_eq!(keys.lock, "lock:{market:7}");
         assert_eq!(keys.fence(), "lock:{market:7}:fence");
         assert_eq!(keys.channel(), "lock:{market:7}:released");
-        assert_eq!(keys.queue(), "lock:{market:7}:q");
-        assert_eq!(keys.queue_entries(), "lock:{market:7}:qe");
+        let queue = keys.queue_keys();
+        assert_eq!(queue.queue(), "lock:{market:7}:q");
+        assert_eq!(queue.entries(), "lock:{market:7}:qe");
     }
 
     #[test]

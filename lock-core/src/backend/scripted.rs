@@ -6,10 +6,7 @@ use std::time::Duration;
 
 use redis::{FromRedisValue, Script};
 
-use super::{
-    millis, remaining_from_pttl, Attempt, AttemptKind, Backend, Place, RawState, Waiter,
-    CLAIM_WINDOW,
-};
+use super::{millis, remaining_from_pttl, Attempt, AttemptKind, Backend, Place, RawState, Waiter};
 use crate::conn::{is_connection_failure, Conn, SharedConnection};
 use crate::key::LockKeys;
 use crate::LockError;
@@ -358,13 +355,12 @@ impl Backend for Scripted {
     }
 
     async fn leave_queue(&self, keys: &LockKeys, waiter: &str) -> Result<(), LockError> {
-        let window = millis(CLAIM_WINDOW).to_string();
-        let (queue, entries) = (keys.queue(), keys.queue_entries());
+        let queue = keys.queue_keys();
         self.run_on::<i64>(
             &LEAVE_QUEUE,
             keys,
-            &[&keys.lock, &queue, &entries],
-            &[waiter.as_bytes(), window.as_bytes()],
+            &[&keys.lock, queue.queue(), queue.entries()],
+            &[waiter.as_bytes(), CLAIM_WINDOW_MS.as_bytes()],
         )
         .await
         .map(drop)
@@ -513,21 +509,20 @@ async fn acquire_queued(
 ) -> redis::RedisResult<Attempt> {
     let ttl = millis(ttl).to_string();
     let life = millis(waiter.life).to_string();
-    let window = millis(CLAIM_WINDOW).to_string();
     let fencing_flag: &[u8] = if fencing { b"1" } else { b"0" };
-    let (fence, queue, entries) = (keys.fence(), keys.queue(), keys.queue_entries());
+    let (fence, queue) = (keys.fence(), keys.queue_keys());
     let (taken, number, holder, position, head_reserved) = ACQUIRE_QUEUED
         .run::<(i64, i64, Vec<u8>, i64, i64)>(
             mode,
             conn,
-            &[&keys.lock, &fence, &queue, &entries],
+            &[&keys.lock, &fence, queue.queue(), queue.entries()],
             &[
                 value.as_bytes(),
                 ttl.as_bytes(),
                 fencing_flag,
                 waiter.channel.as_bytes(),
                 life.as_bytes(),
-                window.as_bytes(),
+                CLAIM_WINDOW_MS.as_bytes(),
             ],
         )
         .await?;
@@ -555,21 +550,29 @@ async fn release_script(
     keys: &LockKeys,
     value: &str,
 ) -> redis::RedisResult<i64> {
-    let window = millis(CLAIM_WINDOW).to_string();
-    let (queue, entries) = (keys.queue(), keys.queue_entries());
+    let queue = keys.queue_keys();
     RELEASE
         .run::<i64>(
             mode,
             conn,
-            &[&keys.lock, &queue, &entries],
-            &[value.as_bytes(), window.as_bytes()],
+            &[&keys.lock, queue.queue(), queue.entries()],
+            &[value.as_bytes(), CLAIM_WINDOW_MS.as_bytes()],
         )
         .await
 }
 
+/// [`CLAIM_WINDOW`](super::CLAIM_WINDOW) in milliseconds, as the scripts take it (no formatting per call).
+const CLAIM_WINDOW_MS: &str = "100";
+
 /// A copy of a connection error for each lease of a failed batch.
 fn clone_error(err: &LockError) -> LockError {
     LockError::connection(err.name().unwrap_or(""), err.to_string())
+}
+
+#[cfg(test)]
+#[test]
+fn the_claim_window_argument_matches_the_constant() {
+    assert_eq!(CLAIM_WINDOW_MS, millis(super::CLAIM_WINDOW).to_string());
 }
 
 fn is_syntax_error(err: &redis::RedisError) -> bool {
