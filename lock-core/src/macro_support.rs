@@ -66,6 +66,7 @@ pub struct LockSpec {
     wait: Option<Duration>,
     renew: bool,
     cancel_on_lost: bool,
+    error_on_lost: bool,
 }
 
 impl LockSpec {
@@ -78,6 +79,7 @@ impl LockSpec {
             wait: None,
             renew: true,
             cancel_on_lost: false,
+            error_on_lost: false,
         }
     }
 
@@ -89,6 +91,13 @@ impl LockSpec {
     /// Drop the body (at its next await point) as soon as the lease is lost.
     pub fn cancel_on_lost(mut self, cancel: bool) -> LockSpec {
         self.cancel_on_lost = cancel;
+        self
+    }
+
+    /// Turn an `Ok` result into `Err(LockError::Lost)` when the lease was lost while the
+    /// body ran (by default the result stands and the loss is only reported).
+    pub fn error_on_lost(mut self, error: bool) -> LockSpec {
+        self.error_on_lost = error;
         self
     }
 
@@ -157,8 +166,10 @@ pub fn locker_of<L: AsLocker + ?Sized>(locker: &L) -> Locker {
 ///   another holder and waits for the lock like any other.
 /// - The lock is released on every exit of the body; a panic is resumed after the release.
 /// - The lease is auto-renewed unless `spec` says otherwise.
-/// - If the lease was lost while an `Ok` body ran, the result is `Err(LockError::Lost)`; with
-///   `cancel_on_lost`, the body is dropped as soon as the loss is known.
+/// - If the lease was lost while the body ran, its result stands and the loss is reported
+///   (a warning, the lost-lease metric); with `error_on_lost`, an `Ok` result becomes
+///   `Err(LockError::Lost)`; with `cancel_on_lost`, the body is dropped as soon as the loss
+///   is known and the result is `Err(LockError::Lost)`.
 ///
 /// The body is moved to the heap first: an annotated function's future is then a few hundred
 /// bytes whatever its body holds, and nested annotated calls do not add up their bodies'
@@ -245,17 +256,25 @@ where
         return Err(E::from(LockError::Lost { name }));
     };
     let name = lease.name().to_owned();
+    // Lost before the release (validity ran out, renewal failed), or found so by it.
+    let lost_before = lease.is_lost();
     let released = lease.release().await;
     let result = match outcome {
         Ok(result) => result,
         Err(panic) => std::panic::resume_unwind(panic),
     };
-    match (result, released) {
-        (Ok(_), Ok(false)) => Err(E::from(LockError::Lost { name })),
-        (result, Err(err)) => {
-            tracing::warn!(%name, %err, "release failed; the TTL will free the lock");
+    let lost = lost_before || matches!(released, Ok(false));
+    if let Err(err) = &released {
+        tracing::warn!(%name, %err, "release failed; the TTL will free the lock");
+    }
+    match result {
+        Ok(_) if lost && spec.error_on_lost => Err(E::from(LockError::Lost { name })),
+        result => {
+            if lost {
+                // The work is done; an error now would invite a retry that repeats it.
+                tracing::warn!(%name, "the lease was lost while the locked body ran; its result stands");
+            }
             result
         }
-        (result, Ok(_)) => result,
     }
 }

@@ -31,13 +31,16 @@ const NAMES: [&str; 7] = ["key", "ttl", "wait", "locker", "renew", "on_lost", "c
 const VALID: &str =
     "valid arguments are `key`, `ttl`, `wait`, `locker`, `renew`, `on_lost` and `crate`";
 
-/// What the body does when its lease is lost while it runs.
+/// What happens when the lease is lost while the body runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum OnLost {
-    /// Keep running; the function returns `Err(LockError::Lost)` when the body is done.
-    Continue,
+    /// The default: the body finishes and its result stands; the loss is reported (a
+    /// warning, the lost-lease metric, `current_lease().is_lost()` inside the body).
+    Report,
     /// Drop the body at its next `.await` and return `Err(LockError::Lost)` at once.
     Cancel,
+    /// The body finishes, and its result becomes `Err(LockError::Lost)`.
+    Error,
 }
 
 /// Validated arguments. Durations are already in range.
@@ -203,12 +206,13 @@ impl Partial<'_> {
             "on_lost" => {
                 let lit = string_literal(&value, "on_lost")?;
                 self.on_lost = Some(match lit.value().as_str() {
+                    "report" => OnLost::Report,
                     "cancel" => OnLost::Cancel,
-                    "continue" => OnLost::Continue,
+                    "error" => OnLost::Error,
                     other => {
                         return Err(syn::Error::new(
                             lit.span(),
-                            format!("unknown `on_lost` policy {other:?}: write `on_lost = \"cancel\"` (stop the body as soon as the lease is lost) or `on_lost = \"continue\"` (the default: finish, then return `Err(LockError::Lost)`)"),
+                            format!("unknown `on_lost` policy {other:?}: write `on_lost = \"report\"` (the default: the body finishes and its result stands; the loss is logged), `on_lost = \"cancel\"` (stop the body as soon as the lease is lost and return `Err(LockError::Lost)`) or `on_lost = \"error\"` (the body finishes, then its result becomes `Err(LockError::Lost)`)"),
                         ))
                     }
                 });

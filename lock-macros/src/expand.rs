@@ -116,8 +116,10 @@ fn generate(args: &Args, function: ItemFn) -> TokenStream {
     if let Some(renew) = args.renew {
         spec = quote!(#spec.renew(#renew));
     }
-    if args.on_lost == Some(crate::args::OnLost::Cancel) {
-        spec = quote!(#spec.cancel_on_lost(true));
+    match args.on_lost {
+        Some(crate::args::OnLost::Cancel) => spec = quote!(#spec.cancel_on_lost(true)),
+        Some(crate::args::OnLost::Error) => spec = quote!(#spec.error_on_lost(true)),
+        Some(crate::args::OnLost::Report) | None => {}
     }
 
     let edge = return_edge(&sig.output);

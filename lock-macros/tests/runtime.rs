@@ -301,9 +301,24 @@ async fn futures_can_be_spawned() {
     assert!(matches!(AppError::Domain("x"), AppError::Domain(_)));
 }
 
-/// Without renewal, a body that outlives its TTL finishes, and the loss is reported then.
+/// Without renewal, a body that outlives its TTL finishes; by default its result stands, and
+/// the body can see the loss.
 #[redis_locked(key = "slow:{n}", ttl = "100ms", renew = false, locker = locker)]
-async fn outlives_its_ttl(locker: &Locker, n: u8) -> Result<u8, LockError> {
+async fn outlives_its_ttl(locker: &Locker, n: u8) -> Result<(u8, bool), LockError> {
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    Ok((n, current_lease().expect("inside the body").is_lost()))
+}
+
+/// `on_lost = "error"`: the same body's result becomes `Err(Lost)`.
+#[redis_locked(key = "slow:{n}", ttl = "100ms", renew = false, on_lost = "error", locker = locker)]
+async fn outlives_its_ttl_strictly(locker: &Locker, n: u8) -> Result<u8, LockError> {
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    Ok(n)
+}
+
+/// `on_lost = "report"` is the default, spelled out.
+#[redis_locked(key = "slow:{n}", ttl = "100ms", renew = false, on_lost = "report", locker = locker)]
+async fn outlives_its_ttl_reported(locker: &Locker, n: u8) -> Result<u8, LockError> {
     tokio::time::sleep(Duration::from_millis(300)).await;
     Ok(n)
 }
@@ -332,8 +347,16 @@ async fn cancelled_when_lost(
 #[tokio::test]
 async fn renewal_and_loss_policies() {
     let locker = Locker::memory();
+    assert_eq!(
+        outlives_its_ttl(&locker, 1).await.expect("stands"),
+        (1, true)
+    );
+    assert_eq!(
+        outlives_its_ttl_reported(&locker, 4).await.expect("stands"),
+        4
+    );
     assert!(matches!(
-        outlives_its_ttl(&locker, 1).await,
+        outlives_its_ttl_strictly(&locker, 5).await,
         Err(LockError::Lost { .. })
     ));
     assert_eq!(renewed_past_its_ttl(&locker, 2).await.expect("renewed"), 2);

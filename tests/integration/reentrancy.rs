@@ -74,10 +74,8 @@ async fn a_nested_call_never_runs_on_a_lost_lease() {
             Some(Err(LockError::Lost { name })) => assert_eq!(name, format!("reentry:{id}")),
             other => panic!("case {id}: expected the nested call to be Lost, got {other:?}"),
         }
-        assert!(
-            matches!(outer, Err(LockError::Lost { .. })),
-            "case {id}: {outer:?}"
-        );
+        // The outer body finished: by default its result stands (the loss is reported).
+        assert!(outer.is_ok(), "case {id}: {outer:?}");
     }
 }
 

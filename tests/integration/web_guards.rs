@@ -5,4 +5,5 @@
 mod client;
 mod example;
 mod layer;
+mod lost;
 mod stream;
