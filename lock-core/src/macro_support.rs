@@ -41,8 +41,9 @@ pub fn default_locker() -> Option<Locker> {
         .clone()
 }
 
-/// The lease of the innermost `#[redis_locked]` function running on this task, if any: its
-/// fencing token, its validity, and a `lost()` signal, without adding parameters.
+/// The lease of the innermost `#[redis_locked]` function (or `LockLayer`-guarded handler)
+/// running on this task, if any: its fencing token, its validity, and a `lost()` signal,
+/// without adding parameters.
 ///
 /// ```
 /// # use lock_core::{Locker, LockError};
@@ -54,6 +55,15 @@ pub fn default_locker() -> Option<Locker> {
 /// ```
 pub fn current_lease() -> Option<LeaseHandle> {
     HELD.try_with(|held| held.last().cloned()).ok().flatten()
+}
+
+/// Runs `work` with `lease` as its [`current_lease`] (innermost, over any outer ones), as
+/// `LockLayer` does for the handler it guards.
+#[cfg_attr(not(feature = "tower"), allow(dead_code))]
+pub(crate) async fn with_current_lease<F: Future>(lease: LeaseHandle, work: F) -> F::Output {
+    let mut stack = HELD.try_with(Vec::clone).unwrap_or_default();
+    stack.push(lease);
+    HELD.scope(stack, work).await
 }
 
 /// What a `#[redis_locked]` expansion asks for. Built with chained calls so that new

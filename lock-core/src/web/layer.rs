@@ -16,6 +16,7 @@ use tower_service::Service;
 use super::body::{release, LockBody};
 use super::problem::{error_responses, ErrorResponses, Problem};
 use super::{KeyRejection, LockKey};
+use crate::macro_support::with_current_lease;
 use crate::{LockError, Locker};
 
 /// How long a guarded request keeps its lock.
@@ -375,7 +376,9 @@ where
                 Ok(lease) => lease,
                 Err(err) => return Ok(config.reject(&Rejection::Lock(err))),
             };
-            let response = match inner.call(Request::from_parts(parts, body)).await {
+            // The handler sees its lease through `lock_core::current_lease()`.
+            let call = inner.call(Request::from_parts(parts, body));
+            let response = match with_current_lease(lease.handle(), call).await {
                 Ok(response) => response,
                 Err(err) => {
                     release(lease).await;

@@ -313,3 +313,28 @@ async fn redis_locked_handlers_may_return_impl_into_response_with_lock_error() {
         assert_busy(reply, "reports:3");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_layer_guarded_handler_sees_its_lease() {
+    let server = RedisServer::start();
+    let router = Router::new()
+        .route(
+            "/jobs/{id}/run",
+            post(|| async {
+                let lease = lock_core::current_lease().expect("the layer's lease");
+                format!(
+                    "{} fenced {:?} lost {}",
+                    lease.name(),
+                    lease.fencing_token(),
+                    lease.is_lost()
+                )
+            }),
+        )
+        .route_layer(LockLayer::new(locker(&server), key::path("jobs:{id}")));
+    let app = serve(router).await;
+    let reply = Http::new()
+        .post_json(&format!("{}/jobs/9/run", app.base_url()), &[], "{}")
+        .await;
+    assert_eq!(reply.status, StatusCode::OK, "{reply:?}");
+    assert_eq!(reply.body, "jobs:9 fenced None lost false");
+}
