@@ -21,7 +21,8 @@ use crate::LockError;
 ///
 /// Prefer `release().await` where you can: it reports whether the lease was still ours, and a
 /// background release spawned just before the runtime shuts down (a lease dropped at the end
-/// of `main`) may never run, leaving the lock to its TTL.
+/// of `main`) may never run, leaving the lock to its TTL, unless the program awaits
+/// [`Locker::shutdown`] last.
 ///
 /// The read-only view ([`LeaseHandle`]: name, token, fencing token, validity, loss signal)
 /// is reachable through `Deref`, and can be cloned out with [`Lease::handle`] for code that
@@ -214,16 +215,17 @@ impl Drop for Lease {
         }
         let shared = Arc::clone(&self.handle.shared);
         shared.finish();
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            tracing::debug!(name = %shared.keys.name, "lease dropped outside a tokio runtime; its TTL will free it");
-            shared.local.clear_holder(shared.serial);
-            return;
-        };
-        runtime.spawn(async move {
-            if let Err(err) = shared.release_now().await {
-                tracing::warn!(name = %shared.keys.name, %err, "background release of a dropped lease failed; its TTL will free it");
+        let locker = shared.locker.clone();
+        let releasing = Arc::clone(&shared);
+        let spawned = locker.spawn_background(async move {
+            if let Err(err) = releasing.release_now().await {
+                tracing::warn!(name = %releasing.keys.name, %err, "background release of a dropped lease failed; its TTL will free it");
             }
         });
+        if !spawned {
+            tracing::debug!(name = %shared.keys.name, "lease dropped outside a tokio runtime; its TTL will free it");
+            shared.local.clear_holder(shared.serial);
+        }
     }
 }
 

@@ -143,6 +143,7 @@
 #![warn(missing_docs)]
 
 mod backend;
+mod background;
 mod conn;
 mod error;
 mod key;

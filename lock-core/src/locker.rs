@@ -15,6 +15,7 @@ use crate::backend::redlock::Redlock;
 use crate::backend::scripted::{ScriptMode, Scripted};
 use crate::backend::transaction::Transactional;
 use crate::backend::{AnyBackend, Backend as _};
+use crate::background::Background;
 use crate::conn::{SharedConnection, Source};
 use crate::key::{validate_ttl, validate_wait, LockKeys};
 use crate::local::LocalNames;
@@ -70,6 +71,7 @@ pub(crate) struct Inner {
     /// otherwise they subscribe to each lock's release channel, or poll.
     queued_waits: bool,
     renewer: Renewer,
+    background: Arc<Background>,
 }
 
 #[derive(Debug, Clone)]
@@ -272,6 +274,37 @@ impl Locker {
         }
     }
 
+    /// Waits, up to `timeout`, for the work this locker left running in the background: the
+    /// releases of dropped leases, late grants given back, waiter queues left. Call it last,
+    /// before the runtime stops (at the end of `main`, after the server's graceful shutdown),
+    /// so that no lock is left to its TTL because its release never ran. True when nothing
+    /// is left. The locker stays usable; work started after the call is not waited for.
+    ///
+    /// ```
+    /// # use lock_core::Locker;
+    /// # use std::time::Duration;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lock_core::LockError> {
+    /// let locker = Locker::memory();
+    /// let lease = locker.lock("report").await?;
+    /// drop(lease); // released in the background
+    /// assert!(locker.shutdown(Duration::from_secs(5)).await);
+    /// assert!(locker.inspect("report").await?.is_none());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn shutdown(&self, timeout: Duration) -> bool {
+        tokio::time::timeout(timeout, self.inner.background.idle())
+            .await
+            .is_ok()
+    }
+
+    /// Runs `work` in the background, counted for [`Locker::shutdown`]; false outside a
+    /// tokio runtime (nothing runs then).
+    pub(crate) fn spawn_background(&self, work: impl Future<Output = ()> + Send + 'static) -> bool {
+        self.inner.background.spawn(work)
+    }
+
     pub(crate) fn local(&self) -> &Arc<LocalNames> {
         &self.inner.local
     }
@@ -303,6 +336,7 @@ impl Locker {
                 notifier,
                 queued_waits,
                 renewer: Renewer::default(),
+                background: Arc::default(),
             }),
         }
     }

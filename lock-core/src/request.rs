@@ -240,13 +240,11 @@ impl Drop for QueueSpot {
         if !self.in_queue || self.local.queued() > 1 {
             return;
         }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return; // the entry expires with the request's wait
-        };
+        // Outside a runtime nothing runs: the entry expires with the request's wait.
         let locker = self.locker.clone();
         let keys = self.keys.clone();
         let channel = std::mem::take(&mut self.channel);
-        runtime.spawn(async move {
+        self.locker.spawn_background(async move {
             let left = locker
                 .run(&keys.name, locker.backend().leave_queue(&keys, &channel))
                 .await;
@@ -581,13 +579,10 @@ impl Acquire<'_> {
     /// Deletes this request's value from the lock in the background (compare-and-delete:
     /// nobody else's lock is touched). The TTL frees it if this fails.
     fn give_back(&self) {
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
         let locker = self.locker.clone();
         let keys = self.keys.clone();
         let value = self.value.clone();
-        runtime.spawn(async move {
+        self.locker.spawn_background(async move {
             let backend = locker.backend();
             let given_back = locker
                 .run(&keys.name, backend.release(&keys, &value))

@@ -1,6 +1,7 @@
 //! Behaviour that only exists with a real server: foreign values on the key, servers that
 //! are down or go away, script-cache flushes, and a server without scripting.
 
+use std::future::IntoFuture as _;
 use std::time::{Duration, Instant};
 
 use lock_core::{LockError, Locker, Protocol};
@@ -294,4 +295,39 @@ async fn a_grant_that_arrives_after_its_ttl_is_not_a_lease() {
     proxy.set_latency(Duration::ZERO);
     // It was given back, not left to its TTL (which has passed anyway) or to anyone else.
     assert!(server.command(&["EXISTS", "lock:{slow}"]).starts_with(":0"));
+}
+
+/// `Locker::shutdown` lets a program end without leaving dropped leases to their TTL: the
+/// runtime below stops right after it, which would otherwise cancel background releases.
+#[test]
+fn shutdown_waits_for_the_releases_of_dropped_leases() {
+    let server = RedisServer::start_debuggable();
+    let url = server.url();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        let locker = Locker::from_url(&url).expect("locker");
+        let leases = futures_util::future::join_all((0..20).map(|i| {
+            locker
+                .lock(format!("shutdown:{i}"))
+                .ttl(60 * SECOND)
+                .into_future()
+        }))
+        .await;
+        // Slow the server down so that the releases are still in flight at the end.
+        let stall = server.stall(Duration::from_millis(300));
+        drop(leases);
+        assert!(locker.shutdown(5 * SECOND).await, "every release finished");
+        stall.join().expect("the server slept");
+    });
+    drop(runtime);
+    for i in 0..20 {
+        assert_eq!(
+            server.command(&["EXISTS", &format!("lock:{{shutdown:{i}}}")]),
+            ":0\r\n",
+            "lock {i} left to its TTL"
+        );
+    }
 }
