@@ -136,8 +136,23 @@ impl Locker {
     }
 
     /// Starts a lock request for `name`: set `.ttl(..)`, `.wait(..)`, then `.await` it.
-    pub fn lock(&self, name: impl Into<String>) -> LockRequest<'_> {
-        LockRequest::new(self, name.into())
+    ///
+    /// The request owns a clone of the locker, so its future can be spawned:
+    ///
+    /// ```
+    /// # use lock_core::Locker;
+    /// # use std::future::IntoFuture as _;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lock_core::LockError> {
+    /// let locker = Locker::memory();
+    /// let pending = tokio::spawn(locker.lock("export").into_future());
+    /// let lease = pending.await.expect("join")?;
+    /// assert!(lease.release().await?);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn lock(&self, name: impl Into<String>) -> LockRequest {
+        LockRequest::new(self.clone(), name.into())
     }
 
     /// Tries once to take `name` for `ttl`; [`LockError::Busy`] if someone holds it.

@@ -36,8 +36,9 @@ use crate::{Lease, LockError, Locker};
 /// ```
 #[must_use = "a lock request does nothing until it is awaited"]
 #[derive(Debug)]
-pub struct LockRequest<'a> {
-    locker: &'a Locker,
+pub struct LockRequest {
+    /// Owned (a `Locker` is one `Arc`), so that a request can be spawned.
+    locker: Locker,
     name: String,
     ttl: Option<Duration>,
     wait: Option<Duration>,
@@ -45,8 +46,8 @@ pub struct LockRequest<'a> {
     renew: Option<Renewal>,
 }
 
-impl<'a> LockRequest<'a> {
-    pub(crate) fn new(locker: &'a Locker, name: String) -> LockRequest<'a> {
+impl LockRequest {
+    pub(crate) fn new(locker: Locker, name: String) -> LockRequest {
         LockRequest {
             locker,
             name,
@@ -160,7 +161,7 @@ impl<'a> LockRequest<'a> {
         let family = crate::metrics::Family::of(&keys.name);
         let begun = Instant::now();
         let attempt = Acquire {
-            locker,
+            locker: &locker,
             keys,
             value,
             ttl,
@@ -644,9 +645,10 @@ fn record(attempts: u32, begun: Instant) {
     span.record("waited_us", begun.elapsed().as_micros() as u64);
 }
 
-impl<'a> IntoFuture for LockRequest<'a> {
+/// The boxed acquisition: `'static`, so `tokio::spawn(locker.lock("x").into_future())` works.
+impl IntoFuture for LockRequest {
     type Output = Result<Lease, LockError>;
-    type IntoFuture = Pin<Box<dyn Future<Output = Self::Output> + Send + 'a>>;
+    type IntoFuture = Pin<Box<dyn Future<Output = Self::Output> + Send>>;
 
     fn into_future(self) -> Self::IntoFuture {
         Box::pin(self.acquire())
