@@ -146,6 +146,7 @@ mod backend;
 mod background;
 mod conn;
 mod error;
+mod holder;
 mod key;
 mod lease;
 mod local;
@@ -163,6 +164,7 @@ pub mod web;
 
 pub use backend::scripted::ScriptMode;
 pub use error::LockError;
+pub use holder::Holder;
 pub use key::{MAX_NAME_LEN, MAX_TTL, MAX_WAIT, MIN_TTL};
 pub use lease::{Lease, LeaseHandle};
 pub use locker::{

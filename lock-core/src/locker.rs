@@ -381,6 +381,27 @@ impl fmt::Debug for Locker {
     }
 }
 
+impl LockInfo {
+    /// The holder label read into its parts (`app`, `host`, `pid`), when there is a label.
+    ///
+    /// ```
+    /// # use lock_core::Locker;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lock_core::LockError> {
+    /// let locker = Locker::builder().memory().app_name("billing").build()?;
+    /// let _lease = locker.lock("invoices").await?;
+    /// let info = locker.inspect("invoices").await?.expect("held");
+    /// let holder = info.holder_parts().expect("a label");
+    /// assert_eq!(holder.app.as_deref(), Some("billing"));
+    /// assert_eq!(holder.pid, Some(std::process::id()));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn holder_parts(&self) -> Option<crate::Holder> {
+        self.holder.as_deref().map(crate::Holder::parse)
+    }
+}
+
 /// What [`Locker::inspect`] found on a held lock.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
