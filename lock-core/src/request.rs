@@ -529,6 +529,15 @@ impl Acquire<'_> {
         bound: Option<Instant>,
         kind: AttemptKind<'_>,
     ) -> Result<Tried, LockError> {
+        if self.attempts > 0 {
+            // Every attempt writes a token of its own. An earlier attempt may still have a
+            // compare-and-delete of its value in flight (the undo of an attempt abandoned at
+            // a node's or the request's deadline, a late grant given back, a failed Redlock
+            // round's clean-up); with the same token it could land after this attempt took
+            // the lock and delete it under its new holder.
+            let token = new_token(&self.keys.name)?;
+            self.value = encode_value(&token, self.locker.settings().label.as_deref());
+        }
         self.attempts += 1;
         let started = Instant::now();
         let backend = self.locker.backend();
