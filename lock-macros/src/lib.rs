@@ -16,6 +16,8 @@ mod bindings;
 mod duration;
 mod errors;
 mod expand;
+#[cfg(test)]
+mod properties;
 mod signature;
 mod suggest;
 mod template;

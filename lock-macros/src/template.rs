@@ -204,7 +204,7 @@ fn placeholder(inner: &str, span: Span) -> Result<FieldPath, String> {
     }
     let mut segments = inner.split('.');
     let first = segments.next().unwrap_or_default();
-    if first.bytes().all(|b| b.is_ascii_digit()) {
+    if !first.is_empty() && first.bytes().all(|b| b.is_ascii_digit()) {
         return Err(format!(
             "`{{{inner}}}`: positional placeholders are not supported; name a parameter, e.g. `{{order_id}}`"
         ));
@@ -214,22 +214,35 @@ fn placeholder(inner: &str, span: Span) -> Result<FieldPath, String> {
             "`{{{inner}}}` is not a placeholder: write a parameter name, optionally followed by fields, e.g. `{{order.id}}`"
         )
     };
+    // The Rust lexer skips comments and whitespace, invisible marks included (`{a/*x*/}`
+    // lexes as `a`): refuse them rather than drop them. (Not `ident == segment`: rustc
+    // NFC-normalizes identifiers, and a decomposed name in the key must still match.)
+    let name = |segment: &str| {
+        let trivia =
+            |c: char| c == '/' || c.is_whitespace() || matches!(c, '\u{200e}' | '\u{200f}');
+        if segment.contains(trivia) {
+            return Err(invalid());
+        }
+        let mut ident = syn::parse_str::<Ident>(segment).map_err(|_| invalid())?;
+        ident.set_span(span);
+        Ok(ident)
+    };
     let root = if first == "self" {
         Ident::new("self", span)
     } else {
-        let mut ident = syn::parse_str::<Ident>(first).map_err(|_| invalid())?;
-        ident.set_span(span);
-        ident
+        name(first)?
     };
     let members = segments
         .map(|segment| {
             if !segment.is_empty() && segment.bytes().all(|b| b.is_ascii_digit()) {
+                // Rust has no `pair.01`.
+                if segment.len() > 1 && segment.starts_with('0') {
+                    return Err(invalid());
+                }
                 let index = segment.parse().map_err(|_| invalid())?;
                 return Ok(Member::Unnamed(Index { index, span }));
             }
-            let mut ident = syn::parse_str::<Ident>(segment).map_err(|_| invalid())?;
-            ident.set_span(span);
-            Ok(Member::Named(ident))
+            Ok(Member::Named(name(segment)?))
         })
         .collect::<Result<Vec<_>, String>>()?;
     Ok(FieldPath { root, members })
@@ -306,6 +319,18 @@ mod tests {
             ("{ x }", "remove the spaces"),
             ("{0}", "positional"),
             ("{a.}", "is not a placeholder"),
+            // An empty first segment is not a position (found by `properties::empty_segment`).
+            ("{.a}", "is not a placeholder"),
+            ("{._0}", "is not a placeholder"),
+            ("{.0}", "is not a placeholder"),
+            ("{.}", "is not a placeholder"),
+            // What the Rust lexer skips is not part of a name (`properties::lexer_trivia`).
+            ("{a/**/}", "is not a placeholder"),
+            ("{/* x */a}", "is not a placeholder"),
+            ("{a //x}", "is not a placeholder"),
+            ("{a.b/**/}", "is not a placeholder"),
+            ("{a\u{200e}}", "is not a placeholder"),
+            ("{pair.01}", "is not a placeholder"),
             ("{a..b}", "is not a placeholder"),
             ("{a-b}", "is not a placeholder"),
             ("{a.self}", "is not a placeholder"),
