@@ -14,6 +14,7 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 use super::body::{release, LockBody};
+use super::hold_times::HoldTimes;
 use super::problem::{error_responses, ErrorResponses, Problem};
 use super::{KeyRejection, LockKey};
 use crate::macro_support::with_current_lease;
@@ -208,6 +209,8 @@ struct Config {
     hold: HoldUntil,
     responses: Option<ErrorResponses>,
     on_reject: Option<Arc<Responder>>,
+    /// Hold times of this layer's requests, for the `Retry-After` hint.
+    holds: Arc<HoldTimes>,
 }
 
 impl LockLayer {
@@ -224,6 +227,7 @@ impl LockLayer {
                 hold: HoldUntil::Response,
                 responses: None,
                 on_reject: None,
+                holds: Arc::default(),
             },
         }
     }
@@ -374,7 +378,10 @@ where
             };
             let lease = match config.acquire(name).await {
                 Ok(lease) => lease,
-                Err(err) => return Ok(config.reject(&Rejection::Lock(err))),
+                Err(mut err) => {
+                    config.tighten_retry_after(&mut err);
+                    return Ok(config.reject(&Rejection::Lock(err)));
+                }
             };
             // The handler sees its lease through `lock_core::current_lease()`.
             let call = inner.call(Request::from_parts(parts, body));
@@ -388,6 +395,7 @@ where
             if config.hold == HoldUntil::BodyEnd && !response.body().is_end_stream() {
                 return Ok(response.map(|body| LockBody::holding(body, lease)));
             }
+            config.holds.record(lease.acquired_at().elapsed());
             release(lease).await;
             Ok(response.map(LockBody::inner))
         })
@@ -409,6 +417,28 @@ impl Config {
         request.await
     }
 
+    /// A busy answer's `Retry-After`: from the hold times this layer has seen rather than the
+    /// holder's (renewed) TTL, when they say sooner, and only when the holder is this same
+    /// service (same application name in its label: a replica, or this process), whose
+    /// requests those hold times describe. Any other holder keeps its own TTL as the bound.
+    fn tighten_retry_after(&self, err: &mut LockError) {
+        if let LockError::Busy {
+            retry_after,
+            holder,
+            ..
+        }
+        | LockError::Timeout {
+            retry_after,
+            holder,
+            ..
+        } = err
+        {
+            if same_service(holder.as_deref(), self.locker.holder_label()) {
+                *retry_after = self.holds.hint(*retry_after);
+            }
+        }
+    }
+
     fn reject<B>(&self, rejection: &Rejection) -> Response<LockBody<B>> {
         let response = match &self.on_reject {
             Some(respond) => respond(rejection),
@@ -418,9 +448,31 @@ impl Config {
     }
 }
 
+/// Whether two holder labels name the same service: equal labels, or the same application
+/// name (`app@host:pid`).
+fn same_service(holder: Option<&str>, ours: Option<&str>) -> bool {
+    let (Some(holder), Some(ours)) = (holder, ours) else {
+        return false;
+    };
+    if holder == ours {
+        return true;
+    }
+    let app = |label: &str| crate::Holder::parse(label).app;
+    app(holder).is_some_and(|theirs| app(ours).is_some_and(|mine| theirs == mine))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn same_service_means_the_same_application_name() {
+        assert!(same_service(Some("web@a:1"), Some("web@b:2")));
+        assert!(same_service(Some("a:1"), Some("a:1")));
+        assert!(!same_service(Some("a:1"), Some("a:2")));
+        assert!(!same_service(Some("cron@a:1"), Some("web@a:1")));
+        assert!(!same_service(None, Some("web@a:1")));
+    }
 
     #[test]
     fn grpc_messages_are_percent_encoded() {

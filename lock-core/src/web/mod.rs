@@ -80,11 +80,16 @@
 //! is then produced outside the lock; with the layer, [`HoldUntil::BodyEnd`] keeps the lock
 //! until the body has been streamed to its end.
 //!
-//! `Retry-After` is an upper bound: it is when the holder's lease would expire, and the
-//! holder usually finishes sooner. Auto-renewal is on (for the macro and the layer), so a
-//! short TTL (a few seconds) keeps it tight without cutting long requests short.
+//! `Retry-After` is a hint, in whole seconds. From `LockLayer`, when the holder is the same
+//! service (its label has the same application name: a replica, or this process), it is
+//! twice the typical time the layer's requests have held the lock in this process (at least
+//! 1 s), capped by when the holder's lease would expire: with auto-renewal on, that expiry is renewed all along and
+//! would tell a client to wait a full TTL for a request that takes 200 ms. Before the layer
+//! has seen a request finish, for any other holder, and from `#[redis_locked]` handlers, it
+//! is the holder's remaining TTL: an upper bound while the holder does not renew.
 
 mod body;
+mod hold_times;
 pub mod key;
 mod layer;
 mod problem;

@@ -338,3 +338,34 @@ async fn a_layer_guarded_handler_sees_its_lease() {
     assert_eq!(reply.status, StatusCode::OK, "{reply:?}");
     assert_eq!(reply.body, "jobs:9 fenced None lost false");
 }
+
+/// With auto-renewal the holder's TTL is renewed all along, so it would tell a rival to come
+/// back in a full TTL (30 s here) for a request that takes 300 ms; the layer answers from the
+/// hold times it has seen instead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn retry_after_follows_the_hold_times_not_the_renewed_ttl() {
+    let server = RedisServer::start();
+    let hold = Duration::from_millis(300);
+    let layer =
+        LockLayer::new(locker(&server), key::path("jobs:{id}")).ttl(Duration::from_secs(30));
+    let app = serve(jobs(layer, hold)).await;
+    let http = Http::new();
+    let url = format!("{}/jobs/5/run", app.base_url());
+    // Before any request finished, the holder's TTL is all there is to go by.
+    let first = post_all(&http, vec![url.clone(); 2]).await;
+    let busy = first
+        .iter()
+        .find(|r| r.status == StatusCode::CONFLICT)
+        .expect("one of two was busy");
+    assert!(busy.retry_after().expect("Retry-After") >= 29, "{busy:?}");
+    for _ in 0..3 {
+        assert_eq!(http.post_json(&url, &[], "{}").await.status, StatusCode::OK);
+    }
+    let replies = post_all(&http, vec![url; 2]).await;
+    let busy = replies
+        .iter()
+        .find(|r| r.status == StatusCode::CONFLICT)
+        .expect("one of two was busy");
+    assert_eq!(busy.retry_after(), Some(1), "{busy:?}");
+    assert_busy(busy, "jobs:5");
+}
