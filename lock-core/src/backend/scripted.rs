@@ -482,18 +482,28 @@ async fn acquire_script(
             &[value.as_bytes(), ttl.as_bytes(), fencing_flag],
         )
         .await?;
-    Ok(if taken == 1 {
-        Attempt::Acquired {
+    Ok(attempt_of(taken, number, &holder, fencing, None))
+}
+
+/// An acquire script's reply: taken (1) or not, then the fencing token or the holder's
+/// PTTL, and the holder's value.
+fn attempt_of(
+    taken: i64,
+    number: i64,
+    holder: &[u8],
+    fencing: bool,
+    place: Option<Place>,
+) -> Attempt {
+    if taken == 1 {
+        return Attempt::Acquired {
             fencing_token: fencing.then(|| u64::try_from(number).unwrap_or(0)),
-        }
-    } else {
-        Attempt::Busy {
-            remaining: remaining_from_pttl(number),
-            holder_value: (!holder.is_empty())
-                .then(|| String::from_utf8_lossy(&holder).into_owned()),
-            place: None,
-        }
-    })
+        };
+    }
+    Attempt::Busy {
+        remaining: remaining_from_pttl(number),
+        holder_value: (!holder.is_empty()).then(|| String::from_utf8_lossy(holder).into_owned()),
+        place,
+    }
 }
 
 /// The queued acquire: take the lock if it is free and nobody waits ahead, claim it if it is
@@ -526,21 +536,11 @@ async fn acquire_queued(
             ],
         )
         .await?;
-    Ok(if taken == 1 {
-        Attempt::Acquired {
-            fencing_token: fencing.then(|| u64::try_from(number).unwrap_or(0)),
-        }
-    } else {
-        Attempt::Busy {
-            remaining: remaining_from_pttl(number),
-            holder_value: (!holder.is_empty())
-                .then(|| String::from_utf8_lossy(&holder).into_owned()),
-            place: Some(Place {
-                position: u64::try_from(position).unwrap_or(0),
-                head_reserved: head_reserved == 1,
-            }),
-        }
-    })
+    let place = Place {
+        position: u64::try_from(position).unwrap_or(0),
+        head_reserved: head_reserved == 1,
+    };
+    Ok(attempt_of(taken, number, &holder, fencing, Some(place)))
 }
 
 /// The release script: compare-and-delete, or hand the lock to the first live waiter.
