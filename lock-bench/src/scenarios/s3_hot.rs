@@ -40,12 +40,16 @@ pub struct Hot {
     pub jain: f64,
     pub redis_calls_per_acquisition: f64,
     pub round_trips_per_acquisition: f64,
+    /// The longest time from asking for the lock to entering the critical section.
+    pub max_wait_ms: f64,
     pub failures: Failures,
 }
 
 #[derive(Debug, Clone, Copy)]
 struct Hold {
     who: usize,
+    /// When the contender asked for the lock.
+    asked: Instant,
     entered: Instant,
     leaving: Instant,
 }
@@ -68,6 +72,7 @@ pub async fn measure(group: &Group, run_for: Duration, probe: &Probe) -> Hot {
             let mut failures = Failures::default();
             while started.elapsed() < run_for {
                 let holds = holds.clone();
+                let asked = Instant::now();
                 let body = async move {
                     let entered = Instant::now();
                     tokio::time::sleep(HOLD).await;
@@ -77,6 +82,7 @@ pub async fn measure(group: &Group, run_for: Duration, probe: &Probe) -> Hot {
                         .unwrap_or_else(PoisonError::into_inner)
                         .push(Hold {
                             who,
+                            asked,
                             entered,
                             leaving,
                         });
@@ -154,7 +160,13 @@ fn summarize(
         }
     }
     let acquisitions = log.len() as u64;
+    let max_wait = log
+        .iter()
+        .map(|hold| hold.entered.saturating_duration_since(hold.asked))
+        .max()
+        .unwrap_or_default();
     Hot {
+        max_wait_ms: max_wait.as_secs_f64() * 1000.0,
         acquisitions_per_s: acquisitions as f64 / elapsed,
         handoff_p50_us: gaps.quantile_us(0.50),
         handoff_p99_us: gaps.quantile_us(0.99),
@@ -179,6 +191,7 @@ pub struct Row {
     pub jain: Spread,
     pub redis_calls_per_acquisition: Spread,
     pub round_trips_per_acquisition: Spread,
+    pub max_wait_ms: Spread,
     pub failures: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub first_error: Option<String>,
@@ -217,6 +230,7 @@ pub async fn run(
                 jain: Spread::pick(runs, |r| r.jain),
                 redis_calls_per_acquisition: Spread::pick(runs, |r| r.redis_calls_per_acquisition),
                 round_trips_per_acquisition: Spread::pick(runs, |r| r.round_trips_per_acquisition),
+                max_wait_ms: Spread::pick(runs, |r| r.max_wait_ms),
                 failures: failures.count,
                 first_error: failures.first,
             });
@@ -228,12 +242,12 @@ pub async fn run(
 impl Table {
     pub fn markdown(&self) -> String {
         let mut out = String::from(
-            "| contender | N | acquisitions/s | hand-off p50 µs | hand-off p99 µs | self re-acquire | Jain | Redis calls/acq | round trips/acq |\n\
-             |---|---|---|---|---|---|---|---|---|\n",
+            "| contender | N | acquisitions/s | hand-off p50 µs | hand-off p99 µs | self re-acquire | Jain | Redis calls/acq | round trips/acq | max wait ms |\n\
+             |---|---|---|---|---|---|---|---|---|---|\n",
         );
         for row in &self.rows {
             out.push_str(&format!(
-                "| {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
                 row.contender,
                 row.contenders,
                 row.acquisitions_per_s.show(0),
@@ -243,6 +257,7 @@ impl Table {
                 row.jain.show(3),
                 row.redis_calls_per_acquisition.show(1),
                 row.round_trips_per_acquisition.show(1),
+                row.max_wait_ms.show(1),
             ));
         }
         out
@@ -260,21 +275,25 @@ mod tests {
         let log = [
             Hold {
                 who: 0,
+                asked: at(0),
                 entered: at(0),
                 leaving: at(1),
             },
             Hold {
                 who: 0,
+                asked: at(0),
                 entered: at(2),
                 leaving: at(3),
             },
             Hold {
                 who: 1,
+                asked: at(0),
                 entered: at(5),
                 leaving: at(6),
             },
             Hold {
                 who: 0,
+                asked: at(0),
                 entered: at(6),
                 leaving: at(7),
             },
@@ -288,6 +307,7 @@ mod tests {
         assert_eq!(hot.self_reacquire, 0.25);
         assert_eq!(hot.redis_calls_per_acquisition, 5.0);
         assert_eq!(hot.round_trips_per_acquisition, 3.0);
+        assert_eq!(hot.max_wait_ms, 6.0);
         // Gaps: 2 ms (0 -> 1) and 0 ms (1 -> 0); the self re-acquisition is not a hand-off.
         assert_eq!(hot.handoff_p99_us, 2000.0);
         assert!((hot.jain - 0.8).abs() < 1e-9);
