@@ -5,8 +5,8 @@ use std::time::Duration;
 use rustix::process::{kill_process, Pid, Signal};
 
 use crate::clock::{self, Nanos};
+use crate::cluster::Cluster;
 use crate::event::{Event, Log};
-use crate::run::Cluster;
 use crate::BoxError;
 
 /// What to inject during a run.

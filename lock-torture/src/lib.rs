@@ -22,6 +22,7 @@
 pub mod check;
 pub mod client;
 pub mod clock;
+pub mod cluster;
 pub mod event;
 pub mod fault;
 pub mod resource;
