@@ -24,6 +24,16 @@
 //! - `acquired-over-foreign-value`: a lock was granted while a foreign hash sat on its key.
 //! - `validity-claim`: a lease reported more validity than the TTL it asked for, counted
 //!   from the start of its successful attempt.
+//! - `wait-overrun` / `late-grant`: a request returned an error, or a lease, later than its
+//!   wait (or, for a request that does not wait, the command timeout) plus a scheduling
+//!   allowance after it began ([`deadline`]).
+//! - `revived-lease`: a holder that had been told its lease was lost was later told that it
+//!   was valid after all: an extension or renewal succeeded, or `is_lost()` said false
+//!   ([`revival`]).
+//! - `nested-on-lost`: a nested `#[redis_locked]` call began after the enclosing lease's
+//!   trust had ended, and its body ran anyway ([`nested`]).
+//! - `leftover-after-error`: an acquire that failed with `WrongType` left its value on a
+//!   node ([`leftover`]).
 //!
 //! # What a restart is allowed to break
 //!
@@ -37,6 +47,11 @@
 //! violation. Tokens drawn after a restart start again from 1; such regressions are counted
 //! as `fence_resets`, and the fenced store rejects those holders' writes until the counter
 //! passes its old value (safe, but a loss of liveness).
+
+mod deadline;
+mod leftover;
+mod nested;
+mod revival;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -104,6 +119,15 @@ pub struct Report {
     pub acquire_errors: BTreeMap<String, u64>,
     /// Acquires that ended in contention (busy, timeout).
     pub contention: u64,
+    /// The largest amount by which a waiting request outlived its wait (within the
+    /// allowance, or it is also a violation); requests of paused clients are left out.
+    pub max_wait_overrun: Nanos,
+    /// Nested `#[redis_locked]` calls whose body ran.
+    pub nested_ran: u64,
+    /// Nested `#[redis_locked]` calls refused with `Lost`.
+    pub nested_refused: u64,
+    /// Looks at the lock's key on every node after a `WrongType` error.
+    pub foreign_probes: u64,
     /// Whether locks were granted again after the last fault healed (true without faults).
     pub resumed: bool,
 }
@@ -112,6 +136,19 @@ impl Report {
     /// True when no rule was broken and locking resumed after the faults.
     pub fn passed(&self) -> bool {
         self.violations.is_empty() && self.resumed
+    }
+
+    /// How many violations each rule had, e.g. `late-grant:5,nested-on-lost:2`.
+    pub fn by_rule(&self) -> String {
+        let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+        for v in &self.violations {
+            *counts.entry(v.rule).or_default() += 1;
+        }
+        counts
+            .iter()
+            .map(|(rule, n)| format!("{rule}:{n}"))
+            .collect::<Vec<_>>()
+            .join(",")
     }
 
     /// The one-line summary: `key=value` pairs.
@@ -131,7 +168,8 @@ impl Report {
              writes_fenced_out_after_reset={} paused_holders={} paused_holders_told_lost={} \
              paused_writes_rejected={} released={} \
              release_not_held={} release_errors={} expected_restart_overlaps={} \
-             fence_resets={} contention={} acquire_errors={} resumed={}",
+             fence_resets={} contention={} max_wait_overrun_ms={:.1} nested_ran={} \
+             nested_refused={} foreign_probes={} acquire_errors={} resumed={}",
             self.acquisitions,
             self.faults,
             self.violations.len(),
@@ -149,6 +187,10 @@ impl Report {
             self.expected_restart_overlaps,
             self.fence_resets,
             self.contention,
+            self.max_wait_overrun as f64 / 1e6,
+            self.nested_ran,
+            self.nested_refused,
+            self.foreign_probes,
             errors,
             if self.resumed { "yes" } else { "NO" },
         )
@@ -239,6 +281,7 @@ pub fn check(history: &History, nodes: usize) -> Report {
                     ReleaseOutcome::Released => report.released += 1,
                     ReleaseOutcome::NotHeld => report.release_not_held += 1,
                     ReleaseOutcome::Error => report.release_errors += 1,
+                    ReleaseOutcome::Implicit => {}
                 }
                 if let Some(&i) = index.get(id) {
                     acqs[i].release = Some((*t_sent, *outcome, *lost_reported));
@@ -298,7 +341,11 @@ pub fn check(history: &History, nodes: usize) -> Report {
                 t_start,
                 t_end,
             } => foreign.push((name.clone(), *t_start, *t_end)),
-            Event::Start { .. } | Event::Acquired(_) | Event::Extended { .. } => {}
+            Event::Start { .. }
+            | Event::Acquired(_)
+            | Event::Extended { .. }
+            | Event::Nested { .. }
+            | Event::Probe { .. } => {}
         }
     }
     downs.sort_by_key(|d| d.start);
@@ -325,6 +372,10 @@ pub fn check(history: &History, nodes: usize) -> Report {
     }
     check_writes(&writes, &index, &acqs, &reset, history, &mut report);
     count_paused_holders(&acqs, &pauses, &writes, &mut report);
+    deadline::check(&history.events, &pauses, &mut report);
+    revival::check(&history.events, &index, &acqs, &mut report);
+    nested::check(&history.events, &index, &acqs, &mut report);
+    leftover::check(&history.events, &mut report);
     report
 }
 
@@ -702,6 +753,8 @@ mod tests {
             valid_until: (start_ms + valid_ms) * MS,
             ttl_ms: 200,
             auto_renew: false,
+            wait_ms: None,
+            annotated: false,
         })
     }
 

@@ -10,7 +10,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::{Lease, LockError, Locker, Protocol};
+mod nested;
+mod probe;
+
+use lock_core::{Lease, LeaseHandle, LockError, Locker, Protocol};
 
 use crate::clock::{self, Nanos};
 use crate::event::{Acquired, Event, FailKind, Log, ReleaseOutcome, WriteOutcome};
@@ -117,6 +120,9 @@ pub fn build_locker(args: &ClientArgs) -> Result<Locker, LockError> {
         .app_name(format!("torture-c{}", args.id))
         .default_ttl(ttl)
         .command_timeout(Duration::from_millis(args.command_timeout_ms))
+        // Every acquisition draws a fencing token, also those of `#[redis_locked]`
+        // functions, which cannot ask for one themselves.
+        .fencing(true)
         .protocol(match args.protocol {
             ProtocolArg::Scripts => Protocol::Scripts,
             ProtocolArg::Transactions => Protocol::Transactions,
@@ -157,6 +163,7 @@ async fn run_async(args: ClientArgs) -> Result<(), BoxError> {
         pid: std::process::id(),
         t: clock::now(),
         protocol: ctx.args.protocol.as_str().to_owned(),
+        command_timeout_ms: ctx.args.command_timeout_ms,
     });
     // The orchestrator stops clients by closing their standard input (and a client whose
     // orchestrator died sees the same end of file).
@@ -180,7 +187,13 @@ async fn task_loop(ctx: Arc<Ctx>, task: u32) {
     let mut rng = fastrand::Rng::with_seed(seed);
     let mut seq = 0u64;
     while !ctx.stopped() {
-        let name = format!("torture:{}", rng.u32(0..ctx.args.names.max(1)));
+        let index = rng.u32(0..ctx.args.names.max(1));
+        let name = format!("torture:{index}");
+        if rng.u8(0..5) == 0 {
+            // One round in five goes through a `#[redis_locked]` function instead.
+            nested::round(&ctx, &mut rng, task, &mut seq, index).await;
+            continue;
+        }
         let ttl = ctx.ttl();
         let wait = Duration::from_millis(rng.u64(0..=ctx.args.ttl_ms * 2));
         let auto_renew = rng.u8(0..10) == 0;
@@ -198,36 +211,57 @@ async fn task_loop(ctx: Arc<Ctx>, task: u32) {
                     task,
                     name,
                     call_start,
+                    wait,
                     auto_renew,
                 };
                 hold(&ctx, &mut rng, lease, held).await;
             }
-            Err(err) => {
-                let kind = fail_kind(&err);
-                ctx.log(&Event::AcquireFailed {
-                    client: ctx.args.id,
-                    name,
-                    t_start: call_start,
-                    t_end: clock::now(),
-                    kind,
-                    message: if kind == FailKind::Contention {
-                        String::new()
-                    } else {
-                        err.to_string()
-                    },
-                });
-                if kind != FailKind::Contention {
-                    // The server is down or unreachable: do not spin on it.
-                    tokio::time::sleep(Duration::from_millis(rng.u64(10..40))).await;
-                }
-            }
+            Err(err) => failed(&ctx, &mut rng, name, call_start, wait, &err).await,
         }
     }
 }
 
+/// Logs a failed acquire, looks for leftovers after a `WrongType`, and backs off after
+/// anything but contention.
+async fn failed(
+    ctx: &Ctx,
+    rng: &mut fastrand::Rng,
+    name: String,
+    call_start: Nanos,
+    wait: Duration,
+    err: &LockError,
+) {
+    let t_end = clock::now();
+    let kind = fail_kind(err);
+    ctx.log(&Event::AcquireFailed {
+        client: ctx.args.id,
+        name: name.clone(),
+        t_start: call_start,
+        t_end,
+        kind,
+        message: if kind == FailKind::Contention {
+            String::new()
+        } else {
+            err.to_string()
+        },
+        wait_ms: Some(millis(wait)),
+    });
+    if kind == FailKind::WrongType {
+        probe::after_wrong_type(ctx, &name, t_end).await;
+    }
+    if kind != FailKind::Contention {
+        // The server is down or unreachable: do not spin on it.
+        tokio::time::sleep(Duration::from_millis(rng.u64(10..40))).await;
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
 /// `now + lease.expires_in()`, read in that order so the stamp is never below the lease's
 /// own end of validity.
-fn valid_until(lease: &Lease) -> Nanos {
+fn valid_until(lease: &LeaseHandle) -> Nanos {
     let left = lease.expires_in();
     clock::now() + clock::nanos(left)
 }
@@ -238,6 +272,7 @@ struct Held {
     task: u32,
     name: String,
     call_start: Nanos,
+    wait: Duration,
     auto_renew: bool,
 }
 
@@ -247,6 +282,7 @@ async fn hold(ctx: &Ctx, rng: &mut fastrand::Rng, lease: Lease, held: Held) {
         task,
         name,
         call_start,
+        wait,
         auto_renew,
     } = held;
     let sabotage = clock::nanos(Duration::from_millis(ctx.args.sabotage_ms));
@@ -266,6 +302,8 @@ async fn hold(ctx: &Ctx, rng: &mut fastrand::Rng, lease: Lease, held: Held) {
         valid_until: valid,
         ttl_ms: ctx.args.ttl_ms,
         auto_renew,
+        wait_ms: Some(millis(wait)),
+        annotated: false,
     }));
     let _ = ctx.store.progress().await;
 
@@ -298,13 +336,43 @@ async fn hold(ctx: &Ctx, rng: &mut fastrand::Rng, lease: Lease, held: Held) {
                 lost_detected("signal");
             }
         }
+        if lost && auto_renew {
+            // Loss is final: a renewal answered after the signal must not make the lease
+            // valid again. Look once more a little later, when such a reply may have come.
+            tokio::time::sleep(Duration::from_millis(rng.u64(0..=ttl_ms / 2))).await;
+            let t = clock::now();
+            if !lease.is_lost() {
+                observe(ctx, &lease, &id, t, sabotage);
+            }
+        }
     } else {
         tokio::time::sleep(Duration::from_millis(hold_ms)).await;
     }
 
     if !lost && !auto_renew && rng.u8(0..5) == 0 {
+        // A holder that let its lease run out may still try to extend it (the library must
+        // refuse): stamp, look, then ask.
+        if lease.is_lost() {
+            lost = true;
+            lost_detected("is_lost");
+        }
         let t_sent = clock::now();
-        let result = lease.extend(ctx.ttl()).await;
+        // Listen for the loss signal while the extension is in flight: a reply that comes
+        // after the validity ran out must not revive the lease.
+        let extend = lease.extend(ctx.ttl());
+        tokio::pin!(extend);
+        let result = if lost {
+            extend.await
+        } else {
+            tokio::select! {
+                result = &mut extend => result,
+                () = lease.lost() => {
+                    lost = true;
+                    lost_detected("signal");
+                    extend.await
+                }
+            }
+        };
         let t_reply = clock::now();
         let (valid_until, outcome) = match &result {
             Ok(()) => (Some(valid_until(&lease) + sabotage), "ok".to_owned()),
@@ -318,7 +386,7 @@ async fn hold(ctx: &Ctx, rng: &mut fastrand::Rng, lease: Lease, held: Held) {
             valid_until,
             outcome,
         });
-        if matches!(result, Err(LockError::Lost { .. })) {
+        if matches!(result, Err(LockError::Lost { .. })) && !lost {
             lost = true;
             lost_detected("extend");
         }

@@ -26,6 +26,10 @@ pub enum Event {
         t: Nanos,
         /// `scripts` or `transactions`.
         protocol: String,
+        /// The locker's command timeout: what bounds a request that does not wait (0 in logs
+        /// written before it was recorded).
+        #[serde(default)]
+        command_timeout_ms: u64,
     },
     /// A lock was granted.
     Acquired(Acquired),
@@ -43,6 +47,9 @@ pub enum Event {
         kind: FailKind,
         /// The error message (for `other` kinds).
         message: String,
+        /// The wait the request asked for (absent in logs written before it was recorded).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        wait_ms: Option<u64>,
     },
     /// The holder asked Redis to extend the lease.
     Extended {
@@ -137,6 +144,44 @@ pub enum Event {
         /// Before it was removed.
         t_end: Nanos,
     },
+    /// A nested `#[redis_locked]` call on the lock its enclosing annotated function holds
+    /// (the reentrant path: no new acquisition).
+    Nested {
+        /// The enclosing acquisition.
+        id: String,
+        /// Before the nested function was called.
+        t_call: Nanos,
+        /// When its body started, if it ran at all.
+        t_body: Option<Nanos>,
+        /// When the call returned.
+        t_return: Nanos,
+        /// `ok`, `lost`, or the error kind.
+        outcome: String,
+    },
+    /// After an acquire failed with `WrongType`, what the client found on the lock's key on
+    /// every node, twice: its own attempt must have left nothing behind.
+    Probe {
+        /// Client number.
+        client: u32,
+        /// Lock name.
+        name: String,
+        /// When the failed request returned.
+        t_error: Nanos,
+        /// The looks, in order.
+        looks: Vec<Look>,
+    },
+}
+
+/// One read of a lock key on one node, by a [`Event::Probe`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Look {
+    /// When the answer came.
+    pub t: Nanos,
+    /// Node number.
+    pub node: u32,
+    /// The string value (`<token>:<holder label>`); absent when there was no string there
+    /// (no key, the foreign hash, or no answer).
+    pub value: Option<String>,
 }
 
 /// A granted lock, as the client saw it.
@@ -166,6 +211,13 @@ pub struct Acquired {
     pub ttl_ms: u64,
     /// Whether the lease was auto-renewed.
     pub auto_renew: bool,
+    /// The wait the request asked for (absent in logs written before it was recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait_ms: Option<u64>,
+    /// Taken by a `#[redis_locked]` function (fencing on by the locker's default, no
+    /// renewal, released by the macro when its body ends).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub annotated: bool,
 }
 
 /// Why an acquire failed.
@@ -208,6 +260,10 @@ pub enum ReleaseOutcome {
     NotHeld,
     /// `Err(..)`: unknown.
     Error,
+    /// Released by a `#[redis_locked]` function as its body ended, and the function
+    /// returned `Ok`: the release returned `Ok(true)`, or failed (the macro logs a failed
+    /// release and keeps the body's result, so the two cannot be told apart).
+    Implicit,
 }
 
 /// An append-only JSON-lines log, flushed after every event so that a killed or stopped

@@ -34,8 +34,13 @@ pub enum Mode {
     ClientKill,
     /// Pool size 1 and sixteen tasks per client, with bursts of latency.
     Pool,
-    /// A foreign hash written on a free lock key for a while.
+    /// A foreign hash written on a free lock key for a while (with Redlock, half the time
+    /// on one node only).
     WrongType,
+    /// `DEBUG SLEEP` on a lock server (with Redlock, one node or all) for a fifth to four
+    /// fifths of a TTL, again and again: renewals, extensions, releases and acquires pile up
+    /// in flight and are answered together.
+    Stall,
     /// A random mix of all of the above, with delayed restarts.
     Mixed,
     /// Every mode above in turn, one run each.
@@ -44,7 +49,7 @@ pub enum Mode {
 
 impl Mode {
     /// Every mode that is one run (all but `All`).
-    pub const RUNS: [Mode; 12] = [
+    pub const RUNS: [Mode; 13] = [
         Mode::None,
         Mode::Kill,
         Mode::KillDelayed,
@@ -56,6 +61,7 @@ impl Mode {
         Mode::ClientKill,
         Mode::Pool,
         Mode::WrongType,
+        Mode::Stall,
         Mode::Mixed,
     ];
 
@@ -73,13 +79,14 @@ impl Mode {
             Mode::ClientKill => "client-kill",
             Mode::Pool => "pool",
             Mode::WrongType => "wrong-type",
+            Mode::Stall => "stall",
             Mode::Mixed => "mixed",
             Mode::All => "all",
         }
     }
 
     /// The faults `Mixed` picks from.
-    const MIXED: [Mode; 8] = [
+    const MIXED: [Mode; 9] = [
         Mode::KillDelayed,
         Mode::Pause,
         Mode::Latency,
@@ -88,6 +95,7 @@ impl Mode {
         Mode::ScriptFlush,
         Mode::ClientKill,
         Mode::WrongType,
+        Mode::Stall,
     ];
 }
 
@@ -121,14 +129,21 @@ impl Injector<'_> {
                 std::thread::sleep(Duration::from_millis(50));
                 continue;
             }
-            self.pause_between();
+            self.pause_between(mode);
         }
         Ok(count)
     }
 
-    fn pause_between(&mut self) {
+    fn pause_between(&mut self, mode: Mode) {
         let ttl = ms_of(self.ttl);
-        std::thread::sleep(Duration::from_millis(self.rng.u64(ttl..ttl * 3)));
+        let range = if mode == Mode::Stall {
+            // Stalls come back quickly, so that leases taken between two of them are caught
+            // by the next: half a TTL to one and a half.
+            ttl / 2..ttl * 3 / 2
+        } else {
+            ttl..ttl * 3
+        };
+        std::thread::sleep(Duration::from_millis(self.rng.u64(range)));
     }
 
     /// One fault; false when the mode has none.
@@ -224,15 +239,45 @@ impl Injector<'_> {
                 server.command(&["CLIENT", "KILL", "TYPE", "pubsub"]);
                 self.fault("client-kill", &format!("node{node}"), t, t)
             }
+            Mode::Stall => {
+                let n = self.cluster.nodes.len();
+                let nodes: Vec<usize> = if n > 1 && self.rng.bool() {
+                    (0..n).collect()
+                } else {
+                    vec![self.rng.usize(..n)]
+                };
+                let ms = ms_of(ttl);
+                let d = Duration::from_millis(self.rng.u64(ms / 5..=ms * 4 / 5));
+                let t_start = clock::now();
+                let sleepers: Vec<_> = nodes
+                    .iter()
+                    .map(|&node| self.cluster.nodes[node].server.stall(d))
+                    .collect();
+                for sleeper in sleepers {
+                    if sleeper.join().is_err() {
+                        return Err(
+                            "DEBUG SLEEP failed on a lock server (is DEBUG enabled?)".into()
+                        );
+                    }
+                }
+                let target = format!("nodes{nodes:?}+{}ms", d.as_millis());
+                self.fault("stall", &target, t_start, clock::now())
+            }
             Mode::WrongType => {
                 let name = format!("torture:{}", self.rng.u32(..self.cluster.names.max(1)));
                 let key = format!("lock:{{{name}}}");
+                // With Redlock, half the time on one node only: the other nodes then take
+                // the attempt's value, which must be taken back when the attempt fails.
+                let n = self.cluster.nodes.len();
+                let only = (n > 1 && self.rng.bool()).then(|| self.rng.usize(..n));
                 // HSETNX creates a hash only where no key exists: a held lock is left alone.
                 let created = self
                     .cluster
                     .nodes
                     .iter()
-                    .map(|node| {
+                    .enumerate()
+                    .filter(|(i, _)| only.is_none_or(|only| only == *i))
+                    .map(|(_, node)| {
                         node.server
                             .command(&["HSETNX", &key, "owner", "someone-else"])
                     })
@@ -260,7 +305,11 @@ impl Injector<'_> {
                         t_end,
                     })?;
                 }
-                self.fault("wrong-type", &name, t_start, t_end)
+                let target = match only {
+                    Some(node) => format!("{name}@node{node}"),
+                    None => name,
+                };
+                self.fault("wrong-type", &target, t_start, t_end)
             }
         }
     }

@@ -59,6 +59,9 @@ fn main() -> ExitCode {
         Cmd::Check { dir, nodes } => match run::check_dir(&dir, nodes) {
             Ok(report) => {
                 println!("{}", report.summary());
+                if !report.violations.is_empty() {
+                    eprintln!("  violations by rule: {}", report.by_rule());
+                }
                 for v in &report.violations {
                     eprintln!("  violation [{}] {}: {}", v.rule, v.name, v.detail);
                 }

@@ -97,6 +97,9 @@ pub fn run(args: &RunArgs) -> Result<Vec<RunOutcome>, BoxError> {
         let outcome = run_one(args, mode)?;
         println!("{}", outcome.line);
         if !outcome.report.passed() {
+            if !outcome.report.violations.is_empty() {
+                eprintln!("  violations by rule: {}", outcome.report.by_rule());
+            }
             for v in outcome.report.violations.iter().take(20) {
                 eprintln!("  violation [{}] {}: {}", v.rule, v.name, v.detail);
             }
@@ -142,7 +145,8 @@ fn run_one(args: &RunArgs, mode: Mode) -> Result<RunOutcome, BoxError> {
     let store = RedisServer::start();
     let mut nodes = Vec::new();
     for _ in 0..args.nodes {
-        let server = RedisServer::start();
+        // DEBUG (off by default since Redis 7) for the `stall` fault's DEBUG SLEEP.
+        let server = RedisServer::start_debuggable();
         let proxies = (0..args.clients)
             .map(|_| Proxy::start(server.addr()))
             .collect::<std::io::Result<Vec<_>>>()?;

@@ -1,0 +1,187 @@
+//! Rounds that take the lock through a `#[redis_locked]` function, whose critical section
+//! is a nested annotated function on the same key.
+//!
+//! The outer function holds the lock (no renewal) for a while, half the time past its
+//! validity, then calls the nested one. The nested call is the reentrant path: it does not
+//! acquire, and the library promises to run its body only while the enclosing lease is
+//! still held, or to return `Err(Lost)` without running it. The nested body writes to the
+//! fenced store with the lease's fencing token (the locker draws one on every acquisition),
+//! so a body that ran on a lost lease shows up in the history as a `Nested` event with a
+//! body stamp, and its write as any other write.
+
+use std::time::Duration;
+
+use lock_core::{current_lease, redis_locked, LeaseHandle, LockError};
+
+use super::{fail_kind, millis, valid_until, Ctx};
+use crate::clock::{self, Nanos};
+use crate::event::{Acquired, Event, ReleaseOutcome, WriteOutcome};
+
+/// The wait of the outer function (the attribute needs a literal: keep the two equal).
+const WAIT: Duration = Duration::from_millis(150);
+
+/// What the outer body tells the round about itself.
+#[derive(Debug, Default)]
+struct Trace {
+    /// The acquisition id, once the body runs.
+    id: Option<String>,
+    /// When the body ended (the macro releases right after), and whether `is_lost()` said
+    /// true then.
+    ended: Option<(Nanos, bool)>,
+}
+
+/// One round: call the outer function on `torture:{index}` and log what happened.
+pub(super) async fn round(
+    ctx: &Ctx,
+    rng: &mut fastrand::Rng,
+    task: u32,
+    seq: &mut u64,
+    index: u32,
+) {
+    let ttl_ms = ctx.args.ttl_ms;
+    // Half the holds end well inside the validity; half run past it, where the nested
+    // call must be refused.
+    let hold = Duration::from_millis(if rng.bool() {
+        rng.u64(0..ttl_ms / 2)
+    } else {
+        rng.u64(ttl_ms..ttl_ms * 3 / 2)
+    });
+    let id = format!("c{}.t{task}.{}", ctx.args.id, *seq + 1);
+    let mut trace = Trace::default();
+    let call_start = clock::now();
+    let result = outer(ctx, index, call_start, &id, task, hold, &mut trace).await;
+    let t_return = clock::now();
+    match (trace, result) {
+        (
+            Trace {
+                id: Some(id),
+                ended,
+            },
+            result,
+        ) => {
+            *seq += 1;
+            let (t_sent, lost_reported) = ended.unwrap_or((t_return, true));
+            ctx.log(&Event::Release {
+                id,
+                t_sent,
+                t_reply: t_return,
+                outcome: match result {
+                    Ok(()) => ReleaseOutcome::Implicit,
+                    Err(LockError::Lost { .. }) => ReleaseOutcome::NotHeld,
+                    Err(_) => ReleaseOutcome::Error,
+                },
+                lost_reported,
+            });
+        }
+        (Trace { id: None, .. }, Err(err)) => {
+            super::failed(ctx, rng, format!("torture:{index}"), call_start, WAIT, &err).await;
+        }
+        // The body ran, so it recorded its id.
+        (Trace { id: None, .. }, Ok(())) => {}
+    }
+}
+
+/// Holds `torture:{index}` for `hold`, then runs the critical section nested.
+#[redis_locked(key = "torture:{index}", wait = "150ms", renew = false, locker = ctx.locker)]
+async fn outer(
+    ctx: &Ctx,
+    index: u32,
+    call_start: Nanos,
+    id: &str,
+    task: u32,
+    hold: Duration,
+    trace: &mut Trace,
+) -> Result<(), LockError> {
+    let Some(lease) = current_lease() else {
+        panic!("harness bug: an annotated body runs without a current lease");
+    };
+    granted(ctx, &lease, index, call_start, id, task);
+    trace.id = Some(id.to_owned());
+    let _ = ctx.store.progress().await;
+    tokio::time::sleep(hold).await;
+
+    let mut ran = None;
+    let t_call = clock::now();
+    let nested = critical_section(ctx, index, id, &lease, &mut ran).await;
+    let t_return = clock::now();
+    let outcome = match &nested {
+        Ok(()) => "ok".to_owned(),
+        Err(LockError::Lost { .. }) => "lost".to_owned(),
+        Err(err) => format!("{:?}", fail_kind(err)).to_lowercase(),
+    };
+    ctx.log(&Event::Nested {
+        id: id.to_owned(),
+        t_call,
+        t_body: ran,
+        t_return,
+        outcome,
+    });
+    if matches!(nested, Err(LockError::Lost { .. })) {
+        ctx.log(&Event::LostDetected {
+            id: id.to_owned(),
+            t: t_return,
+            how: "nested".to_owned(),
+        });
+    }
+    // The body's own result is always Ok: what the macro returns then says what its
+    // release found.
+    trace.ended = Some((clock::now(), lease.is_lost()));
+    Ok(())
+}
+
+/// The critical section: a fenced write, reached only through the reentrant path.
+#[redis_locked(key = "torture:{index}", wait = "0s", renew = false, locker = ctx.locker)]
+async fn critical_section(
+    ctx: &Ctx,
+    index: u32,
+    id: &str,
+    lease: &LeaseHandle,
+    ran: &mut Option<Nanos>,
+) -> Result<(), LockError> {
+    let t_sent = clock::now();
+    *ran = Some(t_sent);
+    let lost_reported = lease.is_lost();
+    let name = format!("torture:{index}");
+    let fence = lease.fencing_token();
+    let outcome = match fence {
+        Some(token) => match ctx.store.write(&name, token, id).await {
+            Ok(true) => WriteOutcome::Accepted,
+            Ok(false) => WriteOutcome::Rejected,
+            Err(_) => WriteOutcome::Error,
+        },
+        None => WriteOutcome::Error,
+    };
+    ctx.log(&Event::Write {
+        id: id.to_owned(),
+        name,
+        fence: fence.unwrap_or(0),
+        t_sent,
+        t_reply: clock::now(),
+        outcome,
+        lost_reported,
+    });
+    Ok(())
+}
+
+/// Logs the grant of the outer function's lease.
+fn granted(ctx: &Ctx, lease: &LeaseHandle, index: u32, call_start: Nanos, id: &str, task: u32) {
+    let sabotage = clock::nanos(Duration::from_millis(ctx.args.sabotage_ms));
+    let valid = valid_until(lease) + sabotage;
+    let acquired = clock::now();
+    ctx.log(&Event::Acquired(Acquired {
+        id: id.to_owned(),
+        client: ctx.args.id,
+        task,
+        name: format!("torture:{index}"),
+        token: lease.token().to_owned(),
+        fence: lease.fencing_token(),
+        call_start,
+        attempt_start: clock::stamp_past(lease.acquired_at()),
+        acquired,
+        valid_until: valid,
+        ttl_ms: ctx.args.ttl_ms,
+        auto_renew: false,
+        wait_ms: Some(millis(WAIT)),
+        annotated: true,
+    }));
+}
