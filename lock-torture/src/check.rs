@@ -122,6 +122,9 @@ pub struct Report {
     /// The largest amount by which a waiting request outlived its wait (within the
     /// allowance, or it is also a violation); requests of paused clients are left out.
     pub max_wait_overrun: Nanos,
+    /// Times a client's runtime was seen not running for more than 10 ms (see
+    /// [`Event::Hiccup`]).
+    pub client_hiccups: u64,
     /// Nested `#[redis_locked]` calls whose body ran.
     pub nested_ran: u64,
     /// Nested `#[redis_locked]` calls refused with `Lost`.
@@ -168,7 +171,7 @@ impl Report {
              writes_fenced_out_after_reset={} paused_holders={} paused_holders_told_lost={} \
              paused_writes_rejected={} released={} \
              release_not_held={} release_errors={} expected_restart_overlaps={} \
-             fence_resets={} contention={} max_wait_overrun_ms={:.1} nested_ran={} \
+             fence_resets={} contention={} max_wait_overrun_ms={:.1} client_hiccups={} nested_ran={} \
              nested_refused={} foreign_probes={} acquire_errors={} resumed={}",
             self.acquisitions,
             self.faults,
@@ -188,6 +191,7 @@ impl Report {
             self.fence_resets,
             self.contention,
             self.max_wait_overrun as f64 / 1e6,
+            self.client_hiccups,
             self.nested_ran,
             self.nested_refused,
             self.foreign_probes,
@@ -345,6 +349,7 @@ pub fn check(history: &History, nodes: usize) -> Report {
             | Event::Acquired(_)
             | Event::Extended { .. }
             | Event::Nested { .. }
+            | Event::Hiccup { .. }
             | Event::Probe { .. } => {}
         }
     }

@@ -10,6 +10,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+mod hiccup;
+mod holding;
 mod nested;
 mod probe;
 
@@ -173,6 +175,8 @@ async fn run_async(args: ClientArgs) -> Result<(), BoxError> {
         stopper.stop.store(true, Ordering::Relaxed);
     });
     let mut tasks = tokio::task::JoinSet::new();
+    let watcher = Arc::clone(&ctx);
+    tasks.spawn(async move { hiccup::watch(&watcher).await });
     for task in 0..ctx.args.tasks {
         tasks.spawn(task_loop(Arc::clone(&ctx), task));
     }
@@ -196,7 +200,7 @@ async fn task_loop(ctx: Arc<Ctx>, task: u32) {
         }
         let ttl = ctx.ttl();
         let wait = Duration::from_millis(rng.u64(0..=ctx.args.ttl_ms * 2));
-        let auto_renew = rng.u8(0..10) == 0;
+        let auto_renew = rng.u8(0..5) == 0;
         let mut request = ctx.locker.lock(name.clone()).ttl(ttl).wait(wait).fencing();
         if auto_renew {
             request = request.auto_renew().max_hold(ttl * 3);
@@ -328,25 +332,19 @@ async fn hold(ctx: &Ctx, rng: &mut fastrand::Rng, lease: Lease, held: Held) {
             how: how.to_owned(),
         });
     };
-    if careful {
+    let hold = Duration::from_millis(hold_ms);
+    if auto_renew {
+        lost = holding::renewed(ctx, &lease, &id, hold, careful, sabotage).await;
+    } else if careful {
         tokio::select! {
-            () = tokio::time::sleep(Duration::from_millis(hold_ms)) => {}
+            () = tokio::time::sleep(hold) => {}
             () = lease.lost() => {
                 lost = true;
                 lost_detected("signal");
             }
         }
-        if lost && auto_renew {
-            // Loss is final: a renewal answered after the signal must not make the lease
-            // valid again. Look once more a little later, when such a reply may have come.
-            tokio::time::sleep(Duration::from_millis(rng.u64(0..=ttl_ms / 2))).await;
-            let t = clock::now();
-            if !lease.is_lost() {
-                observe(ctx, &lease, &id, t, sabotage);
-            }
-        }
     } else {
-        tokio::time::sleep(Duration::from_millis(hold_ms)).await;
+        tokio::time::sleep(hold).await;
     }
 
     if !lost && !auto_renew && rng.u8(0..5) == 0 {

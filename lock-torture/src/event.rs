@@ -158,6 +158,16 @@ pub enum Event {
         /// `ok`, `lost`, or the error kind.
         outcome: String,
     },
+    /// A client's runtime did not run from `t_start` to `t_end` (its process was not
+    /// scheduled, or a synchronous step held its thread): nothing it awaited could complete.
+    Hiccup {
+        /// Client number.
+        client: u32,
+        /// When its ticker should have run.
+        t_start: Nanos,
+        /// When it ran.
+        t_end: Nanos,
+    },
     /// After an acquire failed with `WrongType`, what the client found on the lock's key on
     /// every node, twice: its own attempt must have left nothing behind.
     Probe {

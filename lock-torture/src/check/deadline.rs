@@ -7,9 +7,11 @@
 //!
 //! The clients stamp a request before they call it and as soon as it returns, on a
 //! machine shared by several client processes, the servers and the orchestrator, so a
-//! return may be seen late by however long the client was not scheduled. [`SLACK`] allows
-//! for that; an overrun beyond it is a violation. A request of a client that was stopped
-//! (the `pause` fault) while it was in flight is not judged.
+//! return may be seen late by however long the client was not scheduled. Two allowances:
+//! the time the client's runtime is known not to have run during the request (its
+//! [`Event::Hiccup`]s) is not counted, and [`SLACK`] covers the rest; an overrun beyond
+//! both is a violation. A request of a client that was stopped (the `pause` fault) while it
+//! was in flight is not judged.
 
 use std::collections::HashMap;
 
@@ -37,9 +39,18 @@ struct Request<'a> {
 /// Checks every request that logged its wait; returns nothing, adds to `report`.
 pub(super) fn check(events: &[Event], pauses: &[(u32, Nanos, Nanos)], report: &mut Report) {
     let mut command_timeout: HashMap<u32, Nanos> = HashMap::new();
+    let mut hiccups: HashMap<u32, Vec<(Nanos, Nanos)>> = HashMap::new();
     let mut requests = Vec::new();
     for event in events {
         match event {
+            Event::Hiccup {
+                client,
+                t_start,
+                t_end,
+            } => {
+                report.client_hiccups += 1;
+                hiccups.entry(*client).or_default().push((*t_start, *t_end));
+            }
             Event::Start {
                 client,
                 command_timeout_ms,
@@ -93,19 +104,28 @@ pub(super) fn check(events: &[Event], pauses: &[(u32, Nanos, Nanos)], report: &m
         } else {
             continue;
         };
+        // Time the client's runtime did not run while the request was in flight.
+        let stalled: Nanos = hiccups.get(&r.client).map_or(0, |list| {
+            list.iter()
+                .map(|&(start, end)| end.min(r.end).saturating_sub(start.max(r.start)))
+                .sum()
+        });
         let took = r.end.saturating_sub(r.start);
-        let over = took.saturating_sub(bound);
+        let over = took.saturating_sub(stalled).saturating_sub(bound);
         if r.wait > 0 {
             report.max_wait_overrun = report.max_wait_overrun.max(over);
         }
         if over <= SLACK {
             continue;
         }
-        let what = if r.wait > 0 {
+        let mut what = if r.wait > 0 {
             format!("wait {}", ms(r.wait))
         } else {
             format!("no wait, command timeout {}", ms(bound))
         };
+        if stalled > 0 {
+            what.push_str(&format!(", client not running for {} of it", ms(stalled)));
+        }
         let (rule, detail) = if r.granted {
             (
                 "late-grant",

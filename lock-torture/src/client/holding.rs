@@ -1,0 +1,80 @@
+//! How the holder of an auto-renewed lease spends its hold: it looks at the lease every
+//! quarter of a TTL, as code that checks before each step of its work would.
+//!
+//! Each look is logged: `Observed` with the validity the lease reports while it is not
+//! lost (the renewer moves it in the background), `LostDetected` the first time it is. A
+//! careful holder also listens for the loss signal and stops working then, but keeps
+//! looking for one more TTL; a naive one goes on looking until its hold is over. Loss is
+//! final, so once a look (or the signal) said lost, no later look may say otherwise: a
+//! renewal sent before the lease ran out and answered after it (as late as two one-way
+//! delays later) must not revive it (rule `revived-lease`).
+
+use std::time::Duration;
+
+use lock_core::Lease;
+
+use super::{observe, Ctx};
+use crate::clock::{self, Nanos};
+use crate::event::Event;
+
+/// Holds `lease` for `hold`; true when the holder learnt that it was lost.
+pub(super) async fn renewed(
+    ctx: &Ctx,
+    lease: &Lease,
+    id: &str,
+    hold: Duration,
+    careful: bool,
+    sabotage: Nanos,
+) -> bool {
+    let lost_detected = |how: &str| {
+        ctx.log(&Event::LostDetected {
+            id: id.to_owned(),
+            t: clock::now(),
+            how: how.to_owned(),
+        });
+    };
+    let mut end = tokio::time::Instant::now() + hold;
+    let mut lost = false;
+    let mut stopped = false;
+    loop {
+        let step = end
+            .saturating_duration_since(tokio::time::Instant::now())
+            .min(ctx.ttl() / 4);
+        if step.is_zero() {
+            return lost;
+        }
+        if careful && !stopped {
+            tokio::select! {
+                () = tokio::time::sleep(step) => {}
+                () = lease.lost() => {
+                    lost = true;
+                    lost_detected("signal");
+                }
+            }
+        } else {
+            tokio::time::sleep(step).await;
+        }
+        look(ctx, lease, id, &mut lost, sabotage);
+        if careful && lost && !stopped {
+            // Stop working, but keep an eye on the lease for one more TTL, by when any
+            // renewal in flight has come back.
+            stopped = true;
+            end = tokio::time::Instant::now() + ctx.ttl();
+        }
+    }
+}
+
+/// One look at the lease, logged.
+fn look(ctx: &Ctx, lease: &Lease, id: &str, lost: &mut bool, sabotage: Nanos) {
+    let t = clock::now();
+    if !lease.is_lost() {
+        observe(ctx, lease, id, t, sabotage);
+    } else if !*lost {
+        *lost = true;
+        ctx.log(&Event::LostDetected {
+            id: id.to_owned(),
+            t: clock::now(),
+            how: "is_lost".to_owned(),
+        });
+    }
+}
