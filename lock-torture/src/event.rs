@@ -353,4 +353,20 @@ mod tests {
         std::fs::write(&path, text).unwrap();
         assert_eq!(read_log(&path).unwrap(), vec![event]);
     }
+
+    #[test]
+    fn logs_written_before_waits_were_recorded_still_read() {
+        let start = r#"{"ev":"start","client":0,"pid":1,"t":2,"protocol":"scripts"}"#;
+        let acquired = r#"{"ev":"acquired","id":"c0.t0.1","client":0,"task":0,"name":"n","token":"t","fence":1,"call_start":1,"attempt_start":2,"acquired":3,"valid_until":4,"ttl_ms":200,"auto_renew":false}"#;
+        match serde_json::from_str(start).unwrap() {
+            Event::Start {
+                command_timeout_ms, ..
+            } => assert_eq!(command_timeout_ms, 0),
+            other => panic!("{other:?}"),
+        }
+        match serde_json::from_str(acquired).unwrap() {
+            Event::Acquired(a) => assert_eq!((a.wait_ms, a.annotated), (None, false)),
+            other => panic!("{other:?}"),
+        }
+    }
 }

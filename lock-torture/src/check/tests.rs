@@ -1,0 +1,531 @@
+//! The checker on synthetic histories: one or more per rule.
+
+use super::*;
+use crate::event::Look;
+
+const MS: u64 = 1_000_000;
+
+fn acq(id: &str, name: &str, fence: u64, start_ms: u64, valid_ms: u64) -> Event {
+    Event::Acquired(Acquired {
+        id: id.into(),
+        client: 0,
+        task: 0,
+        name: name.into(),
+        token: format!("tok-{id}"),
+        fence: Some(fence),
+        call_start: start_ms * MS,
+        attempt_start: start_ms * MS,
+        acquired: (start_ms + 1) * MS,
+        valid_until: (start_ms + valid_ms) * MS,
+        ttl_ms: 200,
+        auto_renew: false,
+        wait_ms: None,
+        annotated: false,
+    })
+}
+
+fn release(id: &str, at_ms: u64, outcome: ReleaseOutcome, lost: bool) -> Event {
+    Event::Release {
+        id: id.into(),
+        t_sent: at_ms * MS,
+        t_reply: at_ms * MS + 1,
+        outcome,
+        lost_reported: lost,
+    }
+}
+
+fn write(id: &str, name: &str, fence: u64, at_ms: u64, outcome: WriteOutcome) -> Event {
+    Event::Write {
+        id: id.into(),
+        name: name.into(),
+        fence,
+        t_sent: at_ms * MS,
+        t_reply: at_ms * MS + 10,
+        outcome,
+        lost_reported: true,
+    }
+}
+
+fn run(events: Vec<Event>, store: &[(&str, u64, &str)]) -> Report {
+    let mut history = History {
+        events,
+        ..History::default()
+    };
+    for (name, token, id) in store {
+        history
+            .store
+            .entry((*name).into())
+            .or_default()
+            .push((*token, (*id).into()));
+    }
+    check(&history, 1)
+}
+
+fn rules(report: &Report) -> Vec<&'static str> {
+    report.violations.iter().map(|v| v.rule).collect()
+}
+
+#[test]
+fn a_clean_history_passes() {
+    let report = run(
+        vec![
+            acq("a", "n", 1, 0, 190),
+            write("a", "n", 1, 50, WriteOutcome::Accepted),
+            release("a", 100, ReleaseOutcome::Released, false),
+            acq("b", "n", 2, 101, 190),
+            write("b", "n", 2, 150, WriteOutcome::Accepted),
+            release("b", 400, ReleaseOutcome::NotHeld, true),
+            acq("c", "n", 3, 400, 190),
+        ],
+        &[("n", 1, "a"), ("n", 2, "b")],
+    );
+    assert!(report.passed(), "{:?}", report.violations);
+    assert_eq!(report.acquisitions, 3);
+    assert_eq!(report.writes_accepted, 2);
+    assert_eq!(report.release_not_held, 1);
+}
+
+#[test]
+fn overlapping_trust_is_a_violation() {
+    let report = run(
+        vec![acq("a", "n", 1, 0, 190), acq("b", "n", 2, 100, 190)],
+        &[],
+    );
+    assert_eq!(rules(&report), ["overlap"]);
+    // Different names never conflict.
+    let report = run(
+        vec![acq("a", "n", 1, 0, 190), acq("b", "m", 1, 100, 190)],
+        &[],
+    );
+    assert!(report.passed());
+}
+
+#[test]
+fn an_early_restart_excuses_an_overlap_a_delayed_one_does_not() {
+    let down = |start_ms: u64, end_ms: u64| Event::Down {
+        node: 0,
+        t_start: start_ms * MS,
+        t_end: end_ms * MS,
+        empty: true,
+    };
+    let history = |d| vec![acq("a", "n", 5, 0, 190), d, acq("b", "n", 1, 100, 190)];
+    let early = run(history(down(50, 60)), &[]);
+    assert!(early.passed(), "{:?}", early.violations);
+    assert_eq!(early.expected_restart_overlaps, 1);
+    assert_eq!(early.fence_resets, 1);
+    // Down past the first holder's validity: the later grant came after it.
+    let delayed = run(
+        vec![
+            acq("a", "n", 5, 0, 190),
+            down(50, 250),
+            acq("b", "n", 1, 260, 190),
+        ],
+        &[],
+    );
+    assert!(delayed.passed());
+    assert_eq!(delayed.expected_restart_overlaps, 0);
+}
+
+#[test]
+fn tokens_must_follow_real_time() {
+    let report = run(
+        vec![
+            acq("a", "n", 7, 0, 50),
+            release("a", 40, ReleaseOutcome::Released, false),
+            acq("b", "n", 6, 100, 50),
+        ],
+        &[],
+    );
+    assert_eq!(rules(&report), ["fence-order"]);
+    let report = run(
+        vec![acq("a", "n", 7, 0, 50), acq("b", "n", 7, 100, 50)],
+        &[],
+    );
+    assert_eq!(rules(&report), ["fence-order"]);
+}
+
+#[test]
+fn a_stale_write_accepted_after_a_newer_one_is_a_violation() {
+    let report = run(
+        vec![
+            acq("a", "n", 1, 0, 50),
+            acq("b", "n", 2, 100, 50),
+            write("b", "n", 2, 110, WriteOutcome::Accepted),
+            write("a", "n", 1, 200, WriteOutcome::Accepted),
+        ],
+        &[("n", 2, "b"), ("n", 1, "a")],
+    );
+    assert!(rules(&report).iter().all(|r| *r == "stale-write"));
+    assert_eq!(report.violations.len(), 2, "{:?}", report.violations);
+    assert_eq!(report.late_writes, 1);
+    // Rejected, as it should be: fine, and counted.
+    let report = run(
+        vec![
+            acq("a", "n", 1, 0, 50),
+            acq("b", "n", 2, 100, 50),
+            write("b", "n", 2, 110, WriteOutcome::Accepted),
+            write("a", "n", 1, 200, WriteOutcome::Rejected),
+        ],
+        &[("n", 2, "b")],
+    );
+    assert!(report.passed(), "{:?}", report.violations);
+    assert_eq!(report.stale_writes_rejected, 1);
+}
+
+#[test]
+fn a_late_write_must_come_with_is_lost() {
+    let mut late = write("a", "n", 1, 300, WriteOutcome::Accepted);
+    if let Event::Write { lost_reported, .. } = &mut late {
+        *lost_reported = false;
+    }
+    let report = run(vec![acq("a", "n", 1, 0, 190), late], &[("n", 1, "a")]);
+    assert_eq!(rules(&report), ["silent-loss"]);
+}
+
+#[test]
+fn paused_holders_are_counted() {
+    let report = run(
+        vec![
+            acq("a", "n", 1, 0, 190),
+            Event::Fault {
+                kind: "pause".into(),
+                target: "client0".into(),
+                t_start: 50 * MS,
+                t_end: 600 * MS,
+            },
+            Event::LostDetected {
+                id: "a".into(),
+                t: 601 * MS,
+                how: "is_lost".into(),
+            },
+            acq("b", "n", 2, 300, 190),
+            write("b", "n", 2, 310, WriteOutcome::Accepted),
+            write("a", "n", 1, 601, WriteOutcome::Rejected),
+            release("a", 602, ReleaseOutcome::NotHeld, true),
+            acq("c", "n", 3, 700, 190),
+        ],
+        &[("n", 2, "b")],
+    );
+    assert!(report.passed(), "{:?}", report.violations);
+    assert_eq!(
+        (
+            report.paused_holders,
+            report.paused_holders_told_lost,
+            report.paused_writes_rejected
+        ),
+        (1, 1, 1)
+    );
+}
+
+#[test]
+fn a_release_past_validity_must_not_be_silent() {
+    let report = run(
+        vec![
+            acq("a", "n", 1, 0, 190),
+            release("a", 300, ReleaseOutcome::Released, false),
+        ],
+        &[],
+    );
+    assert_eq!(rules(&report), ["silent-release"]);
+    for (outcome, lost) in [
+        (ReleaseOutcome::Released, true),
+        (ReleaseOutcome::NotHeld, false),
+    ] {
+        let report = run(
+            vec![acq("a", "n", 1, 0, 190), release("a", 300, outcome, lost)],
+            &[],
+        );
+        assert!(report.passed(), "{outcome:?} {lost}");
+    }
+}
+
+#[test]
+fn releasing_a_lock_someone_else_took_is_a_violation() {
+    let report = run(
+        vec![
+            acq("a", "n", 1, 0, 100),
+            acq("b", "n", 2, 150, 100),
+            release("b", 200, ReleaseOutcome::Released, false),
+            release("a", 300, ReleaseOutcome::Released, true),
+        ],
+        &[],
+    );
+    assert_eq!(rules(&report), ["silent-release"]);
+}
+
+#[test]
+fn grants_while_down_or_over_a_foreign_value_are_violations() {
+    let report = run(
+        vec![
+            Event::Down {
+                node: 0,
+                t_start: 0,
+                t_end: 500 * MS,
+                empty: true,
+            },
+            acq("a", "n", 1, 100, 190),
+            Event::Foreign {
+                name: "m".into(),
+                t_start: 600 * MS,
+                t_end: 900 * MS,
+            },
+            acq("b", "m", 1, 700, 190),
+        ],
+        &[],
+    );
+    assert_eq!(
+        rules(&report),
+        ["acquired-while-down", "acquired-over-foreign-value"]
+    );
+}
+
+#[test]
+fn validity_beyond_the_ttl_is_a_violation() {
+    let report = run(vec![acq("a", "n", 1, 0, 250)], &[]);
+    assert_eq!(rules(&report), ["validity-claim"]);
+}
+
+#[test]
+fn locking_must_resume_after_the_last_fault() {
+    let fault = Event::Fault {
+        kind: "kill".into(),
+        target: "node0".into(),
+        t_start: 10 * MS,
+        t_end: 20 * MS,
+    };
+    let stalled = run(vec![acq("a", "n", 1, 0, 5), fault.clone()], &[]);
+    assert!(!stalled.resumed && !stalled.passed());
+    let resumed = run(
+        vec![acq("a", "n", 1, 0, 5), fault, acq("b", "n", 2, 30, 5)],
+        &[],
+    );
+    assert!(resumed.passed());
+    assert!(resumed.summary().contains("faults=1 violations=0"));
+}
+
+fn with_wait(event: Event, call_start_ms: u64, wait_ms: u64) -> Event {
+    let Event::Acquired(mut a) = event else {
+        panic!("not an acquisition")
+    };
+    a.call_start = call_start_ms * MS;
+    a.wait_ms = Some(wait_ms);
+    Event::Acquired(a)
+}
+
+fn failed(client: u32, start_ms: u64, end_ms: u64, wait_ms: u64) -> Event {
+    Event::AcquireFailed {
+        client,
+        name: "n".into(),
+        t_start: start_ms * MS,
+        t_end: end_ms * MS,
+        kind: FailKind::Contention,
+        message: String::new(),
+        wait_ms: Some(wait_ms),
+    }
+}
+
+#[test]
+fn a_request_must_return_by_its_deadline_plus_the_slack() {
+    // Granted 1 ms after its attempt began at 100 ms, having asked at 0 ms.
+    let on_time = run(vec![with_wait(acq("a", "n", 1, 100, 190), 0, 140)], &[]);
+    assert!(on_time.passed(), "{:?}", on_time.violations);
+    let late = run(vec![with_wait(acq("a", "n", 1, 100, 190), 0, 40)], &[]);
+    assert_eq!(rules(&late), ["late-grant"]);
+    let report = run(
+        vec![
+            failed(0, 0, 240, 200),
+            failed(0, 300, 560, 200),
+            // A try (no wait) is bounded by the command timeout instead.
+            Event::Start {
+                client: 0,
+                pid: 1,
+                t: 0,
+                protocol: "scripts".into(),
+                command_timeout_ms: 100,
+            },
+            failed(0, 600, 700, 0),
+            failed(0, 800, 1000, 0),
+        ],
+        &[],
+    );
+    assert_eq!(rules(&report), ["wait-overrun", "wait-overrun"]);
+    assert!(report.violations[0].detail.contains("wait 200"));
+    assert!(report.violations[1].detail.contains("command timeout"));
+    assert_eq!(report.max_wait_overrun, 60 * MS);
+}
+
+#[test]
+fn time_the_client_did_not_run_is_not_counted_against_its_deadline() {
+    let hiccup = Event::Hiccup {
+        client: 0,
+        t_start: 100 * MS,
+        t_end: 180 * MS,
+    };
+    let report = run(vec![failed(0, 0, 300, 200), hiccup.clone()], &[]);
+    assert!(report.passed(), "{:?}", report.violations);
+    assert_eq!(report.client_hiccups, 1);
+    // Another client's hiccup excuses nothing.
+    let report = run(vec![failed(1, 0, 300, 200), hiccup], &[]);
+    assert_eq!(rules(&report), ["wait-overrun"]);
+    // Nor is a stopped client judged.
+    let pause = Event::Fault {
+        kind: "pause".into(),
+        target: "client1".into(),
+        t_start: 50 * MS,
+        t_end: 250 * MS,
+    };
+    let report = run(
+        vec![failed(1, 0, 300, 200), pause, acq("b", "m", 1, 400, 100)],
+        &[],
+    );
+    assert!(report.passed(), "{:?}", report.violations);
+}
+
+fn lost(id: &str, at_ms: u64) -> Event {
+    Event::LostDetected {
+        id: id.into(),
+        t: at_ms * MS,
+        how: "signal".into(),
+    }
+}
+
+#[test]
+fn loss_is_final() {
+    let extended = |sent_ms: u64, reply_ms: u64| Event::Extended {
+        id: "a".into(),
+        t_sent: sent_ms * MS,
+        t_reply: reply_ms * MS,
+        valid_until: Some((sent_ms + 190) * MS),
+        outcome: "ok".into(),
+    };
+    // An extension answered before the loss: fine.
+    let report = run(vec![acq("a", "n", 1, 0, 190), extended(100, 101)], &[]);
+    assert!(report.passed(), "{:?}", report.violations);
+    // Sent before the lease ran out, answered after the holder was told it was lost.
+    let report = run(
+        vec![acq("a", "n", 1, 0, 190), lost("a", 190), extended(150, 260)],
+        &[],
+    );
+    assert_eq!(rules(&report), ["revived-lease"]);
+    // A renewal that revived it, seen by a later look or by is_lost() at the release.
+    let report = run(
+        vec![
+            acq("a", "n", 1, 0, 190),
+            lost("a", 190),
+            Event::Observed {
+                id: "a".into(),
+                t: 250 * MS,
+                valid_until: 400 * MS,
+            },
+            release("a", 300, ReleaseOutcome::Released, false),
+        ],
+        &[],
+    );
+    assert_eq!(rules(&report), ["revived-lease", "revived-lease"]);
+}
+
+fn nested(id: &str, call_ms: u64, ran: bool) -> Event {
+    Event::Nested {
+        id: id.into(),
+        t_call: call_ms * MS,
+        t_body: ran.then_some((call_ms + 1) * MS),
+        t_return: (call_ms + 2) * MS,
+        outcome: if ran { "ok" } else { "lost" }.into(),
+    }
+}
+
+#[test]
+fn a_nested_body_must_not_run_on_an_untrusted_lease() {
+    let report = run(
+        vec![
+            acq("a", "n", 1, 0, 190),
+            nested("a", 100, true),
+            acq("b", "m", 1, 0, 190),
+            nested("b", 250, false),
+        ],
+        &[],
+    );
+    assert!(report.passed(), "{:?}", report.violations);
+    assert_eq!((report.nested_ran, report.nested_refused), (1, 1));
+    let report = run(vec![acq("a", "n", 1, 0, 190), nested("a", 250, true)], &[]);
+    assert_eq!(rules(&report), ["nested-on-lost"]);
+    // Told lost before the call (e.g. by the loss signal): the same.
+    let report = run(
+        vec![
+            acq("a", "n", 1, 0, 190),
+            lost("a", 50),
+            nested("a", 100, true),
+        ],
+        &[],
+    );
+    assert_eq!(rules(&report), ["nested-on-lost"]);
+}
+
+fn probe(values: [[Option<&str>; 2]; 2]) -> Event {
+    let mut looks = Vec::new();
+    for (round, row) in values.iter().enumerate() {
+        for (node, value) in row.iter().enumerate() {
+            looks.push(Look {
+                t: (101 + 50 * round as u64) * MS,
+                node: node as u32,
+                value: value.map(str::to_owned),
+            });
+        }
+    }
+    Event::Probe {
+        client: 0,
+        name: "n".into(),
+        t_error: 100 * MS,
+        looks,
+    }
+}
+
+#[test]
+fn a_failed_acquire_must_not_leave_its_value_behind() {
+    let ours = Some("t1:torture-c0@host:1");
+    let theirs = Some("t2:torture-c1@host:2");
+    let error = Event::AcquireFailed {
+        client: 0,
+        name: "n".into(),
+        t_start: 90 * MS,
+        t_end: 100 * MS,
+        kind: FailKind::WrongType,
+        message: String::new(),
+        wait_ms: Some(0),
+    };
+    let report = run(
+        vec![error.clone(), probe([[ours, None], [ours, None]])],
+        &[],
+    );
+    assert_eq!(rules(&report), ["leftover-after-error"]);
+    assert_eq!(report.foreign_probes, 1);
+    // Another client's value, or ours gone by the second look: fine.
+    for looks in [
+        [[theirs, None], [theirs, None]],
+        [[ours, None], [None, None]],
+    ] {
+        let report = run(vec![error.clone(), probe(looks)], &[]);
+        assert!(report.passed(), "{:?}", report.violations);
+    }
+    // A sibling request of the same client in flight meanwhile may own the value.
+    let report = run(
+        vec![
+            error.clone(),
+            failed(0, 95, 130, 100),
+            probe([[ours, None], [ours, None]]),
+        ],
+        &[],
+    );
+    assert!(report.passed(), "{:?}", report.violations);
+    // So may a lease that was granted with it.
+    let granted = Some("tok-g:torture-c0@host:1");
+    let report = run(
+        vec![
+            error,
+            acq("g", "n", 1, 300, 190),
+            probe([[granted, None], [granted, None]]),
+        ],
+        &[],
+    );
+    assert!(report.passed(), "{:?}", report.violations);
+}
