@@ -349,7 +349,7 @@ async fn hold(ctx: &Ctx, rng: &mut fastrand::Rng, lease: Lease, held: Held) {
 
     if !lost && !auto_renew && rng.u8(0..5) == 0 {
         // A holder that let its lease run out may still try to extend it (the library must
-        // refuse): stamp, look, then ask.
+        // refuse): look first, so that a success after a loss shows in the history.
         if lease.is_lost() {
             lost = true;
             lost_detected("is_lost");

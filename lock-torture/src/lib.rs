@@ -9,7 +9,8 @@
 //! Meanwhile the orchestrator injects the faults of the mode ([`fault::Mode`]): servers
 //! killed and restarted empty, clients stopped with SIGSTOP, latency, dropped connections and
 //! partitions through the proxies, `SCRIPT FLUSH`, `CLIENT KILL`, pool exhaustion, foreign
-//! values on lock keys. Afterwards [`check::check`] merges the logs and verifies the rules
+//! values on lock keys, servers stalled with `DEBUG SLEEP`. Some rounds take the lock through
+//! a `#[redis_locked]` function whose critical section is a nested annotated call. Afterwards [`check::check`] merges the logs and verifies the rules
 //! listed in [`check`], and one summary line per run is printed. The exit code is non-zero on
 //! any violation.
 //!
