@@ -16,6 +16,19 @@
 //! `#[redis_locked(key = "market:{item_id}", ttl = "10s")]` (feature `macros`, on by
 //! default) runs an `async fn` under a lock with none of the boilerplate.
 //!
+//! # Cargo features
+//!
+//! | feature | default | adds |
+//! |---|---|---|
+//! | `macros` | yes | the `#[redis_locked]` attribute (re-exported from `lock-macros`) |
+//! | `cluster` | no | `LockerBuilder::cluster`: locks on a Redis Cluster (redis-rs `cluster-async`) |
+//! | `sentinel` | no | `LockerBuilder::sentinel`: locks on the master Redis Sentinel names, followed across failovers |
+//! | `metrics` | no | counters and histograms through the `metrics` facade (see [`metrics`]) |
+//! | `tower` | no | [`web`]: `LockLayer`, a tower layer that guards HTTP (or gRPC) routes, and RFC 9457 problem responses for `LockError` |
+//! | `axum` | no | `tower`, plus `LockError: axum::response::IntoResponse` and lock keys from path parameters |
+//!
+//! Items that need a feature are marked with it on docs.rs.
+//!
 //! ```
 //! use lock_core::Locker;
 //! use std::time::Duration;
@@ -138,7 +151,16 @@
 //! `#[redis_locked]` on an axum handler, or a `LockLayer` on a route, so that two requests
 //! for the same order never run at once across all replicas. A busy lock answers 409 with
 //! `Retry-After`, since `LockError` implements axum's `IntoResponse`.
+//!
 
+// `web` exists only with the `tower` feature; without it, link to the docs.rs build (all features).
+#![cfg_attr(feature = "tower", doc = "[`web`]: crate::web")]
+#![cfg_attr(
+    not(feature = "tower"),
+    doc = "[`web`]: https://docs.rs/lock-core/latest/lock_core/web/index.html"
+)]
+// docs.rs (`--cfg docsrs`, nightly): mark every feature-gated item with its feature.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 #![warn(missing_docs)]
 
