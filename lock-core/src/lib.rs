@@ -189,9 +189,7 @@ pub use error::LockError;
 pub use holder::Holder;
 pub use key::{MAX_NAME_LEN, MAX_TTL, MAX_WAIT, MIN_TTL};
 pub use lease::{Lease, LeaseHandle};
-pub use locker::{
-    redact_url, LockInfo, Locker, LockerBuilder, Protocol, DEFAULT_REDIS_URL, REDIS_URL_ENV,
-};
+pub use locker::{LockInfo, Locker, LockerBuilder, Protocol, DEFAULT_REDIS_URL, REDIS_URL_ENV};
 pub use macro_support::{current_lease, default_locker, set_default_locker};
 pub use request::LockRequest;
 pub use token::MAX_LABEL_LEN;

@@ -885,13 +885,9 @@ fn build_pool(
     Ok((pool, client))
 }
 
-/// A Redis URL with any password replaced by `***`, safe for logs and error messages.
-///
-/// ```
-/// assert_eq!(lock_core::redact_url("redis://app:s3cret@db:6379/0"), "redis://***@db:6379/0");
-/// assert_eq!(lock_core::redact_url("redis://127.0.0.1/"), "redis://127.0.0.1/");
-/// ```
-pub fn redact_url(url: &str) -> String {
+/// A Redis URL with its user and password replaced by `***`, for this crate's error
+/// messages: `redis://app:s3cret@db:6379/0` becomes `redis://***@db:6379/0`.
+pub(crate) fn redact_url(url: &str) -> String {
     match (url.find("://"), url.rfind('@')) {
         (Some(scheme), Some(at)) if at > scheme => {
             format!("{}://***@{}", &url[..scheme], &url[at + 1..])

@@ -181,8 +181,15 @@ fn one_line(message: String) -> String {
     }
 }
 
-/// A Redis URL with any password replaced by `***`, safe for messages.
-pub use lock_core::redact_url;
+/// A Redis URL with its user and password replaced by `***`, safe for messages.
+pub fn redact_url(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            format!("{}://***@{}", &url[..scheme], &url[at + 1..])
+        }
+        _ => url.to_owned(),
+    }
+}
 
 #[cfg(test)]
 mod tests {

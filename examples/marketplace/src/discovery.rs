@@ -245,8 +245,15 @@ fn free_port() -> std::io::Result<u16> {
         .port())
 }
 
-/// The URL with any password hidden.
-pub use lock_core::redact_url as redact;
+/// The URL with its user and password replaced by `***`.
+pub fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            format!("{}://***@{}", &url[..scheme], &url[at + 1..])
+        }
+        _ => url.to_owned(),
+    }
+}
 
 #[cfg(test)]
 mod tests {

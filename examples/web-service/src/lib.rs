@@ -66,5 +66,12 @@ pub async fn spawn(router: Router, addr: SocketAddr) -> std::io::Result<Running>
     Ok(Running { addr, task })
 }
 
-/// The URL with any password hidden, for banners and logs.
-pub use lock_core::redact_url as redact;
+/// The URL with its user and password replaced by `***`, for banners and logs.
+pub fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            format!("{}://***@{}", &url[..scheme], &url[at + 1..])
+        }
+        _ => url.to_owned(),
+    }
+}
