@@ -51,9 +51,11 @@ fn with_original(err: &syn::Error, item: TokenStream) -> TokenStream {
 }
 
 fn generate(args: &Args, function: ItemFn) -> TokenStream {
+    // `modifiers` (unstable `default fn`) is always empty on a parsed `ItemFn`.
     let ItemFn {
         attrs,
         vis,
+        modifiers: _,
         sig,
         block,
     } = function;

@@ -79,7 +79,7 @@ fn not_a_result(ty: &Type) -> Option<String> {
         Type::Array(_) => "an array",
         Type::Slice(_) => "a slice",
         Type::Ptr(_) => "a raw pointer",
-        Type::BareFn(_) => "a function pointer",
+        Type::FnPtr(_) => "a function pointer",
         Type::Never(_) => "`!`",
         Type::Infer(_) => "`_`",
         Type::Path(path) => return well_known_non_result(path).map(|name| format!("`{name}`")),
