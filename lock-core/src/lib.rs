@@ -211,3 +211,8 @@ pub mod __private {
     pub use std::result::Result;
     pub use std::string::String;
 }
+
+/// The crate README's example, compiled by `cargo test --doc`.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

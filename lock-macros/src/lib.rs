@@ -29,3 +29,8 @@ use proc_macro::TokenStream;
 pub fn redis_locked(args: TokenStream, item: TokenStream) -> TokenStream {
     expand::redis_locked(args.into(), item.into()).into()
 }
+
+/// The crate README's example, compiled by `cargo test --doc`.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

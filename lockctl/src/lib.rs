@@ -1,4 +1,4 @@
-//! `lockctl`: the operations CLI of redis-lock.
+//! `lockctl`: the operations CLI of lock-core's locks on Redis.
 //!
 //! Shell scripts and cron jobs get the guarantee Rust code gets from `lock-core`, and
 //! operators can see and act on locks:
