@@ -27,14 +27,14 @@ Environment:
   REDIS_URL       Redis to use when --url is not given (default redis://127.0.0.1:6379/)
   LOCKCTL_PREFIX  key prefix when --prefix is not given (default lock:)";
 
-/// `lockctl`: see, take and act on redis-lock locks from a shell.
+/// `lockctl`: see, take and act on lock-core's locks from a shell.
 #[derive(Debug, Parser)]
 #[command(
     name = "lockctl",
     version,
     about = "Run commands under a fleet-wide Redis lock, and see and act on locks",
     long_about = "Run commands under a fleet-wide Redis lock (like flock(1) across machines), and \
-                  see and act on the locks that redis-lock's lock-core takes: who holds them, \
+                  see and act on the locks that the lock-core library takes: who holds them, \
                   for how long, and what happens to them.\n\n\
                   A lock named N is the Redis key <prefix>{N} holding <token>:<holder label>.",
     after_help = EXIT_CODES,
