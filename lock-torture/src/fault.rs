@@ -41,6 +41,10 @@ pub enum Mode {
     /// fifths of a TTL, again and again: renewals, extensions, releases and acquires pile up
     /// in flight and are answered together.
     Stall,
+    /// SIGSTOP of a client that stands in a lock's Redis-side waiter queue (not the holder)
+    /// for two to three TTLs, then SIGCONT: its turn comes while it is frozen, nobody claims
+    /// it, and the queue must move on without it (and without two holders when it wakes).
+    PauseWaiter,
     /// A random mix of all of the above, with delayed restarts.
     Mixed,
     /// Every mode above in turn, one run each.
@@ -49,7 +53,7 @@ pub enum Mode {
 
 impl Mode {
     /// Every mode that is one run (all but `All`).
-    pub const RUNS: [Mode; 13] = [
+    pub const RUNS: [Mode; 14] = [
         Mode::None,
         Mode::Kill,
         Mode::KillDelayed,
@@ -62,6 +66,7 @@ impl Mode {
         Mode::Pool,
         Mode::WrongType,
         Mode::Stall,
+        Mode::PauseWaiter,
         Mode::Mixed,
     ];
 
@@ -80,13 +85,14 @@ impl Mode {
             Mode::Pool => "pool",
             Mode::WrongType => "wrong-type",
             Mode::Stall => "stall",
+            Mode::PauseWaiter => "pause-waiter",
             Mode::Mixed => "mixed",
             Mode::All => "all",
         }
     }
 
     /// The faults `Mixed` picks from.
-    const MIXED: [Mode; 9] = [
+    const MIXED: [Mode; 10] = [
         Mode::KillDelayed,
         Mode::Pause,
         Mode::Latency,
@@ -96,6 +102,7 @@ impl Mode {
         Mode::ClientKill,
         Mode::WrongType,
         Mode::Stall,
+        Mode::PauseWaiter,
     ];
 }
 
@@ -171,6 +178,27 @@ impl Injector<'_> {
                     empty: true,
                 })?;
                 self.fault(fault.name(), &format!("node{node}"), t_start, t_end)
+            }
+            Mode::PauseWaiter => {
+                // Stop a client that waits in a lock's queue right now; none: nothing to do.
+                let Some(client) = self.queued_client() else {
+                    return Ok(false);
+                };
+                let pid = self.cluster.clients[client].pid;
+                let Some(pid) = Pid::from_raw(pid) else {
+                    return Ok(false);
+                };
+                let pause = ttl * 2 + Duration::from_millis(self.rng.u64(0..ms_of(ttl)));
+                let t_start = clock::now();
+                kill_process(pid, Signal::STOP)?;
+                std::thread::sleep(pause);
+                kill_process(pid, Signal::CONT)?;
+                self.fault(
+                    "pause-waiter",
+                    &format!("client{client}"),
+                    t_start,
+                    clock::now(),
+                )
             }
             Mode::Pause => {
                 // Stop a client that holds a lock right now, if one does: the GC pause.
@@ -348,6 +376,31 @@ impl Injector<'_> {
             return None;
         }
         Some(holders[self.rng.usize(..holders.len())])
+    }
+
+    /// A client that stands in the waiter queue of one of the names (its entry holds its
+    /// value, whose label names the client), and does not hold that lock.
+    fn queued_client(&mut self) -> Option<usize> {
+        let mut waiting = Vec::new();
+        for i in 0..self.cluster.names {
+            let key = format!("lock:{{torture:{i}}}");
+            let holder = self.cluster.nodes[0].server.command(&["GET", &key]);
+            let entries = self.cluster.nodes[0]
+                .server
+                .command(&["HVALS", &format!("{key}:qe")]);
+            for entry in entries.split(":torture-c").skip(1) {
+                let client = entry
+                    .split_once('@')
+                    .and_then(|(id, _)| id.parse::<usize>().ok())
+                    .filter(|&id| id < self.cluster.clients.len());
+                let holds = client.is_some_and(|id| holder.contains(&format!(":torture-c{id}@")));
+                waiting.extend(client.filter(|_| !holds));
+            }
+        }
+        if waiting.is_empty() {
+            return None;
+        }
+        Some(waiting[self.rng.usize(..waiting.len())])
     }
 
     /// One client, or a minority of them.
