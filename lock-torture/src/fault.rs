@@ -184,37 +184,14 @@ impl Injector<'_> {
                 let Some(client) = self.queued_client() else {
                     return Ok(false);
                 };
-                let pid = self.cluster.clients[client].pid;
-                let Some(pid) = Pid::from_raw(pid) else {
-                    return Ok(false);
-                };
-                let pause = ttl * 2 + Duration::from_millis(self.rng.u64(0..ms_of(ttl)));
-                let t_start = clock::now();
-                kill_process(pid, Signal::STOP)?;
-                std::thread::sleep(pause);
-                kill_process(pid, Signal::CONT)?;
-                self.fault(
-                    "pause-waiter",
-                    &format!("client{client}"),
-                    t_start,
-                    clock::now(),
-                )
+                self.freeze(client, "pause-waiter")
             }
             Mode::Pause => {
                 // Stop a client that holds a lock right now, if one does: the GC pause.
                 let client = self
                     .holding_client()
                     .unwrap_or_else(|| self.rng.usize(..self.cluster.clients.len()));
-                let pid = self.cluster.clients[client].pid;
-                let Some(pid) = Pid::from_raw(pid) else {
-                    return Ok(false);
-                };
-                let pause = ttl * 2 + Duration::from_millis(self.rng.u64(0..ms_of(ttl)));
-                let t_start = clock::now();
-                kill_process(pid, Signal::STOP)?;
-                std::thread::sleep(pause);
-                kill_process(pid, Signal::CONT)?;
-                self.fault("pause", &format!("client{client}"), t_start, clock::now())
+                self.freeze(client, "pause")
             }
             Mode::Latency | Mode::Pool => {
                 let targets = if fault == Mode::Pool {
@@ -376,6 +353,19 @@ impl Injector<'_> {
             return None;
         }
         Some(holders[self.rng.usize(..holders.len())])
+    }
+
+    /// SIGSTOP of `client` for two to three TTLs, then SIGCONT, logged as fault `kind`.
+    fn freeze(&mut self, client: usize, kind: &str) -> Result<bool, BoxError> {
+        let Some(pid) = Pid::from_raw(self.cluster.clients[client].pid) else {
+            return Ok(false);
+        };
+        let pause = self.ttl * 2 + Duration::from_millis(self.rng.u64(0..ms_of(self.ttl)));
+        let t_start = clock::now();
+        kill_process(pid, Signal::STOP)?;
+        std::thread::sleep(pause);
+        kill_process(pid, Signal::CONT)?;
+        self.fault(kind, &format!("client{client}"), t_start, clock::now())
     }
 
     /// A client that stands in the waiter queue of one of the names (its entry holds its
