@@ -13,6 +13,7 @@ pub(crate) mod memory;
 pub(crate) mod redlock;
 pub(crate) mod scripted;
 pub(crate) mod transaction;
+mod undo;
 
 /// The result of one attempt to take a lock.
 #[derive(Debug, Clone, PartialEq, Eq)]

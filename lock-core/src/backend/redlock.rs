@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 use futures_util::future::join_all;
 
 use super::scripted::Scripted;
+use super::undo::Undo;
 use super::{Attempt, AttemptKind, Backend, RawState};
 use crate::key::LockKeys;
 use crate::LockError;
@@ -125,12 +126,15 @@ impl Backend for Redlock {
             .await;
         // From here on our value may sit on some nodes: if this future is dropped before it
         // decides (a caller's deadline, a cancelled request), they are cleaned up anyway.
-        let undo = UndoOnDrop {
-            nodes: self,
-            keys,
-            value,
-            armed: true,
-        };
+        // Each node's delete follows that node's SET on the same connection, so it cannot
+        // arrive first.
+        let undo = Undo::new(|| {
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                for node in &self.nodes {
+                    node.release_in_background(&runtime, keys, value);
+                }
+            }
+        });
         let mut acquired = 0;
         let mut token = 0u64;
         let mut busy = None;
@@ -255,36 +259,6 @@ impl Backend for Redlock {
             remaining: None,
             fencing_counter,
         })
-    }
-}
-
-/// Deletes this attempt's value from every node in the background when the attempt is
-/// dropped before it decided. Each node's delete follows that node's SET on the same
-/// connection, so it cannot arrive first.
-struct UndoOnDrop<'a> {
-    nodes: &'a Redlock,
-    keys: &'a LockKeys,
-    value: &'a str,
-    armed: bool,
-}
-
-impl UndoOnDrop<'_> {
-    fn disarm(mut self) {
-        self.armed = false;
-    }
-}
-
-impl Drop for UndoOnDrop<'_> {
-    fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return; // no runtime to run the undo on; the TTL will clean up
-        };
-        for node in &self.nodes.nodes {
-            node.release_in_background(&runtime, self.keys, self.value);
-        }
     }
 }
 

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use redis::{FromRedisValue, Script};
 
+use super::undo::Undo;
 use super::{millis, remaining_from_pttl, Attempt, AttemptKind, Backend, Place, RawState, Waiter};
 use crate::conn::{is_connection_failure, Conn, SharedConnection};
 use crate::key::LockKeys;
@@ -276,13 +277,11 @@ impl Backend for Scripted {
     ) -> Result<Attempt, LockError> {
         let lent = self.conn.get(&keys.name).await?;
         let mut conn = lent.conn.clone();
-        let undo = UndoOnDrop {
-            mode: self.mode,
-            conn: &lent.conn,
-            keys,
-            value,
-            armed: true,
-        };
+        // A reply that never arrives (the caller dropped the future, or the command timed
+        // out) may hide a SET that took the lock: undo it with a compare-and-delete on the
+        // same multiplexed connection, which keeps request order, so the delete reaches
+        // Redis after the SET it undoes.
+        let undo = Undo::new(|| spawn_release(self.mode, &lent.conn, keys, value));
         let waiter = match kind {
             AttemptKind::Queued(waiter) => Some(waiter),
             AttemptKind::Try | AttemptKind::BeforeQueueing => None,
@@ -579,41 +578,19 @@ fn is_syntax_error(err: &redis::RedisError) -> bool {
     err.to_string().contains("syntax error")
 }
 
-/// Undoes an acquire whose reply never arrived (the caller dropped the future, or the
-/// command timed out): a compare-and-delete of our own value, sent in the background on the
-/// same multiplexed connection. The connection keeps request order, so the delete reaches
-/// Redis after the SET it undoes.
-struct UndoOnDrop<'a> {
-    mode: ScriptMode,
-    conn: &'a Conn,
-    keys: &'a LockKeys,
-    value: &'a str,
-    armed: bool,
-}
-
-impl UndoOnDrop<'_> {
-    fn disarm(mut self) {
-        self.armed = false;
-    }
-}
-
-impl Drop for UndoOnDrop<'_> {
-    fn drop(&mut self) {
-        if !self.armed {
-            return;
+/// Compare-and-deletes `value` on `conn` from a task of its own; the TTL frees the lock if
+/// it fails or there is no runtime to run it on.
+fn spawn_release(mode: ScriptMode, conn: &Conn, keys: &LockKeys, value: &str) {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    let mut conn = conn.clone();
+    let keys = keys.clone();
+    let value = value.to_owned();
+    runtime.spawn(async move {
+        let undone = release_script(mode, &mut conn, &keys, &value).await;
+        if let Err(err) = undone {
+            tracing::debug!(key = %keys.lock, %err, "undo of an abandoned acquire failed; the TTL will free the lock");
         }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return; // no runtime to run the undo on; the TTL will clean up
-        };
-        let mut conn = self.conn.clone();
-        let mode = self.mode;
-        let keys = self.keys.clone();
-        let value = self.value.to_owned();
-        runtime.spawn(async move {
-            let undone = release_script(mode, &mut conn, &keys, &value).await;
-            if let Err(err) = undone {
-                tracing::debug!(key = %keys.lock, %err, "undo of an abandoned acquire failed; the TTL will free the lock");
-            }
-        });
-    }
+    });
 }
