@@ -113,6 +113,12 @@ impl Locker {
     }
 
     /// A locker on an existing deadpool-redis pool, with default settings.
+    ///
+    /// A pool gives no way to open the pub/sub connection that tells waiters their turn, so
+    /// a locker built this way neither stands in the waiter queue nor hears releases: its
+    /// waiting requests retry on a timer (2 ms growing to 100 ms, cut short by the holder's
+    /// TTL), a hand-off of tens of milliseconds instead of about one. Prefer
+    /// [`Locker::from_url`] or the builder's `url` where you can.
     pub fn from_pool(pool: Pool) -> Locker {
         let settings = LockerBuilder::new().settings();
         let conn = SharedConnection::new(Source::Pool(pool), settings.command_timeout);
@@ -410,7 +416,8 @@ pub struct LockInfo {
     pub name: String,
     /// The Redis key.
     pub key: String,
-    /// The holder's label (`app@host:pid` by default), when it stored one.
+    /// The holder's label (`host:pid` by default, `app@host:pid` with an application name),
+    /// when it stored one.
     pub holder: Option<String>,
     /// The holder's remaining TTL, when the key has one.
     pub remaining: Option<Duration>,
