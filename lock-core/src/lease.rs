@@ -13,7 +13,7 @@ use crate::backend::Backend as _;
 use crate::key::{validate_ttl, LockKeys};
 use crate::local::NameRef;
 use crate::locker::Locker;
-use crate::token::decode_value;
+use crate::token::{decode_value, is_ours};
 use crate::LockError;
 
 /// A held lock. Release it with [`Lease::release`]; dropping it releases it in the
@@ -376,7 +376,10 @@ impl LeaseHandle {
             .locker
             .run(&shared.keys.name, backend.inspect(&shared.keys))
             .await?;
-        let held = state.value.as_deref() == Some(shared.value.as_str());
+        let held = state
+            .value
+            .as_deref()
+            .is_some_and(|stored| is_ours(stored.as_bytes(), &shared.value));
         if !held {
             shared.mark_lost();
         }

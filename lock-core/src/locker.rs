@@ -748,10 +748,13 @@ impl LockerBuilder {
         for url in urls {
             let (pool, client) = build_pool(url, self.pool_size, self.command_timeout)?;
             first_client.get_or_insert(client);
-            nodes.push(Scripted::new(
-                SharedConnection::new(Source::Pool(pool), self.command_timeout),
-                self.script_mode,
-            ));
+            nodes.push(
+                Scripted::new(
+                    SharedConnection::new(Source::Pool(pool), self.command_timeout),
+                    self.script_mode,
+                )
+                .announcing_every_release(),
+            );
         }
         // No waiter queue over independent nodes (each would hand the lock to its own head,
         // and no head might reach a majority): releases are announced on every node to the

@@ -71,10 +71,31 @@ pub(crate) fn encode_value(token: &str, label: Option<&str>) -> String {
     }
 }
 
-/// Splits a stored value into token and label. Values written by other tools are returned
-/// whole as the token.
+/// The first byte of a stored value while someone listens for its release (a waiter in the
+/// lock's Redis-side queue, `lockctl watch`): the release scripts hand over and announce
+/// only then (see `scripts/queue.lua`). Never part of a token: tokens are hex.
+pub(crate) const LISTENED_MARK: u8 = b'~';
+
+/// A stored value without its listened-for mark.
+pub(crate) fn unmarked(value: &str) -> &str {
+    value
+        .strip_prefix(char::from(LISTENED_MARK))
+        .unwrap_or(value)
+}
+
+/// Whether a stored value is ours (`value`), marked or not.
+pub(crate) fn is_ours(stored: &[u8], value: &str) -> bool {
+    let stored = match stored.split_first() {
+        Some((&LISTENED_MARK, rest)) => rest,
+        _ => stored,
+    };
+    stored == value.as_bytes()
+}
+
+/// Splits a stored value into token and label (without the listened-for mark). Values
+/// written by other tools are returned whole as the token.
 pub(crate) fn decode_value(value: &str) -> (&str, Option<&str>) {
-    match value.split_once(':') {
+    match unmarked(value).split_once(':') {
         Some((token, label)) => (token, Some(label)),
         None => (value, None),
     }
@@ -152,6 +173,11 @@ mod tests {
         let v = encode_value("abc", Some("app@host:1"));
         assert_eq!(decode_value(&v), ("abc", Some("app@host:1")));
         assert_eq!(decode_value("plain"), ("plain", None));
+        assert_eq!(decode_value(&format!("~{v}")), ("abc", Some("app@host:1")));
+        assert!(is_ours(format!("~{v}").as_bytes(), &v));
+        assert!(is_ours(v.as_bytes(), &v));
+        assert!(!is_ours(b"~~abc:app@host:1", &v));
+        assert!(!is_ours(b"abc", &v));
     }
 
     #[test]

@@ -2,9 +2,11 @@
 
 use std::borrow::Cow;
 
-/// The stored value `<token>:<label>`, split. Values written by other tools (no `:`) are
-/// all token.
+/// The stored value `<token>:<label>`, split, without the `~` lock-core puts in front while
+/// someone waits for the lock's release. Values written by other tools (no `:`) are all
+/// token.
 pub fn split_value(value: &str) -> (&str, Option<&str>) {
+    let value = value.strip_prefix('~').unwrap_or(value);
     match value.split_once(':') {
         Some((token, label)) => (token, Some(label)),
         None => (value, None),
@@ -34,6 +36,7 @@ mod tests {
     fn values_split_at_the_first_colon() {
         assert_eq!(split_value("0123:app@h:1"), ("0123", Some("app@h:1")));
         assert_eq!(split_value("foreign"), ("foreign", None));
+        assert_eq!(split_value("~0123:app@h:1"), ("0123", Some("app@h:1")));
     }
 
     #[test]

@@ -182,6 +182,22 @@ impl Store {
         Ok(value.map(|v| (String::from_utf8_lossy(&v).into_owned(), ttl_of(pttl))))
     }
 
+    /// [`Store::peek`] for `watch`: also marks the holder's value as listened for (a `~`
+    /// in front; token, label and TTL stay as they are), so that lock-core announces its
+    /// release on the release channel: an unmarked value is released without a word. The
+    /// value comes back without the mark.
+    pub async fn peek_listening(
+        &mut self,
+        keys: &LockKeys,
+    ) -> Result<Option<(String, Option<Duration>)>, Failure> {
+        let (value, pttl): (Option<Vec<u8>>, i64) = MARK_LISTENED
+            .key(&keys.lock)
+            .invoke_async(&mut self.conn)
+            .await
+            .map_err(|err| self.not_a_lock(&keys.lock, &err))?;
+        Ok(value.map(|v| (String::from_utf8_lossy(&v).into_owned(), ttl_of(pttl))))
+    }
+
     fn not_a_lock(&self, key: &str, err: &redis::RedisError) -> Failure {
         if err.code() == Some("WRONGTYPE") {
             Failure::internal(format!(
@@ -374,6 +390,21 @@ impl Store {
 }
 
 /// A PTTL reply as a remaining TTL: `None` for "no TTL" (-1) or "no key" (-2).
+/// GET + PTTL of a lock key, marking its value as listened for (lock-core's
+/// `scripts/queue.lua` describes the mark). Returns the value without the mark.
+static MARK_LISTENED: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
+    redis::Script::new(
+        "local v = redis.call('GET', KEYS[1])
+         if not v then return {false, -2} end
+         if string.byte(v, 1) == 126 then
+           v = string.sub(v, 2)
+         else
+           redis.call('SET', KEYS[1], '~' .. v, 'KEEPTTL')
+         end
+         return {v, redis.call('PTTL', KEYS[1])}",
+    )
+});
+
 fn ttl_of(pttl: i64) -> Option<Duration> {
     u64::try_from(pttl).ok().map(Duration::from_millis)
 }

@@ -149,7 +149,7 @@ impl Watcher {
     /// Reads the key.
     async fn look(&self, store: &mut Store) -> Result<Option<Seen>, Failure> {
         let looked_at = Instant::now();
-        let peeked = store.peek(&self.keys).await?;
+        let peeked = store.peek_listening(&self.keys).await?;
         Ok(peeked.map(|(value, remaining)| Seen {
             value,
             since: None,

@@ -13,7 +13,11 @@ const SECOND: Duration = Duration::from_secs(1);
 
 /// The library's own compare-and-delete and compare-and-pexpire scripts, as an attacker who
 /// read the source would send them.
-const RELEASE_LUA: &str = include_str!("../../lock-core/src/scripts/release.lua");
+/// The release script as lock-core sends it: the waiter-queue helpers, then the script.
+const RELEASE_LUA: &str = concat!(
+    include_str!("../../lock-core/src/scripts/queue.lua"),
+    include_str!("../../lock-core/src/scripts/release.lua")
+);
 const EXTEND_LUA: &str = include_str!("../../lock-core/src/scripts/extend.lua");
 
 async fn raw(server: &RedisServer) -> redis::aio::MultiplexedConnection {
@@ -78,12 +82,17 @@ async fn the_name_without_the_token_is_not_enough(h: Harness) {
         format!("{}:{label}", "0".repeat(32)),
         lease.token().to_owned(), // the token without the label is not the stored value
         format!("{}:someone-else", lease.token()),
+        format!("~{}", lease.token()), // nor with the listened-for mark in front
+        format!("~~{}:{label}", lease.token()),
     ];
     for guess in &guesses {
         let released: i64 = redis::Script::new(RELEASE_LUA)
             .key(&info.key)
+            .key(format!("{}:q", info.key))
+            .key(format!("{}:qe", info.key))
             .arg(guess)
-            .arg(format!("{}:released", info.key))
+            .arg(100)
+            .arg(1) // the full path too (queue, release channel), as Redlock nodes run it
             .invoke_async(&mut conn)
             .await
             .expect("release script");

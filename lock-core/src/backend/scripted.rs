@@ -67,7 +67,7 @@ static LIBRARY: LazyLock<String> = LazyLock::new(|| {
     }
     library
 });
-const LIBRARY_NAME: &str = "lockcore_v2";
+const LIBRARY_NAME: &str = "lockcore_v3";
 
 /// How the lock scripts are invoked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -173,6 +173,9 @@ impl Lua {
 pub(crate) struct Scripted {
     conn: SharedConnection,
     mode: ScriptMode,
+    /// Whether every release runs the full path (queue, release channel): Redlock nodes,
+    /// whose waiters listen on the release channel without marking the lock's value.
+    announce: Announce,
     /// Whether the server accepts `SET .. NX .. GET` (Redis 7.0+); cleared on the first
     /// syntax error, after which acquires use the script.
     set_get: AtomicBool,
@@ -183,8 +186,15 @@ impl Scripted {
         Scripted {
             conn,
             mode,
+            announce: Announce::WhenListened,
             set_get: AtomicBool::new(true),
         }
+    }
+
+    /// Announces every release on the lock's release channel (for Redlock nodes).
+    pub fn announcing_every_release(mut self) -> Scripted {
+        self.announce = Announce::Always;
+        self
     }
 
     /// Raises the lock's fencing counter to at least `token` (Redlock's write-back).
@@ -214,14 +224,14 @@ impl Scripted {
         value: &str,
     ) {
         let conn = self.conn.clone();
-        let mode = self.mode;
+        let (mode, announce) = (self.mode, self.announce);
         let keys = keys.clone();
         let value = value.to_owned();
         runtime.spawn(async move {
             let undone = match conn.get(&keys.name).await {
                 Ok(lent) => {
                     let mut conn = lent.conn.clone();
-                    release_script(mode, &mut conn, &keys, &value)
+                    release_script(mode, announce, &mut conn, &keys, &value)
                         .await
                         .map(drop)
                         .map_err(|err| err.to_string())
@@ -281,7 +291,7 @@ impl Backend for Scripted {
         // out) may hide a SET that took the lock: undo it with a compare-and-delete on the
         // same multiplexed connection, which keeps request order, so the delete reaches
         // Redis after the SET it undoes.
-        let undo = Undo::new(|| spawn_release(self.mode, &lent.conn, keys, value));
+        let undo = Undo::new(|| spawn_release(self.mode, self.announce, &lent.conn, keys, value));
         let waiter = match kind {
             AttemptKind::Queued(waiter) => Some(waiter),
             AttemptKind::Try | AttemptKind::BeforeQueueing => None,
@@ -342,7 +352,7 @@ impl Backend for Scripted {
     async fn release(&self, keys: &LockKeys, value: &str) -> Result<bool, LockError> {
         let lent = self.conn.get(&keys.name).await?;
         let mut conn = lent.conn.clone();
-        release_script(self.mode, &mut conn, keys, value)
+        release_script(self.mode, self.announce, &mut conn, keys, value)
             .await
             .map(|n| n == 1)
             .map_err(|err| {
@@ -542,20 +552,34 @@ async fn acquire_queued(
     Ok(attempt_of(taken, number, &holder, fencing, Some(place)))
 }
 
+/// Which releases take the release script's full path (waiter queue, release channel).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Announce {
+    /// Only releases of a value marked as listened for (see `scripts/queue.lua`).
+    WhenListened,
+    /// Every release.
+    Always,
+}
+
 /// The release script: compare-and-delete, or hand the lock to the first live waiter.
 async fn release_script(
     mode: ScriptMode,
+    announce: Announce,
     conn: &mut Conn,
     keys: &LockKeys,
     value: &str,
 ) -> redis::RedisResult<i64> {
     let queue = keys.queue_keys();
+    let announce_flag: &[u8] = match announce {
+        Announce::WhenListened => b"0",
+        Announce::Always => b"1",
+    };
     RELEASE
         .run::<i64>(
             mode,
             conn,
             &[&keys.lock, queue.queue(), queue.entries()],
-            &[value.as_bytes(), CLAIM_WINDOW_MS.as_bytes()],
+            &[value.as_bytes(), CLAIM_WINDOW_MS.as_bytes(), announce_flag],
         )
         .await
 }
@@ -580,7 +604,7 @@ fn is_syntax_error(err: &redis::RedisError) -> bool {
 
 /// Compare-and-deletes `value` on `conn` from a task of its own; the TTL frees the lock if
 /// it fails or there is no runtime to run it on.
-fn spawn_release(mode: ScriptMode, conn: &Conn, keys: &LockKeys, value: &str) {
+fn spawn_release(mode: ScriptMode, announce: Announce, conn: &Conn, keys: &LockKeys, value: &str) {
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
         return;
     };
@@ -588,7 +612,7 @@ fn spawn_release(mode: ScriptMode, conn: &Conn, keys: &LockKeys, value: &str) {
     let keys = keys.clone();
     let value = value.to_owned();
     runtime.spawn(async move {
-        let undone = release_script(mode, &mut conn, &keys, &value).await;
+        let undone = release_script(mode, announce, &mut conn, &keys, &value).await;
         if let Err(err) = undone {
             tracing::debug!(key = %keys.lock, %err, "undo of an abandoned acquire failed; the TTL will free the lock");
         }

@@ -10,6 +10,7 @@ use deadpool_redis::{Connection, Pool};
 use super::{millis, remaining_from_pttl, Attempt, AttemptKind, Backend, RawState};
 use crate::conn::checkout;
 use crate::key::LockKeys;
+use crate::token::is_ours;
 use crate::LockError;
 
 /// How often an operation re-runs after EXEC was aborted by a concurrent write. Every abort
@@ -181,7 +182,10 @@ async fn compare_and(
             .query_async(&mut *conn)
             .await
             .map_err(redis_err)?;
-        if current.as_deref() != Some(value.as_bytes()) {
+        if !current
+            .as_deref()
+            .is_some_and(|stored| is_ours(stored, value))
+        {
             redis::cmd("UNWATCH")
                 .query_async::<()>(&mut *conn)
                 .await

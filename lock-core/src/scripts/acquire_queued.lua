@@ -16,7 +16,7 @@ local head, head_value = live_head(q, e, now)
 local ours = false
 if current then
   -- Reserved for us: the head's value is on the key.
-  ours = head == waiter and head_value == current
+  ours = head == waiter and head_value == unmarked(current)
 elseif head == nil or head == waiter then
   ours = true
 else
@@ -25,16 +25,19 @@ else
   current = head_value
 end
 if ours then
-  redis.call('SET', lock, ARGV[1], 'PX', ARGV[2])
+  local value = ARGV[1]
   if head == waiter then
     redis.call('ZREM', q, waiter)
     redis.call('HDEL', e, waiter)
     local next_head = redis.call('ZRANGE', q, 0, 0)[1]
     if next_head then
+      -- Others wait: our release must hand over, so the value carries the mark.
+      value = '~' .. value
       -- Now first in line: wake at our lease's end if we never release it (a crash).
       redis.call('PUBLISH', next_head, 'h:' .. ARGV[2] .. ':' .. lock)
     end
   end
+  redis.call('SET', lock, value, 'PX', ARGV[2])
   local token = 0
   if ARGV[3] == '1' then
     token = redis.call('INCR', KEYS[2])
@@ -48,11 +51,13 @@ if redis.call('PTTL', q) < life then
   redis.call('PEXPIRE', q, life)
   redis.call('PEXPIRE', e, life)
 end
+-- The holder's release (or a reservation's claim) must now hand over.
+mark_listened(lock)
 local position = 0
 local reserved = 0
 if head and head ~= waiter then
   position = redis.call('ZRANK', q, waiter)
-  if head_value == current then
+  if head_value == unmarked(current) then
     reserved = 1
   end
 end

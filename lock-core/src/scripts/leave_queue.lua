@@ -5,7 +5,7 @@
 local _, value = entry_of(KEYS[3], ARGV[1])
 redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('HDEL', KEYS[3], ARGV[1])
-if value and redis.call('GET', KEYS[1]) == value then
+if value and unmarked(redis.call('GET', KEYS[1])) == value then
   if not hand_over(KEYS[1], KEYS[2], KEYS[3], clock(), ARGV[2]) then
     redis.call('DEL', KEYS[1])
   end

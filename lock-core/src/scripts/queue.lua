@@ -5,6 +5,27 @@
 --   deadline, or the end of its claim window once the lock is reserved for it), and the
 --   value the lock is reserved with for it.
 -- Times are the server's (TIME), never a client's clock.
+--
+-- The lock's value starts with '~' (a "listened" mark) while someone may wait for its
+-- release: a queued waiter, or `lockctl watch`. Only a release of a marked value looks at
+-- the queue and the release channel; any other release is a plain compare-and-delete (GET,
+-- DEL), as cheap as a lock without a queue. The mark never changes the token or the TTL.
+
+-- A value without its mark.
+local function unmarked(v)
+  if v and string.byte(v, 1) == 126 then
+    return string.sub(v, 2)
+  end
+  return v
+end
+
+-- Marks the value on the lock (if any) as listened for, keeping its TTL.
+local function mark_listened(lock)
+  local v = redis.call('GET', lock)
+  if v and string.byte(v, 1) ~= 126 then
+    redis.call('SET', lock, '~' .. v, 'KEEPTTL')
+  end
+end
 
 -- The server's time: milliseconds (entry expiries) and microseconds (arrival order).
 local function clock()

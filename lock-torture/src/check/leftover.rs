@@ -89,6 +89,8 @@ pub(super) fn check(events: &[Event], report: &mut Report) {
 
 /// The token of a value written by this client (its holder label), if the look found one.
 fn own_token<'v>(look: &'v Look, label: &str) -> Option<&'v str> {
-    let (token, holder) = look.value.as_deref()?.split_once(':')?;
+    // lock-core marks a value that queued waiters listen for with a leading `~`.
+    let value = look.value.as_deref()?;
+    let (token, holder) = value.strip_prefix('~').unwrap_or(value).split_once(':')?;
     holder.starts_with(label).then_some(token)
 }

@@ -1,0 +1,113 @@
+//! The uncontended cycle costs Redis what a bare lock costs (`SET NX PX`, then a
+//! compare-and-delete script: GET + DEL), and the release still hands over and announces
+//! whenever someone listens: a queued waiter or `lockctl watch` marks the value.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use lock_tests::RedisServer;
+
+use crate::harness::Harness;
+
+const SECOND: Duration = Duration::from_secs(1);
+
+/// Every command Redis has executed so far, with its call count (script-inner calls
+/// included, as INFO commandstats counts them).
+fn commands(server: &RedisServer) -> BTreeMap<String, u64> {
+    server
+        .command(&["INFO", "commandstats"])
+        .lines()
+        .filter_map(|line| line.strip_prefix("cmdstat_"))
+        .filter_map(|line| {
+            let (name, rest) = line.split_once(":calls=")?;
+            let calls = rest.split(',').next()?.parse().ok()?;
+            Some((name.to_owned(), calls))
+        })
+        .filter(|(name, _)| !name.starts_with("info") && !name.starts_with("config"))
+        .collect()
+}
+
+fn delta(before: &BTreeMap<String, u64>, after: &BTreeMap<String, u64>) -> BTreeMap<String, u64> {
+    after
+        .iter()
+        .map(|(name, n)| (name.clone(), n - before.get(name).copied().unwrap_or(0)))
+        .filter(|(_, n)| *n > 0)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_uncontended_cycle_is_set_nx_then_get_and_del() {
+    let h = Harness::scripts();
+    let server = h.server.as_ref().expect("server");
+    // Warm up: the connection, and the release script in the server's cache.
+    let lease = h
+        .locker
+        .lock("warm")
+        .ttl(10 * SECOND)
+        .await
+        .expect("acquire");
+    assert!(lease.release().await.expect("release"));
+
+    let before = commands(server);
+    for i in 0..50 {
+        let lease = h
+            .locker
+            .lock(format!("order:{i}"))
+            .ttl(10 * SECOND)
+            .wait(SECOND)
+            .await
+            .expect("acquire");
+        assert!(lease.release().await.expect("release"));
+    }
+    let used = delta(&before, &commands(server));
+    let expected: BTreeMap<String, u64> = [("set", 50), ("evalsha", 50), ("get", 50), ("del", 50)]
+        .into_iter()
+        .map(|(name, n)| (name.to_owned(), n))
+        .collect();
+    assert_eq!(
+        used, expected,
+        "4 calls per cycle, as a bare SET NX + compare-and-delete"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queued_waiter_marks_the_value_and_the_release_hands_over() {
+    let h = Harness::scripts();
+    let server = h.server.as_ref().expect("server");
+    let holder = h.second_locker(); // another process
+    let lease = holder.lock("n").ttl(30 * SECOND).await.expect("acquire");
+    let stored = server.command(&["GET", "lock:{n}"]);
+    assert!(!stored.contains('~'), "nobody waits yet: {stored}");
+    let waiter = tokio::spawn({
+        let locker = h.locker.clone();
+        async move { locker.lock("n").ttl(SECOND).wait(30 * SECOND).await }
+    });
+    // The waiter stands in the Redis-side queue once the value carries the mark.
+    let marked = async {
+        while !server.command(&["GET", "lock:{n}"]).contains('~') {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    tokio::time::timeout(10 * SECOND, marked)
+        .await
+        .expect("the queued waiter marks the holder's value");
+    // The mark changes neither the holder's view nor its rights.
+    assert!(lease.is_held().await.expect("is_held"));
+    lease
+        .extend(20 * SECOND)
+        .await
+        .expect("extend a marked lease");
+    let info = holder.inspect("n").await.expect("inspect").expect("held");
+    let label = info.holder.expect("holder label");
+    assert!(!label.starts_with('~') && !label.is_empty(), "{label}");
+    assert!(lease.release().await.expect("release a marked lease"));
+    let won = tokio::time::timeout(10 * SECOND, waiter)
+        .await
+        .expect("the release hands over to the waiter")
+        .expect("task")
+        .expect("acquire");
+    // Nobody else waits: the new holder's value is unmarked again.
+    let stored = server.command(&["GET", "lock:{n}"]);
+    assert!(!stored.contains('~'), "{stored}");
+    assert!(won.release().await.expect("release"));
+}
