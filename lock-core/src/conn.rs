@@ -16,7 +16,7 @@ use deadpool_redis::{Connection, Pool};
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::{Cmd, Pipeline, RedisFuture, Value};
 
-use crate::locker::within;
+use crate::deadline::within;
 use crate::LockError;
 
 /// Where the shared connection comes from.

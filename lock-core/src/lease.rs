@@ -177,12 +177,8 @@ impl Lease {
         validate_ttl(&shared.keys.name, ttl)?;
         let started = Instant::now();
         let backend = shared.locker.backend();
-        let extended = shared
-            .locker
-            .run(
-                &shared.keys.name,
-                backend.extend(&shared.keys, &shared.value, ttl),
-            )
+        let extended = backend
+            .extend(&shared.keys, &shared.value, ttl)
             .await
             .inspect_err(|err| {
                 // A foreign value sits on the key: our lock is certainly gone.
@@ -233,10 +229,7 @@ impl Shared {
     async fn release_now(&self) -> Result<bool, LockError> {
         self.finish();
         let backend = self.locker.backend();
-        let result = self
-            .locker
-            .run(&self.keys.name, backend.release(&self.keys, &self.value))
-            .await;
+        let result = backend.release(&self.keys, &self.value).await;
         match result {
             Ok(true) => crate::metrics::released(&self.keys.name, self.acquired_at.elapsed()),
             Ok(false) => self.mark_lost(),
@@ -372,10 +365,7 @@ impl LeaseHandle {
     pub async fn is_held(&self) -> Result<bool, LockError> {
         let shared = &self.shared;
         let backend = shared.locker.backend();
-        let state = shared
-            .locker
-            .run(&shared.keys.name, backend.inspect(&shared.keys))
-            .await?;
+        let state = backend.inspect(&shared.keys).await?;
         let held = state
             .value
             .as_deref()

@@ -167,6 +167,7 @@
 mod backend;
 mod background;
 mod conn;
+mod deadline;
 mod error;
 mod holder;
 mod key;

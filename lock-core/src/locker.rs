@@ -227,7 +227,7 @@ impl Locker {
     /// counter.
     pub async fn inspect(&self, name: &str) -> Result<Option<LockInfo>, LockError> {
         let keys = LockKeys::new(&self.inner.settings.prefix, name.to_owned())?;
-        let state = self.run(name, self.backend().inspect(&keys)).await?;
+        let state = self.backend().inspect(&keys).await?;
         Ok(state.value.map(|value| {
             let (_, holder) = decode_value(&value);
             LockInfo {
@@ -271,28 +271,6 @@ impl Locker {
     /// True when both handles are clones of one locker.
     pub(crate) fn same_as(&self, other: &Locker) -> bool {
         Arc::ptr_eq(&self.inner, &other.inner)
-    }
-
-    /// Runs one backend operation under the command deadline, so a server that stops
-    /// answering gives [`LockError::Connection`] instead of a hang.
-    ///
-    /// The scripted backend's shared connection carries that deadline itself (its response
-    /// timeout), which spares a timer per operation on the hot path; the memory backend
-    /// cannot hang.
-    pub(crate) async fn run<T>(
-        &self,
-        name: &str,
-        operation: impl Future<Output = Result<T, LockError>>,
-    ) -> Result<T, LockError> {
-        match self.inner.backend {
-            // Redlock bounds every node call by its own, shorter, deadline.
-            AnyBackend::Scripted(_) | AnyBackend::Memory(_) | AnyBackend::Redlock(_) => {
-                operation.await
-            }
-            AnyBackend::Transaction(_) => {
-                within(self.inner.settings.command_timeout, name, operation).await
-            }
-        }
     }
 
     /// Waits, up to `timeout`, for the work this locker left running in the background: the
@@ -360,21 +338,6 @@ impl Locker {
                 background: Arc::default(),
             }),
         }
-    }
-}
-
-/// `operation`, or a [`LockError::Connection`] if it takes longer than `limit`.
-pub(crate) async fn within<T>(
-    limit: Duration,
-    name: &str,
-    operation: impl Future<Output = Result<T, LockError>>,
-) -> Result<T, LockError> {
-    match tokio::time::timeout(limit, operation).await {
-        Ok(result) => result,
-        Err(_) => Err(LockError::connection(
-            name,
-            format!("no answer from Redis within {limit:?}"),
-        )),
     }
 }
 
@@ -721,7 +684,9 @@ impl LockerBuilder {
                 SharedConnection::new(Source::Pool(pool), settings.command_timeout),
                 self.script_mode,
             )),
-            Protocol::Transactions => AnyBackend::Transaction(Transactional::new(pool)),
+            Protocol::Transactions => {
+                AnyBackend::Transaction(Transactional::new(pool, settings.command_timeout))
+            }
         };
         Ok(Locker::with_backend(backend, settings, notifier))
     }

@@ -10,9 +10,9 @@ use crate::backend::{Attempt, AttemptKind, Backend as _, Place, Waiter, CLAIM_WI
 use crate::key::{validate_ttl, validate_wait, LockKeys};
 use crate::lease::{validity, Grant, Renewal};
 use crate::local::NameRef;
-use crate::notifier::{Interest, Subscription};
+use crate::notifier::{Interest, Notifier, Subscription};
 use crate::signal::Hint;
-use crate::token::{decode_value, encode_value, new_token};
+use crate::token::{decode_value, new_value};
 use crate::wait::Backoff;
 use crate::{Lease, LockError, Locker};
 
@@ -147,8 +147,7 @@ impl LockRequest {
         let keys = LockKeys::new(&settings.prefix, name)?;
         validate_ttl(&keys.name, ttl)?;
         validate_wait(&keys.name, wait)?;
-        let token = new_token(&keys.name)?;
-        let value = encode_value(&token, settings.label.as_deref());
+        let value = new_value(&keys.name, settings.label.as_deref())?;
         let span = tracing::debug_span!(
             "lock.acquire",
             name = %keys.name,
@@ -246,9 +245,7 @@ impl Drop for QueueSpot {
         let keys = self.keys.clone();
         let channel = std::mem::take(&mut self.channel);
         self.locker.spawn_background(async move {
-            let left = locker
-                .run(&keys.name, locker.backend().leave_queue(&keys, &channel))
-                .await;
+            let left = locker.backend().leave_queue(&keys, &channel).await;
             if let Err(err) = left {
                 tracing::debug!(name = %keys.name, %err, "leaving the waiter queue failed; the entry expires by itself");
             }
@@ -311,6 +308,21 @@ impl Acquire<'_> {
             }
         }
 
+        // Slow path, in a box of its own: the uncontended acquisition above stays a small
+        // future (a large one costs an allocation of several kilobytes per lock).
+        Box::pin(self.wait_for_turn(deadline, bound, local, queue, fast_path)).await
+    }
+
+    /// The slow path: queue (locally, then in Redis or on the release channel) until the
+    /// lock is ours or the deadline passes.
+    async fn wait_for_turn(
+        mut self,
+        deadline: Instant,
+        bound: Option<Instant>,
+        local: NameRef,
+        queue: Option<&Notifier>,
+        fast_path: bool,
+    ) -> Result<Lease, LockError> {
         // Slow path. Queue behind this locker's other waiters: only the head of the queue
         // talks to Redis, so N local waiters cost Redis what one does.
         let queued = local.enqueue();
@@ -535,16 +547,12 @@ impl Acquire<'_> {
             // a node's or the request's deadline, a late grant given back, a failed Redlock
             // round's clean-up); with the same token it could land after this attempt took
             // the lock and delete it under its new holder.
-            let token = new_token(&self.keys.name)?;
-            self.value = encode_value(&token, self.locker.settings().label.as_deref());
+            self.value = new_value(&self.keys.name, self.locker.settings().label.as_deref())?;
         }
         self.attempts += 1;
         let started = Instant::now();
         let backend = self.locker.backend();
-        let call = self.locker.run(
-            &self.keys.name,
-            backend.acquire(&self.keys, &self.value, self.ttl, self.fencing, kind),
-        );
+        let call = backend.acquire(&self.keys, &self.value, self.ttl, self.fencing, kind);
         let attempt = match bound {
             None => call.await?,
             Some(deadline) => match tokio::time::timeout_at(deadline.into(), call).await {
@@ -594,9 +602,7 @@ impl Acquire<'_> {
         let value = self.value.clone();
         self.locker.spawn_background(async move {
             let backend = locker.backend();
-            let given_back = locker
-                .run(&keys.name, backend.release(&keys, &value))
-                .await;
+            let given_back = backend.release(&keys, &value).await;
             if let Err(err) = given_back {
                 tracing::debug!(name = %keys.name, %err, "giving back a late grant failed; the TTL will free the lock");
             }

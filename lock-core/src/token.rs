@@ -19,9 +19,12 @@ thread_local! {
     static GENERATOR: RefCell<Option<(StdRng, u32)>> = const { RefCell::new(None) };
 }
 
-/// A fresh 128-bit token, as 32 lowercase hex digits, from a cryptographically secure
-/// generator: ChaCha12 (rand's `StdRng`), one per thread, seeded with 256 bits from the
-/// operating system's CSPRNG and seeded again every 4096 tokens.
+/// A fresh value for the lock key: a new 128-bit token as 32 lowercase hex digits, then
+/// `:<label>` when there is a label. One allocation, of the exact size.
+///
+/// The token comes from a cryptographically secure generator: ChaCha12 (rand's `StdRng`),
+/// one per thread, seeded with 256 bits from the operating system's CSPRNG and seeded again
+/// every 4096 tokens.
 ///
 /// Why not ask the OS for every token: that is a system call per acquisition, a measurable
 /// share of an uncontended lock cycle; ChaCha's output is as unpredictable as its seed, so
@@ -31,7 +34,7 @@ thread_local! {
 /// reseed (lock-core never forks; `lockctl run` forks only to `exec` the command).
 ///
 /// Fails only if the operating system cannot provide a seed.
-pub(crate) fn new_token(name: &str) -> Result<String, LockError> {
+pub(crate) fn new_value(name: &str, label: Option<&str>) -> Result<String, LockError> {
     let mut bytes = [0u8; 16];
     GENERATOR.with(|cell| {
         let mut slot = cell.borrow_mut();
@@ -55,21 +58,20 @@ pub(crate) fn new_token(name: &str) -> Result<String, LockError> {
         Ok::<(), LockError>(())
     })?;
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut hex = String::with_capacity(32);
+    let mut value = String::with_capacity(TOKEN_LEN + label.map_or(0, |label| 1 + label.len()));
     for byte in bytes {
-        hex.push(char::from(DIGITS[usize::from(byte >> 4)]));
-        hex.push(char::from(DIGITS[usize::from(byte & 0x0f)]));
+        value.push(char::from(DIGITS[usize::from(byte >> 4)]));
+        value.push(char::from(DIGITS[usize::from(byte & 0x0f)]));
     }
-    Ok(hex)
+    if let Some(label) = label {
+        value.push(':');
+        value.push_str(label);
+    }
+    Ok(value)
 }
 
-/// The value stored on the lock key: `<token>` or `<token>:<label>`.
-pub(crate) fn encode_value(token: &str, label: Option<&str>) -> String {
-    match label {
-        Some(label) => format!("{token}:{label}"),
-        None => token.to_owned(),
-    }
-}
+/// Length of a token in a value written by [`new_value`].
+pub(crate) const TOKEN_LEN: usize = 32;
 
 /// The first byte of a stored value while someone listens for its release (a waiter in the
 /// lock's Redis-side queue, `lockctl watch`): the release scripts hand over and announce
@@ -142,6 +144,19 @@ fn hostname() -> String {
 mod tests {
     use super::*;
 
+    fn new_token(name: &str) -> Result<String, LockError> {
+        new_value(name, None)
+    }
+
+    #[test]
+    fn values_are_token_then_label() {
+        let value = new_value("x", Some("app@host:1")).unwrap();
+        assert_eq!(value.len(), TOKEN_LEN + 1 + "app@host:1".len());
+        assert_eq!(value.capacity(), value.len());
+        let (token, label) = decode_value(&value);
+        assert_eq!((token.len(), label), (TOKEN_LEN, Some("app@host:1")));
+    }
+
     #[test]
     fn tokens_are_128_bit_hex_and_distinct() {
         let a = new_token("x").unwrap();
@@ -170,7 +185,7 @@ mod tests {
 
     #[test]
     fn value_round_trips() {
-        let v = encode_value("abc", Some("app@host:1"));
+        let v = "abc:app@host:1".to_owned();
         assert_eq!(decode_value(&v), ("abc", Some("app@host:1")));
         assert_eq!(decode_value("plain"), ("plain", None));
         assert_eq!(decode_value(&format!("~{v}")), ("abc", Some("app@host:1")));

@@ -15,8 +15,9 @@ const SECOND: Duration = Duration::from_secs(1);
 /// read the source would send them.
 /// The release script as lock-core sends it: the waiter-queue helpers, then the script.
 const RELEASE_LUA: &str = concat!(
+    include_str!("../../lock-core/src/scripts/release.lua"),
     include_str!("../../lock-core/src/scripts/queue.lua"),
-    include_str!("../../lock-core/src/scripts/release.lua")
+    include_str!("../../lock-core/src/scripts/release_listened.lua")
 );
 const EXTEND_LUA: &str = include_str!("../../lock-core/src/scripts/extend.lua");
 
@@ -88,11 +89,9 @@ async fn the_name_without_the_token_is_not_enough(h: Harness) {
     for guess in &guesses {
         let released: i64 = redis::Script::new(RELEASE_LUA)
             .key(&info.key)
-            .key(format!("{}:q", info.key))
-            .key(format!("{}:qe", info.key))
             .arg(guess)
-            .arg(100)
             .arg(1) // the full path too (queue, release channel), as Redlock nodes run it
+            .arg(100)
             .invoke_async(&mut conn)
             .await
             .expect("release script");

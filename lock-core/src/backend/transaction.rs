@@ -9,6 +9,7 @@ use deadpool_redis::{Connection, Pool};
 
 use super::{millis, remaining_from_pttl, Attempt, AttemptKind, Backend, RawState};
 use crate::conn::checkout;
+use crate::deadline::within;
 use crate::key::LockKeys;
 use crate::token::is_ours;
 use crate::LockError;
@@ -19,11 +20,16 @@ const MAX_OPTIMISTIC_RETRIES: usize = 16;
 
 pub(crate) struct Transactional {
     pool: Pool,
+    /// Bounds every operation: a pooled connection has no response timeout of its own.
+    command_timeout: Duration,
 }
 
 impl Transactional {
-    pub fn new(pool: Pool) -> Transactional {
-        Transactional { pool }
+    pub fn new(pool: Pool, command_timeout: Duration) -> Transactional {
+        Transactional {
+            pool,
+            command_timeout,
+        }
     }
 }
 
@@ -36,52 +42,67 @@ impl Backend for Transactional {
         fencing: bool,
         _kind: AttemptKind<'_>,
     ) -> Result<Attempt, LockError> {
-        // The WATCH ... EXEC exchange runs in its own task so that a caller who gives up
-        // half-way cannot cut it between the two round trips. If the caller is gone when it
-        // finishes, the result is dropped in the channel and `Undo` deletes the lock again.
-        let (reply, outcome) = tokio::sync::oneshot::channel();
-        let pool = self.pool.clone();
-        let task_keys = keys.clone();
-        let task_value = value.to_owned();
-        tokio::spawn(async move {
-            let result = acquire_once(&pool, &task_keys, &task_value, ttl, fencing).await;
-            let undo = matches!(result, Ok(Attempt::Acquired { .. })).then(|| Undo {
-                pool,
-                keys: task_keys,
-                value: task_value,
-                armed: true,
+        within(self.command_timeout, &keys.name, async {
+            // The WATCH ... EXEC exchange runs in its own task so that a caller who gives up
+            // half-way cannot cut it between the two round trips. If the caller is gone when it
+            // finishes, the result is dropped in the channel and `Undo` deletes the lock again.
+            let (reply, outcome) = tokio::sync::oneshot::channel();
+            let pool = self.pool.clone();
+            let task_keys = keys.clone();
+            let task_value = value.to_owned();
+            tokio::spawn(async move {
+                let result = acquire_once(&pool, &task_keys, &task_value, ttl, fencing).await;
+                let undo = matches!(result, Ok(Attempt::Acquired { .. })).then(|| Undo {
+                    pool,
+                    keys: task_keys,
+                    value: task_value,
+                    armed: true,
+                });
+                let _ = reply.send((result, undo));
             });
-            let _ = reply.send((result, undo));
-        });
-        let (result, undo) = outcome
-            .await
-            .map_err(|_| LockError::connection(&keys.name, "the acquire task was cancelled"))?;
-        if let Some(undo) = undo {
-            undo.disarm();
-        }
-        result
+            let (result, undo) = outcome
+                .await
+                .map_err(|_| LockError::connection(&keys.name, "the acquire task was cancelled"))?;
+            if let Some(undo) = undo {
+                undo.disarm();
+            }
+            result
+        })
+        .await
     }
 
     async fn release(&self, keys: &LockKeys, value: &str) -> Result<bool, LockError> {
-        let mut conn = checkout(&self.pool, &keys.name).await?;
-        compare_and(&mut conn, keys, value, |pipe| {
-            pipe.del(&keys.lock)
-                .ignore()
-                .publish(keys.channel(), "released")
-                .ignore();
+        within(self.command_timeout, &keys.name, async {
+            let mut conn = checkout(&self.pool, &keys.name).await?;
+            compare_and(&mut conn, keys, value, |pipe| {
+                pipe.del(&keys.lock)
+                    .ignore()
+                    .publish(keys.channel(), "released")
+                    .ignore();
+            })
+            .await
         })
         .await
     }
 
     async fn extend(&self, keys: &LockKeys, value: &str, ttl: Duration) -> Result<bool, LockError> {
-        let mut conn = checkout(&self.pool, &keys.name).await?;
-        compare_and(&mut conn, keys, value, |pipe| {
-            pipe.pexpire(&keys.lock, millis(ttl) as i64).ignore();
+        within(self.command_timeout, &keys.name, async {
+            let mut conn = checkout(&self.pool, &keys.name).await?;
+            compare_and(&mut conn, keys, value, |pipe| {
+                pipe.pexpire(&keys.lock, millis(ttl) as i64).ignore();
+            })
+            .await
         })
         .await
     }
 
     async fn inspect(&self, keys: &LockKeys) -> Result<RawState, LockError> {
+        within(self.command_timeout, &keys.name, self.inspect_now(keys)).await
+    }
+}
+
+impl Transactional {
+    async fn inspect_now(&self, keys: &LockKeys) -> Result<RawState, LockError> {
         let mut conn = checkout(&self.pool, &keys.name).await?;
         let (value, pttl, fence): (Option<Vec<u8>>, i64, Option<u64>) = redis::pipe()
             .get(&keys.lock)
