@@ -6,8 +6,9 @@
 //! holds the lock the head does not even ask: it waits for that lease's release signal (or
 //! the end of its validity, in case it was leaked).
 
-use std::collections::HashMap;
-use std::hash::BuildHasher;
+use std::borrow::Borrow;
+use std::collections::HashSet;
+use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
@@ -17,15 +18,51 @@ use crate::signal::Wake;
 /// Independent shards so that tasks locking different names rarely meet on one mutex.
 const SHARDS: usize = 16;
 
+/// States kept per shard for reuse: an uncontended lock cycle then allocates nothing here.
+const SPARES: usize = 16;
+
 #[derive(Default)]
 pub(crate) struct LocalNames {
-    shards: [Mutex<HashMap<Arc<str>, Arc<NameState>>>; SHARDS],
+    shards: [Mutex<Shard>; SHARDS],
     hasher: std::collections::hash_map::RandomState,
 }
+
+#[derive(Default)]
+struct Shard {
+    /// The names in use, each entry keyed by the name inside its state.
+    names: HashSet<Entry>,
+    /// States of names no longer in use, to be reused for the next new name.
+    spares: Vec<Arc<NameState>>,
+}
+
+/// A map entry: the state, found by its name.
+struct Entry(Arc<NameState>);
+
+impl Borrow<str> for Entry {
+    fn borrow(&self) -> &str {
+        &self.0.name
+    }
+}
+
+impl Hash for Entry {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.0.name.as_str().hash(state);
+    }
+}
+
+impl PartialEq for Entry {
+    fn eq(&self, other: &Entry) -> bool {
+        self.0.name == other.0.name
+    }
+}
+
+impl Eq for Entry {}
 
 /// The local state of one name.
 #[derive(Default)]
 pub(crate) struct NameState {
+    /// The name; set while the state is in the map, reused (capacity and all) as a spare.
+    name: String,
     /// FIFO queue of this locker's waiters; its holder is the one that talks to Redis.
     pub gate: tokio::sync::Mutex<()>,
     /// Waiters queued on (or holding) the gate.
@@ -41,27 +78,24 @@ pub(crate) struct NameState {
 /// A counted reference to a name's state; the entry leaves the map with its last user.
 pub(crate) struct NameRef {
     names: Arc<LocalNames>,
-    /// Shared with the map's key: cloning a `NameRef` allocates nothing.
-    name: Arc<str>,
     state: Arc<NameState>,
 }
 
 impl LocalNames {
     pub fn get(self: &Arc<Self>, name: &str) -> NameRef {
-        let shard = &self.shards[self.shard_of(name)];
-        let mut map = shard.lock().unwrap_or_else(PoisonError::into_inner);
-        let (name, state) = match map.get_key_value(name) {
-            Some((key, state)) => (Arc::clone(key), Arc::clone(state)),
+        let mut shard = self.shards[self.shard_of(name)]
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let state = match shard.names.get(name) {
+            Some(entry) => Arc::clone(&entry.0),
             None => {
-                let key: Arc<str> = Arc::from(name);
-                let state = Arc::new(NameState::default());
-                map.insert(Arc::clone(&key), Arc::clone(&state));
-                (key, state)
+                let state = shard.fresh_state(name);
+                shard.names.insert(Entry(Arc::clone(&state)));
+                state
             }
         };
         NameRef {
             names: Arc::clone(self),
-            name,
             state,
         }
     }
@@ -71,11 +105,38 @@ impl LocalNames {
     }
 }
 
+impl Shard {
+    /// A state for `name`: a spare when one is free, else a new one.
+    fn fresh_state(&mut self, name: &str) -> Arc<NameState> {
+        while let Some(mut spare) = self.spares.pop() {
+            // Free only once its last NameRef has finished dropping.
+            let Some(state) = Arc::get_mut(&mut spare) else {
+                continue;
+            };
+            match Arc::get_mut(&mut state.released) {
+                Some(wake) => *wake = Wake::default(),
+                // Something still holds the old signal (a notifier route on its way out).
+                None => state.released = Arc::default(),
+            }
+            state.name.clear();
+            state.name.push_str(name);
+            *state
+                .holder
+                .get_mut()
+                .unwrap_or_else(PoisonError::into_inner) = None;
+            return spare;
+        }
+        Arc::new(NameState {
+            name: name.to_owned(),
+            ..NameState::default()
+        })
+    }
+}
+
 impl Clone for NameRef {
     fn clone(&self) -> NameRef {
         NameRef {
             names: Arc::clone(&self.names),
-            name: Arc::clone(&self.name),
             state: Arc::clone(&self.state),
         }
     }
@@ -83,11 +144,17 @@ impl Clone for NameRef {
 
 impl Drop for NameRef {
     fn drop(&mut self) {
-        let shard = &self.names.shards[self.names.shard_of(&self.name)];
-        let mut map = shard.lock().unwrap_or_else(PoisonError::into_inner);
+        let name = self.state.name.as_str();
+        let mut shard = self.names.shards[self.names.shard_of(name)]
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         // The map's reference and ours: nobody else uses this name now.
         if Arc::strong_count(&self.state) == 2 {
-            map.remove(&*self.name);
+            if let Some(Entry(state)) = shard.names.take(name) {
+                if shard.spares.len() < SPARES && state.is_idle() {
+                    shard.spares.push(state);
+                }
+            }
         }
     }
 }
@@ -101,6 +168,16 @@ impl std::ops::Deref for NameRef {
 }
 
 impl NameState {
+    /// Nobody queued and no holder: fit for reuse under another name.
+    fn is_idle(&self) -> bool {
+        self.queued.load(Ordering::Acquire) == 0
+            && self
+                .holder
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .is_none()
+    }
+
     /// True while some waiter of this locker is queued for the name: a newcomer must queue
     /// behind it instead of barging in.
     pub fn has_queue(&self) -> bool {
@@ -163,23 +240,39 @@ mod tests {
         let a2 = names.get("a");
         assert!(Arc::ptr_eq(&a.state, &a2.state));
         drop(a);
-        assert_eq!(
+        let in_use = |names: &LocalNames| {
             names
                 .shards
                 .iter()
-                .map(|s| s.lock().unwrap().len())
-                .sum::<usize>(),
-            1
-        );
+                .map(|s| s.lock().unwrap().names.len())
+                .sum::<usize>()
+        };
+        assert_eq!(in_use(&names), 1);
         drop(a2);
-        assert_eq!(
-            names
-                .shards
-                .iter()
-                .map(|s| s.lock().unwrap().len())
-                .sum::<usize>(),
-            0
-        );
+        assert_eq!(in_use(&names), 0);
+    }
+
+    #[test]
+    fn a_reused_state_starts_clean_under_its_new_name() {
+        let names = Arc::new(LocalNames::default());
+        let a = names.get("a");
+        a.set_holder(7, Instant::now() + std::time::Duration::from_secs(60));
+        a.clear_holder(7);
+        a.released.post(crate::signal::Hint::Granted);
+        let first = Arc::as_ptr(&a.state);
+        drop(a);
+        // Same shard as "a", so that the spare is found.
+        let other = (0..10_000)
+            .map(|i| format!("n{i}"))
+            .find(|n| names.shard_of(n) == names.shard_of("a"))
+            .unwrap();
+        let b = names.get(&other);
+        assert_eq!(Arc::as_ptr(&b.state), first, "the spare is reused");
+        assert_eq!(b.state.name, other);
+        assert!(b.local_holder_until().is_none());
+        assert!(!b.has_queue());
+        assert_eq!(b.released.take_hint(), None, "no hint carried over");
+        assert!(names.get("a").state.name == "a");
     }
 
     #[tokio::test]

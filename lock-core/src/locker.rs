@@ -4,7 +4,7 @@ use std::fmt;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use deadpool_redis::{Manager, Pool, PoolConfig, Runtime, Timeouts};
 use futures_util::FutureExt as _;
@@ -70,6 +70,10 @@ pub(crate) struct Inner {
     /// notifier's own channel (one Redis or a Cluster, on Lua scripts, with a notifier);
     /// otherwise they subscribe to each lock's release channel, or poll.
     queued_waits: bool,
+    /// Every command this locker sends answers or fails within the command timeout (the
+    /// connections were configured here): an attempt that ends well before a request's
+    /// deadline needs no timer of its own.
+    commands_bounded: bool,
     renewer: Renewer,
     background: Arc<Background>,
 }
@@ -324,7 +328,25 @@ impl Locker {
             .filter(|_| self.inner.queued_waits)
     }
 
+    /// Whether one attempt, started now, certainly ends before `deadline` without a timer of
+    /// its own: the connection set-up and each of its at most `commands` commands are bounded
+    /// by the command timeout. True saves a timer per uncontended acquisition.
+    pub(crate) fn attempt_ends_before(&self, deadline: Instant, commands: u32) -> bool {
+        let inner = &self.inner;
+        inner.commands_bounded
+            && Instant::now() + inner.settings.command_timeout * (commands + 1) < deadline
+    }
+
     fn with_backend(backend: AnyBackend, settings: Settings, notifier: Option<Notifier>) -> Locker {
+        Locker::with_bounds(backend, settings, notifier, false)
+    }
+
+    fn with_bounds(
+        backend: AnyBackend,
+        settings: Settings,
+        notifier: Option<Notifier>,
+        commands_bounded: bool,
+    ) -> Locker {
         // The queue needs the scripts, and a channel to be told on.
         let queued_waits = notifier.is_some() && matches!(backend, AnyBackend::Scripted(_));
         Locker {
@@ -334,6 +356,7 @@ impl Locker {
                 local: Arc::default(),
                 notifier,
                 queued_waits,
+                commands_bounded,
                 renewer: Renewer::default(),
                 background: Arc::default(),
             }),
@@ -655,10 +678,14 @@ impl LockerBuilder {
         }
         let settings = self.settings();
         let store = std::mem::replace(&mut self.store, Store::Env);
+        // A pool built elsewhere may have no response timeout; WATCH/MULTI bounds each
+        // operation itself.
+        let commands_bounded =
+            !matches!(store, Store::Pool(_)) || self.protocol == Protocol::Transactions;
         let (pool, notifier) = match store {
             Store::Memory => {
                 let backend = AnyBackend::Memory(Memory::default());
-                return Ok(Locker::with_backend(backend, settings, None));
+                return Ok(Locker::with_bounds(backend, settings, None, true));
             }
             Store::Pool(pool) => (pool, None),
             Store::Redlock(urls) => return self.build_redlock(&urls, settings),
@@ -688,7 +715,12 @@ impl LockerBuilder {
                 AnyBackend::Transaction(Transactional::new(pool, settings.command_timeout))
             }
         };
-        Ok(Locker::with_backend(backend, settings, notifier))
+        Ok(Locker::with_bounds(
+            backend,
+            settings,
+            notifier,
+            commands_bounded,
+        ))
     }
 
     fn build_redlock(&self, urls: &[String], settings: Settings) -> Result<Locker, LockError> {
@@ -749,7 +781,7 @@ impl LockerBuilder {
         };
         let conn = SharedConnection::new(Source::Cluster(Box::new(client)), self.command_timeout);
         let backend = AnyBackend::Scripted(Scripted::new(conn, self.script_mode));
-        Ok(Locker::with_backend(backend, settings, notifier))
+        Ok(Locker::with_bounds(backend, settings, notifier, true))
     }
 
     #[cfg(feature = "sentinel")]
@@ -778,7 +810,7 @@ impl LockerBuilder {
         // The master moves on failover: waiters use timed retries rather than a pub/sub
         // connection pinned to one server.
         let backend = AnyBackend::Scripted(Scripted::new(conn, self.script_mode));
-        Ok(Locker::with_backend(backend, settings, None))
+        Ok(Locker::with_bounds(backend, settings, None, true))
     }
 
     #[cfg(any(feature = "cluster", feature = "sentinel"))]
@@ -793,7 +825,7 @@ impl LockerBuilder {
 
     fn build_infallible(self) -> Locker {
         let settings = self.settings();
-        Locker::with_backend(AnyBackend::Memory(Memory::default()), settings, None)
+        Locker::with_bounds(AnyBackend::Memory(Memory::default()), settings, None, true)
     }
 
     fn settings(&self) -> Settings {

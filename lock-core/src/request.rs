@@ -159,7 +159,9 @@ impl LockRequest {
         );
         let family = crate::metrics::Family::of(&keys.name);
         let begun = Instant::now();
-        let attempt = Acquire {
+        // Built in the call: a local moved into `run` would keep its own place in this
+        // future as well.
+        let result = Acquire {
             locker: &locker,
             keys,
             value,
@@ -172,8 +174,10 @@ impl LockRequest {
             renew,
             expired_grant: None,
             transient: None,
-        };
-        let result = attempt.run(wait).instrument(span.clone()).await;
+        }
+        .run(wait)
+        .instrument(span.clone())
+        .await;
         let outcome = match &result {
             Ok(_) => "acquired",
             Err(LockError::Busy { .. }) => "busy",
@@ -290,12 +294,15 @@ impl Acquire<'_> {
         let held_here = local.local_holder_until().is_some();
         let fast_path = wait.is_zero() || !(local.has_queue() || held_here);
         if fast_path {
-            let kind = if queue.is_some() {
-                AttemptKind::BeforeQueueing
+            let (kind, commands) = if queue.is_some() {
+                (AttemptKind::BeforeQueueing, 1)
             } else {
-                AttemptKind::Try
+                (AttemptKind::Try, 2) // a busy answer asks for the holder's TTL too
             };
-            match self.attempt(bound, kind).await {
+            // A far deadline cannot pass during this attempt: no timer for it.
+            let attempt_bound =
+                bound.filter(|&deadline| !self.locker.attempt_ends_before(deadline, commands));
+            match self.attempt(attempt_bound, kind).await {
                 Ok(Tried::Acquired(started)) => return Ok(self.grant(started, local)),
                 Ok(Tried::OutOfTime) => return Err(self.timeout()),
                 Ok(Tried::NotYet) => {}
