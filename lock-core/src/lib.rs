@@ -176,6 +176,7 @@ mod locker;
 mod macro_support;
 pub mod metrics;
 mod notifier;
+mod prims;
 mod renew;
 mod request;
 mod signal;
@@ -191,6 +192,10 @@ pub use key::{MAX_NAME_LEN, MAX_TTL, MAX_WAIT, MIN_TTL};
 pub use lease::{Lease, LeaseHandle};
 pub use locker::{LockInfo, Locker, LockerBuilder, Protocol, DEFAULT_REDIS_URL, REDIS_URL_ENV};
 pub use macro_support::{current_lease, default_locker, set_default_locker};
+pub use prims::{
+    GuardHandle, HoldMode, Permit, PermitHolder, PermitHolders, PermitRequest, RwLease, RwLock,
+    RwRequest, Semaphore, MAX_PERMITS,
+};
 pub use request::LockRequest;
 pub use token::MAX_LABEL_LEN;
 
