@@ -193,8 +193,8 @@ pub use lease::{Lease, LeaseHandle};
 pub use locker::{LockInfo, Locker, LockerBuilder, Protocol, DEFAULT_REDIS_URL, REDIS_URL_ENV};
 pub use macro_support::{current_lease, default_locker, set_default_locker};
 pub use prims::{
-    GuardHandle, HoldMode, Permit, PermitHolder, PermitHolders, PermitRequest, RwLease, RwLock,
-    RwRequest, Semaphore, MAX_PERMITS,
+    GuardHandle, HoldMode, MultiLease, MultiRequest, Permit, PermitHolder, PermitHolders,
+    PermitRequest, RwLease, RwLock, RwRequest, Semaphore, MAX_PERMITS,
 };
 pub use request::LockRequest;
 pub use token::MAX_LABEL_LEN;

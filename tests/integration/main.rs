@@ -7,6 +7,7 @@ mod fast_path;
 mod fencing;
 mod harness;
 mod loss;
+mod multi;
 mod queue;
 mod redis_only;
 mod redlock;

@@ -9,6 +9,7 @@ use std::time::Duration;
 use super::permits::Store;
 use super::script::Server;
 use crate::backend::AnyBackend;
+use crate::local::NameRef;
 use crate::notifier::Notifier;
 use crate::{LockError, Locker};
 
@@ -23,10 +24,6 @@ impl Env {
         Env {
             locker: locker.clone(),
         }
-    }
-
-    pub fn locker(&self) -> &Locker {
-        &self.locker
     }
 
     pub fn prefix(&self) -> &str {
@@ -94,6 +91,13 @@ impl Env {
     /// The notifier that hears releases on `<lock key>:released`, when there is one.
     pub fn notifier(&self) -> Option<&Notifier> {
         self.locker.notifier()
+    }
+
+    /// The per-name signal of this locker's exclusive locks: fired when a lease of this
+    /// locker releases `name`, or (once subscribed) when any release of it is announced.
+    /// Sharing it with the lock's own waiters keeps one subscription per name and Locker.
+    pub fn name_signal(&self, name: &str) -> NameRef {
+        self.locker.local().get(name)
     }
 
     /// Runs `work` in the background, counted for `Locker::shutdown`.

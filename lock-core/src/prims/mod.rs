@@ -8,7 +8,7 @@
 pub(crate) mod env;
 mod guard;
 mod info;
-// mod multi;
+mod multi;
 mod options;
 pub(crate) mod permits;
 mod rwlock;
@@ -17,6 +17,6 @@ mod semaphore;
 
 pub use guard::GuardHandle;
 pub use info::{HoldMode, PermitHolder, PermitHolders};
-// pub use multi::{MultiLease, MultiRequest};
+pub use multi::{MultiLease, MultiRequest};
 pub use rwlock::{RwLease, RwLock, RwRequest};
 pub use semaphore::{Permit, PermitRequest, Semaphore, MAX_PERMITS};
