@@ -324,3 +324,45 @@ async fn redlock_and_transactions_refuse_with_a_clear_error() {
         assert!(matches!(rw, Err(LockError::Config(_))));
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn semaphores_and_rwlocks_on_a_cluster() {
+    let cluster = lock_tests::RedisCluster::start(3, 0);
+    let on = || {
+        Locker::builder()
+            .cluster(cluster.urls())
+            .build()
+            .expect("cluster locker")
+    };
+    at_most_n_inside(vec![on(), on()], 2, 16).await;
+    let (a, b) = (on(), on());
+    let read = a.rwlock("shelf").read().await.expect("read");
+    assert!(b
+        .rwlock("shelf")
+        .write()
+        .wait(Duration::ZERO)
+        .await
+        .is_err());
+    let writing = tokio::spawn(b.rwlock("shelf").write().wait(10 * SECOND).into_future());
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    read.release().await.expect("release");
+    let write = writing.await.expect("join").expect("the writer's turn");
+    assert!(write.release().await.expect("release"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn semaphores_run_as_redis_functions_too() {
+    let harness = Harness::functions();
+    let server = harness.server.as_ref().expect("server");
+    let semaphore = harness.locker.semaphore("functions", 1);
+    let permit = semaphore.try_acquire(10 * SECOND).await.expect("permit");
+    assert!(semaphore.try_acquire(SECOND).await.is_err());
+    assert!(permit.release().await.expect("release"));
+    // A server that lost the library (FUNCTION FLUSH) gets it again.
+    server.command(&["FUNCTION", "FLUSH"]);
+    let permit = semaphore.try_acquire(10 * SECOND).await.expect("reloaded");
+    assert!(permit.release().await.expect("release"));
+    assert!(server
+        .command(&["FUNCTION", "LIST"])
+        .contains("lockcore_prims_v1"));
+}
