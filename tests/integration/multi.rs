@@ -283,3 +283,34 @@ async fn a_renewed_multi_lock_lives_on_and_reports_the_loss_of_any_lock() {
     assert!(!lease.release().await.expect("release"));
     assert!(locker.inspect("r:1").await.expect("inspect").is_none());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_multi_lock_hears_the_release_of_the_busy_lock() {
+    let server = RedisServer::start();
+    let holder = Locker::from_url(&server.url()).expect("locker");
+    let waiter = Locker::from_url(&server.url()).expect("locker");
+    let held = holder.lock("w:2").ttl(20 * SECOND).await.expect("held");
+    let waiting = tokio::spawn(
+        waiter
+            .lock_all(["w:1", "w:2"])
+            .wait(15 * SECOND)
+            .into_future(),
+    );
+    // The waiter marked the holder's value as listened for (its release is announced).
+    for _ in 0..500 {
+        if server.command(&["GET", "lock:{w:2}"]).contains("~") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(server.command(&["GET", "lock:{w:2}"]).contains("~"));
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let released = std::time::Instant::now();
+    assert!(held.release().await.expect("release"), "marked, still ours");
+    let lease = waiting.await.expect("join").expect("both locks");
+    eprintln!(
+        "multi-lock hand-off after a release: {:?}",
+        released.elapsed()
+    );
+    assert!(lease.is_held().await.expect("held"));
+}

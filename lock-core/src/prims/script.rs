@@ -2,7 +2,7 @@
 //!
 //! Same conventions as the exclusive lock's scripts: `EVALSHA`, then `EVAL` after a
 //! `NOSCRIPT` reply (a restarted or failed-over server); with [`ScriptMode::Functions`], a
-//! Redis Functions library of their own (`lockcore_prims_v1`), loaded again when missing.
+//! Redis Functions library of their own (`lockcore_prims_v2`), loaded again when missing.
 //! Keys and values travel as `KEYS`/`ARGV`, never inside script text.
 
 use std::sync::LazyLock;
@@ -13,7 +13,7 @@ use crate::backend::scripted::ScriptMode;
 use crate::conn::{is_connection_failure, Conn, SharedConnection};
 use crate::LockError;
 
-const LIBRARY_NAME: &str = "lockcore_prims_v1";
+const LIBRARY_NAME: &str = "lockcore_prims_v2";
 
 macro_rules! permits_script {
     ($name:literal, $file:literal) => {
@@ -44,6 +44,13 @@ pub(crate) static MULTI_ACQUIRE: LazyLock<PrimScript> = LazyLock::new(|| {
     )
 });
 
+pub(crate) static MARK_LISTENED: LazyLock<PrimScript> = LazyLock::new(|| {
+    PrimScript::new(
+        "mark_listened",
+        include_str!("../scripts/mark_listened.lua"),
+    )
+});
+
 /// Every script above as one Functions library.
 static LIBRARY: LazyLock<String> = LazyLock::new(|| {
     let mut library = format!("#!lua name={LIBRARY_NAME}\n");
@@ -53,6 +60,7 @@ static LIBRARY: LazyLock<String> = LazyLock::new(|| {
         &*PERMITS_EXTEND,
         &*PERMITS_HOLDERS,
         &*MULTI_ACQUIRE,
+        &*MARK_LISTENED,
     ] {
         // Naming the parameters KEYS and ARGV lets the same text run as a function.
         library.push_str(&format!(

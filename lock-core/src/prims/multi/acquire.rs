@@ -11,14 +11,18 @@
 //! never delete what a later one took. A request dropped at any point gives back, in the
 //! background, whatever its attempt in flight may have taken; the TTL covers a crash.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
 
 use crate::backend::{Attempt, AttemptKind, Backend as _};
 use crate::key::LockKeys;
+use crate::local::NameRef;
+use crate::notifier::Subscription;
 use crate::prims::env::Env;
-use crate::prims::script::{Server, MULTI_ACQUIRE};
+use crate::prims::script::{Server, MARK_LISTENED, MULTI_ACQUIRE};
+use crate::signal::Wake;
 use crate::token::{decode_value, encode_value, new_token};
 use crate::wait::Backoff;
 use crate::LockError;
@@ -96,7 +100,9 @@ pub(super) async fn acquire(
     let mut busy = Busy::default();
     let mut transient = None;
     let mut backoff = Backoff::new(false);
-    let mut subscribed: Option<(String, crate::notifier::Subscription)> = None;
+    // The busy lock's name, its name signal (kept: the subscription routes to this very
+    // signal), and whether its release channel was subscribed to (`None`: not tried yet).
+    let mut listening: Option<(String, NameRef, Option<Option<Subscription>>)> = None;
     loop {
         let started = Instant::now();
         let value = encode_value(&new_token(&keys[0].name)?, env.label());
@@ -152,29 +158,26 @@ pub(super) async fn acquire(
         }
         // Wait for a release of the lock that was busy (on its release channel, shared with
         // the lock's own waiters of this locker), or for its holder's TTL, or a backoff.
-        let local = env.name_signal(&busy.name);
+        if listening
+            .as_ref()
+            .is_none_or(|(name, _, _)| *name != busy.name)
+        {
+            listening = Some((busy.name.clone(), env.name_signal(&busy.name), None));
+        }
+        let Some((_, local, subscribed)) = listening.as_mut() else {
+            continue;
+        };
         let notified = local.released.notified();
         tokio::pin!(notified);
         notified.as_mut().enable();
-        if subscribed
-            .as_ref()
-            .is_none_or(|(name, _)| *name != busy.name)
-        {
-            subscribed = None;
-            if let (Some(notifier), Ok(keys)) = (
-                env.notifier(),
-                LockKeys::new(env.prefix(), busy.name.clone()),
-            ) {
-                let channel = keys.channel();
-                let subscribe = notifier.subscribe(&channel, &local.released);
-                if let Ok(Ok(subscription)) =
-                    tokio::time::timeout_at(deadline.into(), subscribe).await
-                {
-                    subscribed = Some((busy.name.clone(), subscription));
-                    backoff = Backoff::new(true);
-                    // A release during the subscription went unseen: look again now.
-                    continue;
-                }
+        if subscribed.is_none() {
+            let subscription = subscribe(env, &busy.name, &local.released, deadline).await;
+            let now_listening = subscription.is_some();
+            *subscribed = Some(subscription);
+            if now_listening {
+                backoff = Backoff::new(true);
+                // A release during the subscription went unseen: look again now.
+                continue;
             }
         }
         let pause = match busy.remaining {
@@ -190,6 +193,35 @@ pub(super) async fn acquire(
             return Err(timeout(busy, begun, transient));
         }
     }
+}
+
+/// Subscribes `signal` to the release channel of lock `name` and, on one Redis or a
+/// Cluster (which announce only releases of a value marked as listened for; Redlock and
+/// WATCH/MULTI announce every release), marks the holder's value. `None` when nothing will
+/// announce the release (no pub/sub connection, or it failed): timers only then.
+async fn subscribe(
+    env: &Env,
+    name: &str,
+    signal: &Arc<Wake>,
+    deadline: Instant,
+) -> Option<Subscription> {
+    let notifier = env.notifier()?;
+    let keys = LockKeys::new(env.prefix(), name.to_owned()).ok()?;
+    let channel = keys.channel();
+    let subscribing = notifier.subscribe(&channel, signal);
+    let subscription = tokio::time::timeout_at(deadline.into(), subscribing)
+        .await
+        .ok()?
+        .ok()?;
+    if let Some(server) = env.server() {
+        let marked = server
+            .run::<i64>(&MARK_LISTENED, name, &[&keys.lock], &[])
+            .await;
+        if let Err(err) = marked {
+            tracing::debug!(%name, %err, "cannot mark the lock as listened for; its release may go unannounced");
+        }
+    }
+    Some(subscription)
 }
 
 fn timeout(busy: Busy, begun: Instant, transient: Option<LockError>) -> LockError {

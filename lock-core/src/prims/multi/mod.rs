@@ -14,7 +14,7 @@ use super::guard::{Guard, GuardHandle, Ops, Parts};
 use super::options::{request_options, Options};
 use crate::backend::Backend as _;
 use crate::key::LockKeys;
-use crate::token::decode_value;
+use crate::token::{decode_value, is_ours};
 use crate::{LockError, Locker};
 
 impl Locker {
@@ -225,7 +225,11 @@ impl Ops for MultiOps {
             )
             .await;
             states.into_iter().try_fold(true, |all, state| {
-                state.map(|s| all && s.value.as_deref() == Some(self.value.as_str()))
+                state.map(|s| {
+                    all && s
+                        .value
+                        .is_some_and(|stored| is_ours(stored.as_bytes(), &self.value))
+                })
             })
         })
     }
