@@ -10,6 +10,7 @@ use crate::contenders::core::Core;
 use crate::contenders::naive::Naive;
 use crate::contenders::raw::Raw;
 use crate::contenders::rslock::Rslock;
+use crate::contenders::semaphore::Semaphore;
 use crate::contenders::{Any, Contender as _};
 use crate::scenarios::s3_hot;
 use crate::scenarios::s4_redlock::Config;
@@ -22,6 +23,7 @@ pub const CORE_RENEW: &str = "lock-core Locker + auto_renew()";
 pub const MACRO_RENEW: &str = "#[redis_locked] (default: renews)";
 pub const MACRO_PLAIN: &str = "#[redis_locked(renew = false)]";
 pub const RSLOCK: &str = "rslock 0.10";
+pub const SEMAPHORE: &str = "lock-core semaphore (8 permits)";
 pub const RSLOCK_USING: &str = "rslock 0.10 using() (renews)";
 
 pub const HOT_CORE_SHARED: &str = "lock-core, 1 locker (N tasks)";
@@ -78,6 +80,7 @@ pub async fn uncontended(endpoints: &Endpoints, filter: &Filter) -> Result<Vec<A
             MACRO_PLAIN,
         )),
         Any::Rslock(Rslock::new(single, false, RSLOCK)?),
+        Any::Semaphore(Semaphore::new(locker(single, "sem:")?, 8, SEMAPHORE)),
     ];
     // The floor stays whatever the filter says: every ratio refers to it.
     let floor = all.remove(0);

@@ -45,6 +45,44 @@
 //! # }
 //! ```
 //!
+//! # Semaphores, read-write locks, multi-locks
+//!
+//! Beyond "one at a time", with the same leases (TTL by the server's clock, `auto_renew`,
+//! `lost()`, `release()`, release on drop) and herd-free FIFO waiting:
+//!
+//! - [`Locker::semaphore`]: **at most N at once** ("at most 5 exports across the fleet").
+//!   Each holder has a [`Permit`]; a crashed holder's permit comes back at its TTL.
+//! - [`Locker::rwlock`]: **many readers or one writer** ("readers of the catalog never see
+//!   a half-written update"). A waiting writer holds back later readers, so a stream of
+//!   readers cannot starve it.
+//! - [`Locker::lock_all`]: **several locks at once, all or nothing** ("lock buyer, seller and
+//!   item together"), the very locks [`Locker::lock`] takes, as one [`MultiLease`]; two
+//!   multi-locks never deadlock, whatever their order.
+//!
+//! ```
+//! use lock_core::Locker;
+//! use std::time::Duration;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), lock_core::LockError> {
+//! let locker = Locker::memory();
+//!
+//! let export = locker.semaphore("exports", 5).acquire().auto_renew().await?;
+//! let read = locker.rwlock("catalog").read().ttl(Duration::from_secs(10)).await?;
+//! let trade = locker.lock_all(["buyer:7", "seller:3", "item:17"]).await?;
+//! # drop((export, read, trade));
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! | | one Redis | Cluster | Redlock | WATCH/MULTI | memory |
+//! |---|---|---|---|---|---|
+//! | semaphore, read-write lock | yes (one script per step) | yes (one hash tag per name) | no: N permits per node do not bound a majority's holders to N | no: needs scripts | yes |
+//! | multi-lock | yes, one script | yes, one by one in key order with give-back | yes, likewise | yes, likewise | yes, likewise |
+//!
+//! Where a primitive is not available, its requests fail with [`LockError::Config`] saying
+//! why. `#[redis_locked]` takes `permits = N`, `mode = "read"|"write"` and `keys = [..]`.
+//!
 //! # Guarantees
 //!
 //! - **Mutual exclusion**: a lock is taken with `SET key value NX PX ttl`; while a lease is
@@ -174,9 +212,11 @@ mod key;
 mod lease;
 mod local;
 mod locker;
+mod macro_held;
 mod macro_support;
 pub mod metrics;
 mod notifier;
+mod prims;
 mod renew;
 mod request;
 mod signal;
@@ -192,6 +232,10 @@ pub use key::{MAX_NAME_LEN, MAX_TTL, MAX_WAIT, MIN_TTL};
 pub use lease::{Lease, LeaseHandle};
 pub use locker::{LockInfo, Locker, LockerBuilder, Protocol, DEFAULT_REDIS_URL, REDIS_URL_ENV};
 pub use macro_support::{current_lease, default_locker, set_default_locker};
+pub use prims::{
+    GuardHandle, HoldMode, MultiLease, MultiRequest, Permit, PermitHolder, PermitHolders,
+    PermitRequest, RwLease, RwLock, RwRequest, Semaphore, MAX_PERMITS,
+};
 pub use request::LockRequest;
 pub use token::MAX_LABEL_LEN;
 
@@ -211,6 +255,7 @@ pub mod __private {
     pub use std::format;
     pub use std::result::Result;
     pub use std::string::String;
+    pub use std::vec::Vec;
 }
 
 /// The crate README's example, compiled by `cargo test --doc`.

@@ -77,6 +77,8 @@ pub struct LockSpec {
     renew: bool,
     cancel_on_lost: bool,
     error_on_lost: bool,
+    /// A semaphore permit, a read-write lock side or a multi-lock instead of a lock.
+    hold: Option<crate::macro_held::Hold>,
 }
 
 impl LockSpec {
@@ -90,7 +92,33 @@ impl LockSpec {
             renew: true,
             cancel_on_lost: false,
             error_on_lost: false,
+            hold: None,
         }
+    }
+
+    /// Every lock of `keys`, taken together (`keys = [..]`).
+    pub fn all(keys: Vec<String>) -> LockSpec {
+        let mut spec = LockSpec::new(keys.join("+"));
+        spec.hold = Some(crate::macro_held::Hold::All(keys));
+        spec
+    }
+
+    /// One of `permits` permits of a semaphore on the key (`permits = N`).
+    pub fn permits(mut self, permits: u64) -> LockSpec {
+        self.hold = Some(crate::macro_held::Hold::Permits(permits));
+        self
+    }
+
+    /// The shared side of a read-write lock on the key (`mode = "read"`).
+    pub fn read(mut self) -> LockSpec {
+        self.hold = Some(crate::macro_held::Hold::Read);
+        self
+    }
+
+    /// The exclusive side of a read-write lock on the key (`mode = "write"`).
+    pub fn write(mut self) -> LockSpec {
+        self.hold = Some(crate::macro_held::Hold::Write);
+        self
     }
 
     pub fn renew(mut self, renew: bool) -> LockSpec {
@@ -199,7 +227,7 @@ where
 
 async fn run_boxed<F, T, E>(
     locker: Option<Locker>,
-    spec: LockSpec,
+    mut spec: LockSpec,
     body: std::pin::Pin<Box<F>>,
 ) -> Result<T, E>
 where
@@ -209,6 +237,16 @@ where
     let Some(locker) = locker.or_else(default_locker) else {
         return Err(E::from(LockError::NoDefaultLocker { name: spec.key }));
     };
+    if let Some(hold) = spec.hold.take() {
+        let policy = crate::macro_held::Policy {
+            ttl: spec.ttl,
+            wait: spec.wait,
+            renew: spec.renew,
+            cancel_on_lost: spec.cancel_on_lost,
+            error_on_lost: spec.error_on_lost,
+        };
+        return Box::pin(crate::macro_held::run(locker, spec.key, hold, policy, body)).await;
+    }
     let enclosing = HELD
         .try_with(|held| {
             held.iter()

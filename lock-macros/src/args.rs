@@ -1,5 +1,6 @@
-//! The attribute's arguments: `key = "..", ttl = "..", wait = "..", locker = <expr>,
-//! renew = <bool>, on_lost = "..", crate = ".."`, parsed into one typed [`Args`].
+//! The attribute's arguments: `key = ".."` (or `keys = [..]`), `ttl = "..", wait = "..",
+//! locker = <expr>, renew = <bool>, on_lost = "..", permits = N, mode = "..",
+//! crate = ".."`, parsed into one typed [`Args`].
 //!
 //! Parsing goes on past a bad argument so that every independent problem is reported in one
 //! compile; only a syntax error (a missing `=` or `,`) stops it.
@@ -14,6 +15,7 @@ use syn::{Expr, ExprLit, Ident, Lit, LitStr, Path, Token};
 
 use crate::duration;
 use crate::errors::Errors;
+use crate::hold::{self, Hold};
 use crate::suggest::closest;
 use crate::template::Template;
 
@@ -25,11 +27,16 @@ mod kw {
     syn::custom_keyword!(locker);
     syn::custom_keyword!(renew);
     syn::custom_keyword!(on_lost);
+    syn::custom_keyword!(keys);
+    syn::custom_keyword!(permits);
+    syn::custom_keyword!(mode);
 }
 
-const NAMES: [&str; 7] = ["key", "ttl", "wait", "locker", "renew", "on_lost", "crate"];
-const VALID: &str =
-    "valid arguments are `key`, `ttl`, `wait`, `locker`, `renew`, `on_lost` and `crate`";
+const NAMES: [&str; 10] = [
+    "key", "keys", "ttl", "wait", "locker", "renew", "on_lost", "permits", "mode", "crate",
+];
+const VALID: &str = "valid arguments are `key`, `keys`, `ttl`, `wait`, `locker`, `renew`, \
+     `on_lost`, `permits`, `mode` and `crate`";
 
 /// What happens when the lease is lost while the body runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,7 +53,10 @@ pub(crate) enum OnLost {
 /// Validated arguments. Durations are already in range.
 #[derive(Debug)]
 pub(crate) struct Args {
-    pub key: Template,
+    /// The lock names: one template, or several with `keys = [..]`.
+    pub keys: Vec<Template>,
+    /// A lock (default), a semaphore permit, a read-write lock side, or all of `keys`.
+    pub hold: Hold,
     pub ttl: Option<Duration>,
     pub wait: Option<Duration>,
     pub locker: Option<Expr>,
@@ -63,6 +73,12 @@ struct Partial<'a> {
     /// The names the function's parameters bind, when known.
     names: Option<&'a [Ident]>,
     key: Option<Template>,
+    keys: Option<Vec<Template>>,
+    /// Where `key`, `keys`, `permits` and `mode` were given, to check how they combine.
+    key_span: Option<Span>,
+    keys_span: Option<Span>,
+    permits: Option<(Span, u64)>,
+    mode: Option<(Span, Hold)>,
     ttl: Option<Duration>,
     wait: Option<Duration>,
     locker: Option<Expr>,
@@ -107,15 +123,31 @@ impl Args {
                 return Err(errors.stop(err));
             }
         }
-        let key = partial.key.take();
-        if key.is_none() && !partial.seen.iter().any(|seen| seen == "key") {
+        let keys = partial
+            .keys
+            .take()
+            .or_else(|| partial.key.take().map(|k| vec![k]));
+        if keys.is_none()
+            && !partial
+                .seen
+                .iter()
+                .any(|seen| seen == "key" || seen == "keys")
+        {
             errors.push(missing_key());
         }
-        match (errors.finish(), key) {
-            (Some(err), _) => Err(err),
-            (None, None) => Err(missing_key()),
-            (None, Some(key)) => Ok(Args {
-                key,
+        let held = hold::combine(
+            partial.key_span,
+            partial.keys_span,
+            partial.permits,
+            partial.mode,
+        );
+        let held = held.map_err(|all| all.into_iter().for_each(|err| errors.push(err)));
+        match (errors.finish(), keys, held) {
+            (Some(err), _, _) => Err(err),
+            (None, None, _) | (None, _, Err(())) => Err(missing_key()),
+            (None, Some(keys), Ok(hold)) => Ok(Args {
+                keys,
+                hold,
                 ttl: partial.ttl,
                 wait: partial.wait,
                 locker: partial.locker,
@@ -135,8 +167,9 @@ fn missing_key() -> syn::Error {
     // Without a span of its own, the error points at the whole attribute.
     syn::Error::new(
         Span::call_site(),
-        "missing `key`: name the lock, e.g. #[redis_locked(key = \"orders:{order_id}\")]; \
-         `{..}` placeholders take the function's parameters",
+        "missing `key`: name the lock, e.g. #[redis_locked(key = \"orders:{order_id}\")] \
+         (`{..}` placeholders take the function's parameters), or give `keys = [..]` to take \
+         several locks together",
     )
 }
 
@@ -154,6 +187,12 @@ fn argument_name(input: ParseStream<'_>) -> syn::Result<Ident> {
         Ident::new("renew", input.parse::<kw::renew>()?.span)
     } else if input.peek(kw::on_lost) {
         Ident::new("on_lost", input.parse::<kw::on_lost>()?.span)
+    } else if input.peek(kw::keys) {
+        Ident::new("keys", input.parse::<kw::keys>()?.span)
+    } else if input.peek(kw::permits) {
+        Ident::new("permits", input.parse::<kw::permits>()?.span)
+    } else if input.peek(kw::mode) {
+        Ident::new("mode", input.parse::<kw::mode>()?.span)
     } else if input.peek(Token![crate]) {
         Ident::new("crate", input.parse::<Token![crate]>()?.span)
     } else if input.peek(Ident::peek_any) {
@@ -198,6 +237,16 @@ impl Partial<'_> {
                     return Err(err);
                 }
                 self.key = Some(template);
+                self.key_span = Some(name.span());
+            }
+            "keys" => {
+                self.keys_span = Some(name.span());
+                self.keys = Some(hold::keys(&value, self.names)?);
+            }
+            "permits" => self.permits = Some((name.span(), hold::permits(&value)?)),
+            "mode" => {
+                let lit = string_literal(&value, "mode")?;
+                self.mode = Some((name.span(), hold::mode(&lit)?));
             }
             "ttl" => self.ttl = Some(duration_value(&value, "ttl", duration::ttl)?),
             "wait" => self.wait = Some(duration_value(&value, "wait", duration::wait)?),
@@ -240,6 +289,9 @@ impl Partial<'_> {
 fn example(name: &str) -> &'static str {
     match name {
         "key" => "key = \"orders:{order_id}\"",
+        "keys" => "keys = [\"buyer:{buyer_id}\", \"item:{item_id}\"]",
+        "permits" => "permits = 5",
+        "mode" => "mode = \"read\"",
         "ttl" => "ttl = \"10s\"",
         "wait" => "wait = \"5s\"",
         "locker" => "locker = self.locker",
@@ -304,92 +356,5 @@ fn duration_value(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use quote::quote;
-
-    fn parse(tokens: proc_macro2::TokenStream) -> syn::Result<Args> {
-        syn::parse2(tokens)
-    }
-
-    fn messages(tokens: proc_macro2::TokenStream) -> Vec<String> {
-        parse(tokens)
-            .unwrap_err()
-            .into_iter()
-            .map(|err| err.to_string())
-            .collect()
-    }
-
-    #[test]
-    fn all_arguments() {
-        let args = parse(quote!(
-            key = "market:{item_id}",
-            ttl = "10s",
-            wait = "1m30s",
-            locker = self.locks,
-            crate = "renamed",
-        ))
-        .unwrap();
-        assert_eq!(args.key.format_string().value(), "market:{}");
-        assert_eq!(args.ttl, Some(Duration::from_secs(10)));
-        assert_eq!(args.wait, Some(Duration::from_secs(90)));
-        assert!(args.locker.is_some());
-        assert!(args.krate.unwrap().is_ident("renamed"));
-        let args = parse(quote!(key = "a", renew = false, on_lost = "cancel")).unwrap();
-        assert_eq!(args.renew, Some(false));
-        assert_eq!(args.on_lost, Some(OnLost::Cancel));
-    }
-
-    #[test]
-    fn renew_and_on_lost_values_are_checked() {
-        assert!(messages(quote!(key = "a", renew = "false"))[0]
-            .contains("`renew` takes `true` or `false`"));
-        assert!(
-            messages(quote!(key = "a", on_lost = "abort"))[0].contains("unknown `on_lost` policy")
-        );
-        assert!(messages(quote!(key = "a", on_lost = cancel))[0]
-            .contains("`on_lost` takes a string literal"));
-    }
-
-    #[test]
-    fn only_key_is_required() {
-        let args = parse(quote!(key = "jobs:nightly")).unwrap();
-        assert!(args.ttl.is_none() && args.wait.is_none() && args.locker.is_none());
-        assert_eq!(messages(quote!(ttl = "1s")).len(), 1);
-        assert!(messages(quote!())[0].starts_with("missing `key`"));
-    }
-
-    #[test]
-    fn independent_problems_are_reported_together() {
-        let all = messages(quote!(
-            key = "{}",
-            tll = "1s",
-            ttl = "0s",
-            wait = 5,
-            wait = "1s"
-        ));
-        assert_eq!(all.len(), 5, "{all:?}");
-        assert!(all[0].contains("empty `{}`"));
-        assert!(all[1].contains("unknown argument `tll`; did you mean `ttl`?"));
-        assert!(all[2].contains("more than zero"));
-        assert!(all[3].contains("`wait = \"5s\"`"));
-        assert!(all[4].contains("duplicate argument `wait`"));
-    }
-
-    #[test]
-    fn wrong_value_types() {
-        assert!(messages(quote!(key = some_ident))[0].contains("`key` takes a string literal"));
-        assert!(messages(quote!(key = "a", crate = lock_core))[0]
-            .contains("`crate` takes a string literal"));
-        assert!(messages(quote!(key = "a", crate = "not a path"))[0].contains("is not a path"));
-        assert!(messages(quote!("a:{b}"))[0].contains("write `key = \"a:{b}\"`"));
-        assert!(messages(quote!(key))[0].contains("`key` needs a value"));
-    }
-
-    #[test]
-    fn unknown_arguments_list_the_valid_ones() {
-        let msg = &messages(quote!(key = "a", timeout = "1s"))[0];
-        assert!(msg.contains("unknown argument `timeout`"), "{msg}");
-        assert!(msg.contains(VALID), "{msg}");
-    }
-}
+#[path = "args_tests.rs"]
+mod tests;

@@ -16,6 +16,7 @@ use syn::{AttrStyle, Ident, ItemFn, ReturnType};
 
 use crate::args::Args;
 use crate::errors::Errors;
+use crate::hold::Hold;
 use crate::{bindings, signature};
 
 /// The whole macro, on `proc_macro2` streams so that it can be unit-tested.
@@ -79,13 +80,26 @@ fn generate(args: &Args, function: ItemFn) -> TokenStream {
     let key = Ident::new("__lock_key", Span::mixed_site());
     let locker = Ident::new("__lock_locker", Span::mixed_site());
 
-    let key_value = if args.key.is_constant() {
-        let text = args.key.constant_text();
-        quote!(::core::convert::From::from(#text))
-    } else {
-        let format = args.key.format_string();
-        let values = args.key.placeholders();
-        quote!(#private::format!(#format, #(#values),*))
+    let key_values: Vec<TokenStream> = args
+        .keys
+        .iter()
+        .map(|key| {
+            if key.is_constant() {
+                let text = key.constant_text();
+                quote!(::core::convert::From::from(#text))
+            } else {
+                let format = key.format_string();
+                let values = key.placeholders();
+                quote!(#private::format!(#format, #(#values),*))
+            }
+        })
+        .collect();
+    let (key_type, key_value) = match args.hold {
+        Hold::All => (
+            quote!(#private::Vec<#private::String>),
+            quote!(#private::Vec::from([#(#key_values),*])),
+        ),
+        _ => (quote!(#private::String), quote!(#(#key_values)*)),
     };
 
     let locker_value = match &args.locker {
@@ -106,7 +120,16 @@ fn generate(args: &Args, function: ItemFn) -> TokenStream {
         None => quote!(::core::option::Option::None),
     };
 
-    let mut spec = quote!(#private::LockSpec::new(#key));
+    let mut spec = match args.hold {
+        Hold::Lock => quote!(#private::LockSpec::new(#key)),
+        Hold::Permits(n) => {
+            let n = Literal::u64_unsuffixed(n);
+            quote!(#private::LockSpec::new(#key).permits(#n))
+        }
+        Hold::Read => quote!(#private::LockSpec::new(#key).read()),
+        Hold::Write => quote!(#private::LockSpec::new(#key).write()),
+        Hold::All => quote!(#private::LockSpec::all(#key)),
+    };
     if let Some(ttl) = args.ttl {
         let millis = Literal::u64_unsuffixed(millis(ttl));
         spec = quote!(#spec.ttl(#private::Duration::from_millis(#millis)));
@@ -138,7 +161,7 @@ fn generate(args: &Args, function: ItemFn) -> TokenStream {
     quote! {
         #(#outer)* #vis #sig {
             #(#inner)*
-            let #key: #private::String = #key_value;
+            let #key: #key_type = #key_value;
             let #locker: ::core::option::Option<#private::Locker> = #locker_value;
             #call
         }

@@ -16,6 +16,7 @@ mod bindings;
 mod duration;
 mod errors;
 mod expand;
+mod hold;
 #[cfg(test)]
 mod properties;
 mod signature;

@@ -77,9 +77,11 @@ pub enum Command {
     /// Run a command while holding a lock, like flock(1) for a whole fleet.
     #[command(after_help = RUN_HELP)]
     Run(RunArgs),
-    /// Show whether a lock is held, by whom, for how long, and its fencing counter.
+    /// Show whether a lock is held, by whom, for how long, and its fencing counter (and
+    /// every holder of the name's semaphore and read-write lock).
     Status(StatusArgs),
-    /// List all held locks (SCAN, never KEYS) with holder and remaining TTL.
+    /// List all held locks, semaphore permits and read-write leases (SCAN, never KEYS) with
+    /// holder and remaining TTL.
     List(ListArgs),
     /// Delete a lock whoever holds it (for operators), and say whose it was.
     Release(ReleaseArgs),
@@ -100,6 +102,9 @@ reached for a whole TTL. Either way a lock removed under the command (for exampl
 The command sees LOCKCTL_LOCK (the lock name), LOCKCTL_KEY (its Redis key), and with \
 --fencing LOCKCTL_FENCING_TOKEN (strictly increasing per lock name: pass it to storage that \
 must reject stale writers).
+
+With --permits N the command takes one of N permits of the name's semaphore instead of its \
+lock: at most N such commands run at once (the semaphore's key is LOCKCTL_KEY).
 
 Example: lockctl run --key nightly-report --ttl 1m --renew -- ./report.sh --full";
 
@@ -145,6 +150,11 @@ pub struct RunArgs {
     /// Draw a fencing token and pass it to the command as LOCKCTL_FENCING_TOKEN.
     #[arg(long)]
     pub fencing: bool,
+
+    /// Take one of N permits of the name's semaphore instead of its lock: at most N such
+    /// commands run at once, fleet-wide.
+    #[arg(long, value_name = "N", conflicts_with = "fencing", value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub permits: Option<u64>,
 
     /// The command and its arguments (after `--`).
     #[arg(

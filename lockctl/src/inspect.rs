@@ -6,6 +6,7 @@ use crate::cli::{ListArgs, ReleaseArgs, StatusArgs};
 use crate::exit::{Failure, SUCCESS};
 use crate::holder::{display_safe, Holder};
 use crate::output::{line, lock_json, or_dash, table, ttl_text};
+use crate::permits::{self, PermitRow};
 use crate::store::Target;
 
 /// `lockctl status NAME`: held or free, holder (label, app, host, pid), remaining TTL and
@@ -33,8 +34,9 @@ pub async fn status(target: &Target, args: &StatusArgs) -> Result<u8, Failure> {
         ),
     };
     let held = info.is_some();
+    let (permits, waiting) = permits::of_name(&locker, target, &args.name).await?;
     if args.json {
-        let value = lock_json(
+        let mut value = lock_json(
             &args.name,
             &keys.lock,
             holder.as_deref(),
@@ -42,6 +44,8 @@ pub async fn status(target: &Target, args: &StatusArgs) -> Result<u8, Failure> {
             fencing_counter,
             held,
         );
+        value["permits"] = permits.iter().map(permit_json).collect();
+        value["waiting"] = waiting.into();
         line(&value.to_string())?;
         return Ok(SUCCESS);
     }
@@ -67,16 +71,43 @@ pub async fn status(target: &Target, args: &StatusArgs) -> Result<u8, Failure> {
         "fencing",
         fencing_counter.map_or_else(|| "none".to_owned(), |c| c.to_string()),
     ));
+    for row in &permits {
+        let what = format!(
+            "{} {} (ttl left {})",
+            row.kind,
+            or_dash(row.holder.as_deref()),
+            ttl_text(Some(row.remaining))
+        );
+        rows.push(("holds", what));
+    }
+    if waiting > 0 {
+        rows.push(("waiting", waiting.to_string()));
+    }
     for (label, value) in rows {
         line(&format!("{label:<9} {value}"))?;
     }
     Ok(SUCCESS)
 }
 
+/// A semaphore permit or read-write lease as JSON.
+fn permit_json(row: &PermitRow) -> serde_json::Value {
+    let mut value = lock_json(
+        &row.name,
+        &row.key,
+        row.holder.as_deref(),
+        Some(row.remaining),
+        None,
+        true,
+    );
+    value["kind"] = row.kind.into();
+    value
+}
+
 /// `lockctl list [--match PATTERN] [--json]`: every held lock, sorted by name.
 pub async fn list(target: &Target, args: &ListArgs) -> Result<u8, Failure> {
     let mut store = target.connect().await?;
     let listing = store.list(&args.pattern).await?;
+    let permits = permits::matching(&permits::locker(target)?, target, &args.pattern).await?;
     if listing.foreign > 0 {
         eprintln!(
             "lockctl: skipped {} key(s) under {}{{..}} that hold something other than a lock",
@@ -85,7 +116,7 @@ pub async fn list(target: &Target, args: &ListArgs) -> Result<u8, Failure> {
         );
     }
     if args.json {
-        let locks: Vec<_> = listing
+        let mut locks: Vec<_> = listing
             .locks
             .iter()
             .map(|l| {
@@ -99,10 +130,11 @@ pub async fn list(target: &Target, args: &ListArgs) -> Result<u8, Failure> {
                 )
             })
             .collect();
+        locks.extend(permits.iter().map(permit_json));
         line(&serde_json::Value::Array(locks).to_string())?;
         return Ok(SUCCESS);
     }
-    if listing.locks.is_empty() {
+    if listing.locks.is_empty() && permits.is_empty() {
         line(&format!(
             "no locks held matching {}{{{}}}",
             display_safe(&target.prefix),
@@ -110,7 +142,7 @@ pub async fn list(target: &Target, args: &ListArgs) -> Result<u8, Failure> {
         ))?;
         return Ok(SUCCESS);
     }
-    let rows: Vec<Vec<String>> = listing
+    let mut rows: Vec<Vec<String>> = listing
         .locks
         .iter()
         .map(|l| {
@@ -120,10 +152,21 @@ pub async fn list(target: &Target, args: &ListArgs) -> Result<u8, Failure> {
                 ttl_text(l.remaining),
                 l.fencing_counter
                     .map_or_else(|| "-".to_owned(), |c| c.to_string()),
+                "lock".to_owned(),
             ]
         })
         .collect();
-    for text in table(&["NAME", "HOLDER", "TTL", "FENCE"], &rows) {
+    rows.extend(permits.iter().map(|p| {
+        vec![
+            display_safe(&p.name).into_owned(),
+            or_dash(p.holder.as_deref()),
+            ttl_text(Some(p.remaining)),
+            "-".to_owned(),
+            p.kind.to_owned(),
+        ]
+    }));
+    rows.sort_by(|a, b| (&a[0], &a[4]).cmp(&(&b[0], &b[4])));
+    for text in table(&["NAME", "HOLDER", "TTL", "FENCE", "KIND"], &rows) {
         line(&text)?;
     }
     Ok(SUCCESS)

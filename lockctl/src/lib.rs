@@ -67,9 +67,11 @@
 pub mod cli;
 pub mod duration;
 pub mod exit;
+mod held;
 pub mod holder;
 mod inspect;
 mod output;
+mod permits;
 mod run;
 mod signals;
 pub mod store;

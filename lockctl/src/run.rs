@@ -18,13 +18,14 @@ use std::path::Path;
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
-use lock_core::{Lease, Locker};
+use lock_core::Locker;
 use tokio::process::{Child, Command};
 use tokio::time::Instant;
 
 use crate::cli::{OnLost, RunArgs};
 use crate::duration::format_duration;
 use crate::exit::{code_of_status, Failure, CANNOT_EXECUTE, NOT_FOUND, SIGNAL_BASE};
+use crate::held::Held;
 use crate::holder::display_safe;
 use crate::signals::{self, Signals};
 use crate::store::Target;
@@ -60,7 +61,11 @@ pub async fn run(target: &Target, args: RunArgs) -> Result<u8, Failure> {
     let mut signals = Signals::install()?;
     let lease = acquire(&locker, target, &args, &mut signals).await?;
 
-    let mut child = match spawn(program, program_args, &args, &lease) {
+    let key = match args.permits {
+        Some(_) => format!("{}{{{}}}:sem", target.prefix, args.key),
+        None => target.keys(&args.key)?.lock,
+    };
+    let mut child = match spawn(program, program_args, &args, &key, &lease) {
         Ok(child) => child,
         Err(failure) => {
             release_quietly(lease).await;
@@ -108,14 +113,28 @@ async fn acquire(
     target: &Target,
     args: &RunArgs,
     signals: &mut Signals,
-) -> Result<Lease, Failure> {
-    let mut request = locker.lock(args.key.as_str()).ttl(args.ttl).wait(args.wait);
-    if args.renew {
-        request = request.auto_renew();
-    }
-    if args.fencing {
-        request = request.fencing();
-    }
+) -> Result<Held, Failure> {
+    let request = async {
+        if let Some(permits) = args.permits {
+            let mut request = locker
+                .semaphore(args.key.as_str(), permits)
+                .acquire()
+                .ttl(args.ttl)
+                .wait(args.wait);
+            if args.renew {
+                request = request.auto_renew();
+            }
+            return request.await.map(Held::Permit);
+        }
+        let mut request = locker.lock(args.key.as_str()).ttl(args.ttl).wait(args.wait);
+        if args.renew {
+            request = request.auto_renew();
+        }
+        if args.fencing {
+            request = request.fencing();
+        }
+        request.await.map(Held::Lease)
+    };
     let result = tokio::select! {
         result = request => result,
         caught = signals.recv() => {
@@ -143,13 +162,14 @@ fn spawn(
     program: &OsString,
     program_args: &[OsString],
     args: &RunArgs,
-    lease: &Lease,
+    key: &str,
+    lease: &Held,
 ) -> Result<Child, Failure> {
     let mut command = Command::new(program);
     command
         .args(program_args)
         .env("LOCKCTL_LOCK", &args.key)
-        .env("LOCKCTL_KEY", lease.key())
+        .env("LOCKCTL_KEY", key)
         .stdin(Stdio::inherit())
         .stdout(Stdio::inherit())
         .stderr(Stdio::inherit())
@@ -182,13 +202,13 @@ struct Outcome {
 /// Waits for the command, forwarding signals and acting on a lost lease.
 async fn supervise(
     child: &mut Child,
-    lease: &Lease,
+    lease: &Held,
     args: &RunArgs,
     command: &str,
     signals: &mut Signals,
 ) -> Result<Outcome, Failure> {
     let pid = child.id();
-    let handle = lease.handle();
+    let handle = lease.watch();
     let name = display_safe(&args.key).into_owned();
     let mut lost = false;
     let mut kill_at: Option<Instant> = None;
@@ -274,7 +294,7 @@ async fn sleep_until(deadline: Option<Instant>) {
 }
 
 /// Gives the lock back after a failure that is reported on its own.
-async fn release_quietly(lease: Lease) {
+async fn release_quietly(lease: Held) {
     let _ = lease.release().await;
 }
 

@@ -425,7 +425,7 @@ fn check_name(name: &str) -> Result<(), Failure> {
 
 /// Escapes the glob metacharacters of a literal (the prefix), so only the user's pattern
 /// matches anything.
-fn glob_escape(literal: &str) -> String {
+pub(crate) fn glob_escape(literal: &str) -> String {
     let mut out = String::with_capacity(literal.len());
     for c in literal.chars() {
         if matches!(c, '*' | '?' | '[' | ']' | '\\' | '^' | '-') {

@@ -5,5 +5,6 @@
 mod client;
 mod example;
 mod layer;
+mod limit;
 mod lost;
 mod stream;

@@ -11,6 +11,7 @@ pub mod core;
 pub mod naive;
 pub mod raw;
 pub mod rslock;
+pub mod semaphore;
 
 /// How a scenario wants one lock taken.
 #[derive(Debug, Clone, Copy)]
@@ -118,6 +119,7 @@ pub enum Any {
     Core(core::Core),
     Annotated(annotated::Annotated),
     Rslock(rslock::Rslock),
+    Semaphore(semaphore::Semaphore),
 }
 
 macro_rules! each {
@@ -128,6 +130,7 @@ macro_rules! each {
             Any::Core($c) => $body,
             Any::Annotated($c) => $body,
             Any::Rslock($c) => $body,
+            Any::Semaphore($c) => $body,
         }
     };
 }

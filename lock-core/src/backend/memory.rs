@@ -15,6 +15,8 @@ const SWEEP_EVERY: u64 = 1024;
 #[derive(Default)]
 pub(crate) struct Memory {
     state: Mutex<State>,
+    /// Semaphores and read-write locks (`crate::prims`), kept apart from the locks.
+    permits: std::sync::Arc<crate::prims::permits::memory::MemoryPermits>,
 }
 
 #[derive(Default)]
@@ -41,6 +43,12 @@ impl Memory {
             state.locks.retain(|_, entry| entry.expires_at > now);
         }
         state
+    }
+}
+
+impl Memory {
+    pub(crate) fn permits(&self) -> &std::sync::Arc<crate::prims::permits::memory::MemoryPermits> {
+        &self.permits
     }
 }
 

@@ -284,6 +284,18 @@ impl Scripted {
     }
 }
 
+/// What the semaphores, read-write locks and multi-locks (`crate::prims`) run their own
+/// scripts on.
+impl Scripted {
+    pub(crate) fn connection(&self) -> &SharedConnection {
+        &self.conn
+    }
+
+    pub(crate) fn mode(&self) -> ScriptMode {
+        self.mode
+    }
+}
+
 impl Backend for Scripted {
     async fn acquire(
         &self,

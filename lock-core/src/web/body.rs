@@ -10,7 +10,7 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 
-use crate::Lease;
+use super::held::Held;
 
 type Release = Pin<Box<dyn Future<Output = ()> + Send>>;
 
@@ -48,7 +48,7 @@ enum Hold {
     /// No lease (released before the response was returned, or never taken).
     None,
     /// Held until the body ends.
-    Lease(Lease),
+    Lease(Held),
     /// The body ended: the release runs, then `then` (the last frame, or the end) is handed
     /// on.
     Releasing {
@@ -69,7 +69,7 @@ impl<B> LockBody<B> {
     }
 
     /// The inner body, releasing `lease` when it ends.
-    pub(crate) fn holding(body: B, lease: Lease) -> LockBody<B> {
+    pub(crate) fn holding(body: B, lease: Held) -> LockBody<B> {
         LockBody {
             kind: Kind::Inner {
                 body,
@@ -127,7 +127,7 @@ where
                 };
                 if let Hold::Lease(lease) = std::mem::replace(hold, Hold::None) {
                     *hold = Hold::Releasing {
-                        release: Box::pin(release(lease)),
+                        release: Box::pin(lease.release()),
                         then: last,
                     };
                 }
@@ -148,21 +148,6 @@ where
                 SizeHint::with_exact(data.as_ref().map_or(0, |data| data.len() as u64))
             }
             Kind::Inner { body, .. } => body.size_hint(),
-        }
-    }
-}
-
-/// Releases `lease`, logging what the client can no longer be told.
-pub(crate) async fn release(lease: Lease) {
-    let name = lease.name().to_owned();
-    match lease.release().await {
-        Ok(true) => {}
-        Ok(false) => tracing::warn!(
-            lock = %name,
-            "the lease of a guarded request had expired before its release; another request may have run beside it"
-        ),
-        Err(err) => {
-            tracing::warn!(lock = %name, error = %err, "release failed; the TTL will free the lock")
         }
     }
 }

@@ -13,10 +13,12 @@ use http_body::Body;
 use tower_layer::Layer;
 use tower_service::Service;
 
-use super::body::{release, LockBody};
+use super::body::LockBody;
+use super::held::{Held, Settings};
 use super::hold_times::HoldTimes;
-use super::problem::{error_responses, ErrorResponses, Problem};
-use super::{KeyRejection, LockKey};
+use super::problem::{error_responses, ErrorResponses};
+use super::rejection::Rejection;
+use super::LockKey;
 use crate::macro_support::with_current_lease;
 use crate::{LockError, Locker};
 
@@ -37,121 +39,6 @@ pub enum HoldUntil {
     /// the background; a slow reader keeps the lock (bound it with
     /// [`LockLayer::max_hold`]).
     BodyEnd,
-}
-
-/// Why a guarded request was answered without reaching the inner service.
-#[derive(Debug)]
-#[non_exhaustive]
-pub enum Rejection {
-    /// No lock key could be derived from the request.
-    Key(KeyRejection),
-    /// The lock could not be had.
-    Lock(LockError),
-}
-
-impl Rejection {
-    /// The problem document `responses` makes of this rejection.
-    #[must_use]
-    pub fn problem(&self, responses: &ErrorResponses) -> Problem {
-        match self {
-            Rejection::Key(rejection) => Problem::new(rejection.status(), rejection.detail()),
-            Rejection::Lock(err) => responses.problem(err),
-        }
-    }
-
-    /// The default response: [`Rejection::problem`], logged.
-    #[must_use]
-    pub fn response(&self, responses: &ErrorResponses) -> Response<Bytes> {
-        match self {
-            Rejection::Lock(err) => responses.response(err),
-            Rejection::Key(rejection) => {
-                if rejection.status().is_server_error() {
-                    tracing::error!(error = %rejection, "request failed: no lock key");
-                } else {
-                    tracing::debug!(error = %rejection, "request refused: no lock key");
-                }
-                self.problem(responses).to_response()
-            }
-        }
-    }
-
-    /// A gRPC "trailers-only" response for services such as tonic's: HTTP 200 with
-    /// `grpc-status` `ABORTED` (10) for a busy lock, plus `grpc-retry-pushback-ms`;
-    /// `INVALID_ARGUMENT` (3) for a bad key; `UNAVAILABLE` (14) when Redis cannot be
-    /// reached; `INTERNAL` (13) otherwise. Use it with [`LockLayer::on_reject`].
-    ///
-    /// ```
-    /// use lock_core::web::Rejection;
-    /// use lock_core::LockError;
-    ///
-    /// let busy = Rejection::Lock(LockError::Busy {
-    ///     name: "jobs:7".into(),
-    ///     holder: None,
-    ///     retry_after: Some(std::time::Duration::from_millis(1500)),
-    /// });
-    /// let response = busy.grpc_response();
-    /// assert_eq!(response.status(), 200);
-    /// assert_eq!(response.headers()["grpc-status"], "10");
-    /// assert_eq!(response.headers()["grpc-retry-pushback-ms"], "1500");
-    /// ```
-    #[must_use]
-    pub fn grpc_response(&self) -> Response<Bytes> {
-        let problem = self.problem(&ErrorResponses::new());
-        let code: u16 = match problem.status().as_u16() {
-            409 => 10,
-            400 => 3,
-            503 => 14,
-            _ => 13,
-        };
-        let mut response = Response::new(Bytes::new());
-        let headers = response.headers_mut();
-        headers.insert(
-            http::header::CONTENT_TYPE,
-            http::HeaderValue::from_static("application/grpc"),
-        );
-        headers.insert("grpc-status", http::HeaderValue::from(code));
-        if let Ok(message) = http::HeaderValue::from_str(&percent_encode(problem.detail())) {
-            headers.insert("grpc-message", message);
-        }
-        if let Rejection::Lock(err) = self {
-            if let Some(after) = err.retry_after() {
-                let millis = u64::try_from(after.as_millis()).unwrap_or(u64::MAX);
-                headers.insert("grpc-retry-pushback-ms", http::HeaderValue::from(millis));
-            }
-        }
-        response
-    }
-}
-
-/// `grpc-message` is percent-encoded (gRPC over HTTP/2, "Responses").
-fn percent_encode(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for byte in text.bytes() {
-        if (0x20..=0x7e).contains(&byte) && byte != b'%' {
-            out.push(char::from(byte));
-        } else {
-            out.push_str(&format!("%{byte:02X}"));
-        }
-    }
-    out
-}
-
-impl fmt::Display for Rejection {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Rejection::Key(rejection) => rejection.fmt(f),
-            Rejection::Lock(err) => err.fmt(f),
-        }
-    }
-}
-
-impl std::error::Error for Rejection {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            Rejection::Key(rejection) => Some(rejection),
-            Rejection::Lock(err) => Some(err),
-        }
-    }
 }
 
 type Responder = dyn Fn(&Rejection) -> Response<Bytes> + Send + Sync;
@@ -206,6 +93,8 @@ struct Config {
     wait: Duration,
     renew: bool,
     max_hold: Option<Duration>,
+    /// A per-key semaphore of this many permits instead of a lock.
+    permits: Option<u64>,
     hold: HoldUntil,
     responses: Option<ErrorResponses>,
     on_reject: Option<Arc<Responder>>,
@@ -224,6 +113,7 @@ impl LockLayer {
                 wait: Duration::ZERO,
                 renew: true,
                 max_hold: None,
+                permits: None,
                 hold: HoldUntil::Response,
                 responses: None,
                 on_reject: None,
@@ -258,6 +148,29 @@ impl LockLayer {
     /// it forever.
     pub fn max_hold(mut self, max_hold: Duration) -> LockLayer {
         self.config.max_hold = Some(max_hold);
+        self
+    }
+
+    /// Limits concurrency per key instead of excluding: up to `permits` requests with the
+    /// same key run at once across every replica (a [`Semaphore`](crate::Semaphore) per
+    /// key); one more is answered **429 Too Many Requests** with `Retry-After` (when the
+    /// first permit's TTL or this layer's hold times say) and a problem body naming the
+    /// key, after waiting up to [`wait`](LockLayer::wait). 429 rather than the busy
+    /// status: the key is not locked, it is at its limit, and clients and gateways already
+    /// back off on 429. Needs a locker on one Redis, a Cluster or memory. The handler's
+    /// `current_lease()` is `None` (a permit is not a lock's lease).
+    ///
+    /// ```
+    /// use lock_core::web::{key, LockLayer};
+    /// use lock_core::Locker;
+    ///
+    /// // At most 3 exports per tenant at once, fleet-wide.
+    /// let layer = LockLayer::new(Locker::memory(), key::header("x-tenant").prefix("exports:"))
+    ///     .permits(3);
+    /// # drop(layer);
+    /// ```
+    pub fn permits(mut self, permits: u64) -> LockLayer {
+        self.config.permits = Some(permits);
         self
     }
 
@@ -312,6 +225,7 @@ impl fmt::Debug for Config {
             .field("wait", &self.wait)
             .field("renew", &self.renew)
             .field("max_hold", &self.max_hold)
+            .field("permits", &self.permits)
             .field("hold", &self.hold)
             .field("responses", &self.responses)
             .field("on_reject", &self.on_reject.is_some())
@@ -380,15 +294,23 @@ where
                 Ok(lease) => lease,
                 Err(mut err) => {
                     config.tighten_retry_after(&mut err);
-                    return Ok(config.reject(&Rejection::Lock(err)));
+                    let rejection = match config.permits {
+                        Some(permits) => Rejection::Limit { err, permits },
+                        None => Rejection::Lock(err),
+                    };
+                    return Ok(config.reject(&rejection));
                 }
             };
             // The handler sees its lease through `lock_core::current_lease()`.
             let call = inner.call(Request::from_parts(parts, body));
-            let response = match with_current_lease(lease.handle(), call).await {
+            let called = match lease.lease_handle() {
+                Some(handle) => with_current_lease(handle, call).await,
+                None => call.await,
+            };
+            let response = match called {
                 Ok(response) => response,
                 Err(err) => {
-                    release(lease).await;
+                    lease.release().await;
                     return Err(err);
                 }
             };
@@ -396,25 +318,21 @@ where
                 return Ok(response.map(|body| LockBody::holding(body, lease)));
             }
             config.holds.record(lease.acquired_at().elapsed());
-            release(lease).await;
+            lease.release().await;
             Ok(response.map(LockBody::inner))
         })
     }
 }
 
 impl Config {
-    async fn acquire(&self, name: String) -> Result<crate::Lease, LockError> {
-        let mut request = self.locker.lock(name).wait(self.wait);
-        if let Some(ttl) = self.ttl {
-            request = request.ttl(ttl);
-        }
-        if self.renew {
-            request = request.auto_renew();
-            if let Some(max_hold) = self.max_hold {
-                request = request.max_hold(max_hold);
-            }
-        }
-        request.await
+    async fn acquire(&self, name: String) -> Result<Held, LockError> {
+        let settings = Settings {
+            ttl: self.ttl,
+            wait: self.wait,
+            renew: self.renew,
+            max_hold: self.max_hold,
+        };
+        Held::acquire(&self.locker, name, self.permits, settings).await
     }
 
     /// A busy answer's `Retry-After`: from the hold times this layer has seen rather than the
@@ -472,11 +390,6 @@ mod tests {
         assert!(!same_service(Some("a:1"), Some("a:2")));
         assert!(!same_service(Some("cron@a:1"), Some("web@a:1")));
         assert!(!same_service(None, Some("web@a:1")));
-    }
-
-    #[test]
-    fn grpc_messages_are_percent_encoded() {
-        assert_eq!(percent_encode("lock `a` 100%\n"), "lock `a` 100%25%0A");
     }
 
     #[test]

@@ -89,15 +89,18 @@
 //! is the holder's remaining TTL: an upper bound while the holder does not renew.
 
 mod body;
+mod held;
 mod hold_times;
 pub mod key;
 mod layer;
 mod problem;
+mod rejection;
 
 #[cfg(feature = "axum")]
 mod axum;
 
 pub use body::LockBody;
 pub use key::{IntoLockKey, KeyRejection, LockKey};
-pub use layer::{HoldUntil, LockFuture, LockLayer, LockService, Rejection};
+pub use layer::{HoldUntil, LockFuture, LockLayer, LockService};
 pub use problem::{error_responses, set_error_responses, ErrorResponses, Problem, PROBLEM_JSON};
+pub use rejection::Rejection;

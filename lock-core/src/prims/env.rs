@@ -1,0 +1,116 @@
+//! What the primitives need from a `Locker`, in one place: its settings, its backend, its
+//! notifier and its background tasks. The only module of `prims` that reads the Locker's
+//! crate-private state, so that a change there touches one file here.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::permits::Store;
+use super::script::Server;
+use crate::backend::AnyBackend;
+use crate::local::NameRef;
+use crate::notifier::Notifier;
+use crate::{LockError, Locker};
+
+/// A Locker, seen from the primitives.
+#[derive(Clone, Debug)]
+pub(crate) struct Env {
+    locker: Locker,
+}
+
+impl Env {
+    pub fn new(locker: &Locker) -> Env {
+        Env {
+            locker: locker.clone(),
+        }
+    }
+
+    pub fn prefix(&self) -> &str {
+        &self.locker.settings().prefix
+    }
+
+    pub fn label(&self) -> Option<&str> {
+        self.locker.settings().label.as_deref()
+    }
+
+    pub fn default_ttl(&self) -> Duration {
+        self.locker.settings().default_ttl
+    }
+
+    pub fn default_wait(&self) -> Duration {
+        self.locker.settings().default_wait
+    }
+
+    pub fn backend(&self) -> &AnyBackend {
+        self.locker.backend()
+    }
+
+    /// Where permits (semaphores, read-write locks) live for this locker: a
+    /// [`LockError::Config`] naming what is missing on Redlock and WATCH/MULTI lockers.
+    pub fn store(&self, name: &str) -> Result<Store, LockError> {
+        if let Some(server) = self.server() {
+            return Ok(Store::Server(server));
+        }
+        let missing = match self.locker.backend() {
+            AnyBackend::Scripted(_) => "here",
+            AnyBackend::Memory(memory) => return Ok(Store::Memory(Arc::clone(memory.permits()))),
+            AnyBackend::Redlock(_) => {
+                "on Redlock: N permits granted by a majority of nodes that each admit N \
+                 holders do not bound the holders to N (three nodes with two permits each \
+                 admit three majority holders)"
+            }
+            AnyBackend::Transaction(_) => {
+                "with Protocol::Transactions: admission, expiry and the waiter queue are one \
+                 Lua script"
+            }
+        };
+        Err(LockError::Config(format!(
+            "`{name}`: semaphores and read-write locks are not available {missing}; use a \
+             locker on one Redis or a Cluster with Lua scripts, or Locker::memory()"
+        )))
+    }
+
+    /// The scripted backend's server (one Redis or a Cluster), if that is the backend.
+    pub fn server(&self) -> Option<Server> {
+        match self.locker.backend() {
+            AnyBackend::Scripted(scripted) => Some(Server {
+                conn: scripted.connection().clone(),
+                mode: scripted.mode(),
+            }),
+            _ => None,
+        }
+    }
+
+    /// The notifier whose own channel announces turns in Redis-side queues; `None` when
+    /// waiters poll (a locker built from a pool, on Sentinel, or in memory).
+    pub fn queue_notifier(&self) -> Option<&Notifier> {
+        self.locker.queue_notifier()
+    }
+
+    /// The notifier that hears releases on `<lock key>:released`, when there is one.
+    pub fn notifier(&self) -> Option<&Notifier> {
+        self.locker.notifier()
+    }
+
+    /// The per-name signal of this locker's exclusive locks: fired when a lease of this
+    /// locker releases `name`, or (once subscribed) when any release of it is announced.
+    /// Sharing it with the lock's own waiters keeps one subscription per name and Locker.
+    pub fn name_signal(&self, name: &str) -> NameRef {
+        self.locker.local().get(name)
+    }
+
+    /// Runs `work` in the background, counted for `Locker::shutdown`.
+    pub fn spawn_background(&self, work: impl Future<Output = ()> + Send + 'static) -> bool {
+        self.locker.spawn_background(work)
+    }
+
+    /// Runs one backend operation under the locker's command deadline.
+    pub async fn run<T>(
+        &self,
+        name: &str,
+        operation: impl Future<Output = Result<T, LockError>>,
+    ) -> Result<T, LockError> {
+        self.locker.run(name, operation).await
+    }
+}

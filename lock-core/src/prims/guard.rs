@@ -1,0 +1,330 @@
+//! What every guard of the primitives shares: a validity by the local clock, a loss signal,
+//! optional auto-renewal, and a release on drop. The primitive says how to release, extend
+//! and check its hold ([`Ops`]); the guard does the rest, like `Lease` does for a lock.
+
+use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::time::{Duration, Instant};
+
+use futures_util::future::BoxFuture;
+use tokio::sync::Notify;
+use tracing::Instrument as _;
+
+use crate::lease::validity;
+use crate::prims::env::Env;
+use crate::LockError;
+
+/// How one primitive's hold is released, extended and checked.
+pub(crate) trait Ops: Send + Sync + 'static {
+    /// Gives the hold back; true if it was still ours.
+    fn release(&self) -> BoxFuture<'_, Result<bool, LockError>>;
+    /// Resets its TTL; false if it was no longer ours.
+    fn extend(&self, ttl: Duration) -> BoxFuture<'_, Result<bool, LockError>>;
+    /// Asks the store whether it is still ours.
+    fn held(&self) -> BoxFuture<'_, Result<bool, LockError>>;
+}
+
+/// A cheap, cloneable view of a held permit, read-write lease or multi-lock: who, until
+/// when, and whether it was lost. It does not keep anything held and cannot release it.
+///
+/// ```
+/// # use lock_core::Locker;
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), lock_core::LockError> {
+/// let locker = Locker::memory();
+/// let permit = locker.semaphore("exports", 2).acquire().await?;
+/// let handle = permit.handle();
+/// assert_eq!(handle.name(), "exports");
+/// assert!(!handle.is_lost());
+/// permit.release().await?;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct GuardHandle {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    env: Env,
+    name: String,
+    token: String,
+    ops: Box<dyn Ops>,
+    ttl: Duration,
+    acquired_at: Instant,
+    /// Local end of validity; its mutex also orders `lost`/`finished` against extensions.
+    valid_until: Mutex<Instant>,
+    lost: AtomicBool,
+    finished: AtomicBool,
+    lost_signal: Notify,
+}
+
+/// The owning side: releases on drop.
+pub(crate) struct Guard {
+    handle: GuardHandle,
+    released: bool,
+}
+
+/// What a fresh guard is made of.
+pub(crate) struct Parts {
+    pub env: Env,
+    pub name: String,
+    pub token: String,
+    pub ops: Box<dyn Ops>,
+    pub ttl: Duration,
+    pub started: Instant,
+    /// `Some(max_hold)` to auto-renew (`Some(None)`: until released).
+    pub renew: Option<Option<Duration>>,
+}
+
+/// Leases are extended once a third of their TTL has passed (two renewals may fail before
+/// the lease runs out), as the lock's renewer does.
+const RENEW_AFTER: u32 = 3;
+
+impl Guard {
+    pub fn new(parts: Parts) -> Guard {
+        let shared = Arc::new(Shared {
+            env: parts.env,
+            name: parts.name,
+            token: parts.token,
+            ops: parts.ops,
+            ttl: parts.ttl,
+            acquired_at: parts.started,
+            valid_until: Mutex::new(parts.started + validity(parts.ttl)),
+            lost: AtomicBool::new(false),
+            finished: AtomicBool::new(false),
+            lost_signal: Notify::new(),
+        });
+        if let Some(max_hold) = parts.renew {
+            spawn_renewal(&shared, max_hold);
+        }
+        Guard {
+            handle: GuardHandle { shared },
+            released: false,
+        }
+    }
+
+    pub fn handle(&self) -> &GuardHandle {
+        &self.handle
+    }
+
+    pub async fn release(mut self) -> Result<bool, LockError> {
+        self.released = true;
+        let shared = &self.handle.shared;
+        let span = tracing::debug_span!(
+            "lock.permit.release",
+            name = %shared.name,
+            held_ms = shared.acquired_at.elapsed().as_millis() as u64,
+        );
+        shared.release_now().instrument(span).await
+    }
+
+    pub async fn extend(&self, ttl: Duration) -> Result<(), LockError> {
+        let shared = &self.handle.shared;
+        crate::key::validate_ttl(&shared.name, ttl)?;
+        let sent_at = Instant::now();
+        let extended = shared.ops.extend(ttl).await.inspect_err(|err| {
+            if matches!(err, LockError::WrongType { .. }) {
+                shared.mark_lost();
+            }
+        })?;
+        if !extended || !shared.extended(sent_at, ttl) {
+            shared.mark_lost();
+            return Err(LockError::Lost {
+                name: shared.name.clone(),
+            });
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        if self.released {
+            return;
+        }
+        let shared = Arc::clone(&self.handle.shared);
+        shared.finish();
+        let env = shared.env.clone();
+        let spawned = env.spawn_background(async move {
+            if let Err(err) = shared.release_now().await {
+                tracing::warn!(name = %shared.name, %err, "background release of a dropped guard failed; its TTL will free it");
+            }
+        });
+        if !spawned {
+            tracing::debug!(name = %self.handle.shared.name, "guard dropped outside a tokio runtime; its TTL will free it");
+        }
+    }
+}
+
+impl Shared {
+    async fn release_now(&self) -> Result<bool, LockError> {
+        self.finish();
+        let released = self.ops.release().await;
+        if matches!(released, Ok(false)) {
+            self.mark_lost();
+        }
+        released
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, Instant> {
+        self.valid_until
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn finish(&self) {
+        let _transition = self.state();
+        self.finished.store(true, Ordering::Release);
+    }
+
+    /// Applies an extension sent at `sent_at`, unless the guard ended meanwhile (loss is
+    /// final: a late reply never makes a lost guard valid again).
+    fn extended(&self, sent_at: Instant, ttl: Duration) -> bool {
+        let mut valid_until = self.state();
+        if self.finished.load(Ordering::Acquire)
+            || self.lost.load(Ordering::Acquire)
+            || Instant::now() >= *valid_until
+        {
+            return false;
+        }
+        *valid_until = sent_at + validity(ttl);
+        drop(valid_until);
+        self.lost_signal.notify_waiters();
+        true
+    }
+
+    fn mark_lost(&self) {
+        let newly = {
+            let _transition = self.state();
+            !self.lost.swap(true, Ordering::AcqRel)
+        };
+        if newly {
+            tracing::warn!(name = %self.name, "lost: the permit or lock is no longer held by this holder");
+        }
+        self.lost_signal.notify_waiters();
+    }
+
+    fn ended(&self) -> bool {
+        self.finished.load(Ordering::Acquire) || self.lost.load(Ordering::Acquire)
+    }
+}
+
+/// Keeps the guard alive: extends it every third of its TTL until it is released, dropped,
+/// lost or past `max_hold`. One task per guard, holding it only weakly.
+fn spawn_renewal(shared: &Arc<Shared>, max_hold: Option<Duration>) {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        tracing::warn!(name = %shared.name, "auto-renewal needs a tokio runtime; the guard will expire after its TTL");
+        return;
+    };
+    let weak: Weak<Shared> = Arc::downgrade(shared);
+    let ttl = shared.ttl;
+    let stop_at = max_hold.map(|cap| shared.acquired_at + cap);
+    let mut next = shared.acquired_at + ttl / RENEW_AFTER;
+    runtime.spawn(async move {
+        loop {
+            tokio::time::sleep_until(next.into()).await;
+            let Some(shared) = weak.upgrade() else { return };
+            if shared.ended() {
+                return;
+            }
+            if stop_at.is_some_and(|stop| Instant::now() >= stop) {
+                tracing::warn!(name = %shared.name, "max_hold reached: renewal stops and the guard will expire");
+                return;
+            }
+            let sent_at = Instant::now();
+            match shared.ops.extend(ttl).await {
+                Ok(true) if shared.extended(sent_at, ttl) => next = sent_at + ttl / RENEW_AFTER,
+                Ok(true) if shared.finished.load(Ordering::Acquire) => return,
+                Ok(_) | Err(LockError::WrongType { .. }) => {
+                    shared.mark_lost();
+                    return;
+                }
+                Err(err) => {
+                    tracing::debug!(name = %shared.name, %err, "renewal failed; retrying");
+                    next = sent_at + (ttl / 10).min(Duration::from_millis(200));
+                }
+            }
+        }
+    });
+}
+
+impl GuardHandle {
+    /// The name (for a multi-lock, its names joined with `+`).
+    pub fn name(&self) -> &str {
+        &self.shared.name
+    }
+
+    /// The 128-bit random token (32 hex digits) that proves ownership.
+    pub fn token(&self) -> &str {
+        &self.shared.token
+    }
+
+    /// When it was acquired (the start of the successful attempt).
+    pub fn acquired_at(&self) -> Instant {
+        self.shared.acquired_at
+    }
+
+    /// How long it is still valid by the local clock, with a margin for clock drift
+    /// between this process and Redis. Zero once it has run out.
+    pub fn expires_in(&self) -> Duration {
+        self.shared
+            .state()
+            .saturating_duration_since(Instant::now())
+    }
+
+    /// True once it is known to be lost: its validity ran out, or the store said it is no
+    /// longer ours. A cheap local check; [`GuardHandle::is_held`] asks the store.
+    pub fn is_lost(&self) -> bool {
+        self.shared.lost.load(Ordering::Acquire) || self.expires_in().is_zero()
+    }
+
+    /// Completes when it is lost: at the end of its local validity (unless extended
+    /// before, by hand or by auto-renewal), or as soon as an operation or the renewal
+    /// learns that it is no longer ours.
+    pub async fn lost(&self) {
+        loop {
+            let notified = self.shared.lost_signal.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.is_lost() {
+                return;
+            }
+            let deadline = tokio::time::Instant::from_std(*self.shared.state());
+            tokio::select! {
+                () = notified => {}
+                () = tokio::time::sleep_until(deadline) => {}
+            }
+        }
+    }
+
+    /// Asks the store whether it is still held by this holder; marks it lost if not.
+    pub async fn is_held(&self) -> Result<bool, LockError> {
+        let held = self.shared.ops.held().await?;
+        if !held {
+            self.shared.mark_lost();
+        }
+        Ok(held)
+    }
+}
+
+impl fmt::Debug for GuardHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The token is a secret: whoever has it can release the hold.
+        f.debug_struct("GuardHandle")
+            .field("name", &self.name())
+            .field("expires_in", &self.expires_in())
+            .field("lost", &self.is_lost())
+            .finish_non_exhaustive()
+    }
+}
+
+impl fmt::Debug for Guard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Guard")
+            .field("handle", &self.handle)
+            .field("released", &self.released)
+            .finish()
+    }
+}

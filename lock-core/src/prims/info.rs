@@ -1,0 +1,59 @@
+//! What `holders()` reports about a semaphore or a read-write lock.
+
+use std::time::Duration;
+
+use crate::prims::permits::{RawHolder, RW_CAPACITY};
+use crate::token::decode_value;
+
+/// How a holder holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum HoldMode {
+    /// One permit of a semaphore.
+    Permit,
+    /// The shared side of a read-write lock.
+    Read,
+    /// The exclusive side of a read-write lock.
+    Write,
+}
+
+/// One holder of a semaphore permit or of a read-write lock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PermitHolder {
+    /// The holder's label (`app@host:pid` by default), when it stored one.
+    pub holder: Option<String>,
+    /// How long until its TTL ends, by the store's clock. A waiter whose turn came and who
+    /// has not claimed it yet is listed too, with the rest of its claim window.
+    pub remaining: Duration,
+    /// How it holds.
+    pub mode: HoldMode,
+}
+
+/// Everyone holding a semaphore or a read-write lock, and how many wait.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct PermitHolders {
+    /// The holders, the one whose TTL ends first first.
+    pub holders: Vec<PermitHolder>,
+    /// Requests standing in the queue.
+    pub waiting: u64,
+}
+
+impl PermitHolders {
+    pub(crate) fn from_raw(raw: Vec<RawHolder>, waiting: u64, rw: bool) -> PermitHolders {
+        let holders = raw
+            .into_iter()
+            .map(|h| PermitHolder {
+                holder: decode_value(&h.value).1.map(str::to_owned),
+                remaining: h.remaining,
+                mode: match (rw, h.weight >= RW_CAPACITY) {
+                    (false, _) => HoldMode::Permit,
+                    (true, false) => HoldMode::Read,
+                    (true, true) => HoldMode::Write,
+                },
+            })
+            .collect();
+        PermitHolders { holders, waiting }
+    }
+}

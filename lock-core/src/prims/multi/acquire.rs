@@ -1,0 +1,317 @@
+//! Taking several locks all-or-nothing, waiting up to a deadline.
+//!
+//! - One Redis: one script checks every key and sets them all, or sets none: one round trip.
+//! - A Cluster (keys of different names live in different slots, which one script cannot
+//!   touch), Redlock, WATCH/MULTI and memory: the locks are taken one by one, always in the
+//!   order of their keys, each with its TTL; at the first busy one, those already taken are
+//!   given back before anything else happens. Nobody ever holds some of them while waiting
+//!   for the rest, so two multi-locks cannot deadlock, whatever their names.
+//!
+//! Every attempt writes a token of its own, so that the give-back of an earlier attempt can
+//! never delete what a later one took. A request dropped at any point gives back, in the
+//! background, whatever its attempt in flight may have taken; the TTL covers a crash.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_util::future::join_all;
+
+use crate::backend::{Attempt, AttemptKind, Backend as _};
+use crate::key::LockKeys;
+use crate::local::NameRef;
+use crate::notifier::Subscription;
+use crate::prims::env::Env;
+use crate::prims::script::{Server, MARK_LISTENED, MULTI_ACQUIRE};
+use crate::signal::Wake;
+use crate::token::{decode_value, encode_value, new_token};
+use crate::wait::Backoff;
+use crate::LockError;
+
+/// Slack after a holder's TTL before looking (Redis expires at millisecond granularity).
+const SLACK: Duration = Duration::from_millis(1);
+
+/// Who held one of the locks at the last attempt.
+#[derive(Debug, Default)]
+struct Busy {
+    name: String,
+    holder: Option<String>,
+    remaining: Option<Duration>,
+}
+
+/// Gives back, in the background, what an attempt may have taken, unless disarmed.
+struct GiveBack<'a> {
+    env: &'a Env,
+    keys: Vec<LockKeys>,
+    value: String,
+}
+
+impl GiveBack<'_> {
+    fn disarm(mut self) {
+        self.keys.clear();
+    }
+}
+
+impl Drop for GiveBack<'_> {
+    fn drop(&mut self) {
+        if self.keys.is_empty() {
+            return;
+        }
+        release_in_background(self.env, std::mem::take(&mut self.keys), &self.value);
+    }
+}
+
+/// Compare-and-deletes `value` from every key (nobody else's lock is touched); the TTL
+/// frees them if this fails.
+pub(super) fn release_in_background(env: &Env, keys: Vec<LockKeys>, value: &str) {
+    let (worker, value) = (env.clone(), value.to_owned());
+    env.spawn_background(async move {
+        let backend = worker.backend();
+        let released = join_all(
+            keys.iter()
+                .map(|k| worker.run(&k.name, backend.release(k, &value))),
+        )
+        .await;
+        if let Some(Err(err)) = released.into_iter().find(Result::is_err) {
+            tracing::debug!(%err, "giving back a multi-lock attempt failed; the TTL will free the locks");
+        }
+    });
+}
+
+/// The locks are taken: the value they hold and when the successful attempt started.
+pub(super) struct Taken {
+    pub value: String,
+    pub started: Instant,
+}
+
+/// Takes every lock of `keys` (sorted, distinct) for `ttl`, waiting up to `wait`.
+pub(super) async fn acquire(
+    env: &Env,
+    keys: &[LockKeys],
+    ttl: Duration,
+    wait: Duration,
+) -> Result<Taken, LockError> {
+    let begun = Instant::now();
+    let deadline = begun + wait;
+    // One script where every key can meet in it: one Redis (or a single name anywhere).
+    let server = match env.server() {
+        Some(server) if keys.len() == 1 || !server.is_cluster(&keys[0].name).await? => Some(server),
+        _ => None,
+    };
+    let mut busy = Busy::default();
+    let mut transient = None;
+    let mut backoff = Backoff::new(false);
+    // The busy lock's name, its name signal (kept: the subscription routes to this very
+    // signal), and whether its release channel was subscribed to (`None`: not tried yet).
+    let mut listening: Option<(String, NameRef, Option<Option<Subscription>>)> = None;
+    loop {
+        let started = Instant::now();
+        let value = encode_value(&new_token(&keys[0].name)?, env.label());
+        let give_back = GiveBack {
+            env,
+            keys: keys.to_vec(),
+            value: value.clone(),
+        };
+        let attempt = async {
+            match &server {
+                Some(server) => one_script(server, keys, &value, ttl).await,
+                None => one_by_one(env, keys, &value, ttl).await,
+            }
+        };
+        let tried = if wait.is_zero() {
+            Some(attempt.await)
+        } else {
+            tokio::time::timeout_at(deadline.into(), attempt).await.ok()
+        };
+        match tried {
+            None => return Err(timeout(busy, begun, transient)),
+            Some(Ok(None)) => {
+                let took = started.elapsed();
+                let trusted = crate::lease::validity(ttl);
+                if !trusted.is_zero() && took >= trusted {
+                    // Granted after the TTL ran out: worthless; `give_back` returns them.
+                    return Err(LockError::connection(
+                        &keys[0].name,
+                        format!("the locks were granted after {took:?}, when their TTL of {ttl:?} had already run out"),
+                    ));
+                }
+                give_back.disarm();
+                return Ok(Taken { value, started });
+            }
+            Some(Ok(Some(found))) => {
+                // Nothing of this attempt is held any more (`one_by_one` gave back its part).
+                give_back.disarm();
+                busy = found;
+                transient = None;
+            }
+            Some(Err(err)) if !wait.is_zero() && err.is_transient() => {
+                drop(give_back);
+                transient = Some(err);
+            }
+            Some(Err(err)) => return Err(err),
+        }
+        if wait.is_zero() {
+            return Err(LockError::Busy {
+                name: busy.name,
+                holder: busy.holder,
+                retry_after: busy.remaining,
+            });
+        }
+        // Wait for a release of the lock that was busy (on its release channel, shared with
+        // the lock's own waiters of this locker), or for its holder's TTL, or a backoff.
+        if listening
+            .as_ref()
+            .is_none_or(|(name, _, _)| *name != busy.name)
+        {
+            listening = Some((busy.name.clone(), env.name_signal(&busy.name), None));
+        }
+        let Some((_, local, subscribed)) = listening.as_mut() else {
+            continue;
+        };
+        let notified = local.released.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        if subscribed.is_none() {
+            let subscription = subscribe(env, &busy.name, &local.released, deadline).await;
+            let now_listening = subscription.is_some();
+            *subscribed = Some(subscription);
+            if now_listening {
+                backoff = Backoff::new(true);
+                // A release during the subscription went unseen: look again now.
+                continue;
+            }
+        }
+        let pause = match busy.remaining {
+            Some(left) => backoff.next(Some(left + SLACK)),
+            None => backoff.next(None),
+        };
+        let until = (Instant::now() + pause).min(deadline);
+        tokio::select! {
+            () = notified => {}
+            () = tokio::time::sleep_until(until.into()) => {}
+        }
+        if Instant::now() >= deadline {
+            return Err(timeout(busy, begun, transient));
+        }
+    }
+}
+
+/// Subscribes `signal` to the release channel of lock `name` and, on one Redis or a
+/// Cluster (which announce only releases of a value marked as listened for; Redlock and
+/// WATCH/MULTI announce every release), marks the holder's value. `None` when nothing will
+/// announce the release (no pub/sub connection, or it failed): timers only then.
+async fn subscribe(
+    env: &Env,
+    name: &str,
+    signal: &Arc<Wake>,
+    deadline: Instant,
+) -> Option<Subscription> {
+    let notifier = env.notifier()?;
+    let keys = LockKeys::new(env.prefix(), name.to_owned()).ok()?;
+    let channel = keys.channel();
+    let subscribing = notifier.subscribe(&channel, signal);
+    let subscription = tokio::time::timeout_at(deadline.into(), subscribing)
+        .await
+        .ok()?
+        .ok()?;
+    if let Some(server) = env.server() {
+        let marked = server
+            .run::<i64>(&MARK_LISTENED, name, &[&keys.lock], &[])
+            .await;
+        if let Err(err) = marked {
+            tracing::debug!(%name, %err, "cannot mark the lock as listened for; its release may go unannounced");
+        }
+    }
+    Some(subscription)
+}
+
+fn timeout(busy: Busy, begun: Instant, transient: Option<LockError>) -> LockError {
+    transient.unwrap_or(LockError::Timeout {
+        name: busy.name,
+        waited: begun.elapsed(),
+        holder: busy.holder,
+        retry_after: busy.remaining,
+    })
+}
+
+/// Every key in one script: `None` when all were taken, else who holds one of them.
+async fn one_script(
+    server: &Server,
+    keys: &[LockKeys],
+    value: &str,
+    ttl: Duration,
+) -> Result<Option<Busy>, LockError> {
+    let lock_keys: Vec<&str> = keys.iter().map(|k| k.lock.as_str()).collect();
+    let ttl = crate::backend::millis(ttl).to_string();
+    let (taken, index, pttl, holder): (i64, i64, i64, Vec<u8>) = server
+        .run(
+            &MULTI_ACQUIRE,
+            &keys[0].name,
+            &lock_keys,
+            &[value.as_bytes(), ttl.as_bytes()],
+        )
+        .await?;
+    if taken == 1 {
+        return Ok(None);
+    }
+    let busy_key = usize::try_from(index - 1)
+        .ok()
+        .and_then(|i| keys.get(i))
+        .unwrap_or(&keys[0]);
+    let holder = String::from_utf8_lossy(&holder);
+    Ok(Some(Busy {
+        name: busy_key.name.clone(),
+        holder: decode_value(&holder).1.map(str::to_owned),
+        remaining: crate::backend::remaining_from_pttl(pttl),
+    }))
+}
+
+/// One key at a time in key order; at the first busy one, those taken are given back.
+async fn one_by_one(
+    env: &Env,
+    keys: &[LockKeys],
+    value: &str,
+    ttl: Duration,
+) -> Result<Option<Busy>, LockError> {
+    let backend = env.backend();
+    for (taken, key) in keys.iter().enumerate() {
+        let attempt = env
+            .run(
+                &key.name,
+                backend.acquire(key, value, ttl, false, AttemptKind::Try),
+            )
+            .await;
+        let busy = match attempt {
+            Ok(Attempt::Acquired { .. }) => continue,
+            Ok(Attempt::Busy {
+                remaining,
+                holder_value,
+                ..
+            }) => Busy {
+                name: key.name.clone(),
+                holder: holder_value
+                    .as_deref()
+                    .and_then(|v| decode_value(v).1)
+                    .map(str::to_owned),
+                remaining,
+            },
+            Err(err) => {
+                // The failed key may have been taken before the connection broke.
+                release_in_background(env, keys[..=taken].to_vec(), value);
+                return Err(err);
+            }
+        };
+        // Given back before the request reports or waits: nobody sees part of it held.
+        // Dropped mid-way, the attempt's guard gives them back in the background.
+        let released = join_all(
+            keys[..taken]
+                .iter()
+                .map(|k| env.run(&k.name, backend.release(k, value))),
+        )
+        .await;
+        if released.iter().any(Result::is_err) {
+            release_in_background(env, keys[..taken].to_vec(), value);
+        }
+        return Ok(Some(busy));
+    }
+    Ok(None)
+}

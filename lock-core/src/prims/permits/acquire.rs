@@ -1,0 +1,282 @@
+//! Taking a permit, waiting for one up to a deadline.
+//!
+//! One plain attempt first (no queue, no subscription: the uncontended case is one script).
+//! If it is busy and the request may wait, the request stands in the name's queue under an
+//! id of its own, hears its turn on its Locker's channel (routed to this request alone), and
+//! otherwise sleeps: the first blocked waiter until the first permit ends (a crashed
+//! holder), the next one a claim window longer, the rest on a safety-net timer.
+//!
+//! Cancellation: from the first attempt sent until a grant, a guard gives the permit back
+//! and leaves the queue if the request ends any other way (error, timeout, or the future
+//! dropped at any await point), in the background and queued behind the attempt it undoes
+//! on the same connection.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tracing::Instrument as _;
+
+use super::{member, Ask, Attempt, PermitKeys, QueueWaiter, Store};
+use crate::backend::CLAIM_WINDOW;
+use crate::lease::validity;
+use crate::prims::env::Env;
+use crate::signal::{Hint, Wake};
+use crate::token::new_token;
+use crate::wait::Backoff;
+use crate::LockError;
+
+/// Slack after a permit's end before looking (Redis expires at millisecond granularity).
+const SLACK: Duration = Duration::from_millis(1);
+
+/// Longest pause of a waiter nobody tells its turn (it polls): under the claim window, so
+/// that a permit reserved for it is claimed before the reservation lapses.
+const POLL_CAP: Duration = Duration::from_millis(40);
+
+/// What to take.
+pub(crate) struct Request<'a> {
+    pub env: &'a Env,
+    pub store: Store,
+    pub keys: PermitKeys,
+    /// `token[:label]`.
+    pub value: String,
+    pub ask: Ask,
+    pub ttl: Duration,
+    pub wait: Duration,
+}
+
+/// A permit taken: its holder entry, and when the successful attempt started.
+pub(crate) struct Granted {
+    pub member: String,
+    pub started: Instant,
+}
+
+/// Gives back what an unfinished request may hold (a permit whose reply never came, a
+/// reservation, its queue entry) when it is dropped before a grant.
+struct Abandon<'a> {
+    env: &'a Env,
+    store: Store,
+    keys: PermitKeys,
+    member: String,
+    id: String,
+    /// A reply never came, or the request stands in the queue: something may need undoing.
+    dirty: bool,
+    in_queue: bool,
+}
+
+impl Drop for Abandon<'_> {
+    fn drop(&mut self) {
+        if !self.dirty && !self.in_queue {
+            return;
+        }
+        let store = self.store.clone();
+        let keys = self.keys.clone();
+        let member = std::mem::take(&mut self.member);
+        let leaving = self.in_queue.then(|| std::mem::take(&mut self.id));
+        let env = self.env.clone();
+        self.env.spawn_background(async move {
+            let name = keys.name.clone();
+            let undone = env
+                .run(&name, store.release(&keys, &member, leaving.as_deref()))
+                .await;
+            if let Err(err) = undone {
+                tracing::debug!(%name, %err, "undoing an abandoned permit request failed; its TTL and queue entry expire by themselves");
+            }
+        });
+    }
+}
+
+/// Runs `work`, giving up at `bound`: `None` when the deadline passed first.
+async fn bounded<T>(bound: Option<Instant>, work: impl Future<Output = T>) -> Option<T> {
+    match bound {
+        None => Some(work.await),
+        Some(deadline) => tokio::time::timeout_at(deadline.into(), work).await.ok(),
+    }
+}
+
+pub(crate) async fn acquire(request: Request<'_>) -> Result<Granted, LockError> {
+    let span = tracing::debug_span!(
+        "lock.permit.acquire",
+        name = %request.keys.name,
+        capacity = request.ask.capacity,
+        weight = request.ask.weight,
+        ttl_ms = request.ttl.as_millis() as u64,
+        wait_ms = request.wait.as_millis() as u64,
+        outcome = tracing::field::Empty,
+    );
+    let result = run(request).instrument(span.clone()).await;
+    span.record(
+        "outcome",
+        match &result {
+            Ok(_) => "acquired",
+            Err(LockError::Busy { .. }) => "busy",
+            Err(LockError::Timeout { .. }) => "timeout",
+            Err(_) => "error",
+        },
+    );
+    result
+}
+
+async fn run(request: Request<'_>) -> Result<Granted, LockError> {
+    let Request {
+        env,
+        store,
+        keys,
+        value,
+        ask,
+        ttl,
+        wait,
+    } = request;
+    let begun = Instant::now();
+    let deadline = begun + wait;
+    let bound = (!wait.is_zero()).then_some(deadline);
+    let member = member(ask.weight, &value);
+    let mut undo = Abandon {
+        env,
+        store: store.clone(),
+        keys: keys.clone(),
+        member: member.clone(),
+        id: new_token(&keys.name)?,
+        dirty: true,
+        in_queue: false,
+    };
+    let mut first_end = None;
+    let mut transient = None;
+    let timeout = |first_end: Option<Duration>, transient: Option<LockError>| {
+        transient.unwrap_or_else(|| LockError::Timeout {
+            name: keys.name.clone(),
+            waited: begun.elapsed(),
+            holder: None,
+            retry_after: first_end,
+        })
+    };
+
+    let started = Instant::now();
+    match bounded(bound, store.acquire(&keys, &member, ttl, ask, None)).await {
+        None => return Err(timeout(None, None)),
+        Some(Ok(Attempt::Taken)) => return grant(undo, started, ttl),
+        Some(Ok(Attempt::Busy { first_end: end, .. })) => {
+            undo.dirty = false;
+            first_end = end;
+        }
+        Some(Err(err)) if !wait.is_zero() && err.is_transient() => transient = Some(err),
+        Some(Err(err)) => return Err(err),
+    }
+    if wait.is_zero() {
+        return Err(LockError::Busy {
+            name: keys.name.clone(),
+            holder: None,
+            retry_after: first_end,
+        });
+    }
+
+    // Wait in the queue. Listen before queueing, so that a turn announced right after the
+    // queued attempt is not missed.
+    let wake = Arc::new(Wake::default());
+    let mut channel = "";
+    let mut _interest = None;
+    let mut told = matches!(store, Store::Memory(_));
+    if let (Store::Server(_), Some(notifier)) = (&store, env.queue_notifier()) {
+        let route = keys.route(&undo.id);
+        match bounded(bound, notifier.listen(&route, &wake)).await {
+            None => return Err(timeout(first_end, transient)),
+            Some(Ok(interest)) => {
+                _interest = Some(interest);
+                channel = notifier.own_channel();
+                told = true;
+            }
+            Some(Err(err)) => {
+                tracing::debug!(name = %keys.name, %err, "no turn notifications; polling");
+            }
+        }
+    }
+    let mut backoff = Backoff::new(told);
+    let mut retry = Backoff::new(false);
+    loop {
+        let now = Instant::now();
+        if now >= deadline {
+            return Err(timeout(first_end, transient));
+        }
+        let notified = wake.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        let _before_this_look = wake.take_hint();
+        let waiter = QueueWaiter {
+            id: &undo.id,
+            channel,
+            wake: &wake,
+            life: deadline - now,
+        };
+        undo.dirty = true;
+        undo.in_queue = true;
+        let attempt = bounded(
+            bound,
+            store.acquire(&keys, &member, ttl, ask, Some(&waiter)),
+        )
+        .await;
+        let pause = match attempt {
+            None => return Err(timeout(first_end, transient)),
+            Some(Ok(Attempt::Taken)) => return grant(undo, now, ttl),
+            Some(Ok(Attempt::Busy {
+                first_end: end,
+                place,
+            })) => {
+                transient = None;
+                first_end = end;
+                let pause = match (place, end) {
+                    (Some(0), Some(end)) => end + SLACK,
+                    (Some(1), Some(end)) => end + CLAIM_WINDOW + SLACK,
+                    _ => backoff.next(None),
+                };
+                if told {
+                    pause
+                } else {
+                    pause.min(backoff.next(None)).min(POLL_CAP)
+                }
+            }
+            Some(Err(err)) if err.is_transient() => {
+                tracing::debug!(name = %keys.name, %err, "permit attempt failed; retrying within the wait");
+                transient = Some(err);
+                retry.next(None)
+            }
+            Some(Err(err)) => return Err(err),
+        };
+        let mut pause_until = (Instant::now() + pause).min(deadline);
+        // A message that only moves the timer costs no Redis call.
+        loop {
+            tokio::select! {
+                () = notified.as_mut() => {}
+                () = tokio::time::sleep_until(pause_until.into()) => break,
+            }
+            notified.set(wake.notified());
+            notified.as_mut().enable();
+            match wake.take_hint() {
+                Some(Hint::Head(left) | Hint::Standby(left)) => {
+                    pause_until = (Instant::now() + left + SLACK).min(deadline);
+                }
+                Some(Hint::Granted) | None => break,
+            }
+        }
+    }
+}
+
+/// The permit is ours, unless the grant came back after its TTL had run out (a slow
+/// network or server): such a permit protects nothing, so it is given back (by the guard,
+/// still armed) and the request fails.
+fn grant(mut undo: Abandon<'_>, started: Instant, ttl: Duration) -> Result<Granted, LockError> {
+    let took = started.elapsed();
+    let trusted = validity(ttl);
+    if !trusted.is_zero() && took >= trusted {
+        undo.dirty = true;
+        return Err(LockError::connection(
+            &undo.keys.name,
+            format!("the permit was granted after {took:?}, when its TTL of {ttl:?} had already run out; the network or server is too slow for this TTL"),
+        ));
+    }
+    undo.dirty = false;
+    undo.in_queue = false;
+    Ok(Granted {
+        member: std::mem::take(&mut undo.member),
+        started,
+    })
+}

@@ -1,0 +1,243 @@
+//! Permits in this process (`Locker::memory`): the same rules as the Redis scripts, step for
+//! step (holders with an end, a FIFO queue, reservations for a claim window), with wake-ups
+//! posted straight to the waiter's signal instead of published on a channel.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use super::{parse_member, Ask, Attempt, PermitKeys, QueueWaiter, RawHolder};
+use crate::backend::CLAIM_WINDOW;
+use crate::signal::{Hint, Wake};
+
+#[derive(Default)]
+pub(crate) struct MemoryPermits {
+    sets: Mutex<HashMap<String, Set>>,
+}
+
+impl std::fmt::Debug for MemoryPermits {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryPermits").finish_non_exhaustive()
+    }
+}
+
+/// One name's holders (member -> end) and waiters (in arrival order).
+#[derive(Default)]
+struct Set {
+    holders: HashMap<String, Instant>,
+    queue: Vec<Entry>,
+}
+
+struct Entry {
+    id: String,
+    expiry: Instant,
+    ask: Ask,
+    value: String,
+    wake: Arc<Wake>,
+}
+
+impl Entry {
+    fn member(&self) -> String {
+        super::member(self.ask.weight, &self.value)
+    }
+}
+
+/// What an admission pass found.
+struct Admitted {
+    taken: bool,
+    place: Option<u64>,
+    blocked: bool,
+}
+
+impl Set {
+    fn prune(&mut self, now: Instant) -> u64 {
+        self.holders.retain(|_, end| *end > now);
+        self.holders.keys().map(|m| parse_member(m).0).sum()
+    }
+
+    fn first_end(&self, now: Instant) -> Option<Duration> {
+        self.holders
+            .values()
+            .min()
+            .map(|end| end.saturating_duration_since(now))
+    }
+
+    /// The scripts' `admit`: hands free capacity to the queue in order; `me` takes its
+    /// permit directly.
+    fn admit(
+        &mut self,
+        now: Instant,
+        mut sum: u64,
+        me: Option<&str>,
+        ttl: Duration,
+        announce: bool,
+    ) -> Admitted {
+        self.queue.retain(|entry| entry.expiry > now);
+        let mut admitted = Admitted {
+            taken: false,
+            place: None,
+            blocked: false,
+        };
+        let mut handed = false;
+        let mut first_blocked = None;
+        let mut position = 0;
+        let mut index = 0;
+        while index < self.queue.len() {
+            let entry = &self.queue[index];
+            let member = entry.member();
+            if self.holders.contains_key(&member) {
+                index += 1;
+                continue;
+            }
+            if first_blocked.is_none() && sum + entry.ask.weight <= entry.ask.capacity {
+                sum += entry.ask.weight;
+                handed = true;
+                if Some(entry.id.as_str()) == me {
+                    self.holders.insert(member, now + ttl);
+                    self.queue.remove(index);
+                    admitted.taken = true;
+                    continue;
+                }
+                self.holders.insert(member, now + CLAIM_WINDOW);
+                let entry = &mut self.queue[index];
+                entry.expiry = now + CLAIM_WINDOW;
+                entry.wake.post(Hint::Granted);
+                index += 1;
+                continue;
+            }
+            first_blocked.get_or_insert(index);
+            if Some(entry.id.as_str()) == me {
+                admitted.place = Some(position);
+            }
+            position += 1;
+            index += 1;
+            if me.is_none() || admitted.place.is_some() {
+                break;
+            }
+        }
+        admitted.blocked = first_blocked.is_some();
+        if let Some(first) = first_blocked.filter(|_| announce || handed) {
+            let entry = &self.queue[first];
+            if Some(entry.id.as_str()) != me {
+                let left = self.first_end(now).unwrap_or(Duration::ZERO);
+                entry.wake.post(Hint::Head(left));
+            }
+        }
+        admitted
+    }
+}
+
+impl MemoryPermits {
+    fn sets(&self) -> MutexGuard<'_, HashMap<String, Set>> {
+        // Every critical section leaves the sets consistent before it could panic.
+        self.sets.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub fn acquire(
+        &self,
+        keys: &PermitKeys,
+        member: &str,
+        ttl: Duration,
+        ask: Ask,
+        waiter: Option<&QueueWaiter<'_>>,
+    ) -> Attempt {
+        let now = Instant::now();
+        let mut sets = self.sets();
+        let set = sets.entry(keys.holders.clone()).or_default();
+        let sum = set.prune(now);
+        let me = waiter.map(|w| w.id);
+        if let Some(end) = set.holders.get_mut(member) {
+            // Reserved for us: claim it.
+            *end = now + ttl;
+            set.queue.retain(|entry| Some(entry.id.as_str()) != me);
+            return Attempt::Taken;
+        }
+        if let Some(waiter) = waiter {
+            let expiry = now + waiter.life + CLAIM_WINDOW;
+            match set.queue.iter_mut().find(|entry| entry.id == waiter.id) {
+                Some(entry) => entry.expiry = expiry,
+                None => set.queue.push(Entry {
+                    id: waiter.id.to_owned(),
+                    expiry,
+                    ask,
+                    value: parse_member(member).1.to_owned(),
+                    wake: Arc::clone(waiter.wake),
+                }),
+            }
+        }
+        let admitted = set.admit(now, sum, me, ttl, false);
+        if admitted.taken {
+            return Attempt::Taken;
+        }
+        let sum: u64 = set.holders.keys().map(|m| parse_member(m).0).sum();
+        if me.is_none() && !admitted.blocked && sum + ask.weight <= ask.capacity {
+            set.holders.insert(member.to_owned(), now + ttl);
+            return Attempt::Taken;
+        }
+        let first_end = set.first_end(now);
+        if set.holders.is_empty() && set.queue.is_empty() {
+            sets.remove(&keys.holders);
+        }
+        Attempt::Busy {
+            first_end,
+            place: admitted.place,
+        }
+    }
+
+    pub fn release(&self, keys: &PermitKeys, member: &str, leaving: Option<&str>) -> bool {
+        let now = Instant::now();
+        let mut sets = self.sets();
+        let Some(set) = sets.get_mut(&keys.holders) else {
+            return false;
+        };
+        let ours = set.holders.remove(member).is_some_and(|end| end > now);
+        if let Some(id) = leaving {
+            set.queue.retain(|entry| entry.id != id);
+        }
+        let sum = set.prune(now);
+        set.admit(now, sum, None, Duration::ZERO, true);
+        if set.holders.is_empty() && set.queue.is_empty() {
+            sets.remove(&keys.holders);
+        }
+        ours
+    }
+
+    pub fn extend(&self, keys: &PermitKeys, member: &str, ttl: Duration) -> bool {
+        let now = Instant::now();
+        let mut sets = self.sets();
+        match sets
+            .get_mut(&keys.holders)
+            .and_then(|set| set.holders.get_mut(member))
+        {
+            Some(end) if *end > now => {
+                *end = now + ttl;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    pub fn holders(&self, keys: &PermitKeys) -> (Vec<RawHolder>, u64) {
+        let now = Instant::now();
+        let sets = self.sets();
+        let Some(set) = sets.get(&keys.holders) else {
+            return (Vec::new(), 0);
+        };
+        let mut holders: Vec<RawHolder> = set
+            .holders
+            .iter()
+            .filter(|(_, end)| **end > now)
+            .map(|(member, end)| {
+                let (weight, value) = parse_member(member);
+                RawHolder {
+                    weight,
+                    value: value.to_owned(),
+                    remaining: end.saturating_duration_since(now),
+                }
+            })
+            .collect();
+        holders.sort_by_key(|h| h.remaining);
+        let waiting = set.queue.iter().filter(|e| e.expiry > now).count();
+        (holders, u64::try_from(waiting).unwrap_or(u64::MAX))
+    }
+}

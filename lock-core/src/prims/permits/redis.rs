@@ -1,0 +1,130 @@
+//! Permits on one Redis or a Cluster: each operation is one script (see
+//! `scripts/permits_*.lua`), so admission, expiry by the server's clock and the queue's
+//! hand-over are one atomic step.
+
+use std::time::Duration;
+
+use super::{parse_member, Ask, Attempt, PermitKeys, QueueWaiter, RawHolder};
+use crate::backend::{millis, CLAIM_WINDOW};
+use crate::prims::script::{
+    Server, PERMITS_ACQUIRE, PERMITS_EXTEND, PERMITS_HOLDERS, PERMITS_RELEASE,
+};
+use crate::LockError;
+
+fn window_ms() -> String {
+    millis(CLAIM_WINDOW).to_string()
+}
+
+pub(super) async fn acquire(
+    server: &Server,
+    keys: &PermitKeys,
+    member: &str,
+    ttl: Duration,
+    ask: Ask,
+    waiter: Option<&QueueWaiter<'_>>,
+) -> Result<Attempt, LockError> {
+    let ttl = millis(ttl).to_string();
+    let (capacity, weight) = (ask.capacity.to_string(), ask.weight.to_string());
+    let (id, channel, life) = match waiter {
+        Some(w) => (w.id, w.channel, millis(w.life).to_string()),
+        None => ("", "", "0".to_owned()),
+    };
+    let (taken, first_end, place): (i64, i64, i64) = server
+        .run(
+            &PERMITS_ACQUIRE,
+            &keys.name,
+            &[&keys.holders, &keys.queue, &keys.entries],
+            &[
+                member.as_bytes(),
+                ttl.as_bytes(),
+                capacity.as_bytes(),
+                weight.as_bytes(),
+                id.as_bytes(),
+                channel.as_bytes(),
+                life.as_bytes(),
+                window_ms().as_bytes(),
+            ],
+        )
+        .await?;
+    if taken == 1 {
+        return Ok(Attempt::Taken);
+    }
+    Ok(Attempt::Busy {
+        first_end: u64::try_from(first_end).ok().map(Duration::from_millis),
+        place: u64::try_from(place).ok(),
+    })
+}
+
+pub(super) async fn release(
+    server: &Server,
+    keys: &PermitKeys,
+    member: &str,
+    leaving: Option<&str>,
+) -> Result<bool, LockError> {
+    let released: i64 = server
+        .run(
+            &PERMITS_RELEASE,
+            &keys.name,
+            &[&keys.holders, &keys.queue, &keys.entries],
+            &[
+                member.as_bytes(),
+                window_ms().as_bytes(),
+                leaving.unwrap_or("").as_bytes(),
+            ],
+        )
+        .await?;
+    Ok(released == 1)
+}
+
+pub(super) async fn extend(
+    server: &Server,
+    keys: &PermitKeys,
+    member: &str,
+    ttl: Duration,
+) -> Result<bool, LockError> {
+    let ttl = millis(ttl).to_string();
+    let extended: i64 = server
+        .run(
+            &PERMITS_EXTEND,
+            &keys.name,
+            &[&keys.holders],
+            &[member.as_bytes(), ttl.as_bytes()],
+        )
+        .await?;
+    Ok(extended == 1)
+}
+
+pub(super) async fn holders(
+    server: &Server,
+    keys: &PermitKeys,
+) -> Result<(Vec<RawHolder>, u64), LockError> {
+    let reply: Vec<redis::Value> = server
+        .run(
+            &PERMITS_HOLDERS,
+            &keys.name,
+            &[&keys.holders, &keys.queue, &keys.entries],
+            &[],
+        )
+        .await?;
+    let mut values = reply.into_iter();
+    let waiting = values
+        .next()
+        .and_then(|v| redis::from_redis_value::<u64>(v).ok())
+        .unwrap_or(0);
+    let mut holders = Vec::new();
+    while let (Some(member), Some(left)) = (values.next(), values.next()) {
+        let (Ok(member), Ok(left)) = (
+            redis::from_redis_value::<String>(member),
+            redis::from_redis_value::<i64>(left),
+        ) else {
+            continue;
+        };
+        let (weight, value) = parse_member(&member);
+        holders.push(RawHolder {
+            weight,
+            value: value.to_owned(),
+            remaining: Duration::from_millis(u64::try_from(left).unwrap_or(0)),
+        });
+    }
+    Ok((holders, waiting))
+}

@@ -1,0 +1,89 @@
+//! A permit taken and wrapped in a guard that releases, extends and checks it.
+
+use std::time::Duration;
+
+use futures_util::future::BoxFuture;
+
+use super::acquire::{acquire, Request};
+use super::{Ask, PermitKeys, Store};
+use crate::prims::env::Env;
+use crate::prims::guard::{Guard, Ops, Parts};
+use crate::prims::options::Options;
+use crate::token::{decode_value, encode_value, new_token};
+use crate::LockError;
+
+/// Takes one permit of `keys` (waiting as `options` say) and returns its guard.
+pub(crate) async fn take(
+    env: Env,
+    keys: PermitKeys,
+    ask: Ask,
+    options: Options,
+) -> Result<Guard, LockError> {
+    let (ttl, wait) = options.resolve(&env, &keys.name)?;
+    let store = env.store(&keys.name)?;
+    let token = new_token(&keys.name)?;
+    let value = encode_value(&token, env.label());
+    let granted = acquire(Request {
+        env: &env,
+        store: store.clone(),
+        keys: keys.clone(),
+        value,
+        ask,
+        ttl,
+        wait,
+    })
+    .await?;
+    let name = keys.name.clone();
+    let ops = PermitOps {
+        env: env.clone(),
+        store,
+        keys,
+        member: granted.member,
+    };
+    Ok(Guard::new(Parts {
+        env,
+        name,
+        token,
+        ops: Box::new(ops),
+        ttl,
+        started: granted.started,
+        renew: options.renew,
+    }))
+}
+
+struct PermitOps {
+    env: Env,
+    store: Store,
+    keys: PermitKeys,
+    member: String,
+}
+
+impl Ops for PermitOps {
+    fn release(&self) -> BoxFuture<'_, Result<bool, LockError>> {
+        Box::pin(self.env.run(
+            &self.keys.name,
+            self.store.release(&self.keys, &self.member, None),
+        ))
+    }
+
+    fn extend(&self, ttl: Duration) -> BoxFuture<'_, Result<bool, LockError>> {
+        Box::pin(self.env.run(
+            &self.keys.name,
+            self.store.extend(&self.keys, &self.member, ttl),
+        ))
+    }
+
+    fn held(&self) -> BoxFuture<'_, Result<bool, LockError>> {
+        Box::pin(async move {
+            let (holders, _) = self
+                .env
+                .run(&self.keys.name, self.store.holders(&self.keys))
+                .await?;
+            let (weight, value) = super::parse_member(&self.member);
+            let token = decode_value(value).0;
+            Ok(holders
+                .iter()
+                .any(|h| h.weight == weight && decode_value(&h.value).0 == token))
+        })
+    }
+}

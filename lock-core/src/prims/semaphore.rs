@@ -1,0 +1,201 @@
+//! Counting semaphores: at most N holders of a name at once, across every process.
+
+use std::fmt;
+use std::future::{Future, IntoFuture};
+use std::ops::Deref;
+use std::pin::Pin;
+use std::time::Duration;
+
+use super::env::Env;
+use super::guard::{Guard, GuardHandle};
+use super::info::PermitHolders;
+use super::options::{request_options, Options};
+use super::permits::take::take;
+use super::permits::{Ask, PermitKeys};
+use crate::{LockError, Locker};
+
+/// The most permits a semaphore may have.
+pub const MAX_PERMITS: u64 = 1_000_000;
+
+/// A counting semaphore: at most `permits` holders of its name at once, across every
+/// process. Each permit is a lease with a TTL (judged by the Redis server's clock, so a
+/// crashed holder's permit comes back when its TTL ends), optional auto-renewal, a loss
+/// signal, and a release on drop. Waiters queue in FIFO order and are woken one by one as
+/// permits come free (no herd).
+///
+/// Made by [`Locker::semaphore`]; cheap to clone.
+///
+/// **The limit travels with each request.** A request is admitted while fewer than its own
+/// `permits` are held and nobody is queued ahead of it, so changing N at runtime needs no
+/// migration: raising it admits more holders from the next acquisition or release on;
+/// lowering it revokes nothing, held permits run to their release or TTL, and newcomers wait
+/// until fewer than the new N are held. While processes with different limits run side by
+/// side (a rolling deploy), each request is judged by its own, so holders never exceed the
+/// largest N in use.
+///
+/// Works on one Redis, a Redis Cluster (every key of a semaphore shares its name's hash
+/// tag) and in memory. Not on Redlock (N per node does not bound a majority's holders to
+/// N) nor with `Protocol::Transactions` (no scripts): the request fails with
+/// [`LockError::Config`].
+///
+/// ```
+/// use lock_core::Locker;
+/// use std::time::Duration;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), lock_core::LockError> {
+/// let locker = Locker::memory();
+/// let exports = locker.semaphore("exports", 2); // at most 2 exports at once, fleet-wide
+/// let first = exports.acquire().ttl(Duration::from_secs(30)).await?;
+/// let second = exports.acquire().await?;
+/// assert!(exports.try_acquire(Duration::from_secs(30)).await.is_err()); // both taken
+/// first.release().await?;
+/// let third = exports.acquire().auto_renew().await?; // the freed permit
+/// assert_eq!(exports.holders().await?.holders.len(), 2);
+/// # drop((second, third));
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct Semaphore {
+    env: Env,
+    name: String,
+    permits: u64,
+}
+
+impl Locker {
+    /// A counting semaphore of `permits` holders on `name` (see [`Semaphore`]). Its keys
+    /// (`<prefix>{name}:sem`, and `:sem:q`, `:sem:qe` while requests wait) never meet the
+    /// lock or the read-write lock of the same name.
+    pub fn semaphore(&self, name: impl Into<String>, permits: u64) -> Semaphore {
+        Semaphore {
+            env: Env::new(self),
+            name: name.into(),
+            permits,
+        }
+    }
+}
+
+impl Semaphore {
+    /// The semaphore's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The number of permits this handle's requests ask to share.
+    pub fn permits(&self) -> u64 {
+        self.permits
+    }
+
+    /// A request for one permit: set `.ttl(..)`, `.wait(..)`, `.auto_renew()`, then
+    /// `.await` it.
+    pub fn acquire(&self) -> PermitRequest {
+        PermitRequest {
+            semaphore: self.clone(),
+            options: Options::default(),
+        }
+    }
+
+    /// Tries once to take a permit for `ttl`; [`LockError::Busy`] if all are held (or
+    /// requests are queued ahead).
+    pub async fn try_acquire(&self, ttl: Duration) -> Result<Permit, LockError> {
+        self.acquire().ttl(ttl).wait(Duration::ZERO).await
+    }
+
+    /// Who holds permits right now (by the store's clock), and how many requests wait.
+    pub async fn holders(&self) -> Result<PermitHolders, LockError> {
+        let keys = self.keys()?;
+        let store = self.env.store(&self.name)?;
+        let (raw, waiting) = self.env.run(&self.name, store.holders(&keys)).await?;
+        Ok(PermitHolders::from_raw(raw, waiting, false))
+    }
+
+    fn keys(&self) -> Result<PermitKeys, LockError> {
+        PermitKeys::new(self.env.prefix(), self.name.clone(), "sem")
+    }
+
+    fn ask(&self) -> Result<Ask, LockError> {
+        if !(1..=MAX_PERMITS).contains(&self.permits) {
+            return Err(LockError::Config(format!(
+                "semaphore `{}`: {} permits; it needs between 1 and {MAX_PERMITS}",
+                self.name, self.permits
+            )));
+        }
+        Ok(Ask {
+            capacity: self.permits,
+            weight: 1,
+        })
+    }
+}
+
+impl fmt::Debug for Semaphore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Semaphore")
+            .field("name", &self.name)
+            .field("permits", &self.permits)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A request for one permit of a [`Semaphore`]; `.await` it.
+#[must_use = "a permit request does nothing until it is awaited"]
+#[derive(Debug)]
+pub struct PermitRequest {
+    semaphore: Semaphore,
+    options: Options,
+}
+
+impl PermitRequest {
+    request_options!("a permit");
+}
+
+impl IntoFuture for PermitRequest {
+    type Output = Result<Permit, LockError>;
+    type IntoFuture = Pin<Box<dyn Future<Output = Self::Output> + Send>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(async move {
+            let PermitRequest { semaphore, options } = self;
+            let ask = semaphore.ask()?;
+            let keys = semaphore.keys()?;
+            let guard = take(semaphore.env, keys, ask, options).await?;
+            Ok(Permit { guard })
+        })
+    }
+}
+
+/// One held permit of a [`Semaphore`]. Release it with [`Permit::release`]; dropping it
+/// releases it in the background, and its TTL frees it in any case. The read-only view
+/// ([`GuardHandle`]: name, validity, loss signal) is reachable through `Deref`.
+#[must_use = "a permit is released as soon as it is dropped; bind it: `let _permit = ...`"]
+#[derive(Debug)]
+pub struct Permit {
+    guard: Guard,
+}
+
+impl Permit {
+    /// Gives the permit back. `Ok(true)` if it was still ours; `Ok(false)` if it had
+    /// already ended (nobody else's permit is touched).
+    pub async fn release(self) -> Result<bool, LockError> {
+        self.guard.release().await
+    }
+
+    /// Resets its TTL to `ttl` from now; [`LockError::Lost`] if it had already ended (it
+    /// is then marked lost).
+    pub async fn extend(&self, ttl: Duration) -> Result<(), LockError> {
+        self.guard.extend(ttl).await
+    }
+
+    /// A cloneable view of this permit.
+    pub fn handle(&self) -> GuardHandle {
+        self.guard.handle().clone()
+    }
+}
+
+impl Deref for Permit {
+    type Target = GuardHandle;
+
+    fn deref(&self) -> &GuardHandle {
+        self.guard.handle()
+    }
+}

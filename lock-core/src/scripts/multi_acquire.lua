@@ -1,0 +1,15 @@
+-- Take several locks at once, or none of them.
+-- KEYS: the lock keys (on a Cluster they share one slot); ARGV[1] value, ARGV[2] ttl in ms
+-- Returns {1, 0, 0, ''} when all were taken, {0, index of a held key (1-based), its
+-- remaining ttl in ms, its holder's value} when one was held (nothing is written then).
+-- GET on a non-string key raises WRONGTYPE: a foreign value is an error, never "taken".
+for i, key in ipairs(KEYS) do
+  local holder = redis.call('GET', key)
+  if holder then
+    return {0, i, redis.call('PTTL', key), holder}
+  end
+end
+for _, key in ipairs(KEYS) do
+  redis.call('SET', key, ARGV[1], 'PX', ARGV[2])
+end
+return {1, 0, 0, ''}

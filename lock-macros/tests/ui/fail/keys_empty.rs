@@ -1,0 +1,8 @@
+use lock_core::{redis_locked, LockError};
+
+#[redis_locked(keys = [])]
+async fn trade(buyer: u64) -> Result<u64, LockError> {
+    Ok(buyer)
+}
+
+fn main() {}

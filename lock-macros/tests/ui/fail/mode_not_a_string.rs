@@ -1,0 +1,8 @@
+use lock_core::{redis_locked, LockError};
+
+#[redis_locked(key = "catalog", mode = read)]
+async fn browse() -> Result<u64, LockError> {
+    Ok(1)
+}
+
+fn main() {}

@@ -1,0 +1,368 @@
+//! Counting semaphores on real redis-server processes (and in memory): never more than N
+//! holders across separate Lockers, a crashed holder's permit back at its TTL, cancellation
+//! that leaves nothing held, FIFO hand-off without a herd, and runtime changes of N.
+
+use std::future::IntoFuture as _;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use lock_core::{LockError, Locker};
+use lock_tests::RedisServer;
+
+use crate::harness::Harness;
+
+const SECOND: Duration = Duration::from_secs(1);
+
+fn lockers(server: &RedisServer, n: usize) -> Vec<Locker> {
+    (0..n)
+        .map(|_| Locker::from_url(&server.url()).expect("locker"))
+        .collect()
+}
+
+fn int_reply(reply: &str) -> i64 {
+    reply.trim().trim_start_matches(':').parse().unwrap_or(-1)
+}
+
+/// EVALSHA calls the server executed so far.
+fn script_calls(server: &RedisServer) -> u64 {
+    server
+        .command(&["INFO", "commandstats"])
+        .lines()
+        .filter(|line| line.starts_with("cmdstat_evalsha:") || line.starts_with("cmdstat_eval:"))
+        .filter_map(|line| {
+            line.split("calls=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
+}
+
+async fn until(what: &str, mut check: impl FnMut() -> bool) {
+    for _ in 0..1000 {
+        if check() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("timed out waiting for {what}");
+}
+
+/// Many tasks on several Lockers share `permits` permits; a counter of the tasks inside,
+/// read and written back in two steps with a pause between (not atomic), must never pass
+/// N, and N must actually be reached (the permits are shared, not serialised).
+async fn at_most_n_inside(lockers: Vec<Locker>, permits: u64, tasks: usize) {
+    let inside = Arc::new(Mutex::new(0u64));
+    let most = Arc::new(AtomicUsize::new(0));
+    let mut running = Vec::new();
+    for i in 0..tasks {
+        let semaphore = lockers[i % lockers.len()].semaphore("exports", permits);
+        let (inside, most) = (Arc::clone(&inside), Arc::clone(&most));
+        running.push(tokio::spawn(async move {
+            let permit = semaphore
+                .acquire()
+                .ttl(10 * SECOND)
+                .wait(30 * SECOND)
+                .await
+                .expect("permit");
+            let now = {
+                let mut count = inside.lock().unwrap();
+                *count += 1;
+                *count
+            };
+            assert!(now <= permits, "{now} holders of {permits} permits");
+            most.fetch_max(now as usize, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(fastrand::u64(1..6))).await;
+            *inside.lock().unwrap() -= 1;
+            assert!(permit.release().await.expect("release"), "still held");
+        }));
+    }
+    for task in running {
+        task.await.expect("task");
+    }
+    assert_eq!(
+        most.load(Ordering::SeqCst) as u64,
+        permits,
+        "all permits were used"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn never_more_than_n_holders_across_lockers() {
+    let server = RedisServer::start();
+    at_most_n_inside(lockers(&server, 4), 3, 48).await;
+    assert_eq!(
+        int_reply(&server.command(&["EXISTS", "lock:{exports}:sem"])),
+        0
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn never_more_than_n_holders_in_memory() {
+    at_most_n_inside(vec![Locker::memory()], 3, 48).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_holders_permit_returns_at_its_ttl_by_the_servers_clock() {
+    let server = RedisServer::start();
+    let all = lockers(&server, 2);
+    let crashed = all[0]
+        .semaphore("jobs", 1)
+        .acquire()
+        .ttl(Duration::from_millis(400))
+        .await
+        .expect("permit");
+    // The permit's end is the server's TIME plus the TTL.
+    let time = server.command(&["TIME"]);
+    let seconds: i64 = time
+        .lines()
+        .nth(2)
+        .and_then(|l| l.parse().ok())
+        .expect("TIME");
+    let score = server.command(&["ZRANGE", "lock:{jobs}:sem", "0", "0", "WITHSCORES"]);
+    let end: i64 = score
+        .lines()
+        .nth(4)
+        .and_then(|l| l.parse().ok())
+        .expect("score");
+    assert!(
+        (end - seconds * 1000 - 400).abs() < 1000,
+        "{end} vs {seconds}s"
+    );
+    std::mem::forget(crashed); // no release, no drop: a crash
+
+    let other = all[1].semaphore("jobs", 1);
+    assert!(matches!(
+        other.try_acquire(SECOND).await,
+        Err(LockError::Busy { .. })
+    ));
+    let permit = other
+        .acquire()
+        .wait(5 * SECOND)
+        .await
+        .expect("the crashed holder's permit came back");
+    assert!(permit.release().await.expect("release"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_are_served_in_arrival_order_with_few_calls() {
+    let server = RedisServer::start();
+    let all = lockers(&server, 9);
+    let holder = all[0]
+        .semaphore("fifo", 1)
+        .acquire()
+        .ttl(10 * SECOND)
+        .await
+        .expect("holder");
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut waiters = Vec::new();
+    let before = script_calls(&server);
+    for (i, locker) in all.iter().enumerate().skip(1) {
+        let semaphore = locker.semaphore("fifo", 1);
+        let order = Arc::clone(&order);
+        waiters.push(tokio::spawn(async move {
+            let permit = semaphore.acquire().wait(20 * SECOND).await.expect("permit");
+            order.lock().unwrap().push(i);
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            permit.release().await.expect("release");
+        }));
+        // Queued before the next one starts.
+        until("the waiter to queue", || {
+            int_reply(&server.command(&["ZCARD", "lock:{fifo}:sem:q"])) == i as i64
+        })
+        .await;
+    }
+    holder.release().await.expect("release");
+    for waiter in waiters {
+        waiter.await.expect("waiter");
+    }
+    assert_eq!(*order.lock().unwrap(), (1..=8).collect::<Vec<_>>());
+    // Each waiter: a plain try, a queued attempt, the claim, the release (plus the odd
+    // safety-net look); a herd would wake every waiter at every release.
+    let calls = script_calls(&server) - before;
+    assert!(calls <= 8 * 5 + 2, "{calls} script calls for 8 waiters");
+}
+
+/// Drops acquires at random points (before, during and after the hand-off of a permit
+/// being released at random times); afterwards nothing is held and nobody is queued.
+async fn cancellation_leaves_nothing(locker: Locker, server: Option<&RedisServer>) {
+    let semaphore = locker.semaphore("cancel", 2);
+    for round in 0..30u64 {
+        let held = [
+            semaphore.acquire().ttl(10 * SECOND).await.expect("held"),
+            semaphore.acquire().ttl(10 * SECOND).await.expect("held"),
+        ];
+        let acquire = semaphore
+            .acquire()
+            .ttl(10 * SECOND)
+            .wait(5 * SECOND)
+            .into_future();
+        let cut = Duration::from_micros(fastrand::u64(0..3000 + round * 200));
+        let releasing = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_micros(fastrand::u64(0..3000))).await;
+            let [a, b] = held;
+            a.release().await.expect("release");
+            b
+        });
+        let _ = tokio::time::timeout(cut, acquire).await; // dropped here, or granted and dropped
+        let b = releasing.await.expect("release task");
+        b.release().await.expect("release");
+    }
+    assert!(
+        locker.shutdown(5 * SECOND).await,
+        "background undo finished"
+    );
+    let state = semaphore.holders().await.expect("holders");
+    assert!(state.holders.is_empty(), "{state:?}");
+    assert_eq!(state.waiting, 0);
+    if let Some(server) = server {
+        for key in [
+            "lock:{cancel}:sem",
+            "lock:{cancel}:sem:q",
+            "lock:{cancel}:sem:qe",
+        ] {
+            assert_eq!(int_reply(&server.command(&["EXISTS", key])), 0, "{key}");
+        }
+    }
+    let again = [
+        semaphore
+            .try_acquire(SECOND)
+            .await
+            .expect("first permit free"),
+        semaphore
+            .try_acquire(SECOND)
+            .await
+            .expect("second permit free"),
+    ];
+    drop(again);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelled_acquires_leave_nothing_held() {
+    let server = RedisServer::start();
+    let locker = Locker::from_url(&server.url()).expect("locker");
+    cancellation_leaves_nothing(locker, Some(&server)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelled_acquires_leave_nothing_held_in_memory() {
+    cancellation_leaves_nothing(Locker::memory(), None).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_limit_travels_with_each_request() {
+    let server = RedisServer::start();
+    let locker = Locker::from_url(&server.url()).expect("locker");
+    let two = locker.semaphore("pool", 2);
+    let three = locker.semaphore("pool", 3);
+    let a = two.try_acquire(10 * SECOND).await.expect("1 of 2");
+    let b = two.try_acquire(10 * SECOND).await.expect("2 of 2");
+    assert!(two.try_acquire(10 * SECOND).await.is_err(), "2 of 2 held");
+    // Raised: admitted at once.
+    let c = three.try_acquire(10 * SECOND).await.expect("3 of 3");
+    // Lowered back: nothing revoked, newcomers wait until fewer than 2 are held.
+    assert_eq!(two.holders().await.expect("holders").holders.len(), 3);
+    a.release().await.expect("release");
+    assert!(two.try_acquire(10 * SECOND).await.is_err(), "2 still held");
+    b.release().await.expect("release");
+    let d = two
+        .try_acquire(10 * SECOND)
+        .await
+        .expect("1 held, 2 allowed");
+    drop((c, d));
+    assert!(matches!(
+        locker.semaphore("pool", 0).try_acquire(SECOND).await,
+        Err(LockError::Config(_))
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn permits_are_leases_lost_when_they_end_and_kept_when_renewed() {
+    let server = RedisServer::start();
+    let locker = Locker::from_url(&server.url()).expect("locker");
+    let semaphore = locker.semaphore("leases", 2);
+    let short = semaphore
+        .acquire()
+        .ttl(Duration::from_millis(200))
+        .await
+        .expect("permit");
+    let renewed = semaphore
+        .acquire()
+        .ttl(Duration::from_millis(300))
+        .auto_renew()
+        .await
+        .expect("permit");
+    tokio::time::timeout(5 * SECOND, short.lost())
+        .await
+        .expect("lost at the end of its TTL");
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    assert!(!renewed.is_lost(), "renewed past three TTLs");
+    assert!(renewed.is_held().await.expect("held"));
+    assert!(!short.release().await.expect("release"), "it had ended");
+    // Someone deletes the semaphore: the renewal finds out and says so.
+    server.command(&["DEL", "lock:{leases}:sem"]);
+    tokio::time::timeout(5 * SECOND, renewed.lost())
+        .await
+        .expect("loss reported by the renewal");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_and_transactions_refuse_with_a_clear_error() {
+    for harness in [Harness::redlock(), Harness::transactions()] {
+        let err = harness
+            .locker
+            .semaphore("x", 2)
+            .try_acquire(SECOND)
+            .await
+            .expect_err("refused");
+        assert!(matches!(err, LockError::Config(_)), "{err:?}");
+        assert!(err.to_string().contains("not available"), "{err}");
+        let rw = harness.locker.rwlock("x").read().wait(Duration::ZERO).await;
+        assert!(matches!(rw, Err(LockError::Config(_))));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn semaphores_and_rwlocks_on_a_cluster() {
+    let cluster = lock_tests::RedisCluster::start(3, 0);
+    let on = || {
+        Locker::builder()
+            .cluster(cluster.urls())
+            .build()
+            .expect("cluster locker")
+    };
+    at_most_n_inside(vec![on(), on()], 2, 16).await;
+    let (a, b) = (on(), on());
+    let read = a.rwlock("shelf").read().await.expect("read");
+    assert!(b
+        .rwlock("shelf")
+        .write()
+        .wait(Duration::ZERO)
+        .await
+        .is_err());
+    let writing = tokio::spawn(b.rwlock("shelf").write().wait(10 * SECOND).into_future());
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    read.release().await.expect("release");
+    let write = writing.await.expect("join").expect("the writer's turn");
+    assert!(write.release().await.expect("release"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn semaphores_run_as_redis_functions_too() {
+    let harness = Harness::functions();
+    let server = harness.server.as_ref().expect("server");
+    let semaphore = harness.locker.semaphore("functions", 1);
+    let permit = semaphore.try_acquire(10 * SECOND).await.expect("permit");
+    assert!(semaphore.try_acquire(SECOND).await.is_err());
+    assert!(permit.release().await.expect("release"));
+    // A server that lost the library (FUNCTION FLUSH) gets it again.
+    server.command(&["FUNCTION", "FLUSH"]);
+    let permit = semaphore.try_acquire(10 * SECOND).await.expect("reloaded");
+    assert!(permit.release().await.expect("release"));
+    assert!(server
+        .command(&["FUNCTION", "LIST"])
+        .contains("lockcore_prims_v2"));
+}
