@@ -122,15 +122,20 @@
 //!    one script that takes the lock if it is free and nobody is queued ahead, claims it if
 //!    it is reserved for this `Locker`, or else adds the `Locker` to the queue (a sorted set
 //!    `<prefix>{N}:q` in arrival order; `<prefix>{N}:qe` keeps each entry's expiry, the
-//!    request's remaining wait, and its value). Finding the lock busy and joining the queue
-//!    are one atomic step, so no release can slip between them.
+//!    request's remaining wait, and its value), and marks the holder's value as listened
+//!    for (a `~` in front of it; token, label and TTL unchanged). Finding the lock busy,
+//!    joining the queue and marking are one atomic step, so no release can slip between
+//!    them.
 //! 3. Releasing hands the lock to the first waiter whose entry has not expired: the key
 //!    takes that waiter's value for a claim window of 100 ms (so a newcomer's `SET NX`
 //!    fails: nobody barges past the queue), the waiter's `Locker` is told `g` on its
 //!    channel, and the next one in line is told `s` (standby). The head claims the lock with
 //!    the queued attempt, which sets its own value and TTL and tells the new head `h` (the
-//!    holder's TTL, to wake at if that holder crashes). With nobody queued, the release just
-//!    deletes the key.
+//!    holder's TTL, to wake at if that holder crashes), marking its own value if others
+//!    still wait. A release of an unmarked value is a bare compare-and-delete (`GET`, `DEL`:
+//!    four Redis calls per uncontended cycle, as a lock without a queue); only a marked
+//!    one looks at the queue and the release channel. `lockctl watch` marks the value too,
+//!    so that the release it watches for is announced.
 //! 4. Timers cover what no message announces: the head sleeps until the holder's TTL runs
 //!    out (a crashed holder), the next in line until the claim window (or the holder's TTL
 //!    plus one window) ends, the rest until a safety-net pause (0.5 s growing to 5 s); none

@@ -105,12 +105,13 @@ impl Env {
         self.locker.spawn_background(work)
     }
 
-    /// Runs one backend operation under the locker's command deadline.
+    /// Runs one backend operation. Each backend bounds its own operations by the
+    /// command deadline (the connections' response timeout, or WATCH/MULTI's own timer).
     pub async fn run<T>(
         &self,
-        name: &str,
+        _name: &str,
         operation: impl Future<Output = Result<T, LockError>>,
     ) -> Result<T, LockError> {
-        self.locker.run(name, operation).await
+        operation.await
     }
 }

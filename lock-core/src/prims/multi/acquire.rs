@@ -23,7 +23,7 @@ use crate::notifier::Subscription;
 use crate::prims::env::Env;
 use crate::prims::script::{Server, MARK_LISTENED, MULTI_ACQUIRE};
 use crate::signal::Wake;
-use crate::token::{decode_value, encode_value, new_token};
+use crate::token::{decode_value, new_value};
 use crate::wait::Backoff;
 use crate::LockError;
 
@@ -105,7 +105,7 @@ pub(super) async fn acquire(
     let mut listening: Option<(String, NameRef, Option<Option<Subscription>>)> = None;
     loop {
         let started = Instant::now();
-        let value = encode_value(&new_token(&keys[0].name)?, env.label());
+        let value = new_value(&keys[0].name, env.label())?;
         let give_back = GiveBack {
             env,
             keys: keys.to_vec(),

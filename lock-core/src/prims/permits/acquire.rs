@@ -22,7 +22,7 @@ use crate::backend::CLAIM_WINDOW;
 use crate::lease::validity;
 use crate::prims::env::Env;
 use crate::signal::{Hint, Wake};
-use crate::token::new_token;
+use crate::token::new_value;
 use crate::wait::Backoff;
 use crate::LockError;
 
@@ -136,7 +136,7 @@ async fn run(request: Request<'_>) -> Result<Granted, LockError> {
         store: store.clone(),
         keys: keys.clone(),
         member: member.clone(),
-        id: new_token(&keys.name)?,
+        id: new_value(&keys.name, None)?,
         dirty: true,
         in_queue: false,
     };

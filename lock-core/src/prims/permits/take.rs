@@ -9,7 +9,7 @@ use super::{Ask, PermitKeys, Store};
 use crate::prims::env::Env;
 use crate::prims::guard::{Guard, Ops, Parts};
 use crate::prims::options::Options;
-use crate::token::{decode_value, encode_value, new_token};
+use crate::token::{decode_value, new_value};
 use crate::LockError;
 
 /// Takes one permit of `keys` (waiting as `options` say) and returns its guard.
@@ -21,8 +21,8 @@ pub(crate) async fn take(
 ) -> Result<Guard, LockError> {
     let (ttl, wait) = options.resolve(&env, &keys.name)?;
     let store = env.store(&keys.name)?;
-    let token = new_token(&keys.name)?;
-    let value = encode_value(&token, env.label());
+    let value = new_value(&keys.name, env.label())?;
+    let token = decode_value(&value).0.to_owned();
     let granted = acquire(Request {
         env: &env,
         store: store.clone(),
