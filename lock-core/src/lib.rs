@@ -23,6 +23,7 @@
 //! | `macros` | yes | the `#[redis_locked]` attribute (re-exported from `lock-macros`) |
 //! | `cluster` | no | `LockerBuilder::cluster`: locks on a Redis Cluster (redis-rs `cluster-async`) |
 //! | `sentinel` | no | `LockerBuilder::sentinel`: locks on the master Redis Sentinel names, followed across failovers |
+//! | `tls-rustls` | no | `rediss://` over rustls (ring), and [`TlsConfig`] for a private CA, a client certificate and the server name |
 //! | `metrics` | no | counters and histograms through the `metrics` facade (see [`metrics`]) |
 //! | `tower` | no | [`web`]: `LockLayer`, a tower layer that guards HTTP (or gRPC) routes, and RFC 9457 problem responses for `LockError` |
 //! | `axum` | no | `tower`, plus `LockError: axum::response::IntoResponse` and lock keys from path parameters |
@@ -159,6 +160,11 @@
     not(feature = "tower"),
     doc = "[`web`]: https://docs.rs/lock-core/latest/lock_core/web/index.html"
 )]
+#![cfg_attr(feature = "tls-rustls", doc = "[`TlsConfig`]: crate::TlsConfig")]
+#![cfg_attr(
+    not(feature = "tls-rustls"),
+    doc = "[`TlsConfig`]: https://docs.rs/lock-core/latest/lock_core/struct.TlsConfig.html"
+)]
 // docs.rs (`--cfg docsrs`, nightly): mark every feature-gated item with its feature.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
@@ -167,6 +173,7 @@
 mod backend;
 mod background;
 mod conn;
+mod connect;
 mod deadline;
 mod error;
 mod holder;
@@ -177,9 +184,12 @@ mod locker;
 mod macro_support;
 pub mod metrics;
 mod notifier;
+mod redact;
 mod renew;
 mod request;
 mod signal;
+#[cfg(feature = "tls-rustls")]
+mod tls;
 mod token;
 mod wait;
 #[cfg(feature = "tower")]
@@ -193,6 +203,8 @@ pub use lease::{Lease, LeaseHandle};
 pub use locker::{LockInfo, Locker, LockerBuilder, Protocol, DEFAULT_REDIS_URL, REDIS_URL_ENV};
 pub use macro_support::{current_lease, default_locker, set_default_locker};
 pub use request::LockRequest;
+#[cfg(feature = "tls-rustls")]
+pub use tls::TlsConfig;
 pub use token::MAX_LABEL_LEN;
 
 #[cfg(feature = "macros")]

@@ -6,9 +6,8 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 
-use deadpool_redis::{Manager, Pool, PoolConfig, Runtime, Timeouts};
+use deadpool_redis::Pool;
 use futures_util::FutureExt as _;
-use redis::AsyncConnectionConfig;
 
 use crate::backend::memory::Memory;
 use crate::backend::redlock::Redlock;
@@ -17,6 +16,7 @@ use crate::backend::transaction::Transactional;
 use crate::backend::{AnyBackend, Backend as _};
 use crate::background::Background;
 use crate::conn::{SharedConnection, Source};
+use crate::connect::{self, TlsSetting};
 use crate::key::{validate_ttl, validate_wait, LockKeys};
 use crate::local::LocalNames;
 use crate::notifier::Notifier;
@@ -99,7 +99,7 @@ pub enum Protocol {
 
 impl Locker {
     /// A locker on the Redis at `url` (`redis://[user:password@]host[:port][/db]`, or
-    /// `rediss://` for TLS when redis-rs is built with TLS), with default settings. Connects
+    /// `rediss://` for TLS with the `tls-rustls` feature), with default settings. Connects
     /// lazily: a wrong host shows up as [`LockError::Connection`] on the first lock, a
     /// malformed URL as [`LockError::Config`] here.
     pub fn from_url(url: &str) -> Result<Locker, LockError> {
@@ -420,6 +420,7 @@ pub struct LockerBuilder {
     command_timeout: Duration,
     node_timeout: Duration,
     script_mode: ScriptMode,
+    tls: TlsSetting,
 }
 
 #[derive(Clone)]
@@ -476,6 +477,7 @@ impl LockerBuilder {
             command_timeout: Duration::from_secs(3),
             node_timeout: Duration::from_millis(100),
             script_mode: ScriptMode::Eval,
+            tls: TlsSetting::default(),
         }
     }
 
@@ -636,6 +638,15 @@ impl LockerBuilder {
         self
     }
 
+    /// TLS settings for `rediss://` URLs: a private CA, a client certificate, the server name
+    /// (see [`TlsConfig`](crate::TlsConfig)). Requires the `tls-rustls` feature; a bare
+    /// `rediss://` URL needs no settings when the server's certificate is publicly trusted.
+    #[cfg(feature = "tls-rustls")]
+    pub fn tls(mut self, config: crate::TlsConfig) -> Self {
+        self.tls.config = Some(config);
+        self
+    }
+
     /// Deadline for one Redis operation, pool checkout included (default 3 s). A server
     /// that stops answering yields [`LockError::Connection`] after it.
     pub fn command_timeout(mut self, timeout: Duration) -> Self {
@@ -671,12 +682,14 @@ impl LockerBuilder {
             Store::Env => {
                 let url =
                     std::env::var(REDIS_URL_ENV).unwrap_or_else(|_| DEFAULT_REDIS_URL.to_owned());
-                let (pool, client) = build_pool(&url, self.pool_size, self.command_timeout)?;
-                (pool, Some(Notifier::new(client, own_channel(&settings))))
+                let (pool, dial) =
+                    connect::pool(&url, self.pool_size, self.command_timeout, &self.tls)?;
+                (pool, Some(Notifier::new(dial, own_channel(&settings))))
             }
             Store::Url(url) => {
-                let (pool, client) = build_pool(&url, self.pool_size, self.command_timeout)?;
-                (pool, Some(Notifier::new(client, own_channel(&settings))))
+                let (pool, dial) =
+                    connect::pool(&url, self.pool_size, self.command_timeout, &self.tls)?;
+                (pool, Some(Notifier::new(dial, own_channel(&settings))))
             }
         };
         let backend = match self.protocol {
@@ -709,10 +722,10 @@ impl LockerBuilder {
             )));
         }
         let mut nodes = Vec::with_capacity(urls.len());
-        let mut first_client = None;
+        let mut first_dial = None;
         for url in urls {
-            let (pool, client) = build_pool(url, self.pool_size, self.command_timeout)?;
-            first_client.get_or_insert(client);
+            let (pool, dial) = connect::pool(url, self.pool_size, self.command_timeout, &self.tls)?;
+            first_dial.get_or_insert(dial);
             nodes.push(
                 Scripted::new(
                     SharedConnection::new(Source::Pool(pool), self.command_timeout),
@@ -726,7 +739,7 @@ impl LockerBuilder {
         // lock's subscribers, and listening to one node is enough; if it is down, waiters
         // fall back to timed retries.
         let channel = own_channel(&settings);
-        let notifier = first_client.map(|client| Notifier::new(client, channel));
+        let notifier = first_dial.map(|dial| Notifier::new(dial, channel));
         let backend = AnyBackend::Redlock(Redlock::new(nodes, self.node_timeout));
         Ok(Locker::with_backend(backend, settings, notifier))
     }
@@ -734,19 +747,10 @@ impl LockerBuilder {
     #[cfg(feature = "cluster")]
     fn build_cluster(&self, seeds: &[String], settings: Settings) -> Result<Locker, LockError> {
         self.scripts_only("a Redis Cluster")?;
-        let client = redis::cluster::ClusterClient::builder(seeds.to_vec())
-            .connection_timeout(self.command_timeout)
-            .response_timeout(self.command_timeout)
-            .build()
-            .map_err(|err| LockError::Config(format!("cannot use the cluster seeds: {err}")))?;
         // PUBLISH reaches every node of a cluster, so one node's subscription hears all
         // releases; if that node goes, waiters fall back to timed retries.
-        let notifier = match seeds.first() {
-            Some(seed) => redis::Client::open(seed.as_str())
-                .ok()
-                .map(|client| Notifier::new(client, own_channel(&settings))),
-            None => None,
-        };
+        let (client, dial) = connect::cluster(seeds, self.command_timeout, &self.tls)?;
+        let notifier = dial.map(|dial| Notifier::new(dial, own_channel(&settings)));
         let conn = SharedConnection::new(Source::Cluster(Box::new(client)), self.command_timeout);
         let backend = AnyBackend::Scripted(Scripted::new(conn, self.script_mode));
         Ok(Locker::with_backend(backend, settings, notifier))
@@ -760,18 +764,12 @@ impl LockerBuilder {
         settings: Settings,
     ) -> Result<Locker, LockError> {
         self.scripts_only("Sentinel")?;
-        let client = redis::sentinel::SentinelClient::build(
-            sentinels,
-            master,
-            None,
-            redis::sentinel::SentinelServerType::Master,
-        )
-        .map_err(|err| LockError::Config(format!("cannot use the sentinels: {err}")))?;
-        let config = AsyncConnectionConfig::new()
+        let client = connect::sentinel(sentinels, master, &self.tls)?;
+        let config = redis::AsyncConnectionConfig::new()
             .set_connection_timeout(Some(self.command_timeout))
             .set_response_timeout(Some(self.command_timeout));
         let source = Source::Sentinel {
-            client: Box::new(tokio::sync::Mutex::new(client)),
+            client,
             config: Box::new(config),
         };
         let conn = SharedConnection::new(source, self.command_timeout);
@@ -820,57 +818,6 @@ fn own_channel(settings: &Settings) -> String {
     format!("{}waiters:{:016x}", settings.prefix, fastrand::u64(..))
 }
 
-/// The pool for lock commands, and a client for the pub/sub connection.
-fn build_pool(
-    url: &str,
-    size: Option<usize>,
-    timeout: Duration,
-) -> Result<(Pool, redis::Client), LockError> {
-    // Parse first: deadpool's own error for a bad URL does not say which part is wrong.
-    let client = redis::Client::open(url).map_err(|err| {
-        LockError::Config(format!("cannot use Redis URL {:?}: {err}", redact_url(url)))
-    })?;
-    // Every command on these connections answers within `timeout` or fails: the deadline
-    // the scripted backend relies on.
-    let connection = AsyncConnectionConfig::new()
-        .set_connection_timeout(Some(timeout))
-        .set_response_timeout(Some(timeout));
-    let manager = Manager::new_with_config(url, connection).map_err(|err| {
-        LockError::Config(format!("cannot use Redis URL {:?}: {err}", redact_url(url)))
-    })?;
-    let mut config = PoolConfig::default();
-    if let Some(size) = size {
-        config.max_size = size.max(1);
-    }
-    config.timeouts = Timeouts {
-        wait: Some(timeout),
-        create: Some(timeout),
-        recycle: Some(timeout),
-    };
-    let pool = Pool::builder(manager)
-        .config(config)
-        .runtime(Runtime::Tokio1)
-        .build()
-        .map_err(|err| {
-            LockError::Config(format!(
-                "cannot build a pool for {:?}: {err}",
-                redact_url(url)
-            ))
-        })?;
-    Ok((pool, client))
-}
-
-/// A Redis URL with its user and password replaced by `***`, for this crate's error
-/// messages: `redis://app:s3cret@db:6379/0` becomes `redis://***@db:6379/0`.
-pub(crate) fn redact_url(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            format!("{}://***@{}", &url[..scheme], &url[at + 1..])
-        }
-        _ => url.to_owned(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -881,15 +828,6 @@ mod tests {
             let err = Locker::from_url(url).unwrap_err();
             assert!(matches!(err, LockError::Config(_)), "{url}: {err:?}");
         }
-    }
-
-    #[test]
-    fn passwords_stay_out_of_messages() {
-        assert_eq!(
-            redact_url("redis://user:secret@host:6379/0"),
-            "redis://***@host:6379/0"
-        );
-        assert_eq!(redact_url("redis://host/"), "redis://host/");
     }
 
     #[test]

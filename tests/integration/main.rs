@@ -15,4 +15,6 @@ mod security;
 mod sentinel;
 mod stalls;
 mod stress;
+#[cfg(feature = "tls")]
+mod tls;
 mod web_guards;

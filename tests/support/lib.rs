@@ -12,8 +12,12 @@
 
 pub mod cluster;
 pub mod proxy;
+#[cfg(feature = "tls")]
+pub mod tls;
 
 pub use cluster::RedisCluster;
+#[cfg(feature = "tls")]
+pub use tls::{TlsFiles, TlsServer};
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
@@ -95,16 +99,10 @@ impl RedisServer {
     /// Starts a Redis Sentinel watching the master at `master_port` under the name `master`,
     /// quick to act (down after 1 s) so failover tests stay short.
     pub fn start_sentinel(master: &str, master_port: u16) -> RedisServer {
-        let config = vec![
-            format!("sentinel monitor {master} 127.0.0.1 {master_port} 1"),
-            format!("sentinel down-after-milliseconds {master} 1000"),
-            format!("sentinel failover-timeout {master} 3000"),
-            format!("sentinel parallel-syncs {master} 1"),
-        ];
-        RedisServer::launch(config, true)
+        RedisServer::launch(sentinel_config(master, master_port), true)
     }
 
-    fn launch(extra_config: Vec<String>, sentinel: bool) -> RedisServer {
+    pub(crate) fn launch(extra_config: Vec<String>, sentinel: bool) -> RedisServer {
         let dir = tempfile::Builder::new()
             .prefix("lock-tests-redis-")
             .tempdir()
@@ -249,6 +247,16 @@ impl Drop for RedisServer {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// A Sentinel's config: watch `master` at `master_port`, quick to act.
+pub(crate) fn sentinel_config(master: &str, master_port: u16) -> Vec<String> {
+    vec![
+        format!("sentinel monitor {master} 127.0.0.1 {master_port} 1"),
+        format!("sentinel down-after-milliseconds {master} 1000"),
+        format!("sentinel failover-timeout {master} 3000"),
+        format!("sentinel parallel-syncs {master} 1"),
+    ]
 }
 
 /// A TCP port nobody listens on right now.
