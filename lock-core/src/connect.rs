@@ -55,6 +55,10 @@ pub(crate) enum Dial {
     /// A client whose host is a TLS server name, with the real host behind it.
     #[cfg(feature = "tls-rustls")]
     Pinned(redis::Client, Pinned),
+    /// The master Sentinel names now; asked again at every reconnect, so the subscription
+    /// follows a failover.
+    #[cfg(feature = "sentinel")]
+    Sentinel(Arc<tokio::sync::Mutex<redis::sentinel::SentinelClient>>),
 }
 
 impl From<redis::Client> for Dial {
@@ -70,6 +74,11 @@ impl Dial {
             Dial::Client(client) => client.get_async_pubsub().await,
             #[cfg(feature = "tls-rustls")]
             Dial::Pinned(client, pinned) => pinned.pubsub(client).await,
+            #[cfg(feature = "sentinel")]
+            Dial::Sentinel(sentinel) => {
+                let client = sentinel.lock().await.async_get_client().await?;
+                client.get_async_pubsub().await
+            }
         }
     }
 }

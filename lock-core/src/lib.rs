@@ -72,8 +72,8 @@
 //!
 //! - **In a `Locker`**, waiters queue in FIFO order and only the head talks to Redis; while a
 //!   lease of the same locker holds the name, the head waits for its local release signal.
-//! - **Across `Locker`s** (processes), on one Redis or a Cluster with Lua scripts, the head
-//!   stands in the lock's waiter queue in Redis, and is told when its turn comes.
+//! - **Across `Locker`s** (processes), on one Redis, Sentinel or a Cluster with Lua scripts,
+//!   the head stands in the lock's waiter queue in Redis, and is told when its turn comes.
 //!
 //! The waiter queue, step by step:
 //!
@@ -116,9 +116,11 @@
 //! Where there is no queue: Redlock (each node could reserve the lock for a different
 //! waiter, and no waiter might then win a majority) and WATCH/MULTI (no scripts) announce
 //! every release on `<prefix>{N}:released`, and their waiters subscribe to it (every waiting
-//! process wakes at each release); a `Locker` built from a pool or on Sentinel has no
-//! pub/sub connection and polls. Mixing them with scripted `Locker`s on one lock is safe,
-//! but each kind then learns of the other's releases only from its timers.
+//! process wakes at each release). A `Locker` built from a pool has no pub/sub connection
+//! and polls, unless the builder is given a client for it (`pubsub_client`). On Sentinel,
+//! the pub/sub connection asks the Sentinels for the master whenever it connects, and
+//! follows it across a failover. Mixing polling or broadcast `Locker`s with queued ones on
+//! one lock is safe, but each kind then learns of the other's releases only from its timers.
 //!
 //! # Deployments and what they guarantee
 //!

@@ -112,13 +112,31 @@ impl Locker {
         Locker::from_url(&url)
     }
 
-    /// A locker on an existing deadpool-redis pool, with default settings.
+    /// A locker on an existing deadpool-redis pool, with default settings, whose waiters
+    /// poll.
     ///
     /// A pool gives no way to open the pub/sub connection that tells waiters their turn, so
     /// a locker built this way neither stands in the waiter queue nor hears releases: its
     /// waiting requests retry on a timer (2 ms growing to 100 ms, cut short by the holder's
-    /// TTL), a hand-off of tens of milliseconds instead of about one. Prefer
-    /// [`Locker::from_url`] or the builder's `url` where you can.
+    /// TTL), a hand-off of tens of milliseconds instead of about one, and waiters of several
+    /// processes race for each release. Give the builder a client for the same server next
+    /// to the pool ([`LockerBuilder::pubsub_client`]) and its waiters queue and are told
+    /// their turn like those of [`Locker::from_url`]:
+    ///
+    /// ```
+    /// # use lock_core::{deadpool_redis, Locker};
+    /// # use lock_core::deadpool_redis::redis;
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let url = "redis://127.0.0.1:6379/";
+    /// let pool = deadpool_redis::Config::from_url(url).create_pool(Some(deadpool_redis::Runtime::Tokio1))?;
+    /// let locker = Locker::builder()
+    ///     .pool(pool)
+    ///     .pubsub_client(redis::Client::open(url)?)
+    ///     .build()?;
+    /// # drop(locker);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn from_pool(pool: Pool) -> Locker {
         let settings = LockerBuilder::new().settings();
         let conn = SharedConnection::new(Source::Pool(pool), settings.command_timeout);
@@ -421,6 +439,7 @@ pub struct LockerBuilder {
     node_timeout: Duration,
     script_mode: ScriptMode,
     tls: TlsSetting,
+    pubsub_client: Option<redis::Client>,
 }
 
 #[derive(Clone)]
@@ -478,6 +497,7 @@ impl LockerBuilder {
             node_timeout: Duration::from_millis(100),
             script_mode: ScriptMode::Eval,
             tls: TlsSetting::default(),
+            pubsub_client: None,
         }
     }
 
@@ -487,9 +507,20 @@ impl LockerBuilder {
         self
     }
 
-    /// Use an existing deadpool-redis pool.
+    /// Use an existing deadpool-redis pool. Without [`LockerBuilder::pubsub_client`] its
+    /// waiters poll (see [`Locker::from_pool`]).
     pub fn pool(mut self, pool: Pool) -> Self {
         self.store = Store::Pool(pool);
+        self
+    }
+
+    /// With [`LockerBuilder::pool`]: a client for the pool's server (same address, auth and
+    /// TLS settings), with which the locker opens the one pub/sub connection that tells its
+    /// waiters their turn. Waiting then works as with a URL: the Redis-side waiter queue,
+    /// hand-offs of about a millisecond. With any other store, [`LockError::Config`] at
+    /// `build`: those open their own.
+    pub fn pubsub_client(mut self, client: redis::Client) -> Self {
+        self.pubsub_client = Some(client);
         self
     }
 
@@ -666,12 +697,22 @@ impl LockerBuilder {
         }
         let settings = self.settings();
         let store = std::mem::replace(&mut self.store, Store::Env);
+        let pubsub_client = self.pubsub_client.take();
+        if pubsub_client.is_some() && !matches!(store, Store::Pool(_)) {
+            return Err(LockError::Config(
+                "pubsub_client is for a locker on a pool; other lockers open their own".into(),
+            ));
+        }
         let (pool, notifier) = match store {
             Store::Memory => {
                 let backend = AnyBackend::Memory(Memory::default());
                 return Ok(Locker::with_backend(backend, settings, None));
             }
-            Store::Pool(pool) => (pool, None),
+            Store::Pool(pool) => {
+                let notifier =
+                    pubsub_client.map(|client| Notifier::new(client, own_channel(&settings)));
+                (pool, notifier)
+            }
             Store::Redlock(urls) => return self.build_redlock(&urls, settings),
             #[cfg(feature = "cluster")]
             Store::Cluster(seeds) => return self.build_cluster(&seeds, settings),
@@ -768,14 +809,19 @@ impl LockerBuilder {
         let config = redis::AsyncConnectionConfig::new()
             .set_connection_timeout(Some(self.command_timeout))
             .set_response_timeout(Some(self.command_timeout));
+        // The notifier asks the Sentinels for the master whenever it (re)connects, so after a
+        // failover its subscription moves to the new master with the lock commands.
+        let notifier = Notifier::new(
+            connect::Dial::Sentinel(std::sync::Arc::clone(&client)),
+            own_channel(&settings),
+        );
         let source = Source::Sentinel {
             client,
             config: Box::new(config),
         };
         let conn = SharedConnection::new(source, self.command_timeout);
-        // The master moves on failover: waiters use timed retries rather than a pub/sub
-        // connection pinned to one server.
         let backend = AnyBackend::Scripted(Scripted::new(conn, self.script_mode));
+        drop(notifier);
         Ok(Locker::with_backend(backend, settings, None))
     }
 

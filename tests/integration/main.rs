@@ -7,6 +7,7 @@ mod fast_path;
 mod fencing;
 mod harness;
 mod loss;
+mod notified;
 mod queue;
 mod redis_only;
 mod redlock;

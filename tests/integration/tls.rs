@@ -8,6 +8,7 @@ use std::time::Duration;
 use lock_core::{LockError, Locker, TlsConfig};
 use lock_tests::{RedisCluster, RedisServer, TlsFiles, TlsServer};
 
+use crate::notified::{queued, subscribed_on, until, waiter_is_woken_by_notification};
 use crate::security::full_life_cycle;
 
 const SECOND: Duration = Duration::from_secs(1);
@@ -26,56 +27,6 @@ fn locker(url: String, tls: TlsConfig) -> Locker {
         .command_timeout(2 * SECOND)
         .build()
         .expect("locker")
-}
-
-fn count(reply: &str) -> usize {
-    reply.trim().trim_start_matches(':').parse().unwrap_or(0)
-}
-
-/// True when a client of `server` connected to its TLS port `tls_port` holds a subscription.
-fn subscribed_over_tls(server: &RedisServer, tls_port: u16) -> bool {
-    server.command(&["CLIENT", "LIST"]).lines().any(|line| {
-        line.contains(&format!("laddr=127.0.0.1:{tls_port} ")) && line.contains(" sub=1 ")
-    })
-}
-
-async fn until(what: &str, mut check: impl FnMut() -> bool) {
-    for _ in 0..1000 {
-        if check() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("timed out waiting for {what}");
-}
-
-/// `holder` takes `name` for a minute; `waiter` (another locker, as another process would
-/// have) waits for it for 30 s. Once the waiter stands in the Redis-side queue and its
-/// locker is subscribed over TLS, the holder releases. The head of a queue sleeps until the
-/// holder's TTL runs out (a minute, past its wait) unless told its turn, so getting the lock
-/// proves the notification arrived over TLS.
-async fn waiter_is_woken_by_notification(
-    holder: &Locker,
-    waiter: &Locker,
-    name: &str,
-    queued: impl Fn() -> usize,
-    subscribed: impl Fn() -> bool,
-) {
-    let lease = holder.lock(name).ttl(60 * SECOND).await.expect("holder");
-    let waiting = {
-        let waiter = waiter.clone();
-        let name = name.to_owned();
-        tokio::spawn(async move { waiter.lock(name).ttl(10 * SECOND).wait(30 * SECOND).await })
-    };
-    until("the waiter to queue in Redis", || queued() == 1).await;
-    assert!(subscribed(), "the waiter's locker is subscribed over TLS");
-    assert!(lease.release().await.expect("release"));
-    let next = waiting
-        .await
-        .expect("join")
-        .expect("woken by its turn's notification, long before the holder's TTL");
-    assert_eq!(queued(), 0);
-    assert!(next.release().await.expect("release"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -103,8 +54,8 @@ async fn a_private_ca_carries_every_operation_renewal_and_notifications() {
         &first,
         &second,
         "notified",
-        || count(&server.command(&["ZCARD", "lock:{notified}:q"])),
-        || subscribed_over_tls(server, tls.tls_port),
+        || queued(server, "notified"),
+        || subscribed_on(server, tls.tls_port),
     )
     .await;
 }
@@ -166,8 +117,8 @@ async fn mutual_tls_needs_the_client_certificate() {
         &first,
         &second,
         "mtls-notified",
-        || count(&server.command(&["ZCARD", "lock:{mtls-notified}:q"])),
-        || subscribed_over_tls(server, tls.tls_port),
+        || queued(server, "mtls-notified"),
+        || subscribed_on(server, tls.tls_port),
     )
     .await;
 }
@@ -195,8 +146,8 @@ async fn a_server_name_other_than_the_host() {
         &first,
         &second,
         "named-notified",
-        || count(&server.command(&["ZCARD", "lock:{named-notified}:q"])),
-        || subscribed_over_tls(server, tls.tls_port),
+        || queued(server, "named-notified"),
+        || subscribed_on(server, tls.tls_port),
     )
     .await;
 }
@@ -228,7 +179,7 @@ async fn redlock_over_tls() {
         tokio::spawn(async move { second.lock("rl").wait(30 * SECOND).await })
     };
     until("the waiter to subscribe over TLS", || {
-        subscribed_over_tls(&nodes[0].server, nodes[0].tls_port)
+        subscribed_on(&nodes[0].server, nodes[0].tls_port)
     })
     .await;
     assert!(lease.release().await.expect("release"));
@@ -276,8 +227,8 @@ async fn a_cluster_over_tls() {
         &first,
         &second,
         "clustered",
-        || count(&master.command(&["ZCARD", "lock:{clustered}:q"])),
-        || subscribed_over_tls(seed, seed_port),
+        || queued(master, "clustered"),
+        || subscribed_on(seed, seed_port),
     )
     .await;
 }
@@ -294,6 +245,20 @@ async fn sentinel_over_tls() {
         .build()
         .expect("sentinel locker");
     full_life_cycle(&locker, "sentinel").await;
+    let waiter = Locker::builder()
+        .sentinel([sentinel.url()], "locks")
+        .tls(ca(&files))
+        .build()
+        .expect("sentinel locker");
+    let server = &master.server;
+    waiter_is_woken_by_notification(
+        &locker,
+        &waiter,
+        "sentinel-notified",
+        || queued(server, "sentinel-notified"),
+        || subscribed_on(server, master.tls_port),
+    )
+    .await;
     let clients = master.server.command(&["CLIENT", "LIST"]);
     assert!(
         clients.contains(&format!("laddr=127.0.0.1:{} ", master.tls_port)),
