@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use lock_core::{LockError, Locker, TlsConfig};
-use lock_tests::{RedisCluster, RedisServer, TlsFiles, TlsServer};
+use lock_tests::{RedisCluster, TlsFiles, TlsServer};
 
 use crate::notified::{queued, subscribed_on, until, waiter_is_woken_by_notification};
 use crate::security::full_life_cycle;
