@@ -176,6 +176,7 @@ mod backend;
 mod background;
 mod conn;
 mod connect;
+mod current;
 mod deadline;
 mod error;
 mod holder;
@@ -193,21 +194,24 @@ mod signal;
 #[cfg(feature = "tls-rustls")]
 mod tls;
 mod token;
+mod using;
 mod wait;
 #[cfg(feature = "tower")]
 pub mod web;
 
 pub use backend::scripted::ScriptMode;
+pub use current::current_lease;
 pub use error::LockError;
 pub use holder::Holder;
 pub use key::{MAX_NAME_LEN, MAX_TTL, MAX_WAIT, MIN_TTL};
 pub use lease::{Lease, LeaseHandle};
 pub use locker::{LockInfo, Locker, LockerBuilder, Protocol, DEFAULT_REDIS_URL, REDIS_URL_ENV};
-pub use macro_support::{current_lease, default_locker, set_default_locker};
+pub use macro_support::{default_locker, set_default_locker};
 pub use request::LockRequest;
 #[cfg(feature = "tls-rustls")]
 pub use tls::TlsConfig;
 pub use token::MAX_LABEL_LEN;
+pub use using::{OnLost, UsingRequest};
 
 #[cfg(feature = "macros")]
 pub use lock_macros::redis_locked;

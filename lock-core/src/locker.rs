@@ -192,26 +192,33 @@ impl Locker {
             .await
     }
 
-    /// Runs `work` while holding `name` (waiting up to the locker's default wait), and
-    /// releases the lock on every path: normal completion, an error inside `work`, or a
-    /// panic (which is resumed after the release).
+    /// Runs `work` while holding `name` (waiting up to the locker's default wait), without
+    /// renewal, and releases the lock on every path: normal completion, an error inside
+    /// `work`, or a panic (which is resumed after the release). If the lease was lost while
+    /// `work` ran, the result is [`LockError::Lost`].
     ///
-    /// If the lease was lost while `work` ran (it outlived `ttl`), the result is
-    /// [`LockError::Lost`]: the work finished, but another holder may have run beside it.
+    /// Deprecated: `work`'s own `Result` ends up nested in the lock's, it gets neither its
+    /// lease nor renewal, and a loss replaces its output. [`Locker::using`] is the same
+    /// with the lease passed to a closure, renewal on, one `?` for both kinds of error, and
+    /// the lost-lease rule of `#[redis_locked]`:
     ///
     /// ```
-    /// # use lock_core::Locker;
-    /// # use std::time::Duration;
+    /// # use lock_core::{Locker, LockError};
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), lock_core::LockError> {
+    /// # async fn main() -> Result<(), LockError> {
     /// let locker = Locker::memory();
+    /// // Before: locker.with_lock("nightly-report", ttl, async { 40 + 2 }).await?
     /// let total = locker
-    ///     .with_lock("nightly-report", Duration::from_secs(30), async { 40 + 2 })
+    ///     .using("nightly-report", |_lease| async { Ok::<_, LockError>(40 + 2) })
     ///     .await?;
     /// assert_eq!(total, 42);
     /// # Ok(())
     /// # }
     /// ```
+    #[deprecated(
+        since = "0.1.0",
+        note = "use `locker.lock(name).ttl(ttl).using(|lease| async { .. })`: the work gets its lease, is renewed, and composes with `?`"
+    )]
     pub async fn with_lock<F>(
         &self,
         name: impl Into<String>,

@@ -1,21 +1,16 @@
-//! What `#[redis_locked]` needs at run time: the process-wide default locker, the task's
-//! held leases (for reentrancy and [`current_lease`]), and the one call the expansion makes.
+//! What `#[redis_locked]` needs at run time: the process-wide default locker, and the one
+//! call the expansion makes (the body runs as a [`using`](crate::LockRequest::using)
+//! closure would).
 
 use std::future::Future;
-use std::panic::AssertUnwindSafe;
 use std::sync::RwLock;
 use std::time::Duration;
 
-use futures_util::FutureExt as _;
-
-use crate::{LeaseHandle, LockError, Locker};
+use crate::current::enclosing_lease;
+use crate::using::{hold, reenter, OnLost};
+use crate::{LockError, Locker};
 
 static DEFAULT_LOCKER: RwLock<Option<Locker>> = RwLock::new(None);
-
-tokio::task_local! {
-    /// The leases `#[redis_locked]` functions on this task's call stack hold, innermost last.
-    static HELD: Vec<LeaseHandle>;
-}
 
 /// Sets the locker `#[redis_locked]` uses when no `locker = ..` is given. Call it once at
 /// startup; a later call replaces it (and returns the previous one).
@@ -39,31 +34,6 @@ pub fn default_locker() -> Option<Locker> {
         .read()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
         .clone()
-}
-
-/// The lease of the innermost `#[redis_locked]` function (or `LockLayer`-guarded handler)
-/// running on this task, if any: its fencing token, its validity, and a `lost()` signal,
-/// without adding parameters.
-///
-/// ```
-/// # use lock_core::{Locker, LockError};
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), LockError> {
-/// assert!(lock_core::current_lease().is_none());
-/// # Ok(())
-/// # }
-/// ```
-pub fn current_lease() -> Option<LeaseHandle> {
-    HELD.try_with(|held| held.last().cloned()).ok().flatten()
-}
-
-/// Runs `work` with `lease` as its [`current_lease`] (innermost, over any outer ones), as
-/// `LockLayer` does for the handler it guards.
-#[cfg_attr(not(feature = "tower"), allow(dead_code))]
-pub(crate) async fn with_current_lease<F: Future>(lease: LeaseHandle, work: F) -> F::Output {
-    let mut stack = HELD.try_with(Vec::clone).unwrap_or_default();
-    stack.push(lease);
-    HELD.scope(stack, work).await
 }
 
 /// What a `#[redis_locked]` expansion asks for. Built with chained calls so that new
@@ -209,28 +179,8 @@ where
     let Some(locker) = locker.or_else(default_locker) else {
         return Err(E::from(LockError::NoDefaultLocker { name: spec.key }));
     };
-    let enclosing = HELD
-        .try_with(|held| {
-            held.iter()
-                .rev()
-                .find(|lease| lease.same_lock(&locker, &spec.key))
-                .cloned()
-        })
-        .ok()
-        .flatten();
-    if let Some(enclosing) = enclosing {
-        // Reentrant only while the enclosing lease is still ours: once it is lost (expired,
-        // deleted, the server restarted empty) another process may hold the lock, and the
-        // nested body must not run beside it. Acquiring anew instead would hand the outer
-        // body, which believes it held the lock throughout, a gap it cannot see.
-        // The local check is free; the question to Redis (one round trip, as a fresh call
-        // would make) catches a loss the renewer has not seen yet.
-        // Boxed: nesting is rare, and inlining the inspection would grow every annotated
-        // function's future by kilobytes.
-        if enclosing.is_lost() || !Box::pin(enclosing.is_held()).await.map_err(E::from)? {
-            return Err(E::from(LockError::Lost { name: spec.key }));
-        }
-        return body.await;
+    if let Some(enclosing) = enclosing_lease(&locker, &spec.key) {
+        return reenter(enclosing, spec.key, |_| body).await;
     }
     let mut request = locker.lock(spec.key);
     if let Some(ttl) = spec.ttl {
@@ -245,46 +195,12 @@ where
     // Boxed (through IntoFuture): inlining the acquisition would make every annotated
     // function's future several kilobytes larger (clippy::large_futures in user code).
     let lease = request.await.map_err(E::from)?;
-    let mut stack = HELD.try_with(Vec::clone).unwrap_or_default();
-    stack.push(lease.handle());
-    let guarded = AssertUnwindSafe(HELD.scope(stack, body)).catch_unwind();
-    let outcome = if spec.cancel_on_lost {
-        let watch = lease.handle();
-        tokio::select! {
-            biased;
-            outcome = guarded => Some(outcome),
-            () = watch.lost() => None,
-        }
+    let on_lost = if spec.cancel_on_lost {
+        OnLost::Cancel
+    } else if spec.error_on_lost {
+        OnLost::Error
     } else {
-        Some(guarded.await)
+        OnLost::Report
     };
-    let Some(outcome) = outcome else {
-        // The body was dropped mid-way because the lease was lost.
-        let name = lease.name().to_owned();
-        let _ = lease.release().await;
-        tracing::warn!(%name, "lease lost: the locked body was cancelled");
-        return Err(E::from(LockError::Lost { name }));
-    };
-    let name = lease.name().to_owned();
-    // Lost before the release (validity ran out, renewal failed), or found so by it.
-    let lost_before = lease.is_lost();
-    let released = lease.release().await;
-    let result = match outcome {
-        Ok(result) => result,
-        Err(panic) => std::panic::resume_unwind(panic),
-    };
-    let lost = lost_before || matches!(released, Ok(false));
-    if let Err(err) = &released {
-        tracing::warn!(%name, %err, "release failed; the TTL will free the lock");
-    }
-    match result {
-        Ok(_) if lost && spec.error_on_lost => Err(E::from(LockError::Lost { name })),
-        result => {
-            if lost {
-                // The work is done; an error now would invite a retry that repeats it.
-                tracing::warn!(%name, "the lease was lost while the locked body ran; its result stands");
-            }
-            result
-        }
-    }
+    hold(lease, on_lost, |_| body).await
 }

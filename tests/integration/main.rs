@@ -18,4 +18,5 @@ mod stalls;
 mod stress;
 #[cfg(feature = "tls")]
 mod tls;
+mod using;
 mod web_guards;

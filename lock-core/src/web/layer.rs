@@ -17,7 +17,7 @@ use super::body::{release, LockBody};
 use super::hold_times::HoldTimes;
 use super::problem::{error_responses, ErrorResponses, Problem};
 use super::{KeyRejection, LockKey};
-use crate::macro_support::with_current_lease;
+use crate::current::with_current_lease;
 use crate::{LockError, Locker};
 
 /// How long a guarded request keeps its lock.
