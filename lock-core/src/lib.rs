@@ -46,6 +46,40 @@
 //! # }
 //! ```
 //!
+//! # Defaults
+//!
+//! One table for every entry point. Each default is chosen for how that entry point is used;
+//! the locker's `default_ttl` and `default_wait` ([`LockerBuilder`]) change the "locker's"
+//! values, and every entry point takes its own `ttl` / `wait` / renewal setting.
+//!
+//! | use | entry point | TTL | wait for a busy lock | renewal | lease lost while the work runs |
+//! |---|---|---|---|---|---|
+//! | business function | `#[redis_locked]` | locker's (30 s) | locker's (10 s) | on | result stands, loss reported |
+//! | closure | [`Locker::using`], [`LockRequest::using`] | locker's (30 s) | locker's (10 s) | on | result stands, loss reported |
+//! | HTTP handler | `#[redis_locked]` on an axum handler, `LockLayer` | locker's (30 s) | none: 409 with `Retry-After` at once | on | response stands, loss reported |
+//! | imperative | [`Locker::lock`] | locker's (30 s) | locker's (10 s) | off ([`LockRequest::auto_renew`]) | the holder watches [`LeaseHandle::lost`] |
+//! | try once | [`Locker::try_lock`] | given | none | off | the holder watches [`LeaseHandle::lost`] |
+//!
+//! Why:
+//!
+//! - **Wait.** A business call queues behind a holder doing the same short work: 10 s (the
+//!   book's `acquire_timeout`) is long enough for that and short enough to fail visibly. An
+//!   HTTP request does not wait: holding the client's connection and a server slot while
+//!   another request works helps nobody; it is told 409 with a `Retry-After` and decides
+//!   itself. `#[redis_locked]` treats a function as a handler when one of its parameters is
+//!   an axum extractor (`State<..>`, `Path<..>`, `Json<..>`, `Query<..>`, `Form<..>`,
+//!   `Extension<..>`, `HeaderMap`, ...); `wait = ".."` overrides it either way.
+//! - **Renewal.** Where the lock's scope is the work (an annotated function, a closure, a
+//!   request), the lease is renewed while the work runs, so slow work never shares its lock,
+//!   and the TTL only bounds how long a crashed holder blocks others. A [`Lease`] from
+//!   `lock()` lives as long as its holder keeps it, so renewal is opt-in there: the TTL is
+//!   the bound on a lease forgotten in a hung task.
+//! - **A lost lease** ([`OnLost`]): where the library runs the work, a finished work's result
+//!   stands and the loss is reported (a warning, the `lock_lost_total` metric, `is_lost()`
+//!   on the lease the work sees): turning finished work into an error invites a retry that
+//!   does it twice. `on_lost = "error"` / [`OnLost::Error`] and `"cancel"` /
+//!   [`OnLost::Cancel`] are the opt-ins.
+//!
 //! # Guarantees
 //!
 //! - **Mutual exclusion**: a lock is taken with `SET key value NX PX ttl`; while a lease is
@@ -178,6 +212,7 @@ mod conn;
 mod connect;
 mod current;
 mod deadline;
+mod defaults;
 mod error;
 mod holder;
 mod key;

@@ -494,8 +494,8 @@ impl LockerBuilder {
         LockerBuilder {
             store: Store::Env,
             prefix: "lock:".to_owned(),
-            default_ttl: Duration::from_secs(30),
-            default_wait: Duration::from_secs(10),
+            default_ttl: crate::defaults::TTL,
+            default_wait: crate::defaults::WAIT,
             pool_size: None,
             label: Label::Default { app: None },
             protocol: Protocol::Scripts,

@@ -47,6 +47,7 @@ pub struct LockSpec {
     renew: bool,
     cancel_on_lost: bool,
     error_on_lost: bool,
+    http_handler: bool,
 }
 
 impl LockSpec {
@@ -60,7 +61,15 @@ impl LockSpec {
             renew: true,
             cancel_on_lost: false,
             error_on_lost: false,
+            http_handler: false,
         }
+    }
+
+    /// The function is an HTTP handler (it takes axum extractors): without a `wait` of its
+    /// own it does not wait for a busy lock, as `LockLayer` does not.
+    pub fn http_handler(mut self) -> LockSpec {
+        self.http_handler = true;
+        self
     }
 
     pub fn renew(mut self, renew: bool) -> LockSpec {
@@ -186,7 +195,8 @@ where
     if let Some(ttl) = spec.ttl {
         request = request.ttl(ttl);
     }
-    if let Some(wait) = spec.wait {
+    let handler_wait = spec.http_handler.then_some(crate::defaults::HANDLER_WAIT);
+    if let Some(wait) = spec.wait.or(handler_wait) {
         request = request.wait(wait);
     }
     if spec.renew {

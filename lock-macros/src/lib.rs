@@ -9,13 +9,15 @@
 //!
 //! `args` parses the attribute, `template` reads the key, `duration` the `ttl`/`wait`
 //! strings, `bindings` collects the names parameters bind, `signature` checks the function's
-//! shape, and `expand` generates code that calls only `lock_core::__private`.
+//! shape, `handler` tells HTTP handlers (axum extractor parameters) from business functions,
+//! and `expand` generates code that calls only `lock_core::__private`.
 
 mod args;
 mod bindings;
 mod duration;
 mod errors;
 mod expand;
+mod handler;
 #[cfg(test)]
 mod properties;
 mod signature;

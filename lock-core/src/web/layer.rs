@@ -221,7 +221,7 @@ impl LockLayer {
                 locker,
                 key: Arc::new(key),
                 ttl: None,
-                wait: Duration::ZERO,
+                wait: crate::defaults::HANDLER_WAIT,
                 renew: true,
                 max_hold: None,
                 hold: HoldUntil::Response,
