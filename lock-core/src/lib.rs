@@ -213,6 +213,7 @@ mod connect;
 mod current;
 mod deadline;
 mod defaults;
+mod duration;
 mod error;
 mod holder;
 mod key;
@@ -236,6 +237,7 @@ pub mod web;
 
 pub use backend::scripted::ScriptMode;
 pub use current::current_lease;
+pub use duration::{parse_duration, DurationError};
 pub use error::LockError;
 pub use holder::Holder;
 pub use key::{MAX_NAME_LEN, MAX_TTL, MAX_WAIT, MIN_TTL};
