@@ -303,3 +303,9 @@ fn reply_complete(reply: &[u8]) -> bool {
     }
     true
 }
+
+/// The workspace README's examples, compiled as written (`cargo test -p lock-tests --doc`):
+/// the README is not part of a published crate, so this unpublished one tests it.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+struct WorkspaceReadme;

@@ -75,3 +75,8 @@ pub fn redact(url: &str) -> String {
         _ => url.to_owned(),
     }
 }
+
+/// The README's example, compiled as written by `cargo test --doc`.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
