@@ -11,6 +11,7 @@
 //! ```
 
 pub mod cluster;
+pub mod discover;
 pub mod proxy;
 #[cfg(feature = "tls")]
 pub mod tls;
@@ -42,7 +43,29 @@ pub struct RedisServer {
     extra_config: Vec<String>,
     /// Sentinel mode: the base config is the Sentinel's, and `--sentinel` is passed.
     sentinel: bool,
+    /// The `redis-server` to run.
+    binary: String,
 }
+
+/// Why a server did not start.
+#[derive(Debug)]
+pub enum StartError {
+    /// There is no `redis-server` to run ([`INSTALL_HINT`] says what to do).
+    NotInstalled,
+    /// It ran but did not come up: its log, or why it could not run.
+    Failed(String),
+}
+
+impl std::fmt::Display for StartError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StartError::NotInstalled => f.write_str(INSTALL_HINT),
+            StartError::Failed(log) => write!(f, "redis-server did not start:\n{log}"),
+        }
+    }
+}
+
+impl std::error::Error for StartError {}
 
 impl RedisServer {
     /// Starts a server with persistence off. Panics with [`INSTALL_HINT`] when redis-server
@@ -102,20 +125,41 @@ impl RedisServer {
         RedisServer::launch(sentinel_config(master, master_port), true)
     }
 
+    /// Starts `binary` (a `redis-server`) with persistence off, without panicking: for
+    /// programs that start a server when they find none ([`discover`]).
+    pub fn try_start_binary(binary: &str) -> Result<RedisServer, StartError> {
+        RedisServer::try_launch(Vec::new(), false, binary.to_owned())
+    }
+
     pub(crate) fn launch(extra_config: Vec<String>, sentinel: bool) -> RedisServer {
+        let binary = std::env::var("REDIS_SERVER_BIN").unwrap_or_else(|_| "redis-server".into());
+        RedisServer::try_launch(extra_config, sentinel, binary).unwrap_or_else(|err| match err {
+            StartError::NotInstalled => panic!("{INSTALL_HINT}"),
+            StartError::Failed(log) => panic!("redis-server did not start:\n{log}"),
+        })
+    }
+
+    fn try_launch(
+        extra_config: Vec<String>,
+        sentinel: bool,
+        binary: String,
+    ) -> Result<RedisServer, StartError> {
         let dir = tempfile::Builder::new()
             .prefix("lock-tests-redis-")
             .tempdir()
-            .unwrap_or_else(|err| panic!("cannot create a temp dir for redis-server: {err}"));
+            .map_err(|err| {
+                StartError::Failed(format!("cannot create a temp dir for redis-server: {err}"))
+            })?;
         let mut server = RedisServer {
             child: None,
             port: 0,
             dir,
             extra_config,
             sentinel,
+            binary,
         };
-        server.spawn_on_free_port();
-        server
+        server.spawn_on_free_port()?;
+        Ok(server)
     }
 
     /// `redis://127.0.0.1:<port>/`
@@ -144,8 +188,8 @@ impl RedisServer {
     /// Starts the server again on the same port, empty (persistence is off).
     pub fn restart(&mut self) {
         self.kill();
-        self.spawn_on_port(self.port).unwrap_or_else(|log| {
-            panic!("redis-server did not restart on port {}:\n{log}", self.port)
+        self.spawn_on_port(self.port).unwrap_or_else(|err| {
+            panic!("redis-server did not restart on port {}: {err}", self.port)
         });
     }
 
@@ -156,22 +200,23 @@ impl RedisServer {
             .unwrap_or_else(|err| panic!("command {args:?} to port {} failed: {err}", self.port))
     }
 
-    fn spawn_on_free_port(&mut self) {
+    fn spawn_on_free_port(&mut self) -> Result<(), StartError> {
         // A port found free can be taken by someone else before redis binds it; try again.
-        let mut last_log = String::new();
+        let mut last = StartError::Failed(String::new());
         for _ in 0..5 {
             let port = free_port();
             match self.spawn_on_port(port) {
-                Ok(()) => return,
-                Err(log) => last_log = log,
+                Ok(()) => return Ok(()),
+                Err(StartError::NotInstalled) => return Err(StartError::NotInstalled),
+                Err(err) => last = err,
             }
         }
-        panic!("redis-server did not start:\n{last_log}");
+        Err(last)
     }
 
-    fn spawn_on_port(&mut self, port: u16) -> Result<(), String> {
+    fn spawn_on_port(&mut self, port: u16) -> Result<(), StartError> {
         let config = self.write_config(port);
-        let binary = std::env::var("REDIS_SERVER_BIN").unwrap_or_else(|_| "redis-server".into());
+        let binary = self.binary.clone();
         let mut command = Command::new(&binary);
         command.arg(&config);
         if self.sentinel {
@@ -185,8 +230,10 @@ impl RedisServer {
             .spawn();
         let child = match child {
             Ok(child) => child,
-            Err(err) if err.kind() == std::io::ErrorKind::NotFound => panic!("{INSTALL_HINT}"),
-            Err(err) => panic!("cannot run {binary}: {err}"),
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+                return Err(StartError::NotInstalled)
+            }
+            Err(err) => return Err(StartError::Failed(format!("cannot run {binary}: {err}"))),
         };
         self.child = Some(child);
         self.port = port;
@@ -195,7 +242,7 @@ impl RedisServer {
             if let Some(child) = self.child.as_mut() {
                 if let Ok(Some(_status)) = child.try_wait() {
                     self.child = None;
-                    return Err(self.log());
+                    return Err(StartError::Failed(self.log()));
                 }
             }
             if send_command(self.addr(), &["PING"]).is_ok_and(|r| r.starts_with("+PONG")) {
@@ -204,7 +251,7 @@ impl RedisServer {
             std::thread::sleep(Duration::from_millis(5));
         }
         self.kill();
-        Err(self.log())
+        Err(StartError::Failed(self.log()))
     }
 
     fn write_config(&self, port: u16) -> PathBuf {
