@@ -828,8 +828,7 @@ impl LockerBuilder {
         };
         let conn = SharedConnection::new(source, self.command_timeout);
         let backend = AnyBackend::Scripted(Scripted::new(conn, self.script_mode));
-        drop(notifier);
-        Ok(Locker::with_backend(backend, settings, None))
+        Ok(Locker::with_backend(backend, settings, Some(notifier)))
     }
 
     #[cfg(any(feature = "cluster", feature = "sentinel"))]
