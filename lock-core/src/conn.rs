@@ -30,7 +30,7 @@ pub(crate) enum Source {
     /// The master Redis Sentinel currently names; asked again after every failure.
     #[cfg(feature = "sentinel")]
     Sentinel {
-        client: Box<tokio::sync::Mutex<redis::sentinel::SentinelClient>>,
+        client: Arc<tokio::sync::Mutex<redis::sentinel::SentinelClient>>,
         config: Box<redis::AsyncConnectionConfig>,
     },
 }

@@ -23,6 +23,7 @@
 //! | `macros` | yes | the `#[redis_locked]` attribute (re-exported from `lock-macros`) |
 //! | `cluster` | no | `LockerBuilder::cluster`: locks on a Redis Cluster (redis-rs `cluster-async`) |
 //! | `sentinel` | no | `LockerBuilder::sentinel`: locks on the master Redis Sentinel names, followed across failovers |
+//! | `tls-rustls` | no | `rediss://` over rustls (ring), and [`TlsConfig`] for a private CA, a client certificate and the server name |
 //! | `metrics` | no | counters and histograms through the `metrics` facade (see [`metrics`]) |
 //! | `tower` | no | [`web`]: `LockLayer`, a tower layer that guards HTTP (or gRPC) routes, and RFC 9457 problem responses for `LockError` |
 //! | `axum` | no | `tower`, plus `LockError: axum::response::IntoResponse` and lock keys from path parameters |
@@ -82,6 +83,39 @@
 //!
 //! Where a primitive is not available, its requests fail with [`LockError::Config`] saying
 //! why. `#[redis_locked]` takes `permits = N`, `mode = "read"|"write"` and `keys = [..]`.
+//! # Defaults
+//!
+//! One table for every entry point. Each default is chosen for how that entry point is used;
+//! the locker's `default_ttl` and `default_wait` ([`LockerBuilder`]) change the "locker's"
+//! values, and every entry point takes its own `ttl` / `wait` / renewal setting.
+//!
+//! | use | entry point | TTL | wait for a busy lock | renewal | lease lost while the work runs |
+//! |---|---|---|---|---|---|
+//! | business function | `#[redis_locked]` | locker's (30 s) | locker's (10 s) | on | result stands, loss reported |
+//! | closure | [`Locker::using`], [`LockRequest::using`] | locker's (30 s) | locker's (10 s) | on | result stands, loss reported |
+//! | HTTP handler | `#[redis_locked]` on an axum handler, `LockLayer` | locker's (30 s) | none: 409 with `Retry-After` at once | on | response stands, loss reported |
+//! | imperative | [`Locker::lock`] | locker's (30 s) | locker's (10 s) | off ([`LockRequest::auto_renew`]) | the holder watches [`LeaseHandle::lost`] |
+//! | try once | [`Locker::try_lock`] | given | none | off | the holder watches [`LeaseHandle::lost`] |
+//!
+//! Why:
+//!
+//! - **Wait.** A business call queues behind a holder doing the same short work: 10 s (the
+//!   book's `acquire_timeout`) is long enough for that and short enough to fail visibly. An
+//!   HTTP request does not wait: holding the client's connection and a server slot while
+//!   another request works helps nobody; it is told 409 with a `Retry-After` and decides
+//!   itself. `#[redis_locked]` treats a function as a handler when one of its parameters is
+//!   an axum extractor (`State<..>`, `Path<..>`, `Json<..>`, `Query<..>`, `Form<..>`,
+//!   `Extension<..>`, `HeaderMap`, ...); `wait = ".."` overrides it either way.
+//! - **Renewal.** Where the lock's scope is the work (an annotated function, a closure, a
+//!   request), the lease is renewed while the work runs, so slow work never shares its lock,
+//!   and the TTL only bounds how long a crashed holder blocks others. A [`Lease`] from
+//!   `lock()` lives as long as its holder keeps it, so renewal is opt-in there: the TTL is
+//!   the bound on a lease forgotten in a hung task.
+//! - **A lost lease** ([`OnLost`]): where the library runs the work, a finished work's result
+//!   stands and the loss is reported (a warning, the `lock_lost_total` metric, `is_lost()`
+//!   on the lease the work sees): turning finished work into an error invites a retry that
+//!   does it twice. `on_lost = "error"` / [`OnLost::Error`] and `"cancel"` /
+//!   [`OnLost::Cancel`] are the opt-ins.
 //!
 //! # Guarantees
 //!
@@ -109,8 +143,8 @@
 //!
 //! - **In a `Locker`**, waiters queue in FIFO order and only the head talks to Redis; while a
 //!   lease of the same locker holds the name, the head waits for its local release signal.
-//! - **Across `Locker`s** (processes), on one Redis or a Cluster with Lua scripts, the head
-//!   stands in the lock's waiter queue in Redis, and is told when its turn comes.
+//! - **Across `Locker`s** (processes), on one Redis, Sentinel or a Cluster with Lua scripts,
+//!   the head stands in the lock's waiter queue in Redis, and is told when its turn comes.
 //!
 //! The waiter queue, step by step:
 //!
@@ -158,9 +192,11 @@
 //! Where there is no queue: Redlock (each node could reserve the lock for a different
 //! waiter, and no waiter might then win a majority) and WATCH/MULTI (no scripts) announce
 //! every release on `<prefix>{N}:released`, and their waiters subscribe to it (every waiting
-//! process wakes at each release); a `Locker` built from a pool or on Sentinel has no
-//! pub/sub connection and polls. Mixing them with scripted `Locker`s on one lock is safe,
-//! but each kind then learns of the other's releases only from its timers.
+//! process wakes at each release). A `Locker` built from a pool has no pub/sub connection
+//! and polls, unless the builder is given a client for it (`pubsub_client`). On Sentinel,
+//! the pub/sub connection asks the Sentinels for the master whenever it connects, and
+//! follows it across a failover. Mixing polling or broadcast `Locker`s with queued ones on
+//! one lock is safe, but each kind then learns of the other's releases only from its timers.
 //!
 //! # Deployments and what they guarantee
 //!
@@ -202,6 +238,11 @@
     not(feature = "tower"),
     doc = "[`web`]: https://docs.rs/lock-core/latest/lock_core/web/index.html"
 )]
+#![cfg_attr(feature = "tls-rustls", doc = "[`TlsConfig`]: crate::TlsConfig")]
+#![cfg_attr(
+    not(feature = "tls-rustls"),
+    doc = "[`TlsConfig`]: https://docs.rs/lock-core/latest/lock_core/struct.TlsConfig.html"
+)]
 // docs.rs (`--cfg docsrs`, nightly): mark every feature-gated item with its feature.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
@@ -210,7 +251,11 @@
 mod backend;
 mod background;
 mod conn;
+mod connect;
+mod current;
 mod deadline;
+mod defaults;
+mod duration;
 mod error;
 mod holder;
 mod key;
@@ -222,27 +267,36 @@ mod macro_support;
 pub mod metrics;
 mod notifier;
 mod prims;
+mod redact;
 mod renew;
 mod request;
 mod signal;
+#[cfg(feature = "tls-rustls")]
+mod tls;
 mod token;
+mod using;
 mod wait;
 #[cfg(feature = "tower")]
 pub mod web;
 
 pub use backend::scripted::ScriptMode;
+pub use current::current_lease;
+pub use duration::{parse_duration, DurationError};
 pub use error::LockError;
 pub use holder::Holder;
 pub use key::{MAX_NAME_LEN, MAX_TTL, MAX_WAIT, MIN_TTL};
 pub use lease::{Lease, LeaseHandle};
 pub use locker::{LockInfo, Locker, LockerBuilder, Protocol, DEFAULT_REDIS_URL, REDIS_URL_ENV};
-pub use macro_support::{current_lease, default_locker, set_default_locker};
+pub use macro_support::{default_locker, set_default_locker};
 pub use prims::{
     GuardHandle, HoldMode, MultiLease, MultiRequest, Permit, PermitHolder, PermitHolders,
     PermitRequest, RwLease, RwLock, RwRequest, Semaphore, MAX_PERMITS,
 };
 pub use request::LockRequest;
+#[cfg(feature = "tls-rustls")]
+pub use tls::TlsConfig;
 pub use token::MAX_LABEL_LEN;
+pub use using::{OnLost, UsingRequest};
 
 #[cfg(feature = "macros")]
 pub use lock_macros::redis_locked;

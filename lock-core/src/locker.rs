@@ -6,9 +6,8 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use deadpool_redis::{Manager, Pool, PoolConfig, Runtime, Timeouts};
+use deadpool_redis::Pool;
 use futures_util::FutureExt as _;
-use redis::AsyncConnectionConfig;
 
 use crate::backend::memory::Memory;
 use crate::backend::redlock::Redlock;
@@ -17,6 +16,7 @@ use crate::backend::transaction::Transactional;
 use crate::backend::{AnyBackend, Backend as _};
 use crate::background::Background;
 use crate::conn::{SharedConnection, Source};
+use crate::connect::{self, TlsSetting};
 use crate::key::{validate_ttl, validate_wait, LockKeys};
 use crate::local::LocalNames;
 use crate::notifier::Notifier;
@@ -103,7 +103,7 @@ pub enum Protocol {
 
 impl Locker {
     /// A locker on the Redis at `url` (`redis://[user:password@]host[:port][/db]`, or
-    /// `rediss://` for TLS when redis-rs is built with TLS), with default settings. Connects
+    /// `rediss://` for TLS with the `tls-rustls` feature), with default settings. Connects
     /// lazily: a wrong host shows up as [`LockError::Connection`] on the first lock, a
     /// malformed URL as [`LockError::Config`] here.
     pub fn from_url(url: &str) -> Result<Locker, LockError> {
@@ -116,13 +116,31 @@ impl Locker {
         Locker::from_url(&url)
     }
 
-    /// A locker on an existing deadpool-redis pool, with default settings.
+    /// A locker on an existing deadpool-redis pool, with default settings, whose waiters
+    /// poll.
     ///
     /// A pool gives no way to open the pub/sub connection that tells waiters their turn, so
     /// a locker built this way neither stands in the waiter queue nor hears releases: its
     /// waiting requests retry on a timer (2 ms growing to 100 ms, cut short by the holder's
-    /// TTL), a hand-off of tens of milliseconds instead of about one. Prefer
-    /// [`Locker::from_url`] or the builder's `url` where you can.
+    /// TTL), a hand-off of tens of milliseconds instead of about one, and waiters of several
+    /// processes race for each release. Give the builder a client for the same server next
+    /// to the pool ([`LockerBuilder::pubsub_client`]) and its waiters queue and are told
+    /// their turn like those of [`Locker::from_url`]:
+    ///
+    /// ```
+    /// # use lock_core::{deadpool_redis, Locker};
+    /// # use lock_core::deadpool_redis::redis;
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let url = "redis://127.0.0.1:6379/";
+    /// let pool = deadpool_redis::Config::from_url(url).create_pool(Some(deadpool_redis::Runtime::Tokio1))?;
+    /// let locker = Locker::builder()
+    ///     .pool(pool)
+    ///     .pubsub_client(redis::Client::open(url)?)
+    ///     .build()?;
+    /// # drop(locker);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn from_pool(pool: Pool) -> Locker {
         let settings = LockerBuilder::new().settings();
         let conn = SharedConnection::new(Source::Pool(pool), settings.command_timeout);
@@ -178,26 +196,33 @@ impl Locker {
             .await
     }
 
-    /// Runs `work` while holding `name` (waiting up to the locker's default wait), and
-    /// releases the lock on every path: normal completion, an error inside `work`, or a
-    /// panic (which is resumed after the release).
+    /// Runs `work` while holding `name` (waiting up to the locker's default wait), without
+    /// renewal, and releases the lock on every path: normal completion, an error inside
+    /// `work`, or a panic (which is resumed after the release). If the lease was lost while
+    /// `work` ran, the result is [`LockError::Lost`].
     ///
-    /// If the lease was lost while `work` ran (it outlived `ttl`), the result is
-    /// [`LockError::Lost`]: the work finished, but another holder may have run beside it.
+    /// Deprecated: `work`'s own `Result` ends up nested in the lock's, it gets neither its
+    /// lease nor renewal, and a loss replaces its output. [`Locker::using`] is the same
+    /// with the lease passed to a closure, renewal on, one `?` for both kinds of error, and
+    /// the lost-lease rule of `#[redis_locked]`:
     ///
     /// ```
-    /// # use lock_core::Locker;
-    /// # use std::time::Duration;
+    /// # use lock_core::{Locker, LockError};
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), lock_core::LockError> {
+    /// # async fn main() -> Result<(), LockError> {
     /// let locker = Locker::memory();
+    /// // Before: locker.with_lock("nightly-report", ttl, async { 40 + 2 }).await?
     /// let total = locker
-    ///     .with_lock("nightly-report", Duration::from_secs(30), async { 40 + 2 })
+    ///     .using("nightly-report", |_lease| async { Ok::<_, LockError>(40 + 2) })
     ///     .await?;
     /// assert_eq!(total, 42);
     /// # Ok(())
     /// # }
     /// ```
+    #[deprecated(
+        since = "0.1.0",
+        note = "use `locker.lock(name).ttl(ttl).using(|lease| async { .. })`: the work gets its lease, is renewed, and composes with `?`"
+    )]
     pub async fn with_lock<F>(
         &self,
         name: impl Into<String>,
@@ -443,6 +468,8 @@ pub struct LockerBuilder {
     command_timeout: Duration,
     node_timeout: Duration,
     script_mode: ScriptMode,
+    tls: TlsSetting,
+    pubsub_client: Option<redis::Client>,
 }
 
 #[derive(Clone)]
@@ -490,8 +517,8 @@ impl LockerBuilder {
         LockerBuilder {
             store: Store::Env,
             prefix: "lock:".to_owned(),
-            default_ttl: Duration::from_secs(30),
-            default_wait: Duration::from_secs(10),
+            default_ttl: crate::defaults::TTL,
+            default_wait: crate::defaults::WAIT,
             pool_size: None,
             label: Label::Default { app: None },
             protocol: Protocol::Scripts,
@@ -499,6 +526,8 @@ impl LockerBuilder {
             command_timeout: Duration::from_secs(3),
             node_timeout: Duration::from_millis(100),
             script_mode: ScriptMode::Eval,
+            tls: TlsSetting::default(),
+            pubsub_client: None,
         }
     }
 
@@ -508,9 +537,20 @@ impl LockerBuilder {
         self
     }
 
-    /// Use an existing deadpool-redis pool.
+    /// Use an existing deadpool-redis pool. Without [`LockerBuilder::pubsub_client`] its
+    /// waiters poll (see [`Locker::from_pool`]).
     pub fn pool(mut self, pool: Pool) -> Self {
         self.store = Store::Pool(pool);
+        self
+    }
+
+    /// With [`LockerBuilder::pool`]: a client for the pool's server (same address, auth and
+    /// TLS settings), with which the locker opens the one pub/sub connection that tells its
+    /// waiters their turn. Waiting then works as with a URL: the Redis-side waiter queue,
+    /// hand-offs of about a millisecond. With any other store, [`LockError::Config`] at
+    /// `build`: those open their own.
+    pub fn pubsub_client(mut self, client: redis::Client) -> Self {
+        self.pubsub_client = Some(client);
         self
     }
 
@@ -659,6 +699,15 @@ impl LockerBuilder {
         self
     }
 
+    /// TLS settings for `rediss://` URLs: a private CA, a client certificate, the server name
+    /// (see [`TlsConfig`](crate::TlsConfig)). Requires the `tls-rustls` feature; a bare
+    /// `rediss://` URL needs no settings when the server's certificate is publicly trusted.
+    #[cfg(feature = "tls-rustls")]
+    pub fn tls(mut self, config: crate::TlsConfig) -> Self {
+        self.tls.config = Some(config);
+        self
+    }
+
     /// Deadline for one Redis operation, pool checkout included (default 3 s). A server
     /// that stops answering yields [`LockError::Connection`] after it.
     pub fn command_timeout(mut self, timeout: Duration) -> Self {
@@ -682,12 +731,22 @@ impl LockerBuilder {
         // operation itself.
         let commands_bounded =
             !matches!(store, Store::Pool(_)) || self.protocol == Protocol::Transactions;
+        let pubsub_client = self.pubsub_client.take();
+        if pubsub_client.is_some() && !matches!(store, Store::Pool(_)) {
+            return Err(LockError::Config(
+                "pubsub_client is for a locker on a pool; other lockers open their own".into(),
+            ));
+        }
         let (pool, notifier) = match store {
             Store::Memory => {
                 let backend = AnyBackend::Memory(Memory::default());
                 return Ok(Locker::with_bounds(backend, settings, None, true));
             }
-            Store::Pool(pool) => (pool, None),
+            Store::Pool(pool) => {
+                let notifier =
+                    pubsub_client.map(|client| Notifier::new(client, own_channel(&settings)));
+                (pool, notifier)
+            }
             Store::Redlock(urls) => return self.build_redlock(&urls, settings),
             #[cfg(feature = "cluster")]
             Store::Cluster(seeds) => return self.build_cluster(&seeds, settings),
@@ -698,12 +757,14 @@ impl LockerBuilder {
             Store::Env => {
                 let url =
                     std::env::var(REDIS_URL_ENV).unwrap_or_else(|_| DEFAULT_REDIS_URL.to_owned());
-                let (pool, client) = build_pool(&url, self.pool_size, self.command_timeout)?;
-                (pool, Some(Notifier::new(client, own_channel(&settings))))
+                let (pool, dial) =
+                    connect::pool(&url, self.pool_size, self.command_timeout, &self.tls)?;
+                (pool, Some(Notifier::new(dial, own_channel(&settings))))
             }
             Store::Url(url) => {
-                let (pool, client) = build_pool(&url, self.pool_size, self.command_timeout)?;
-                (pool, Some(Notifier::new(client, own_channel(&settings))))
+                let (pool, dial) =
+                    connect::pool(&url, self.pool_size, self.command_timeout, &self.tls)?;
+                (pool, Some(Notifier::new(dial, own_channel(&settings))))
             }
         };
         let backend = match self.protocol {
@@ -741,10 +802,10 @@ impl LockerBuilder {
             )));
         }
         let mut nodes = Vec::with_capacity(urls.len());
-        let mut first_client = None;
+        let mut first_dial = None;
         for url in urls {
-            let (pool, client) = build_pool(url, self.pool_size, self.command_timeout)?;
-            first_client.get_or_insert(client);
+            let (pool, dial) = connect::pool(url, self.pool_size, self.command_timeout, &self.tls)?;
+            first_dial.get_or_insert(dial);
             nodes.push(
                 Scripted::new(
                     SharedConnection::new(Source::Pool(pool), self.command_timeout),
@@ -758,7 +819,7 @@ impl LockerBuilder {
         // lock's subscribers, and listening to one node is enough; if it is down, waiters
         // fall back to timed retries.
         let channel = own_channel(&settings);
-        let notifier = first_client.map(|client| Notifier::new(client, channel));
+        let notifier = first_dial.map(|dial| Notifier::new(dial, channel));
         let backend = AnyBackend::Redlock(Redlock::new(nodes, self.node_timeout));
         Ok(Locker::with_backend(backend, settings, notifier))
     }
@@ -766,19 +827,10 @@ impl LockerBuilder {
     #[cfg(feature = "cluster")]
     fn build_cluster(&self, seeds: &[String], settings: Settings) -> Result<Locker, LockError> {
         self.scripts_only("a Redis Cluster")?;
-        let client = redis::cluster::ClusterClient::builder(seeds.to_vec())
-            .connection_timeout(self.command_timeout)
-            .response_timeout(self.command_timeout)
-            .build()
-            .map_err(|err| LockError::Config(format!("cannot use the cluster seeds: {err}")))?;
         // PUBLISH reaches every node of a cluster, so one node's subscription hears all
         // releases; if that node goes, waiters fall back to timed retries.
-        let notifier = match seeds.first() {
-            Some(seed) => redis::Client::open(seed.as_str())
-                .ok()
-                .map(|client| Notifier::new(client, own_channel(&settings))),
-            None => None,
-        };
+        let (client, dial) = connect::cluster(seeds, self.command_timeout, &self.tls)?;
+        let notifier = dial.map(|dial| Notifier::new(dial, own_channel(&settings)));
         let conn = SharedConnection::new(Source::Cluster(Box::new(client)), self.command_timeout);
         let backend = AnyBackend::Scripted(Scripted::new(conn, self.script_mode));
         Ok(Locker::with_bounds(backend, settings, notifier, true))
@@ -792,25 +844,23 @@ impl LockerBuilder {
         settings: Settings,
     ) -> Result<Locker, LockError> {
         self.scripts_only("Sentinel")?;
-        let client = redis::sentinel::SentinelClient::build(
-            sentinels,
-            master,
-            None,
-            redis::sentinel::SentinelServerType::Master,
-        )
-        .map_err(|err| LockError::Config(format!("cannot use the sentinels: {err}")))?;
-        let config = AsyncConnectionConfig::new()
+        let client = connect::sentinel(sentinels, master, &self.tls)?;
+        let config = redis::AsyncConnectionConfig::new()
             .set_connection_timeout(Some(self.command_timeout))
             .set_response_timeout(Some(self.command_timeout));
+        // The notifier asks the Sentinels for the master whenever it (re)connects, so after a
+        // failover its subscription moves to the new master with the lock commands.
+        let notifier = Notifier::new(
+            connect::Dial::Sentinel(std::sync::Arc::clone(&client)),
+            own_channel(&settings),
+        );
         let source = Source::Sentinel {
-            client: Box::new(tokio::sync::Mutex::new(client)),
+            client,
             config: Box::new(config),
         };
         let conn = SharedConnection::new(source, self.command_timeout);
-        // The master moves on failover: waiters use timed retries rather than a pub/sub
-        // connection pinned to one server.
         let backend = AnyBackend::Scripted(Scripted::new(conn, self.script_mode));
-        Ok(Locker::with_bounds(backend, settings, None, true))
+        Ok(Locker::with_bounds(backend, settings, Some(notifier), true))
     }
 
     #[cfg(any(feature = "cluster", feature = "sentinel"))]
@@ -852,57 +902,6 @@ fn own_channel(settings: &Settings) -> String {
     format!("{}waiters:{:016x}", settings.prefix, fastrand::u64(..))
 }
 
-/// The pool for lock commands, and a client for the pub/sub connection.
-fn build_pool(
-    url: &str,
-    size: Option<usize>,
-    timeout: Duration,
-) -> Result<(Pool, redis::Client), LockError> {
-    // Parse first: deadpool's own error for a bad URL does not say which part is wrong.
-    let client = redis::Client::open(url).map_err(|err| {
-        LockError::Config(format!("cannot use Redis URL {:?}: {err}", redact_url(url)))
-    })?;
-    // Every command on these connections answers within `timeout` or fails: the deadline
-    // the scripted backend relies on.
-    let connection = AsyncConnectionConfig::new()
-        .set_connection_timeout(Some(timeout))
-        .set_response_timeout(Some(timeout));
-    let manager = Manager::new_with_config(url, connection).map_err(|err| {
-        LockError::Config(format!("cannot use Redis URL {:?}: {err}", redact_url(url)))
-    })?;
-    let mut config = PoolConfig::default();
-    if let Some(size) = size {
-        config.max_size = size.max(1);
-    }
-    config.timeouts = Timeouts {
-        wait: Some(timeout),
-        create: Some(timeout),
-        recycle: Some(timeout),
-    };
-    let pool = Pool::builder(manager)
-        .config(config)
-        .runtime(Runtime::Tokio1)
-        .build()
-        .map_err(|err| {
-            LockError::Config(format!(
-                "cannot build a pool for {:?}: {err}",
-                redact_url(url)
-            ))
-        })?;
-    Ok((pool, client))
-}
-
-/// A Redis URL with its user and password replaced by `***`, for this crate's error
-/// messages: `redis://app:s3cret@db:6379/0` becomes `redis://***@db:6379/0`.
-pub(crate) fn redact_url(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            format!("{}://***@{}", &url[..scheme], &url[at + 1..])
-        }
-        _ => url.to_owned(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -913,15 +912,6 @@ mod tests {
             let err = Locker::from_url(url).unwrap_err();
             assert!(matches!(err, LockError::Config(_)), "{url}: {err:?}");
         }
-    }
-
-    #[test]
-    fn passwords_stay_out_of_messages() {
-        assert_eq!(
-            redact_url("redis://user:secret@host:6379/0"),
-            "redis://***@host:6379/0"
-        );
-        assert_eq!(redact_url("redis://host/"), "redis://host/");
     }
 
     #[test]

@@ -20,6 +20,7 @@ use futures_util::future::BoxFuture;
 use futures_util::StreamExt as _;
 use redis::aio::PubSubSink;
 
+use crate::connect::Dial;
 use crate::signal::{parse_message, Wake};
 
 /// The channel a lock's releases are published on.
@@ -33,7 +34,8 @@ pub(crate) struct Notifier {
 }
 
 struct Inner {
-    client: redis::Client,
+    /// Where the pub/sub connection is opened (again after a drop).
+    dial: Dial,
     /// This Locker's own channel, for waiter-queue messages.
     own_channel: String,
     /// Wanted subscriptions: channel -> (number of waiters, their signal). The own channel
@@ -66,10 +68,10 @@ pub(crate) struct Interest {
 
 impl Notifier {
     /// A notifier whose own channel (for waiter-queue messages) is `own_channel`.
-    pub fn new(client: redis::Client, own_channel: String) -> Notifier {
+    pub fn new(dial: impl Into<Dial>, own_channel: String) -> Notifier {
         Notifier {
             inner: Arc::new(Inner {
-                client,
+                dial: dial.into(),
                 own_channel,
                 wanted: Mutex::new(HashMap::new()),
                 interests: Mutex::new(HashMap::new()),
@@ -190,7 +192,7 @@ impl Notifier {
     }
 
     async fn open(&self) -> redis::RedisResult<PubSubSink> {
-        let (sink, mut stream) = self.inner.client.get_async_pubsub().await?.split();
+        let (sink, mut stream) = self.inner.dial.pubsub().await?.split();
         let weak = Arc::downgrade(&self.inner);
         tokio::spawn(async move {
             while let Some(message) = stream.next().await {

@@ -129,6 +129,14 @@ impl LockRequest {
         self
     }
 
+    pub(crate) fn locker(&self) -> &Locker {
+        &self.locker
+    }
+
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
     /// The acquisition itself, without the box `.await` on the request puts it in (the
     /// `IntoFuture` type must be nameable). `try_lock` and `#[redis_locked]` call this.
     pub(crate) async fn acquire(self) -> Result<Lease, LockError> {

@@ -17,7 +17,7 @@ use syn::{AttrStyle, Ident, ItemFn, ReturnType};
 use crate::args::Args;
 use crate::errors::Errors;
 use crate::hold::Hold;
-use crate::{bindings, signature};
+use crate::{bindings, handler, signature};
 
 /// The whole macro, on `proc_macro2` streams so that it can be unit-tested.
 pub(crate) fn redis_locked(args: TokenStream, item: TokenStream) -> TokenStream {
@@ -137,6 +137,9 @@ fn generate(args: &Args, function: ItemFn) -> TokenStream {
     if let Some(wait) = args.wait {
         let millis = Literal::u64_unsuffixed(millis(wait));
         spec = quote!(#spec.wait(#private::Duration::from_millis(#millis)));
+    } else if handler::is_http_handler(&sig) {
+        // lock_core applies the web default (no waiting, as LockLayer): one table there.
+        spec = quote!(#spec.http_handler());
     }
     if let Some(renew) = args.renew {
         spec = quote!(#spec.renew(#renew));
@@ -269,6 +272,35 @@ mod tests {
         assert!(out.ends_with(&item.to_string()), "{out}");
         // Four independent problems: ttl, async, return type, unknown placeholder.
         assert_eq!(out.matches("compile_error").count(), 4, "{out}");
+    }
+
+    #[test]
+    fn handlers_get_the_web_default_unless_they_say_wait() {
+        let handler = quote!(
+            async fn pay(State(app): State<App>, Path(id): Path<u64>) -> Result<(), LockError> {
+                Ok(())
+            }
+        );
+        let out = expand(quote!(key = "orders:{id}"), handler.clone());
+        assert!(out.contains(". http_handler ()"), "{out}");
+        let out = expand(quote!(key = "orders:{id}", wait = "2s"), handler);
+        assert!(!out.contains("http_handler"), "{out}");
+        assert!(
+            out.contains(". wait (:: lock_core :: __private :: Duration :: from_millis (2000))"),
+            "{out}"
+        );
+        let out = expand(
+            quote!(key = "orders:{id}"),
+            quote!(
+                async fn settle(id: u64) -> Result<(), LockError> {
+                    Ok(())
+                }
+            ),
+        );
+        assert!(
+            !out.contains("http_handler") && !out.contains(". wait ("),
+            "{out}"
+        );
     }
 
     #[test]

@@ -8,14 +8,18 @@
 //! # Inside the crate
 //!
 //! `args` parses the attribute, `template` reads the key, `duration` the `ttl`/`wait`
-//! strings, `bindings` collects the names parameters bind, `signature` checks the function's
-//! shape, and `expand` generates code that calls only `lock_core::__private`.
+//! strings (with `grammar`, the same file as lock-core's duration parser), `bindings` collects the names parameters bind, `signature` checks the function's
+//! shape, `handler` tells HTTP handlers (axum extractor parameters) from business functions,
+//! and `expand` generates code that calls only `lock_core::__private`.
 
 mod args;
 mod bindings;
 mod duration;
 mod errors;
 mod expand;
+/// lock-core's `src/duration.rs` (a link): the one duration grammar.
+mod grammar;
+mod handler;
 mod hold;
 #[cfg(test)]
 mod properties;

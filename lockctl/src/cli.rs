@@ -23,6 +23,9 @@ Exit codes:
   126/127  run: the command cannot be executed / was not found
   128+N    run: the command died of signal N, or lockctl got signal N while waiting
 
+Durations: 500ms, 30s, 1m30s, 1h 15m (units h, m, s, ms, largest first; 0 alone is zero).
+No fractions, days or months: write 1500ms, not 1.5s; --ttl 1M is refused (1m is a minute).
+
 Environment:
   REDIS_URL       Redis to use when --url is not given (default redis://127.0.0.1:6379/)
   LOCKCTL_PREFIX  key prefix when --prefix is not given (default lock:)";

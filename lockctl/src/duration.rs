@@ -1,36 +1,27 @@
-//! Durations on the command line (`30s`, `1m30s`, `500ms`) and in output.
+//! Durations on the command line (`30s`, `1m30s`, `500ms`: lock-core's grammar, the one the
+//! `#[redis_locked]` attribute checks) and in output.
 
 use std::time::Duration;
 
-/// Parses a duration such as `30s`, `1m30s`, `1.5s`, `500ms` or `2h`. A bare `0` is zero;
-/// any other number needs a unit, so that `--ttl 30` is not silently read as 30 ms or 30 s.
+/// Parses a duration with the project's one grammar ([`lock_core::parse_duration`], the
+/// same as `#[redis_locked(ttl = "..")]`): `30s`, `1m30s`, `500ms`, `2h`, or `0`. Units `h`,
+/// `m`, `s`, `ms`, largest first; no fractions, days or months, so `--ttl 1M` is an error
+/// rather than a month, and `--ttl 30` is not silently read as 30 ms or 30 s.
 ///
 /// ```
 /// use std::time::Duration;
 /// assert_eq!(lockctl::parse_duration("1m30s"), Ok(Duration::from_secs(90)));
 /// assert_eq!(lockctl::parse_duration("500ms"), Ok(Duration::from_millis(500)));
 /// assert!(lockctl::parse_duration("30").is_err());
+/// assert!(lockctl::parse_duration("1M").is_err());
 /// ```
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    if text.is_empty() {
-        return Err("empty duration; expected something like 30s, 1m30s or 500ms".into());
-    }
-    if text.chars().all(|c| c.is_ascii_digit()) {
-        if text.bytes().all(|b| b == b'0') {
-            return Ok(Duration::ZERO);
-        }
-        return Err(format!(
-            "`{text}` has no unit; write {text}s, {text}ms or {text}m"
-        ));
-    }
-    humantime::parse_duration(text).map_err(|err| {
-        format!("`{text}` is not a duration ({err}); expected something like 30s, 1m30s or 500ms")
-    })
+    lock_core::parse_duration(text).map_err(|err| err.to_string())
 }
 
-/// A short, human-readable form of `duration` that [`parse_duration`] reads back (to the
-/// shown precision): `250ms`, `1.5s`, `27.9s`, `1m30s`, `2h5m`.
+/// A short, human-readable form of `duration` for output: `250ms`, `1.5s`, `27.9s`,
+/// `1m30s`, `2h5m`. Below a minute it shows tenths of a second, which [`parse_duration`]
+/// does not read (no fractions); everything else reads back.
 pub fn format_duration(duration: Duration) -> String {
     let millis = duration.as_millis();
     if millis < 1_000 {
@@ -71,15 +62,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn parses_common_forms() {
+    fn one_grammar_with_the_macro() {
         assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
         assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
         assert_eq!(parse_duration("1m 30s"), Ok(Duration::from_secs(90)));
         assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
         assert_eq!(parse_duration("2h"), Ok(Duration::from_secs(7200)));
         assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
         assert_eq!(parse_duration("0s"), Ok(Duration::ZERO));
+        // What humantime read and the attribute refuses: refused here too, with the fix.
+        assert!(parse_duration("1M")
+            .unwrap_err()
+            .contains("unknown unit `M`"));
+        assert!(parse_duration("1d")
+            .unwrap_err()
+            .contains("unknown unit `d`"));
+        assert!(parse_duration("1.5s").unwrap_err().contains("1500ms"));
     }
 
     #[test]
@@ -92,7 +90,7 @@ mod tests {
     }
 
     #[test]
-    fn formats_round_trip() {
+    fn formats_for_output() {
         for (millis, text) in [
             (250, "250ms"),
             (1_000, "1s"),
@@ -105,7 +103,9 @@ mod tests {
         ] {
             let formatted = format_duration(Duration::from_millis(millis));
             assert_eq!(formatted, text);
-            assert!(parse_duration(&formatted).is_ok(), "{formatted}");
+            if !formatted.contains('.') {
+                assert!(parse_duration(&formatted).is_ok(), "{formatted}");
+            }
         }
     }
 }

@@ -152,24 +152,25 @@ async fn dropping_a_lease_releases_it(h: Harness) {
     );
 }
 
-async fn with_lock_releases_on_error(h: Harness) {
+async fn using_releases_on_error(h: Harness) {
     let result = h
         .locker
-        .with_lock("we", 30 * SECOND, async {
-            Err::<(), &str>("business failure")
+        .using("we", |_| async {
+            Err::<(), LockError>(LockError::Config("business failure".into()))
         })
-        .await
-        .expect("the lock itself worked");
-    assert_eq!(result, Err("business failure"));
+        .await;
+    assert!(matches!(result, Err(LockError::Config(_))), "{result:?}");
     assert!(h.locker.inspect("we").await.expect("inspect").is_none());
 }
 
-async fn with_lock_releases_on_panic(h: Harness) {
+async fn using_releases_on_panic(h: Harness) {
     let locker = h.locker.clone();
     let task = tokio::spawn(async move {
         locker
-            .with_lock("wp", 30 * SECOND, async {
+            .using("wp", |_| async {
                 panic!("boom inside the critical section");
+                #[allow(unreachable_code)]
+                Ok::<(), LockError>(())
             })
             .await
     });
@@ -364,8 +365,8 @@ suite_for_every_backend!(
     wait_deadline_is_respected,
     waiter_gets_the_lock_after_release,
     dropping_a_lease_releases_it,
-    with_lock_releases_on_error,
-    with_lock_releases_on_panic,
+    using_releases_on_error,
+    using_releases_on_panic,
     bad_input_is_rejected_before_any_call,
     fencing_tokens_strictly_increase,
     inspect_reports_the_holder,

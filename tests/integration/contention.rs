@@ -280,3 +280,61 @@ async fn pool_built_lockers_still_wait_correctly_without_notifications() {
         .expect("acquired by timed retries");
     won.release().await.expect("release");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pool_built_lockers_with_a_pubsub_client_queue_and_are_notified() {
+    let server = RedisServer::start();
+    let pooled = || {
+        let pool = lock_core::deadpool_redis::Config::from_url(server.url())
+            .create_pool(Some(lock_core::deadpool_redis::Runtime::Tokio1))
+            .expect("pool");
+        Locker::builder()
+            .pool(pool)
+            .pubsub_client(redis::Client::open(server.url()).expect("client"))
+            .build()
+            .expect("locker")
+    };
+    let (holder, waiter) = (pooled(), pooled());
+    crate::notified::waiter_is_woken_by_notification(
+        &holder,
+        &waiter,
+        "pooled",
+        || crate::notified::queued(&server, "pooled"),
+        || crate::notified::subscribed_on(&server, server.port()),
+    )
+    .await;
+    // Without the client the pool's waiters poll: they never stand in the queue.
+    let polling = Locker::from_pool(
+        lock_core::deadpool_redis::Config::from_url(server.url())
+            .create_pool(Some(lock_core::deadpool_redis::Runtime::Tokio1))
+            .expect("pool"),
+    );
+    let lease = holder
+        .lock("polled")
+        .ttl(60 * SECOND)
+        .await
+        .expect("holder");
+    let waiting = tokio::spawn({
+        let polling = polling.clone();
+        async move { polling.lock("polled").wait(30 * SECOND).await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        crate::notified::queued(&server, "polled"),
+        0,
+        "a polling waiter"
+    );
+    assert!(lease.release().await.expect("release"));
+    let won = waiting
+        .await
+        .expect("join")
+        .expect("acquired by timed retries");
+    assert!(won.release().await.expect("release"));
+    // The client is for pools only: other lockers open their own connection.
+    let err = Locker::builder()
+        .url(server.url())
+        .pubsub_client(redis::Client::open(server.url()).expect("client"))
+        .build()
+        .expect_err("pubsub_client without a pool");
+    assert!(matches!(err, LockError::Config(_)), "{err:?}");
+}

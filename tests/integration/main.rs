@@ -8,6 +8,7 @@ mod fencing;
 mod harness;
 mod loss;
 mod multi;
+mod notified;
 mod queue;
 mod redis_only;
 mod redlock;
@@ -18,4 +19,7 @@ mod semaphore;
 mod sentinel;
 mod stalls;
 mod stress;
+#[cfg(feature = "tls")]
+mod tls;
+mod using;
 mod web_guards;

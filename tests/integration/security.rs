@@ -1,5 +1,5 @@
-//! Security: tokens, ownership, least-privilege ACL users, TLS, and names that try to
-//! escape the Lua scripts.
+//! Security: tokens, ownership, least-privilege ACL users, and names that try to escape the
+//! Lua scripts. TLS is in `tls.rs`.
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -166,7 +166,7 @@ fn url_as(server: &RedisServer, user: &str) -> String {
 }
 
 /// Every operation, including the waiting path (pub/sub) and fencing.
-async fn full_life_cycle(locker: &Locker, name: &str) {
+pub(crate) async fn full_life_cycle(locker: &Locker, name: &str) {
     let lease = locker
         .lock(name)
         .ttl(SECOND)
@@ -351,126 +351,4 @@ async fn hostile_names_are_data_transactions() {
     let server = RedisServer::start();
     let locker = Harness::locker_for(&server, Protocol::Transactions);
     hostile_names_round_trip_as_data(&locker, &server).await;
-}
-
-#[cfg(feature = "tls")]
-mod tls {
-    //! `rediss://` against a redis-server that speaks only TLS on its TLS port, with a CA
-    //! and server certificate generated here.
-
-    use super::*;
-    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
-
-    struct TlsServer {
-        server: RedisServer,
-        /// The certificates; removed when the server is dropped.
-        _certs: tempfile::TempDir,
-        tls_port: u16,
-        ca_pem: String,
-    }
-
-    fn tls_server() -> TlsServer {
-        let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("ca params");
-        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        ca_params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, "lock-tests CA");
-        let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().expect("ca key"))
-            .expect("ca");
-        let server_key = KeyPair::generate().expect("server key");
-        let server_cert = CertificateParams::new(vec!["127.0.0.1".into(), "localhost".into()])
-            .expect("server params")
-            .signed_by(&server_key, &ca)
-            .expect("server cert");
-        let certs = tempfile::tempdir().expect("tempdir");
-        let write = |file: &str, text: &str| {
-            let path = certs.path().join(file);
-            std::fs::write(&path, text).expect("write pem");
-            path.display().to_string()
-        };
-        let cert = write("server.crt", &server_cert.pem());
-        let key = write("server.key", &server_key.serialize_pem());
-        let ca_file = write("ca.crt", &ca.pem());
-        let tls_port = lock_tests::free_port();
-        let config = [
-            format!("tls-port {tls_port}"),
-            format!("tls-cert-file {cert}"),
-            format!("tls-key-file {key}"),
-            format!("tls-ca-cert-file {ca_file}"),
-            "tls-auth-clients no".to_owned(),
-        ];
-        let lines: Vec<&str> = config.iter().map(String::as_str).collect();
-        TlsServer {
-            server: RedisServer::start_with(&lines),
-            _certs: certs,
-            tls_port,
-            ca_pem: ca.pem(),
-        }
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_verified_tls_connection_carries_every_operation() {
-        let tls = tls_server();
-        let url = format!("rediss://127.0.0.1:{}/", tls.tls_port);
-        // Trust exactly the generated CA.
-        let client = redis::Client::build_with_tls(
-            url.as_str(),
-            redis::TlsCertificates {
-                client_tls: None,
-                root_cert: Some(tls.ca_pem.clone().into_bytes()),
-            },
-        )
-        .expect("tls client");
-        let manager =
-            deadpool_redis::Manager::new(client.get_connection_info().clone()).expect("manager");
-        let pool = deadpool_redis::Pool::builder(manager)
-            .max_size(4)
-            .build()
-            .expect("pool");
-        let locker = Locker::from_pool(pool);
-        let lease = locker
-            .lock("tls")
-            .ttl(SECOND)
-            .fencing()
-            .await
-            .expect("acquire over TLS");
-        assert_eq!(lease.fencing_token(), Some(1));
-        lease.extend(2 * SECOND).await.expect("extend");
-        assert!(lease.release().await.expect("release"));
-        let clients = tls.server.command(&["CLIENT", "LIST"]);
-        assert!(clients.contains("lib-name=redis-rs") || clients.contains("cmd="));
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_rediss_url_works_and_verifies_the_server() {
-        let tls = tls_server();
-        // Unverified (`#insecure`): encrypted, the whole life cycle through the URL.
-        let insecure = Locker::builder()
-            .url(format!("rediss://127.0.0.1:{}/#insecure", tls.tls_port))
-            .build()
-            .expect("locker");
-        full_life_cycle(&insecure, "tls-url").await;
-        // Verified against the system's roots, which do not know our CA: refused.
-        let verified = Locker::builder()
-            .url(format!("rediss://127.0.0.1:{}/", tls.tls_port))
-            .command_timeout(2 * SECOND)
-            .build()
-            .expect("locker");
-        let err = verified
-            .try_lock("tls-url", SECOND)
-            .await
-            .expect_err("an untrusted certificate is refused");
-        assert!(matches!(err, LockError::Connection { .. }), "{err:?}");
-        // Plain text to the TLS port: an error, not a hang or a false grant.
-        let plain = Locker::builder()
-            .url(format!("redis://127.0.0.1:{}/", tls.tls_port))
-            .command_timeout(2 * SECOND)
-            .build()
-            .expect("locker");
-        let err = plain
-            .try_lock("tls-url", SECOND)
-            .await
-            .expect_err("plain text to a TLS port");
-        assert!(matches!(err, LockError::Connection { .. }), "{err:?}");
-    }
 }

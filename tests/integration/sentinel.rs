@@ -1,9 +1,12 @@
-//! Sentinel: the locker follows the master Sentinel names, across a failover.
+//! Sentinel: the locker, and its waiters' notifications, follow the master Sentinel names
+//! across a failover.
 
 use std::time::{Duration, Instant};
 
 use lock_core::Locker;
 use lock_tests::RedisServer;
+
+use crate::notified::{queued, subscribed_on, waiter_is_woken_by_notification};
 
 const SECOND: Duration = Duration::from_secs(1);
 
@@ -24,11 +27,24 @@ async fn the_locker_follows_a_failover() {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
-    let locker = Locker::builder()
-        .sentinel([sentinel.url()], "locks")
-        .command_timeout(SECOND)
-        .build()
-        .expect("sentinel locker");
+    let on_sentinel = || {
+        Locker::builder()
+            .sentinel([sentinel.url()], "locks")
+            .command_timeout(SECOND)
+            .build()
+            .expect("sentinel locker")
+    };
+    let (locker, waiter) = (on_sentinel(), on_sentinel());
+    // Waiters stand in the master's queue and are told their turn over a subscription to
+    // the master.
+    waiter_is_woken_by_notification(
+        &locker,
+        &waiter,
+        "before",
+        || queued(&master, "before"),
+        || subscribed_on(&master, master.port()),
+    )
+    .await;
     let lease = locker
         .try_lock("job", 10 * SECOND)
         .await
@@ -58,4 +74,13 @@ async fn the_locker_follows_a_failover() {
     );
     assert!(lease.is_held().await.expect("is_held"));
     assert!(lease.release().await.expect("release on the new master"));
+    // The waiters' subscription followed the master too.
+    waiter_is_woken_by_notification(
+        &locker,
+        &waiter,
+        "after",
+        || queued(&replica, "after"),
+        || subscribed_on(&replica, replica.port()),
+    )
+    .await;
 }

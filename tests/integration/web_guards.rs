@@ -3,6 +3,7 @@
 //! streaming bodies, other statuses, a plain tower service), replicas, and Redis outages.
 
 mod client;
+mod defaults;
 mod example;
 mod layer;
 mod limit;

@@ -14,19 +14,49 @@ const FORMING_LIMIT: Duration = Duration::from_secs(30);
 pub struct RedisCluster {
     /// Every server, masters first (as `redis-cli --cluster create` assigns them).
     pub nodes: Vec<RedisServer>,
+    /// Each node's TLS port, for a cluster started with TLS; empty otherwise.
+    pub tls_ports: Vec<u16>,
 }
 
 impl RedisCluster {
     /// Starts `masters` masters with `replicas` replicas each.
     pub fn start(masters: usize, replicas: usize) -> RedisCluster {
-        let config = [
+        RedisCluster::start_configured(masters, replicas, || (Vec::new(), None))
+    }
+
+    /// Starts a cluster whose nodes also speak TLS (clients, replication and the cluster
+    /// bus) with `files`' server certificate; each node's plain port stays open for the
+    /// test's set-up commands. The cluster announces the TLS ports to TLS clients.
+    #[cfg(feature = "tls")]
+    pub fn start_tls(masters: usize, replicas: usize, files: &crate::TlsFiles) -> RedisCluster {
+        RedisCluster::start_configured(masters, replicas, || {
+            let port = crate::free_port();
+            let mut config = files.server_config(port, false);
+            config.push("tls-cluster yes".to_owned());
+            (config, Some(port))
+        })
+    }
+
+    fn start_configured(
+        masters: usize,
+        replicas: usize,
+        mut extra: impl FnMut() -> (Vec<String>, Option<u16>),
+    ) -> RedisCluster {
+        let base = [
             "cluster-enabled yes",
             "cluster-config-file nodes.conf",
             "cluster-node-timeout 1000",
             "cluster-replica-validity-factor 0",
         ];
+        let mut tls_ports = Vec::new();
         let nodes: Vec<RedisServer> = (0..masters * (1 + replicas))
-            .map(|_| RedisServer::start_with(&config))
+            .map(|_| {
+                let (more, tls_port) = extra();
+                tls_ports.extend(tls_port);
+                let mut config: Vec<&str> = base.to_vec();
+                config.extend(more.iter().map(String::as_str));
+                RedisServer::start_with(&config)
+            })
             .collect();
         let mut create = Command::new("redis-cli");
         create.arg("--cluster").arg("create");
@@ -46,7 +76,7 @@ impl RedisCluster {
             String::from_utf8_lossy(&output.stdout),
             String::from_utf8_lossy(&output.stderr)
         );
-        let cluster = RedisCluster { nodes };
+        let cluster = RedisCluster { nodes, tls_ports };
         cluster.wait_until_ok();
         cluster
     }
@@ -54,6 +84,14 @@ impl RedisCluster {
     /// Seed URLs, one per node.
     pub fn urls(&self) -> Vec<String> {
         self.nodes.iter().map(RedisServer::url).collect()
+    }
+
+    /// `rediss://` seed URLs, one per node, for a cluster started with TLS.
+    pub fn tls_urls(&self) -> Vec<String> {
+        self.tls_ports
+            .iter()
+            .map(|port| format!("rediss://127.0.0.1:{port}/"))
+            .collect()
     }
 
     /// Waits until every running node reports `cluster_state:ok`.

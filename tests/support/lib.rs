@@ -11,9 +11,14 @@
 //! ```
 
 pub mod cluster;
+pub mod discover;
 pub mod proxy;
+#[cfg(feature = "tls")]
+pub mod tls;
 
 pub use cluster::RedisCluster;
+#[cfg(feature = "tls")]
+pub use tls::{TlsFiles, TlsServer};
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
@@ -38,7 +43,29 @@ pub struct RedisServer {
     extra_config: Vec<String>,
     /// Sentinel mode: the base config is the Sentinel's, and `--sentinel` is passed.
     sentinel: bool,
+    /// The `redis-server` to run.
+    binary: String,
 }
+
+/// Why a server did not start.
+#[derive(Debug)]
+pub enum StartError {
+    /// There is no `redis-server` to run ([`INSTALL_HINT`] says what to do).
+    NotInstalled,
+    /// It ran but did not come up: its log, or why it could not run.
+    Failed(String),
+}
+
+impl std::fmt::Display for StartError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StartError::NotInstalled => f.write_str(INSTALL_HINT),
+            StartError::Failed(log) => write!(f, "redis-server did not start:\n{log}"),
+        }
+    }
+}
+
+impl std::error::Error for StartError {}
 
 impl RedisServer {
     /// Starts a server with persistence off. Panics with [`INSTALL_HINT`] when redis-server
@@ -95,29 +122,44 @@ impl RedisServer {
     /// Starts a Redis Sentinel watching the master at `master_port` under the name `master`,
     /// quick to act (down after 1 s) so failover tests stay short.
     pub fn start_sentinel(master: &str, master_port: u16) -> RedisServer {
-        let config = vec![
-            format!("sentinel monitor {master} 127.0.0.1 {master_port} 1"),
-            format!("sentinel down-after-milliseconds {master} 1000"),
-            format!("sentinel failover-timeout {master} 3000"),
-            format!("sentinel parallel-syncs {master} 1"),
-        ];
-        RedisServer::launch(config, true)
+        RedisServer::launch(sentinel_config(master, master_port), true)
     }
 
-    fn launch(extra_config: Vec<String>, sentinel: bool) -> RedisServer {
+    /// Starts `binary` (a `redis-server`) with persistence off, without panicking: for
+    /// programs that start a server when they find none ([`discover`]).
+    pub fn try_start_binary(binary: &str) -> Result<RedisServer, StartError> {
+        RedisServer::try_launch(Vec::new(), false, binary.to_owned())
+    }
+
+    pub(crate) fn launch(extra_config: Vec<String>, sentinel: bool) -> RedisServer {
+        let binary = std::env::var("REDIS_SERVER_BIN").unwrap_or_else(|_| "redis-server".into());
+        RedisServer::try_launch(extra_config, sentinel, binary).unwrap_or_else(|err| match err {
+            StartError::NotInstalled => panic!("{INSTALL_HINT}"),
+            StartError::Failed(log) => panic!("redis-server did not start:\n{log}"),
+        })
+    }
+
+    fn try_launch(
+        extra_config: Vec<String>,
+        sentinel: bool,
+        binary: String,
+    ) -> Result<RedisServer, StartError> {
         let dir = tempfile::Builder::new()
             .prefix("lock-tests-redis-")
             .tempdir()
-            .unwrap_or_else(|err| panic!("cannot create a temp dir for redis-server: {err}"));
+            .map_err(|err| {
+                StartError::Failed(format!("cannot create a temp dir for redis-server: {err}"))
+            })?;
         let mut server = RedisServer {
             child: None,
             port: 0,
             dir,
             extra_config,
             sentinel,
+            binary,
         };
-        server.spawn_on_free_port();
-        server
+        server.spawn_on_free_port()?;
+        Ok(server)
     }
 
     /// `redis://127.0.0.1:<port>/`
@@ -146,8 +188,8 @@ impl RedisServer {
     /// Starts the server again on the same port, empty (persistence is off).
     pub fn restart(&mut self) {
         self.kill();
-        self.spawn_on_port(self.port).unwrap_or_else(|log| {
-            panic!("redis-server did not restart on port {}:\n{log}", self.port)
+        self.spawn_on_port(self.port).unwrap_or_else(|err| {
+            panic!("redis-server did not restart on port {}: {err}", self.port)
         });
     }
 
@@ -158,22 +200,23 @@ impl RedisServer {
             .unwrap_or_else(|err| panic!("command {args:?} to port {} failed: {err}", self.port))
     }
 
-    fn spawn_on_free_port(&mut self) {
+    fn spawn_on_free_port(&mut self) -> Result<(), StartError> {
         // A port found free can be taken by someone else before redis binds it; try again.
-        let mut last_log = String::new();
+        let mut last = StartError::Failed(String::new());
         for _ in 0..5 {
             let port = free_port();
             match self.spawn_on_port(port) {
-                Ok(()) => return,
-                Err(log) => last_log = log,
+                Ok(()) => return Ok(()),
+                Err(StartError::NotInstalled) => return Err(StartError::NotInstalled),
+                Err(err) => last = err,
             }
         }
-        panic!("redis-server did not start:\n{last_log}");
+        Err(last)
     }
 
-    fn spawn_on_port(&mut self, port: u16) -> Result<(), String> {
+    fn spawn_on_port(&mut self, port: u16) -> Result<(), StartError> {
         let config = self.write_config(port);
-        let binary = std::env::var("REDIS_SERVER_BIN").unwrap_or_else(|_| "redis-server".into());
+        let binary = self.binary.clone();
         let mut command = Command::new(&binary);
         command.arg(&config);
         if self.sentinel {
@@ -187,8 +230,10 @@ impl RedisServer {
             .spawn();
         let child = match child {
             Ok(child) => child,
-            Err(err) if err.kind() == std::io::ErrorKind::NotFound => panic!("{INSTALL_HINT}"),
-            Err(err) => panic!("cannot run {binary}: {err}"),
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+                return Err(StartError::NotInstalled)
+            }
+            Err(err) => return Err(StartError::Failed(format!("cannot run {binary}: {err}"))),
         };
         self.child = Some(child);
         self.port = port;
@@ -197,7 +242,7 @@ impl RedisServer {
             if let Some(child) = self.child.as_mut() {
                 if let Ok(Some(_status)) = child.try_wait() {
                     self.child = None;
-                    return Err(self.log());
+                    return Err(StartError::Failed(self.log()));
                 }
             }
             if send_command(self.addr(), &["PING"]).is_ok_and(|r| r.starts_with("+PONG")) {
@@ -206,7 +251,7 @@ impl RedisServer {
             std::thread::sleep(Duration::from_millis(5));
         }
         self.kill();
-        Err(self.log())
+        Err(StartError::Failed(self.log()))
     }
 
     fn write_config(&self, port: u16) -> PathBuf {
@@ -249,6 +294,16 @@ impl Drop for RedisServer {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// A Sentinel's config: watch `master` at `master_port`, quick to act.
+pub(crate) fn sentinel_config(master: &str, master_port: u16) -> Vec<String> {
+    vec![
+        format!("sentinel monitor {master} 127.0.0.1 {master_port} 1"),
+        format!("sentinel down-after-milliseconds {master} 1000"),
+        format!("sentinel failover-timeout {master} 3000"),
+        format!("sentinel parallel-syncs {master} 1"),
+    ]
 }
 
 /// A TCP port nobody listens on right now.
@@ -295,3 +350,9 @@ fn reply_complete(reply: &[u8]) -> bool {
     }
     true
 }
+
+/// The workspace README's examples, compiled as written (`cargo test -p lock-tests --doc`):
+/// the README is not part of a published crate, so this unpublished one tests it.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+struct WorkspaceReadme;

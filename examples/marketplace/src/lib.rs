@@ -57,7 +57,6 @@
 pub mod book;
 pub mod chart;
 pub mod checks;
-pub mod discovery;
 mod error;
 pub mod locked;
 pub mod model;

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context as _};
 use clap::{Parser, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
-use marketplace::discovery::{self, redact};
+use lock_tests::discover::{self, redact};
 use marketplace::report::{Report, ReportRow};
 use marketplace::sim::{run_row, BOOK_CONFIGS};
 use marketplace::{chart, Mode, RowConfig, Seed, Stop};
@@ -141,7 +141,7 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
     for row in &rows {
         row.validate()?;
     }
-    let mut target = discovery::discover().await?;
+    let mut target = discover::discover().await?;
     eprintln!("Redis: {}", target.describe());
     let stop = Stop::new();
     let on_signal = stop.clone();

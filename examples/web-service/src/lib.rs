@@ -4,7 +4,6 @@
 //! `cargo run -p web-service`; see the README for curl commands.
 
 pub mod app;
-pub mod discovery;
 pub mod store;
 
 use std::net::SocketAddr;
@@ -67,11 +66,9 @@ pub async fn spawn(router: Router, addr: SocketAddr) -> std::io::Result<Running>
 }
 
 /// The URL with its user and password replaced by `***`, for banners and logs.
-pub fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            format!("{}://***@{}", &url[..scheme], &url[at + 1..])
-        }
-        _ => url.to_owned(),
-    }
-}
+pub use lock_tests::discover::redact;
+
+/// The README's example, compiled as written by `cargo test --doc`.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

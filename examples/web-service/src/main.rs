@@ -1,11 +1,12 @@
 //! `cargo run -p web-service [-- --port 3000 --work-ms 200]`: the checkout API on
-//! 127.0.0.1, on the Redis that `discovery` finds.
+//! 127.0.0.1, on the Redis that `lock_tests::discover` finds (or starts).
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use web_service::{discovery, redact, router, state};
+use lock_tests::discover;
+use web_service::{redact, router, state};
 
 const USAGE: &str =
     "usage: web-service [--port N (default 3000, 0 = any)] [--work-ms N (default 200)]";
@@ -45,7 +46,7 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let redis = match discovery::discover().await {
+    let redis = match discover::discover().await {
         Ok(redis) => redis,
         Err(message) => {
             eprintln!("web-service: {message}");
@@ -75,7 +76,7 @@ async fn main() -> ExitCode {
     println!(
         "web-service on {base}  (Redis {}: {})",
         redact(redis.url()),
-        redis.origin()
+        redis.source().describe()
     );
     println!("  curl -i -X POST {base}/orders/7/pay -H 'content-type: application/json' -d '{{\"amount_cents\":1299}}'");
     println!("  curl -i -X POST {base}/webhooks/payments -H 'Idempotency-Key: evt_1' -H 'content-type: application/json' -d '{{\"type\":\"charge.succeeded\",\"order_id\":7}}'");

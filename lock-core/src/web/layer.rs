@@ -19,7 +19,7 @@ use super::hold_times::HoldTimes;
 use super::problem::{error_responses, ErrorResponses};
 use super::rejection::Rejection;
 use super::LockKey;
-use crate::macro_support::with_current_lease;
+use crate::current::with_current_lease;
 use crate::{LockError, Locker};
 
 /// How long a guarded request keeps its lock.
@@ -110,7 +110,7 @@ impl LockLayer {
                 locker,
                 key: Arc::new(key),
                 ttl: None,
-                wait: Duration::ZERO,
+                wait: crate::defaults::HANDLER_WAIT,
                 renew: true,
                 max_hold: None,
                 permits: None,

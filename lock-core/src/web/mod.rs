@@ -22,7 +22,8 @@
 //!       locker: Locker,
 //!   }
 //!
-//!   #[redis_locked(key = "orders:{order_id}", ttl = "10s", wait = "0s", locker = app.locker)]
+//!   // A handler (it takes extractors): a busy lock is answered 409 at once, as by LockLayer.
+//!   #[redis_locked(key = "orders:{order_id}", ttl = "10s", locker = app.locker)]
 //!   async fn pay(
 //!       State(app): State<App>,
 //!       Path(order_id): Path<u64>,

@@ -21,8 +21,8 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use lock_core::web::{key, LockLayer};
 use lock_core::{redis_locked, LockError, Locker};
+use lock_tests::discover;
 use serde::Serialize;
-use web_service::discovery;
 
 #[derive(Clone)]
 struct Bench {
@@ -219,7 +219,7 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let redis_target = match discovery::discover().await {
+    let redis_target = match discover::discover().await {
         Ok(redis) => redis,
         Err(message) => {
             eprintln!("loadgen: {message}");
@@ -266,7 +266,7 @@ async fn main() -> ExitCode {
     println!(
         "Redis {} ({}); one PING round trip: p50 {}, p99 {}",
         web_service::redact(redis_target.url()),
-        redis_target.origin(),
+        redis_target.source().describe(),
         us(percentile(&pings, 50.0)),
         us(percentile(&pings, 99.0)),
     );

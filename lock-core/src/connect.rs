@@ -1,0 +1,244 @@
+//! How a `Locker` opens its connections: the pool of one server (or Redlock node), the
+//! Cluster and Sentinel clients, and the pub/sub connection of its notifier; TLS settings
+//! applied to each.
+
+#[cfg(feature = "sentinel")]
+use std::sync::Arc;
+use std::time::Duration;
+
+use deadpool_redis::{Manager, Pool, PoolConfig, Runtime, Timeouts};
+use redis::AsyncConnectionConfig;
+
+use crate::redact::redact_url;
+#[cfg(feature = "tls-rustls")]
+use crate::tls::{Pinned, TlsConfig};
+use crate::LockError;
+
+/// The builder's TLS settings (none without the `tls-rustls` feature).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct TlsSetting {
+    #[cfg(feature = "tls-rustls")]
+    pub config: Option<TlsConfig>,
+}
+
+impl TlsSetting {
+    /// A server name replaces the hosts of URLs; only one server (or Redlock nodes) can do
+    /// that, not a Cluster or Sentinel, whose nodes are named by the servers.
+    #[cfg(any(feature = "cluster", feature = "sentinel"))]
+    fn refuse_server_name(&self, what: &str) -> Result<(), LockError> {
+        #[cfg(feature = "tls-rustls")]
+        if self.config.as_ref().is_some_and(TlsConfig::has_server_name) {
+            return Err(LockError::Config(format!(
+                "TlsConfig::server_name is for one Redis or Redlock nodes: {what} names its \
+                 nodes by the addresses they announce, and their certificates must name those"
+            )));
+        }
+        let _ = what;
+        Ok(())
+    }
+
+    /// The certificates to use with `rediss://` nodes, if any were given.
+    #[cfg(all(feature = "tls-rustls", any(feature = "cluster", feature = "sentinel")))]
+    fn certificates(&self) -> Result<Option<redis::TlsCertificates>, LockError> {
+        self.config
+            .as_ref()
+            .map(TlsConfig::certificates)
+            .transpose()
+    }
+}
+
+/// Where a notifier opens its pub/sub connection.
+#[derive(Clone)]
+pub(crate) enum Dial {
+    /// A plain client (TLS settings, if any, inside it).
+    Client(redis::Client),
+    /// A client whose host is a TLS server name, with the real host behind it.
+    #[cfg(feature = "tls-rustls")]
+    Pinned(redis::Client, Pinned),
+    /// The master Sentinel names now; asked again at every reconnect, so the subscription
+    /// follows a failover.
+    #[cfg(feature = "sentinel")]
+    Sentinel(Arc<tokio::sync::Mutex<redis::sentinel::SentinelClient>>),
+}
+
+impl From<redis::Client> for Dial {
+    fn from(client: redis::Client) -> Dial {
+        Dial::Client(client)
+    }
+}
+
+impl Dial {
+    /// Opens a pub/sub connection.
+    pub async fn pubsub(&self) -> redis::RedisResult<redis::aio::PubSub> {
+        match self {
+            Dial::Client(client) => client.get_async_pubsub().await,
+            #[cfg(feature = "tls-rustls")]
+            Dial::Pinned(client, pinned) => pinned.pubsub(client).await,
+            #[cfg(feature = "sentinel")]
+            Dial::Sentinel(sentinel) => {
+                let client = sentinel.lock().await.async_get_client().await?;
+                client.get_async_pubsub().await
+            }
+        }
+    }
+}
+
+/// A client for `url`, with the TLS settings applied when there are any, and where its
+/// pub/sub connection is opened.
+fn client(
+    url: &str,
+    tls: &TlsSetting,
+) -> Result<(redis::Client, Dial, AsyncConnectionConfig), LockError> {
+    let config = AsyncConnectionConfig::new();
+    #[cfg(feature = "tls-rustls")]
+    if let Some(tls) = &tls.config {
+        let made = tls.client(url)?;
+        return Ok(match made.pinned {
+            Some(pinned) => (
+                made.client.clone(),
+                Dial::Pinned(made.client, pinned.clone()),
+                pinned.connection_config(config),
+            ),
+            None => (made.client.clone(), Dial::Client(made.client), config),
+        });
+    }
+    let _ = tls;
+    let client = redis::Client::open(url).map_err(|err| {
+        LockError::Config(format!("cannot use Redis URL {:?}: {err}", redact_url(url)))
+    })?;
+    Ok((client.clone(), Dial::Client(client), config))
+}
+
+/// The pool for lock commands on the server at `url`, and where to open the notifier's
+/// pub/sub connection.
+pub(crate) fn pool(
+    url: &str,
+    size: Option<usize>,
+    timeout: Duration,
+    tls: &TlsSetting,
+) -> Result<(Pool, Dial), LockError> {
+    // Parse first: deadpool's own error for a bad URL does not say which part is wrong.
+    let (client, dial, connection) = client(url, tls)?;
+    // Every command on these connections answers within `timeout` or fails: the deadline
+    // the scripted backend relies on.
+    let connection = connection
+        .set_connection_timeout(Some(timeout))
+        .set_response_timeout(Some(timeout));
+    let manager = Manager::new_with_config(client.get_connection_info().clone(), connection)
+        .map_err(|err| {
+            LockError::Config(format!("cannot use Redis URL {:?}: {err}", redact_url(url)))
+        })?;
+    let mut config = PoolConfig::default();
+    if let Some(size) = size {
+        config.max_size = size.max(1);
+    }
+    config.timeouts = Timeouts {
+        wait: Some(timeout),
+        create: Some(timeout),
+        recycle: Some(timeout),
+    };
+    let pool = Pool::builder(manager)
+        .config(config)
+        .runtime(Runtime::Tokio1)
+        .build()
+        .map_err(|err| {
+            LockError::Config(format!(
+                "cannot build a pool for {:?}: {err}",
+                redact_url(url)
+            ))
+        })?;
+    Ok((pool, dial))
+}
+
+/// A Cluster client on `seeds`, and where to open the notifier's pub/sub connection (the
+/// first seed: PUBLISH reaches every node of a cluster).
+#[cfg(feature = "cluster")]
+pub(crate) fn cluster(
+    seeds: &[String],
+    timeout: Duration,
+    tls: &TlsSetting,
+) -> Result<(redis::cluster::ClusterClient, Option<Dial>), LockError> {
+    tls.refuse_server_name("a Redis Cluster")?;
+    #[allow(unused_mut)]
+    let mut builder = redis::cluster::ClusterClient::builder(seeds.to_vec())
+        .connection_timeout(timeout)
+        .response_timeout(timeout);
+    #[cfg(feature = "tls-rustls")]
+    if let Some(certificates) = tls.certificates()? {
+        if let Some(plain) = seeds.iter().find(|seed| !seed.starts_with("rediss://")) {
+            return Err(LockError::Config(format!(
+                "TLS settings are given but the seed {:?} is not a rediss:// URL",
+                redact_url(plain)
+            )));
+        }
+        builder = builder.certs(certificates);
+    }
+    let cluster = builder
+        .build()
+        .map_err(|err| LockError::Config(format!("cannot use the cluster seeds: {err}")))?;
+    // A seed that cannot be a client leaves waiters to their timers rather than failing
+    // the build: the cluster client accepted the seeds.
+    let dial = seeds
+        .first()
+        .and_then(|seed| client(seed, tls).ok())
+        .map(|(_, dial, _)| dial);
+    Ok((cluster, dial))
+}
+
+/// A Sentinel client for `master`. The Sentinels are reached over TLS when their URLs are
+/// `rediss://`; the masters they name when the Sentinels are, or when TLS settings were
+/// given. The locker's certificates apply to both.
+#[cfg(feature = "sentinel")]
+pub(crate) fn sentinel(
+    sentinels: Vec<String>,
+    master: String,
+    tls: &TlsSetting,
+) -> Result<Arc<tokio::sync::Mutex<redis::sentinel::SentinelClient>>, LockError> {
+    use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
+    use redis::IntoConnectionInfo as _;
+
+    tls.refuse_server_name("Sentinel")?;
+    let bad =
+        |err: redis::RedisError| LockError::Config(format!("cannot use the sentinels: {err}"));
+    let infos = sentinels
+        .iter()
+        .map(|url| url.as_str().into_connection_info().map_err(&bad))
+        .collect::<Result<Vec<_>, _>>()?;
+    let sentinels_tls = infos
+        .iter()
+        .any(|info| matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. }));
+    #[cfg(feature = "tls-rustls")]
+    let certificates = tls.certificates()?;
+    #[cfg(not(feature = "tls-rustls"))]
+    let certificates: Option<()> = None;
+    // The masters speak TLS when the Sentinels do, or when TLS settings were given.
+    let masters_tls = sentinels_tls || certificates.is_some();
+    let client = if masters_tls {
+        let mut builder = SentinelClientBuilder::new(
+            infos.iter().map(|info| info.addr().clone()),
+            master,
+            SentinelServerType::Master,
+        )
+        .map_err(bad)?
+        .set_client_to_redis_tls_mode(redis::TlsMode::Secure);
+        // Credentials for the Sentinels come from the first URL that has them.
+        let settings = infos.iter().map(redis::ConnectionInfo::redis_settings);
+        if let Some(user) = settings.clone().find_map(|s| s.username()) {
+            builder = builder.set_client_to_sentinel_username(user);
+        }
+        if let Some(password) = settings.clone().find_map(|s| s.password()) {
+            builder = builder.set_client_to_sentinel_password(password);
+        }
+        #[cfg(feature = "tls-rustls")]
+        if let Some(certificates) = certificates {
+            if sentinels_tls {
+                builder = builder.set_client_to_sentinel_certificates(certificates.clone());
+            }
+            builder = builder.set_client_to_redis_certificates(certificates);
+        }
+        builder.build().map_err(bad)?
+    } else {
+        SentinelClient::build(infos, master, None, SentinelServerType::Master).map_err(bad)?
+    };
+    Ok(Arc::new(tokio::sync::Mutex::new(client)))
+}

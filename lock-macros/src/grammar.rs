@@ -1,0 +1,1 @@
+../../lock-core/src/duration.rs
