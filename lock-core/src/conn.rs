@@ -159,6 +159,17 @@ impl SharedConnection {
 
     /// Retires the connection `lent` came from after an I/O failure, so the next command
     /// opens a fresh one. A newer connection is left alone.
+    /// Whether the server behind this connection can change under it (a Sentinel's master):
+    /// an operation given up without an answer should make the next one ask again where
+    /// the master is, rather than keep talking to a server that may have been deposed.
+    pub fn follows_master(&self) -> bool {
+        #[cfg(feature = "sentinel")]
+        if matches!(self.inner.source, Source::Sentinel { .. }) {
+            return true;
+        }
+        false
+    }
+
     pub fn retire(&self, lent: &Lent) {
         let mut current = write_ignoring_poison(&self.inner.current);
         if current

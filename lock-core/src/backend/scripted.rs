@@ -311,7 +311,14 @@ impl Backend for Scripted {
         // out) may hide a SET that took the lock: undo it with a compare-and-delete on the
         // same multiplexed connection, which keeps request order, so the delete reaches
         // Redis after the SET it undoes.
-        let undo = Undo::new(|| spawn_release(self.mode, self.announce, &lent.conn, keys, value));
+        let undo = Undo::new(|| {
+            spawn_release(self.mode, self.announce, &lent.conn, keys, value);
+            // No answer (a stalled or partitioned server): behind a Sentinel, the next
+            // operation asks where the master is now, or it could lock on a deposed one.
+            if self.conn.follows_master() {
+                self.conn.retire(&lent);
+            }
+        });
         let waiter = match kind {
             AttemptKind::Queued(waiter) => Some(waiter),
             AttemptKind::Try | AttemptKind::BeforeQueueing => None,
