@@ -49,6 +49,7 @@
 //! passes its old value (safe, but a loss of liveness).
 
 mod deadline;
+mod failover;
 mod leftover;
 mod nested;
 mod revival;
@@ -57,6 +58,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use crate::clock::{ms, Nanos};
 use crate::event::{Acquired, Event, FailKind, ReleaseOutcome, WriteOutcome};
+use failover::{Anomaly, Replication};
 
 /// Everything a run produced.
 #[derive(Debug, Default, Clone)]
@@ -89,6 +91,10 @@ pub struct Report {
     pub violations: Vec<Violation>,
     /// Overlaps explained by a server that came back empty while a holder trusted its lease.
     pub expected_restart_overlaps: u64,
+    /// Anomalies that the deployment does not promise to prevent, by `<rule>/<explanation>`
+    /// (e.g. `overlap/stale-master`; see [`failover`]), each backed by evidence from the run.
+    /// Restart overlaps of a single server or a Redlock node count as `overlap/restart`.
+    pub expected: BTreeMap<String, u64>,
     /// Acquisitions whose fencing token did not exceed one drawn before a restart.
     pub fence_resets: u64,
     /// Writes the fenced store accepted.
@@ -136,6 +142,16 @@ pub struct Report {
 }
 
 impl Report {
+    /// Counts an expected anomaly.
+    fn expect(&mut self, rule: &str, why: &str) {
+        *self.expected.entry(format!("{rule}/{why}")).or_default() += 1;
+    }
+
+    /// How many expected anomalies, of every kind.
+    pub fn expected_total(&self) -> u64 {
+        self.expected.values().sum()
+    }
+
     /// True when no rule was broken and locking resumed after the faults.
     pub fn passed(&self) -> bool {
         self.violations.is_empty() && self.resumed
@@ -165,8 +181,17 @@ impl Report {
                 .collect::<Vec<_>>()
                 .join(",")
         };
+        let expected = if self.expected.is_empty() {
+            "0".to_owned()
+        } else {
+            self.expected
+                .iter()
+                .map(|(kind, n)| format!("{kind}:{n}"))
+                .collect::<Vec<_>>()
+                .join(",")
+        };
         format!(
-            "acquisitions={} faults={} violations={} stale_writes_rejected={} \
+            "acquisitions={} faults={} violations={} expected={expected} stale_writes_rejected={} \
              lost_leases_detected={} late_writes={} writes_accepted={} \
              writes_fenced_out_after_reset={} paused_holders={} paused_holders_told_lost={} \
              paused_writes_rejected={} released={} \
@@ -350,7 +375,10 @@ pub fn check(history: &History, nodes: usize) -> Report {
             | Event::Extended { .. }
             | Event::Nested { .. }
             | Event::Hiccup { .. }
-            | Event::Probe { .. } => {}
+            | Event::Probe { .. }
+            | Event::Topology { .. }
+            | Event::Failover(_)
+            | Event::Granted { .. } => {}
         }
     }
     downs.sort_by_key(|d| d.start);
@@ -366,11 +394,12 @@ pub fn check(history: &History, nodes: usize) -> Report {
         by_name.entry(acq.a.name.as_str()).or_default().push(acq);
     }
     let mut reset = HashSet::new();
+    let replication = Replication::new(&history.events);
     for (name, list) in &mut by_name {
         list.sort_by_key(|a| a.a.acquired);
-        check_overlaps(name, list, &downs, &mut report);
-        check_fences(name, list, &downs, &mut reset, &mut report);
-        check_releases(name, list, &mut report);
+        check_overlaps(name, list, &downs, &replication, &mut report);
+        check_fences(name, list, &downs, &replication, &mut reset, &mut report);
+        check_releases(name, list, &replication, &mut report);
     }
     for acq in &acqs {
         check_grant(acq, nodes, &downs, &foreign, &mut report);
@@ -415,7 +444,13 @@ fn count_paused_holders(
 }
 
 /// Rule `overlap`: a sweep over trusted intervals sorted by start.
-fn check_overlaps(name: &str, list: &[&Acq], downs: &[Down], report: &mut Report) {
+fn check_overlaps(
+    name: &str,
+    list: &[&Acq],
+    downs: &[Down],
+    replication: &Replication<'_>,
+    report: &mut Report,
+) {
     // The interval that reaches furthest so far.
     let mut reach: Option<&Acq> = None;
     for &next in list {
@@ -429,20 +464,25 @@ fn check_overlaps(name: &str, list: &[&Acq], downs: &[Down], report: &mut Report
                         && d.start <= next.a.acquired
                         && d.end < earlier.trusted_until()
                 });
+                let explained = replication.explain(Anomaly::Overlap, name, earlier, next);
                 if restart.is_some() {
                     report.expected_restart_overlaps += 1;
+                    report.expect("overlap", "restart");
+                } else if let Some(why) = explained {
+                    report.expect("overlap", why);
                 } else {
                     report.violations.push(Violation {
                         rule: "overlap",
                         name: name.to_owned(),
                         detail: format!(
-                            "{} trusted its lease from {} to {} but {} was granted at {} ({} before the first one's trust ended)",
+                            "{} trusted its lease from {} to {} but {} was granted at {} ({} before the first one's trust ended){}",
                             earlier.a.id,
                             earlier.a.acquired,
                             earlier.trusted_until(),
                             next.a.id,
                             next.a.acquired,
                             ms(earlier.trusted_until() - next.a.acquired),
+                            replication.origins(&[earlier, next]),
                         ),
                     });
                 }
@@ -465,6 +505,7 @@ fn check_fences<'a>(
     name: &str,
     list: &[&'a Acq],
     downs: &[Down],
+    replication: &Replication<'_>,
     reset: &mut HashSet<&'a str>,
     report: &mut Report,
 ) {
@@ -507,16 +548,38 @@ fn check_fences<'a>(
                 j += 1;
             }
             if j - i > 1 {
-                let ids: Vec<&str> = group[i..j].iter().map(|(a, _)| a.a.id.as_str()).collect();
-                report.violations.push(Violation {
-                    rule: "fence-order",
-                    name: name.to_owned(),
-                    detail: format!("fencing token {fence} was handed out twice: {ids:?}"),
-                });
+                let same = &group[i..j];
+                let first = same.iter().map(|(a, _)| *a).min_by_key(|a| a.a.acquired);
+                let whys: Vec<Option<&str>> = same
+                    .iter()
+                    .filter(|(a, _)| first.is_some_and(|f| f.a.id != a.a.id))
+                    .map(|(a, _)| {
+                        first.and_then(|f| replication.explain(Anomaly::Fence, name, f, a))
+                    })
+                    .collect();
+                if let Some(why) = whys.first().copied().flatten().filter(|_| whys.iter().all(Option::is_some)) {
+                    report.expect("fence-order", why);
+                } else {
+                    let ids: Vec<&str> = same.iter().map(|(a, _)| a.a.id.as_str()).collect();
+                    let acqs: Vec<&Acq> = same.iter().map(|(a, _)| *a).collect();
+                    report.violations.push(Violation {
+                        rule: "fence-order",
+                        name: name.to_owned(),
+                        detail: format!(
+                            "fencing token {fence} was handed out twice: {ids:?}{}",
+                            replication.origins(&acqs)
+                        ),
+                    });
+                }
             }
             for (acq, _) in &group[i..j] {
                 if let Some(larger) = earliest_larger {
                     if larger.a.acquired < acq.a.attempt_start {
+                        if let Some(why) = replication.explain(Anomaly::Fence, name, larger, acq)
+                        {
+                            report.expect("fence-order", why);
+                            continue;
+                        }
                         report.violations.push(Violation {
                             rule: "fence-order",
                             name: name.to_owned(),
@@ -544,7 +607,12 @@ fn check_fences<'a>(
 }
 
 /// Rule `silent-release`.
-fn check_releases(name: &str, list: &[&Acq], report: &mut Report) {
+fn check_releases(
+    name: &str,
+    list: &[&Acq],
+    replication: &Replication<'_>,
+    report: &mut Report,
+) {
     for (pos, acq) in list.iter().enumerate() {
         let Some((sent, outcome, lost_reported)) = acq.release else {
             continue;
@@ -570,6 +638,10 @@ fn check_releases(name: &str, list: &[&Acq], report: &mut Report) {
                 break;
             }
             if other.a.attempt_start > acq.a.acquired {
+                if let Some(why) = replication.explain(Anomaly::Overlap, name, acq, other) {
+                    report.expect("silent-release", why);
+                    continue;
+                }
                 report.violations.push(Violation {
                     rule: "silent-release",
                     name: name.to_owned(),

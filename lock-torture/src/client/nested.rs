@@ -46,7 +46,7 @@ pub(super) async fn round(
     } else {
         rng.u64(ttl_ms..ttl_ms * 3 / 2)
     });
-    let id = format!("c{}.t{task}.{}", ctx.args.id, *seq + 1);
+    let id = ctx.acq_id(task, *seq + 1);
     let mut trace = Trace::default();
     let call_start = clock::now();
     let result = outer(ctx, index, call_start, &id, task, hold, &mut trace).await;
