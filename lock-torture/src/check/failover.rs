@@ -141,3 +141,170 @@ impl<'a> Replication<'a> {
         format!("; granted: {}", each.join(", "))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::check::{check, History, Report};
+    use crate::event::{Acquired, Event, Failover, ReplicaCopy};
+
+    const MS: u64 = 1_000_000;
+    const OLD: u16 = 7000;
+    const NEW: u16 = 7001;
+
+    fn acq(id: &str, fence: u64, start_ms: u64, valid_ms: u64) -> Event {
+        Event::Acquired(Acquired {
+            id: id.into(),
+            client: 0,
+            task: 0,
+            name: "n".into(),
+            token: format!("tok-{id}"),
+            fence: Some(fence),
+            call_start: start_ms * MS,
+            attempt_start: start_ms * MS,
+            acquired: (start_ms + 1) * MS,
+            valid_until: (start_ms + valid_ms) * MS,
+            ttl_ms: 200,
+            auto_renew: false,
+            wait_ms: None,
+            annotated: false,
+        })
+    }
+
+    fn granted(id: &str, node: u16, at_ms: u64) -> Event {
+        Event::Granted {
+            node,
+            t: at_ms * MS,
+            token: format!("tok-{id}"),
+        }
+    }
+
+    /// The master OLD failed at 100 ms, NEW was promoted at 150, OLD was a replica again at
+    /// 400; NEW's copy of `n` right after the failure: `copy`.
+    fn failover(kind: &str, copy: Option<(&str, u64, u64)>) -> Event {
+        Event::Failover(Failover {
+            kind: kind.into(),
+            old: OLD,
+            new: Some(NEW),
+            names: vec!["n".into()],
+            t_start: 100 * MS,
+            t_promoted: Some(150 * MS),
+            t_end: 400 * MS,
+            copies: copy
+                .map(|(id, expires_ms, fence)| ReplicaCopy {
+                    node: NEW,
+                    name: "n".into(),
+                    token: Some(format!("tok-{id}")),
+                    expires: Some(expires_ms * MS),
+                    fence,
+                })
+                .into_iter()
+                .collect(),
+        })
+    }
+
+    fn run(events: Vec<Event>) -> Report {
+        check(
+            &History {
+                events,
+                ..History::default()
+            },
+            1,
+        )
+    }
+
+    fn rules(report: &Report) -> Vec<&'static str> {
+        report.violations.iter().map(|v| v.rule).collect()
+    }
+
+    /// `a` granted by NEW at 200 ms; `b` by the old master, resumed, at 250 ms.
+    fn split_brain(kind: &str) -> Vec<Event> {
+        vec![
+            failover(kind, None),
+            acq("a", 10, 199, 190),
+            granted("a", NEW, 200),
+            acq("b", 10, 249, 190),
+            granted("b", OLD, 250),
+        ]
+    }
+
+    #[test]
+    fn a_grant_by_a_master_that_was_failed_over_is_expected() {
+        let report = run(split_brain("pause"));
+        assert!(report.passed(), "{:?}", report.violations);
+        assert_eq!(report.expected.get("overlap/stale-master"), Some(&1));
+        assert_eq!(report.expected.get("fence-order/stale-master"), Some(&1));
+        let report = run(split_brain("kill"));
+        assert!(report.passed(), "{:?}", report.violations);
+    }
+
+    #[test]
+    fn without_evidence_an_overlap_stays_a_violation() {
+        // A coordinated failover: the replica caught up before it took over.
+        let report = run(split_brain("manual"));
+        assert_eq!(rules(&report), ["overlap", "fence-order"]);
+        // No failover at all.
+        let report = run(split_brain("pause").split_off(1));
+        assert_eq!(rules(&report), ["overlap", "fence-order"]);
+        // Nobody saw which server granted `b`.
+        let mut events = split_brain("pause");
+        events.pop();
+        let report = run(events);
+        assert_eq!(rules(&report), ["overlap", "fence-order"]);
+        assert!(report.violations[0].detail.contains("by no server seen"));
+        // The old master granted `b` after it was a replica again.
+        let mut events = split_brain("pause");
+        events.pop();
+        events.push(granted("b", OLD, 450));
+        assert_eq!(rules(&run(events)), ["overlap", "fence-order"]);
+        // A failover of another name's master.
+        let mut events = split_brain("pause");
+        if let Event::Failover(f) = &mut events[0] {
+            f.names = vec!["m".into()];
+        }
+        assert_eq!(rules(&run(events)), ["overlap", "fence-order"]);
+    }
+
+    #[test]
+    fn a_paused_master_granting_twice_is_a_violation_a_restarted_one_is_not() {
+        // Both before and after the failure on the old master.
+        let events = |kind| {
+            vec![
+                failover(kind, None),
+                acq("a", 10, 89, 190),
+                granted("a", OLD, 90),
+                acq("b", 10, 249, 190),
+                granted("b", OLD, 250),
+            ]
+        };
+        // The paused master still had `a`'s key: two grants by it are a defect.
+        assert_eq!(rules(&run(events("pause"))), ["overlap", "fence-order"]);
+        // The killed one came back empty.
+        let report = run(events("kill"));
+        assert!(report.passed(), "{:?}", report.violations);
+        assert_eq!(report.expected.get("overlap/stale-master"), Some(&1));
+    }
+
+    #[test]
+    fn a_lease_the_promoted_replica_never_had_is_expected() {
+        // `a` granted by the old master just before it failed; `b` by the promoted replica.
+        let events = |copy| {
+            vec![
+                acq("a", 10, 98, 190),
+                granted("a", OLD, 99),
+                failover("kill", copy),
+                acq("b", 8, 199, 190),
+                granted("b", NEW, 200),
+            ]
+        };
+        // The replica had an older lease and counter: the grant and its INCR were lost.
+        let report = run(events(Some(("old", 150, 7))));
+        assert!(report.passed(), "{:?}", report.violations);
+        assert_eq!(report.expected.get("overlap/unreplicated"), Some(&1));
+        assert_eq!(report.expected.get("fence-order/unreplicated"), Some(&1));
+        // The replica had `a`, valid past `a`'s trust, and the counter: no excuse.
+        let report = run(events(Some(("a", 400, 10))));
+        assert_eq!(rules(&report), ["overlap", "fence-order"]);
+        // No copy was read from the server that granted `b`.
+        assert_eq!(rules(&run(events(None))), ["overlap", "fence-order"]);
+    }
+}
