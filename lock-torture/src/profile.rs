@@ -6,6 +6,8 @@
 //! and tasks, and only a few rounds of each special kind, so that a run of half an hour
 //! checks a million acquisitions while the same faults are injected throughout.
 
+use crate::run::Protocols;
+
 /// A workload profile.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Profile {
@@ -28,7 +30,16 @@ impl Profile {
     pub fn clients(self) -> u32 {
         match self {
             Profile::Default => 4,
-            Profile::Throughput => 8,
+            Profile::Throughput => 10,
+        }
+    }
+
+    /// The protocols, unless `--protocol` says otherwise: even clients on scripts and odd
+    /// ones on WATCH/MULTI, or (throughput) all on scripts.
+    pub fn protocol(self) -> Protocols {
+        match self {
+            Profile::Default => Protocols::Mixed,
+            Profile::Throughput => Protocols::Scripts,
         }
     }
 
@@ -44,7 +55,7 @@ impl Profile {
     pub fn names(self) -> u32 {
         match self {
             Profile::Default => 3,
-            Profile::Throughput => 32,
+            Profile::Throughput => 64,
         }
     }
 

@@ -45,14 +45,14 @@ pub struct RunArgs {
     /// How long faults are injected, per run, in seconds.
     #[arg(long, default_value_t = 3.0)]
     pub seconds: f64,
-    /// Client processes (default: 4; 8 with `--profile throughput`).
+    /// Client processes (default: 4; 10 with `--profile throughput`).
     #[arg(long)]
     pub clients: Option<u32>,
     /// Tasks per client process (default: 2; 4 with `--profile throughput`; pool mode
     /// uses 16).
     #[arg(long)]
     pub tasks: Option<u32>,
-    /// Lock names the clients contend for (default: 3; 32 with `--profile throughput`).
+    /// Lock names the clients contend for (default: 3; 64 with `--profile throughput`).
     #[arg(long)]
     pub names: Option<u32>,
     /// Lease TTL in milliseconds (default: 200; 100 with `--profile throughput`).
@@ -62,8 +62,10 @@ pub struct RunArgs {
     #[arg(long)]
     pub nodes: Option<u32>,
     /// Which protocol the clients use (one server only; the others run on scripts).
-    #[arg(long, value_enum, default_value_t = Protocols::Mixed)]
-    pub protocol: Protocols,
+    /// Default: mixed; scripts with `--profile throughput` (WATCH/MULTI costs several
+    /// times the round trips, and the volume run is about the default protocol).
+    #[arg(long, value_enum)]
+    pub protocol: Option<Protocols>,
     /// Random seed (default: a fresh one, printed in the summary).
     #[arg(long)]
     pub seed: Option<u64>,
@@ -131,7 +133,7 @@ impl Settings {
             tasks: args.tasks.unwrap_or(p.tasks()),
             names: args.names.unwrap_or(p.names()),
             ttl_ms: args.ttl_ms.unwrap_or(p.ttl_ms()),
-            protocol: args.protocol,
+            protocol: args.protocol.unwrap_or(p.protocol()),
             seconds: args.seconds,
             settle_seconds: args.settle_seconds,
             sabotage_ms: args.sabotage_ms,

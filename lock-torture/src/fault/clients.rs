@@ -140,7 +140,21 @@ impl Injector<'_> {
             let t = clock::now();
             drop(pubsub);
             self.rig.replace_client(client)?;
-            let target = format!("client{client} {lock_key}");
+            // Killed before it claimed its turn (the lock still holds the reservation, the
+            // value of its queue entry), or just after.
+            let name = lock_key
+                .strip_prefix("lock:{")
+                .and_then(|k| k.strip_suffix('}'))
+                .unwrap_or_default()
+                .to_owned();
+            let held = self.rig.ask_about(&name, &["GET", &lock_key]);
+            let entry = self
+                .rig
+                .ask_about(&name, &["HGET", &format!("{lock_key}:qe"), &channel]);
+            let unclaimed = matches!((held.first(), entry.first()),
+                (Some(held), Some(entry)) if entry.ends_with(held.as_str()));
+            let when = if unclaimed { "unclaimed" } else { "claimed" };
+            let target = format!("client{client} {name} {when}");
             return self.fault("kill-woken-head", &target, t, clock::now());
         }
         Ok(false)
