@@ -234,6 +234,9 @@ struct Acq {
     claim_end: Nanos,
     lost_at: Option<Nanos>,
     release: Option<(Nanos, ReleaseOutcome, bool)>,
+    /// When the holder logged that it was about to release (a killed client may have sent
+    /// its release without living to log the answer).
+    releasing: Option<Nanos>,
 }
 
 impl Acq {
@@ -244,6 +247,9 @@ impl Acq {
             end = end.min(t);
         }
         if let Some((t, _, _)) = self.release {
+            end = end.min(t);
+        }
+        if let Some(t) = self.releasing {
             end = end.min(t);
         }
         end
@@ -275,6 +281,7 @@ pub fn check(history: &History, nodes: usize) -> Report {
                 a: a.clone(),
                 lost_at: None,
                 release: None,
+                releasing: None,
             });
         }
     }
@@ -297,6 +304,11 @@ pub fn check(history: &History, nodes: usize) -> Report {
                 if let Some(&i) = index.get(id) {
                     let at = acqs[i].lost_at.get_or_insert(*t);
                     *at = (*at).min(*t);
+                }
+            }
+            Event::Releasing { id, t } => {
+                if let Some(&i) = index.get(id) {
+                    acqs[i].releasing = Some(*t);
                 }
             }
             Event::Release {
@@ -420,6 +432,11 @@ fn count_paused_holders(
     writes: &[WriteRow],
     report: &mut Report,
 ) {
+    let rejected: HashSet<&str> = writes
+        .iter()
+        .filter(|w| w.outcome == WriteOutcome::Rejected)
+        .map(|w| w.id.as_str())
+        .collect();
     for acq in acqs {
         let paused = pauses.iter().any(|&(client, start, end)| {
             client == acq.a.client
@@ -434,10 +451,7 @@ fn count_paused_holders(
         if acq.lost_at.is_some() {
             report.paused_holders_told_lost += 1;
         }
-        if writes
-            .iter()
-            .any(|w| w.id == acq.a.id && w.outcome == WriteOutcome::Rejected)
-        {
+        if rejected.contains(acq.a.id.as_str()) {
             report.paused_writes_rejected += 1;
         }
     }
@@ -795,8 +809,10 @@ fn check_writes(
                 });
             }
         }
+        let in_store: HashSet<(u64, &str)> =
+            stored.iter().map(|(t, id)| (*t, id.as_str())).collect();
         for w in list.iter() {
-            if !stored.iter().any(|(t, id)| *t == w.fence && *id == w.id) {
+            if !in_store.contains(&(w.fence, w.id.as_str())) {
                 report.violations.push(Violation {
                     rule: "stale-write",
                     name: (*name).to_owned(),

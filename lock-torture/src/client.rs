@@ -453,6 +453,10 @@ async fn hold(ctx: &Ctx, rng: &mut fastrand::Rng, lease: Lease, held: Held) {
     if auto_renew && !lost_reported {
         observe(ctx, &lease, &id, t_sent, sabotage);
     }
+    ctx.log(&Event::Releasing {
+        id: id.clone(),
+        t: t_sent,
+    });
     let outcome = match lease.release().await {
         Ok(true) => ReleaseOutcome::Released,
         Ok(false) => ReleaseOutcome::NotHeld,

@@ -99,6 +99,14 @@ pub enum Event {
         /// Whether `lease.is_lost()` said true just before the write.
         lost_reported: bool,
     },
+    /// The holder is about to release (logged before the release is sent, so that a
+    /// client killed while its release was in flight leaves a trace: its trust ended here).
+    Releasing {
+        /// The acquisition.
+        id: String,
+        /// Before the release was sent.
+        t: Nanos,
+    },
     /// A release.
     Release {
         /// The acquisition.

@@ -125,7 +125,13 @@ async fn outer(
     }
     // The body's own result is always Ok: what the macro returns then says what its
     // release found.
-    trace.ended = Some((clock::now(), lease.is_lost()));
+    let t_end = clock::now();
+    trace.ended = Some((t_end, lease.is_lost()));
+    // The macro releases as soon as the body returns.
+    ctx.log(&Event::Releasing {
+        id: id.to_owned(),
+        t: t_end,
+    });
     Ok(())
 }
 
