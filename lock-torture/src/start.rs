@@ -12,6 +12,7 @@ use crate::ha::cluster::ClusterHa;
 use crate::ha::sentinel::SentinelHa;
 use crate::ha::Ha;
 use crate::mode::Mode;
+use crate::profile::Profile;
 use crate::rig::{Node, Rig};
 use crate::run::{Protocols, Settings};
 use crate::spawn::Spawner;
@@ -118,6 +119,7 @@ pub fn start_rig(s: &Settings, mode: Mode, seed: u64, dir: &Path) -> Result<Rig,
         clients: Vec::new(),
         names: s.names,
         spawner,
+        reseed_fences: s.profile == Profile::Throughput,
     };
     for id in 0..s.clients as usize {
         let child = rig.spawner.spawn(id)?;
