@@ -571,7 +571,12 @@ fn check_fences<'a>(
                         first.and_then(|f| replication.explain(Anomaly::Fence, name, f, a))
                     })
                     .collect();
-                if let Some(why) = whys.first().copied().flatten().filter(|_| whys.iter().all(Option::is_some)) {
+                if let Some(why) = whys
+                    .first()
+                    .copied()
+                    .flatten()
+                    .filter(|_| whys.iter().all(Option::is_some))
+                {
                     report.expect("fence-order", why);
                 } else {
                     let ids: Vec<&str> = same.iter().map(|(a, _)| a.a.id.as_str()).collect();
@@ -589,8 +594,7 @@ fn check_fences<'a>(
             for (acq, _) in &group[i..j] {
                 if let Some(larger) = earliest_larger {
                     if larger.a.acquired < acq.a.attempt_start {
-                        if let Some(why) = replication.explain(Anomaly::Fence, name, larger, acq)
-                        {
+                        if let Some(why) = replication.explain(Anomaly::Fence, name, larger, acq) {
                             report.expect("fence-order", why);
                             continue;
                         }
@@ -621,12 +625,7 @@ fn check_fences<'a>(
 }
 
 /// Rule `silent-release`.
-fn check_releases(
-    name: &str,
-    list: &[&Acq],
-    replication: &Replication<'_>,
-    report: &mut Report,
-) {
+fn check_releases(name: &str, list: &[&Acq], replication: &Replication<'_>, report: &mut Report) {
     for (pos, acq) in list.iter().enumerate() {
         let Some((sent, outcome, lost_reported)) = acq.release else {
             continue;

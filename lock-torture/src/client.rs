@@ -157,7 +157,11 @@ pub fn build_locker(args: &ClientArgs) -> Result<Locker, LockError> {
     if let Some(size) = args.pool_size {
         builder = builder.pool_size(size);
     }
-    builder = match (args.cluster, &args.sentinel_master, args.lock_urls.as_slice()) {
+    builder = match (
+        args.cluster,
+        &args.sentinel_master,
+        args.lock_urls.as_slice(),
+    ) {
         (true, _, seeds) => builder.cluster(seeds.to_vec()),
         (false, Some(master), sentinels) => builder.sentinel(sentinels.to_vec(), master.clone()),
         (false, None, [one]) => builder.url(one.clone()),

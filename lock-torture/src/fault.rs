@@ -73,10 +73,9 @@ impl Injector<'_> {
     fn inject(&mut self, fault: Mode, until: Nanos) -> Result<bool, BoxError> {
         match fault {
             Mode::None | Mode::Mixed | Mode::All => Ok(false),
-            Mode::Pause
-            | Mode::PauseWaiter
-            | Mode::KillWaiter
-            | Mode::KillWokenHead => self.client_fault(fault),
+            Mode::Pause | Mode::PauseWaiter | Mode::KillWaiter | Mode::KillWokenHead => {
+                self.client_fault(fault)
+            }
             Mode::PartitionMinority | Mode::SlowNode => self.redlock_fault(fault, until),
             Mode::KillMaster | Mode::Failover | Mode::Reshard | Mode::PauseMaster => {
                 self.replicated_fault(fault)

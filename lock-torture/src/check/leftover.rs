@@ -39,7 +39,10 @@ pub(super) fn check(events: &[Event], report: &mut Report) {
             } => (*client, name.as_str(), *t_start, *t_end),
             _ => continue,
         };
-        requests.entry((client, name)).or_default().push((start, end));
+        requests
+            .entry((client, name))
+            .or_default()
+            .push((start, end));
     }
     for event in events {
         let Event::Probe {

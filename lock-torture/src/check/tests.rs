@@ -108,7 +108,11 @@ fn a_release_sent_by_a_client_killed_before_the_answer_ends_its_trust() {
     };
     // Killed after it logged the release it was sending: the lock was free for `b`.
     let report = run(
-        vec![acq("a", "n", 1, 0, 190), releasing, acq("b", "n", 2, 100, 190)],
+        vec![
+            acq("a", "n", 1, 0, 190),
+            releasing,
+            acq("b", "n", 2, 100, 190),
+        ],
         &[],
     );
     assert!(report.passed(), "{:?}", report.violations);

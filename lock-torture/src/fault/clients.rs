@@ -109,7 +109,12 @@ impl Injector<'_> {
     /// the head's own channel when the lock is reserved for it) and SIGKILLs that client at
     /// once; a new process takes its slot. Gives up after two seconds without one.
     fn kill_woken_head(&mut self) -> Result<bool, BoxError> {
-        let Some(port) = self.rig.name_list().first().and_then(|n| self.rig.server_of(n)) else {
+        let Some(port) = self
+            .rig
+            .name_list()
+            .first()
+            .and_then(|n| self.rig.server_of(n))
+        else {
             return Ok(false);
         };
         let mut conn = ops::connect(port)?;
@@ -165,10 +170,9 @@ impl Injector<'_> {
     fn waiter_channels(&self) -> HashMap<String, usize> {
         let mut channels = HashMap::new();
         for name in self.rig.name_list() {
-            let entries = self.rig.ask_about(
-                &name,
-                &["HGETALL", &format!("{}:qe", ops::lock_key(&name))],
-            );
+            let entries = self
+                .rig
+                .ask_about(&name, &["HGETALL", &format!("{}:qe", ops::lock_key(&name))]);
             for pair in entries.chunks(2) {
                 if let [channel, entry] = pair {
                     if let Some(client) = slot_in(entry) {

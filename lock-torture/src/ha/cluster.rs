@@ -46,7 +46,10 @@ impl ClusterHa {
         let cluster = RedisCluster::start(3, 1);
         let mut slots = BTreeMap::new();
         for name in names {
-            let reply = ask(cluster.nodes[0].port(), &["CLUSTER", "KEYSLOT", &lock_key(name)])?;
+            let reply = ask(
+                cluster.nodes[0].port(),
+                &["CLUSTER", "KEYSLOT", &lock_key(name)],
+            )?;
             let slot = int(&reply).ok_or("CLUSTER KEYSLOT gave no number")?;
             slots.insert(name.clone(), u16::try_from(slot)?);
         }
@@ -207,7 +210,15 @@ impl ClusterHa {
             None
         };
         let t_end = demoted(master);
-        failover("manual", master, names, t_start, promoted, t_end, Vec::new())
+        failover(
+            "manual",
+            master,
+            names,
+            t_start,
+            promoted,
+            t_end,
+            Vec::new(),
+        )
     }
 
     /// Moves `name`'s slot to another master the way a reshard does: IMPORTING on the
@@ -223,7 +234,10 @@ impl ClusterHa {
         let slot = *self.slots.get(name).ok_or("unknown name")?;
         let view = self.view().ok_or("no node answers")?;
         let owns = |n: &&NodeInfo| n.slots.iter().any(|&(a, b)| a <= slot && slot <= b);
-        let source = view.iter().find(|n| n.master && owns(n)).ok_or("slot unowned")?;
+        let source = view
+            .iter()
+            .find(|n| n.master && owns(n))
+            .ok_or("slot unowned")?;
         let targets: Vec<&NodeInfo> = view
             .iter()
             .filter(|n| n.master && !n.slots.is_empty() && n.port != source.port)
@@ -232,8 +246,14 @@ impl ClusterHa {
             .get(rng.usize(..targets.len().max(1)))
             .ok_or("no other master")?;
         let s = slot.to_string();
-        ops::ask(target.port, &["CLUSTER", "SETSLOT", &s, "IMPORTING", &source.id])?;
-        ops::ask(source.port, &["CLUSTER", "SETSLOT", &s, "MIGRATING", &target.id])?;
+        ops::ask(
+            target.port,
+            &["CLUSTER", "SETSLOT", &s, "IMPORTING", &source.id],
+        )?;
+        ops::ask(
+            source.port,
+            &["CLUSTER", "SETSLOT", &s, "MIGRATING", &target.id],
+        )?;
         let deadline = clock::now() + clock::nanos(Duration::from_secs(15));
         loop {
             let keys = ops::ask(source.port, &["CLUSTER", "GETKEYSINSLOT", &s, "1"])?;
@@ -294,7 +314,10 @@ pub fn wait_promotion(replicas: &[u16]) -> Option<(u16, Nanos)> {
 
 /// Waits until the server on `port` answers as a replica; when it did (or gave up).
 pub fn demoted(port: u16) -> Nanos {
-    poll(FAILOVER_LIMIT, || matches!(role(port), Some(Role::Replica(..)))).unwrap_or_else(clock::now)
+    poll(FAILOVER_LIMIT, || {
+        matches!(role(port), Some(Role::Replica(..)))
+    })
+    .unwrap_or_else(clock::now)
 }
 
 /// What each replica holds for each name, 100 ms after its master failed (what was on

@@ -28,10 +28,7 @@ impl Ha {
         let (flag, urls) = match self {
             Ha::Cluster(c) => (vec!["--cluster".to_owned()], c.cluster.urls()),
             Ha::Sentinel(s) => (
-                vec![
-                    "--sentinel-master".to_owned(),
-                    sentinel::MASTER.to_owned(),
-                ],
+                vec!["--sentinel-master".to_owned(), sentinel::MASTER.to_owned()],
                 s.urls(),
             ),
         };

@@ -91,7 +91,10 @@ pub fn role(port: u16) -> Option<Role> {
             Some(Role::Master(replicas))
         }
         Some("slave") => {
-            let master = items.get(2).and_then(int).and_then(|p| u16::try_from(p).ok())?;
+            let master = items
+                .get(2)
+                .and_then(int)
+                .and_then(|p| u16::try_from(p).ok())?;
             let state = items.get(3).and_then(text).unwrap_or_default();
             Some(Role::Replica(master, state == "connected"))
         }

@@ -44,9 +44,7 @@ impl SentinelHa {
             data.push(RedisServer::start_with(&[&replicaof]));
         }
         let sentinels: Vec<RedisServer> = (0..3)
-            .map(|_| {
-                RedisServer::start_sentinel_with(MASTER, data[0].port(), 2, FAILOVER_TIMEOUT)
-            })
+            .map(|_| RedisServer::start_sentinel_with(MASTER, data[0].port(), 2, FAILOVER_TIMEOUT))
             .collect();
         let ha = SentinelHa {
             data,
