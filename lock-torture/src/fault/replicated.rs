@@ -30,7 +30,7 @@ impl Injector<'_> {
         let failover = match (ha, fault) {
             (Ha::Cluster(c), Mode::KillMaster) => {
                 let (port, replicas, names) = c.pick_master(rng).ok_or("no master")?;
-                c.kill_master(port, &replicas, names)
+                c.kill_master(port, &replicas, names)?
             }
             (Ha::Cluster(c), Mode::PauseMaster) => {
                 let (port, replicas, names) = c.pick_master(rng).ok_or("no master")?;

@@ -134,7 +134,14 @@ impl ClusterHa {
 
     /// SIGKILL of the master on `port`; once a replica has taken over, the node is
     /// restarted (empty: its `nodes.conf` survives, so it rejoins and becomes a replica).
-    pub fn kill_master(&mut self, port: u16, replicas: &[u16], names: Vec<String>) -> Failover {
+    /// An error if no replica took over: the node then came back as an empty master, which
+    /// is a deployment failure, not something the checker should judge.
+    pub fn kill_master(
+        &mut self,
+        port: u16,
+        replicas: &[u16],
+        names: Vec<String>,
+    ) -> Result<Failover, BoxError> {
         let index = self.index_of(port);
         let t_start = clock::now();
         if let Some(i) = index {
@@ -145,8 +152,13 @@ impl ClusterHa {
         if let Some(i) = index {
             self.cluster.nodes[i].restart();
         }
+        if promoted.is_none() {
+            return Err(format!("no replica of {port} took over after it was killed").into());
+        }
         let t_end = demoted(port);
-        failover("kill", port, names, t_start, promoted, t_end, copies)
+        Ok(failover(
+            "kill", port, names, t_start, promoted, t_end, copies,
+        ))
     }
 
     /// SIGSTOP of the master on `port`: `long` until a replica has taken over and a little

@@ -128,6 +128,12 @@ impl SentinelHa {
         let copies = read_copies(&replicas, &names, false);
         let promoted = self.wait_promotion(master);
         self.data[index].restart();
+        if promoted.is_none() {
+            return Err(format!(
+                "the Sentinels promoted no replica of {master} after it was killed"
+            )
+            .into());
+        }
         let t_end = demoted(master);
         Ok(failover(
             "kill", master, names, t_start, promoted, t_end, copies,
