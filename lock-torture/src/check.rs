@@ -448,7 +448,9 @@ fn count_paused_holders(
             continue;
         }
         report.paused_holders += 1;
-        if acq.lost_at.is_some() {
+        // Told: the loss signal or an extension said so, or `is_lost()` at the release
+        // (an annotated round's only look after its hold).
+        if acq.lost_at.is_some() || acq.release.is_some_and(|(_, _, lost)| lost) {
             report.paused_holders_told_lost += 1;
         }
         if rejected.contains(acq.a.id.as_str()) {
