@@ -124,11 +124,10 @@ impl ClusterHa {
             .filter(|n| n.master && !n.slots.is_empty())
             .collect();
         let master = masters.get(rng.usize(..masters.len().max(1)))?;
-        let replicas = view
-            .iter()
-            .filter(|n| n.master_id.as_deref() == Some(master.id.as_str()))
-            .map(|n| n.port)
-            .collect();
+        // The master's own word on its replicas (another node's view may lag behind).
+        let Some(Role::Master(replicas)) = role(master.port) else {
+            return None;
+        };
         Some((master.port, replicas, self.names_of(&view, master.port)))
     }
 
