@@ -31,9 +31,10 @@ pub enum Protocols {
 /// Arguments of `lock-torture run`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct RunArgs {
-    /// Which faults to inject (`all`: every mode of the deployment in turn).
-    #[arg(long, value_enum, default_value_t = Mode::Mixed)]
-    pub mode: Mode,
+    /// Which faults to inject: a mode, or several separated by commas, one run each
+    /// (`all`: every mode of the deployment in turn).
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "mixed")]
+    pub mode: Vec<Mode>,
     /// Which deployment the clients lock on (default: `single`, or `redlock` with
     /// `--nodes` above 1).
     #[arg(long, value_enum)]
@@ -144,15 +145,17 @@ impl Settings {
         if settings.ttl_ms < 20 {
             return Err("--ttl-ms must be at least 20".into());
         }
-        if args.mode != Mode::All && !topology.modes().contains(&args.mode) {
-            let modes: Vec<&str> = topology.modes().iter().map(|m| m.name()).collect();
-            return Err(format!(
-                "mode {} does not apply to {}; its modes: {}",
-                args.mode.name(),
-                topology.name(),
-                modes.join(", ")
-            )
-            .into());
+        for &mode in &args.mode {
+            if mode != Mode::All && !topology.modes().contains(&mode) {
+                let modes: Vec<&str> = topology.modes().iter().map(|m| m.name()).collect();
+                return Err(format!(
+                    "mode {} does not apply to {}; its modes: {}",
+                    mode.name(),
+                    topology.name(),
+                    modes.join(", ")
+                )
+                .into());
+            }
         }
         Ok(settings)
     }
@@ -171,15 +174,18 @@ pub struct RunOutcome {
     pub logs: Option<PathBuf>,
 }
 
-/// Runs `args.mode` (every mode in turn for `all`), prints one summary line per run, and
+/// Runs each of `args.mode` (every mode in turn for `all`), prints one summary line per run, and
 /// returns the outcomes.
 pub fn run(args: &RunArgs) -> Result<Vec<RunOutcome>, BoxError> {
     let settings = Settings::resolve(args)?;
-    let modes: Vec<Mode> = if args.mode == Mode::All {
-        settings.topology.modes().to_vec()
-    } else {
-        vec![args.mode]
-    };
+    let modes: Vec<Mode> = args
+        .mode
+        .iter()
+        .flat_map(|&mode| match mode {
+            Mode::All => settings.topology.modes().to_vec(),
+            one => vec![one],
+        })
+        .collect();
     let mut outcomes = Vec::new();
     for mode in modes {
         let outcome = run_one(args, &settings, mode)?;
