@@ -50,15 +50,19 @@
 
 mod deadline;
 mod failover;
+mod fences;
 mod leftover;
 mod nested;
 mod revival;
+mod writes;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use crate::clock::{ms, Nanos};
 use crate::event::{Acquired, Event, FailKind, ReleaseOutcome, WriteOutcome};
 use failover::{Anomaly, Replication};
+use fences::check_fences;
+use writes::{check_writes, WriteRow};
 
 /// Everything a run produced.
 #[derive(Debug, Default, Clone)]
@@ -510,122 +514,6 @@ fn check_overlaps(
     }
 }
 
-/// Which stretch between restarts an instant falls in.
-fn epoch(downs: &[Down], t: Nanos) -> usize {
-    downs.partition_point(|d| d.start <= t)
-}
-
-/// Rule `fence-order`, within each stretch between restarts; regressions across a restart
-/// are counted as `fence_resets`.
-fn check_fences<'a>(
-    name: &str,
-    list: &[&'a Acq],
-    downs: &[Down],
-    replication: &Replication<'_>,
-    reset: &mut HashSet<&'a str>,
-    report: &mut Report,
-) {
-    let mut epochs: BTreeMap<usize, Vec<(&'a Acq, u64)>> = BTreeMap::new();
-    for &acq in list {
-        let Some(fence) = acq.a.fence else {
-            report.violations.push(Violation {
-                rule: "fence-order",
-                name: name.to_owned(),
-                detail: format!("{} asked for fencing and got no token", acq.a.id),
-            });
-            continue;
-        };
-        let (from, to) = (
-            epoch(downs, acq.a.attempt_start),
-            epoch(downs, acq.a.acquired),
-        );
-        if from == to {
-            epochs.entry(from).or_default().push((acq, fence));
-        }
-    }
-    let mut max_before: Option<u64> = None;
-    for group in epochs.values_mut() {
-        if let Some(previous) = max_before {
-            for (acq, _) in group.iter().filter(|(_, f)| *f <= previous) {
-                report.fence_resets += 1;
-                reset.insert(acq.a.id.as_str());
-            }
-        }
-        let group_max = group.iter().map(|(_, f)| *f).max();
-        max_before = max_before.max(group_max);
-        // Descending tokens; among acquisitions with larger tokens, the earliest grant.
-        group.sort_by_key(|&(_, fence)| std::cmp::Reverse(fence));
-        let mut earliest_larger: Option<&Acq> = None;
-        let mut i = 0;
-        while i < group.len() {
-            let fence = group[i].1;
-            let mut j = i;
-            while j < group.len() && group[j].1 == fence {
-                j += 1;
-            }
-            if j - i > 1 {
-                let same = &group[i..j];
-                let first = same.iter().map(|(a, _)| *a).min_by_key(|a| a.a.acquired);
-                let whys: Vec<Option<&str>> = same
-                    .iter()
-                    .filter(|(a, _)| first.is_some_and(|f| f.a.id != a.a.id))
-                    .map(|(a, _)| {
-                        first.and_then(|f| replication.explain(Anomaly::Fence, name, f, a))
-                    })
-                    .collect();
-                if let Some(why) = whys
-                    .first()
-                    .copied()
-                    .flatten()
-                    .filter(|_| whys.iter().all(Option::is_some))
-                {
-                    report.expect("fence-order", why);
-                } else {
-                    let ids: Vec<&str> = same.iter().map(|(a, _)| a.a.id.as_str()).collect();
-                    let acqs: Vec<&Acq> = same.iter().map(|(a, _)| *a).collect();
-                    report.violations.push(Violation {
-                        rule: "fence-order",
-                        name: name.to_owned(),
-                        detail: format!(
-                            "fencing token {fence} was handed out twice: {ids:?}{}",
-                            replication.origins(&acqs)
-                        ),
-                    });
-                }
-            }
-            for (acq, _) in &group[i..j] {
-                if let Some(larger) = earliest_larger {
-                    if larger.a.acquired < acq.a.attempt_start {
-                        if let Some(why) = replication.explain(Anomaly::Fence, name, larger, acq) {
-                            report.expect("fence-order", why);
-                            continue;
-                        }
-                        report.violations.push(Violation {
-                            rule: "fence-order",
-                            name: name.to_owned(),
-                            detail: format!(
-                                "{} began at {} after {} was granted at {} with token {}, yet drew the smaller token {}",
-                                acq.a.id,
-                                acq.a.attempt_start,
-                                larger.a.id,
-                                larger.a.acquired,
-                                larger.a.fence.unwrap_or(0),
-                                fence
-                            ),
-                        });
-                    }
-                }
-            }
-            for (acq, _) in &group[i..j] {
-                if earliest_larger.is_none_or(|e| acq.a.acquired < e.a.acquired) {
-                    earliest_larger = Some(acq);
-                }
-            }
-            i = j;
-        }
-    }
-}
-
 /// Rule `silent-release`.
 fn check_releases(name: &str, list: &[&Acq], replication: &Replication<'_>, report: &mut Report) {
     for (pos, acq) in list.iter().enumerate() {
@@ -721,109 +609,6 @@ fn check_grant(
                 ms(a.valid_until - a.attempt_start - ttl)
             ),
         });
-    }
-}
-
-/// A write as logged.
-#[derive(Debug, Clone)]
-struct WriteRow {
-    id: String,
-    name: String,
-    fence: u64,
-    sent: Nanos,
-    reply: Nanos,
-    outcome: WriteOutcome,
-    lost_reported: bool,
-}
-
-/// Rules `stale-write` and `silent-loss`, plus the write counters.
-fn check_writes(
-    writes: &[WriteRow],
-    index: &HashMap<String, usize>,
-    acqs: &[Acq],
-    reset: &HashSet<&str>,
-    history: &History,
-    report: &mut Report,
-) {
-    let mut accepted_by_name: BTreeMap<&str, Vec<&WriteRow>> = BTreeMap::new();
-    for w in writes {
-        if let Some(&i) = index.get(&w.id) {
-            if w.sent > acqs[i].claim_end {
-                report.late_writes += 1;
-                if !w.lost_reported {
-                    report.violations.push(Violation {
-                        rule: "silent-loss",
-                        name: w.name.clone(),
-                        detail: format!(
-                            "{} wrote at {}, {} after its validity ended, and is_lost() said false",
-                            w.id,
-                            w.sent,
-                            ms(w.sent - acqs[i].claim_end)
-                        ),
-                    });
-                }
-            }
-        }
-        match w.outcome {
-            WriteOutcome::Accepted => {
-                report.writes_accepted += 1;
-                accepted_by_name.entry(w.name.as_str()).or_default().push(w);
-            }
-            WriteOutcome::Rejected if reset.contains(w.id.as_str()) => {
-                report.writes_fenced_out_after_reset += 1;
-            }
-            WriteOutcome::Rejected => report.stale_writes_rejected += 1,
-            WriteOutcome::Error => {}
-        }
-    }
-    for (name, list) in &mut accepted_by_name {
-        list.sort_by_key(|w| std::cmp::Reverse(w.fence));
-        let mut earliest_larger: Option<&WriteRow> = None;
-        for w in list.iter() {
-            if let Some(larger) = earliest_larger {
-                if larger.fence > w.fence && larger.reply < w.sent {
-                    report.violations.push(Violation {
-                        rule: "stale-write",
-                        name: (*name).to_owned(),
-                        detail: format!(
-                            "{}'s write with token {} sent at {} was accepted after {}'s write with token {} had been accepted at {}",
-                            w.id, w.fence, w.sent, larger.id, larger.fence, larger.reply
-                        ),
-                    });
-                }
-            }
-            if earliest_larger.is_none_or(|e| w.reply < e.reply) {
-                earliest_larger = Some(w);
-            }
-        }
-        // The store's own record must agree with the clients'.
-        let stored = history.store.get(*name).map(Vec::as_slice).unwrap_or(&[]);
-        for pair in stored.windows(2) {
-            if pair[1].0 <= pair[0].0 {
-                report.violations.push(Violation {
-                    rule: "stale-write",
-                    name: (*name).to_owned(),
-                    detail: format!(
-                        "the store accepted token {} ({}) after token {} ({})",
-                        pair[1].0, pair[1].1, pair[0].0, pair[0].1
-                    ),
-                });
-            }
-        }
-        let in_store: HashSet<(u64, &str)> =
-            stored.iter().map(|(t, id)| (*t, id.as_str())).collect();
-        for w in list.iter() {
-            if !in_store.contains(&(w.fence, w.id.as_str())) {
-                report.violations.push(Violation {
-                    rule: "stale-write",
-                    name: (*name).to_owned(),
-                    detail: format!(
-                        "{} logged its write with token {} as accepted, the store has no record of it",
-                        w.id, w.fence
-                    ),
-                });
-            }
-        }
     }
 }
 

@@ -31,6 +31,7 @@ pub mod profile;
 pub mod resource;
 pub mod rig;
 pub mod run;
+pub mod settings;
 pub mod spawn;
 pub mod start;
 pub mod topology;

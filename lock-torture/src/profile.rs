@@ -6,8 +6,6 @@
 //! and tasks, and only a few rounds of each special kind, so that a run of half an hour
 //! checks a million acquisitions while the same faults are injected throughout.
 
-use crate::run::Protocols;
-
 /// A workload profile.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Profile {
@@ -34,13 +32,10 @@ impl Profile {
         }
     }
 
-    /// The protocols, unless `--protocol` says otherwise: even clients on scripts and odd
-    /// ones on WATCH/MULTI, or (throughput) all on scripts.
-    pub fn protocol(self) -> Protocols {
-        match self {
-            Profile::Default => Protocols::Mixed,
-            Profile::Throughput => Protocols::Scripts,
-        }
+    /// Whether every client runs on Lua scripts unless `--protocol` says otherwise
+    /// (otherwise even clients on scripts and odd ones on WATCH/MULTI).
+    pub fn scripts_only(self) -> bool {
+        self == Profile::Throughput
     }
 
     /// Tasks per client, unless `--tasks` says otherwise.

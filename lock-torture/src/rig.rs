@@ -5,7 +5,6 @@
 //! Kept apart from [`crate::run`] (which builds and tears down a rig) so that the fault
 //! injector can act on a rig without depending on the orchestrator.
 
-use std::process::{Child, ChildStdin};
 use std::time::Duration;
 
 use lock_tests::proxy::Proxy;
@@ -15,7 +14,7 @@ use rustix::process::{kill_process, Pid, Signal};
 use crate::clock;
 use crate::ha::{ops, Ha};
 use crate::resource::PROGRESS_KEY;
-use crate::spawn::Spawner;
+use crate::spawn::{ClientProc, Spawner};
 use crate::topology::Topology;
 use crate::BoxError;
 
@@ -26,17 +25,6 @@ pub struct Node {
     pub server: RedisServer,
     /// `proxies[c]` carries client `c`'s traffic to this server.
     pub proxies: Vec<Proxy>,
-}
-
-/// A running client process.
-#[derive(Debug)]
-pub struct ClientProc {
-    /// Its process.
-    pub child: Child,
-    /// Its pid, for SIGSTOP/SIGCONT.
-    pub pid: i32,
-    /// Closing it stops the client.
-    pub stdin: Option<ChildStdin>,
 }
 
 /// Everything a run starts.

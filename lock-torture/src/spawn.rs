@@ -5,10 +5,20 @@
 
 use std::fs::File;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::{Child, ChildStdin, Command, Stdio};
 
-use crate::rig::ClientProc;
 use crate::BoxError;
+
+/// A running client process.
+#[derive(Debug)]
+pub struct ClientProc {
+    /// Its process.
+    pub child: Child,
+    /// Its pid, for SIGSTOP/SIGCONT.
+    pub pid: i32,
+    /// Closing it stops the client.
+    pub stdin: Option<ChildStdin>,
+}
 
 /// What it takes to start (or restart) the client in each slot.
 #[derive(Debug)]

@@ -14,7 +14,7 @@ use crate::ha::Ha;
 use crate::mode::Mode;
 use crate::profile::Profile;
 use crate::rig::{Node, Rig};
-use crate::run::{Protocols, Settings};
+use crate::settings::{Protocols, Settings};
 use crate::spawn::Spawner;
 use crate::topology::Topology;
 use crate::BoxError;
