@@ -19,6 +19,7 @@ use lock_core::{Lease, LeaseHandle, LockError, Locker, Protocol};
 
 use crate::clock::{self, Nanos};
 use crate::event::{Acquired, Event, FailKind, Log, ReleaseOutcome, WriteOutcome};
+use crate::profile::Profile;
 use crate::resource::FencedStore;
 use crate::BoxError;
 
@@ -44,12 +45,26 @@ impl ProtocolArg {
 /// Arguments of `lock-torture client` (set by the orchestrator).
 #[derive(Debug, Clone, clap::Args)]
 pub struct ClientArgs {
-    /// Client number.
+    /// Client number (its slot: a replacement for a killed client keeps it).
     #[arg(long)]
     pub id: u32,
-    /// Lock server URL; several make a Redlock client.
+    /// How many clients held this slot before (0 for the first): part of every
+    /// acquisition id, so that a replacement's ids are new.
+    #[arg(long, default_value_t = 0)]
+    pub incarnation: u32,
+    /// Lock server URL; several make a Redlock client (or, with `--cluster`, seeds; with
+    /// `--sentinel-master`, the Sentinels).
     #[arg(long = "lock-url", required = true)]
     pub lock_urls: Vec<String>,
+    /// The lock URLs are seeds of a Redis Cluster.
+    #[arg(long)]
+    pub cluster: bool,
+    /// The lock URLs are Sentinels, and this is the master's name.
+    #[arg(long)]
+    pub sentinel_master: Option<String>,
+    /// The workload.
+    #[arg(long, value_enum, default_value_t = Profile::Default)]
+    pub profile: Profile,
     /// The fenced store's URL.
     #[arg(long)]
     pub store_url: String,
@@ -113,9 +128,19 @@ impl Ctx {
     fn ttl(&self) -> Duration {
         Duration::from_millis(self.args.ttl_ms)
     }
+
+    /// The id of the `seq`-th acquisition of `task`: `c<slot>.t<task>.<seq>`, with the
+    /// incarnation after the slot (`c<slot>r<n>`) for a replacement.
+    fn acq_id(&self, task: u32, seq: u64) -> String {
+        match self.args.incarnation {
+            0 => format!("c{}.t{task}.{seq}", self.args.id),
+            n => format!("c{}r{n}.t{task}.{seq}", self.args.id),
+        }
+    }
 }
 
-/// Builds the locker a client uses: one server, or Redlock over several.
+/// Builds the locker a client uses: one server, Redlock over several, a Cluster or the
+/// master Sentinel names.
 pub fn build_locker(args: &ClientArgs) -> Result<Locker, LockError> {
     let ttl = Duration::from_millis(args.ttl_ms);
     let mut builder = Locker::builder()
@@ -132,9 +157,15 @@ pub fn build_locker(args: &ClientArgs) -> Result<Locker, LockError> {
     if let Some(size) = args.pool_size {
         builder = builder.pool_size(size);
     }
-    builder = match args.lock_urls.as_slice() {
-        [one] => builder.url(one.clone()),
-        many => builder.redlock(many.to_vec()).node_timeout(ttl / 5),
+    builder = match (
+        args.cluster,
+        &args.sentinel_master,
+        args.lock_urls.as_slice(),
+    ) {
+        (true, _, seeds) => builder.cluster(seeds.to_vec()),
+        (false, Some(master), sentinels) => builder.sentinel(sentinels.to_vec(), master.clone()),
+        (false, None, [one]) => builder.url(one.clone()),
+        (false, None, many) => builder.redlock(many.to_vec()).node_timeout(ttl / 5),
     };
     builder.build()
 }
@@ -193,14 +224,15 @@ async fn task_loop(ctx: Arc<Ctx>, task: u32) {
     while !ctx.stopped() {
         let index = rng.u32(0..ctx.args.names.max(1));
         let name = format!("torture:{index}");
-        if rng.u8(0..5) == 0 {
+        let profile = ctx.args.profile;
+        if profile.annotated_round(&mut rng) {
             // One round in five goes through a `#[redis_locked]` function instead.
             nested::round(&ctx, &mut rng, task, &mut seq, index).await;
             continue;
         }
         let ttl = ctx.ttl();
-        let wait = Duration::from_millis(rng.u64(0..=ctx.args.ttl_ms * 2));
-        let auto_renew = rng.u8(0..5) == 0;
+        let wait = Duration::from_millis(profile.wait_ms(&mut rng, ctx.args.ttl_ms));
+        let auto_renew = profile.auto_renew(&mut rng);
         let mut request = ctx.locker.lock(name.clone()).ttl(ttl).wait(wait).fencing();
         if auto_renew {
             request = request.auto_renew().max_hold(ttl * 3);
@@ -209,7 +241,7 @@ async fn task_loop(ctx: Arc<Ctx>, task: u32) {
         match request.await {
             Ok(lease) => {
                 seq += 1;
-                let id = format!("c{}.t{task}.{seq}", ctx.args.id);
+                let id = ctx.acq_id(task, seq);
                 let held = Held {
                     id,
                     task,
@@ -314,13 +346,7 @@ async fn hold(ctx: &Ctx, rng: &mut fastrand::Rng, lease: Lease, held: Held) {
     // Most holds end well within the TTL; some overrun it (seed 002's holder that does not
     // know its lock expired), and auto-renewed ones may outlive max_hold.
     let ttl_ms = ctx.args.ttl_ms;
-    let hold_ms = if auto_renew {
-        rng.u64(0..ttl_ms * 4)
-    } else if rng.u8(0..10) < 7 {
-        rng.u64(0..ttl_ms * 3 / 4)
-    } else {
-        rng.u64(ttl_ms..ttl_ms * 2)
-    };
+    let hold_ms = ctx.args.profile.hold_ms(rng, ttl_ms, auto_renew);
     // A careful holder stops as soon as the library says the lease is lost; a naive one
     // carries on and writes anyway, and only fencing stands between it and the data.
     let careful = rng.bool();
@@ -347,7 +373,7 @@ async fn hold(ctx: &Ctx, rng: &mut fastrand::Rng, lease: Lease, held: Held) {
         tokio::time::sleep(hold).await;
     }
 
-    if !lost && !auto_renew && rng.u8(0..5) == 0 {
+    if !lost && !auto_renew && ctx.args.profile.extend(rng) {
         // A holder that let its lease run out may still try to extend it (the library must
         // refuse): look first, so that a success after a loss shows in the history.
         if lease.is_lost() {
@@ -431,6 +457,10 @@ async fn hold(ctx: &Ctx, rng: &mut fastrand::Rng, lease: Lease, held: Held) {
     if auto_renew && !lost_reported {
         observe(ctx, &lease, &id, t_sent, sabotage);
     }
+    ctx.log(&Event::Releasing {
+        id: id.clone(),
+        t: t_sent,
+    });
     let outcome = match lease.release().await {
         Ok(true) => ReleaseOutcome::Released,
         Ok(false) => ReleaseOutcome::NotHeld,

@@ -99,6 +99,14 @@ pub enum Event {
         /// Whether `lease.is_lost()` said true just before the write.
         lost_reported: bool,
     },
+    /// The holder is about to release (logged before the release is sent, so that a
+    /// client killed while its release was in flight leaves a trace: its trust ended here).
+    Releasing {
+        /// The acquisition.
+        id: String,
+        /// Before the release was sent.
+        t: Nanos,
+    },
     /// A release.
     Release {
         /// The acquisition.
@@ -180,6 +188,67 @@ pub enum Event {
         /// The looks, in order.
         looks: Vec<Look>,
     },
+    /// The deployment a run used (the first line of the orchestrator's log), so that a kept
+    /// history can be re-checked by itself.
+    Topology {
+        /// `single`, `redlock`, `cluster` or `sentinel`.
+        topology: String,
+        /// Lock servers (Redlock's node count; 1 otherwise).
+        nodes: u32,
+    },
+    /// A master of a replicated deployment (Cluster, Sentinel) failed or handed over, and
+    /// what came of it. The checker uses it, with [`Event::Granted`], to tell the overlaps
+    /// that asynchronous replication explains from those it does not.
+    Failover(Failover),
+    /// A data node of a replicated deployment executed a successful acquire script for a
+    /// lease (seen on the node's `MONITOR` stream): which server granted which lease.
+    Granted {
+        /// The node's port.
+        node: u16,
+        /// When the node executed it (its own time stamp, converted to the shared clock).
+        t: Nanos,
+        /// The lease token the lock key was set to.
+        token: String,
+    },
+}
+
+/// A master that failed (killed or paused) or handed over (a coordinated failover).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Failover {
+    /// `kill` (SIGKILL, restarted empty afterwards), `pause` (SIGSTOP, then SIGCONT) or
+    /// `manual` (a coordinated `CLUSTER FAILOVER`: the replica catches up first).
+    pub kind: String,
+    /// The port of the master that failed.
+    pub old: u16,
+    /// The port of the node promoted in its place, if one was.
+    pub new: Option<u16>,
+    /// The lock names whose keys that master served.
+    pub names: Vec<String>,
+    /// The SIGKILL, the SIGSTOP, or the failover command.
+    pub t_start: Nanos,
+    /// When the promoted node was first seen answering as a master.
+    pub t_promoted: Option<Nanos>,
+    /// When the old master was seen answering as a replica again (or the fault gave up
+    /// waiting): until then it may have served clients as a master of its own.
+    pub t_end: Nanos,
+    /// What each replica of the old master held for each name, read right after the
+    /// failure (replication had stopped): what a promoted replica starts from.
+    pub copies: Vec<ReplicaCopy>,
+}
+
+/// One lock's keys on one replica, read right after its master failed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplicaCopy {
+    /// The replica's port.
+    pub node: u16,
+    /// Lock name.
+    pub name: String,
+    /// The lease token on the lock key, if the key was there.
+    pub token: Option<String>,
+    /// When that key was to expire (the replica's PTTL, on the shared clock).
+    pub expires: Option<Nanos>,
+    /// The fencing counter.
+    pub fence: u64,
 }
 
 /// One read of a lock key on one node, by a [`Event::Probe`].

@@ -23,11 +23,18 @@
 pub mod check;
 pub mod client;
 pub mod clock;
-pub mod cluster;
 pub mod event;
 pub mod fault;
+pub mod ha;
+pub mod mode;
+pub mod profile;
 pub mod resource;
+pub mod rig;
 pub mod run;
+pub mod settings;
+pub mod spawn;
+pub mod start;
+pub mod topology;
 
 /// The error type of the harness (not of the library under test).
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;

@@ -94,7 +94,8 @@ impl FencedStore {
     }
 }
 
-fn high_key(name: &str) -> String {
+/// The store key holding the highest token seen for `name`.
+pub fn high_key(name: &str) -> String {
     format!("fence:high:{{{name}}}")
 }
 

@@ -21,7 +21,10 @@ fn a_short_run_with_faults_passes_and_prints_one_line() {
     assert_eq!(code, 0, "{stdout}\n{stderr}");
     let lines: Vec<&str> = stdout.lines().collect();
     assert_eq!(lines.len(), 1, "{stdout}");
-    assert!(lines[0].starts_with("mode=drop "), "{stdout}");
+    assert!(
+        lines[0].starts_with("topology=single mode=drop "),
+        "{stdout}"
+    );
     assert!(lines[0].contains(" violations=0 "), "{stdout}");
     assert!(lines[0].contains(" resumed=yes"), "{stdout}");
 }

@@ -122,7 +122,21 @@ impl RedisServer {
     /// Starts a Redis Sentinel watching the master at `master_port` under the name `master`,
     /// quick to act (down after 1 s) so failover tests stay short.
     pub fn start_sentinel(master: &str, master_port: u16) -> RedisServer {
-        RedisServer::launch(sentinel_config(master, master_port), true)
+        RedisServer::start_sentinel_with(master, master_port, 1, Duration::from_secs(3))
+    }
+
+    /// Starts a Redis Sentinel like [`RedisServer::start_sentinel`], that needs `quorum`
+    /// Sentinels to agree that the master is down (for groups of several Sentinels), with
+    /// the given failover timeout (a Sentinel starts no new failover of the same master
+    /// within twice that time).
+    pub fn start_sentinel_with(
+        master: &str,
+        master_port: u16,
+        quorum: u32,
+        failover_timeout: Duration,
+    ) -> RedisServer {
+        let config = sentinel_config_with(master, master_port, quorum, failover_timeout);
+        RedisServer::launch(config, true)
     }
 
     /// Starts `binary` (a `redis-server`) with persistence off, without panicking: for
@@ -170,6 +184,12 @@ impl RedisServer {
     /// The TCP port.
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// The server's process id while it runs (for SIGSTOP/SIGCONT in fault tests); `None`
+    /// after [`RedisServer::kill`].
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
     }
 
     /// The server's address.
@@ -298,10 +318,24 @@ impl Drop for RedisServer {
 
 /// A Sentinel's config: watch `master` at `master_port`, quick to act.
 pub(crate) fn sentinel_config(master: &str, master_port: u16) -> Vec<String> {
+    sentinel_config_with(master, master_port, 1, Duration::from_secs(3))
+}
+
+/// A Sentinel's configuration: `quorum` Sentinels must agree that the master is down; a
+/// master silent for a second is; `failover_timeout` as given.
+fn sentinel_config_with(
+    master: &str,
+    master_port: u16,
+    quorum: u32,
+    failover_timeout: Duration,
+) -> Vec<String> {
     vec![
-        format!("sentinel monitor {master} 127.0.0.1 {master_port} 1"),
+        format!("sentinel monitor {master} 127.0.0.1 {master_port} {quorum}"),
         format!("sentinel down-after-milliseconds {master} 1000"),
-        format!("sentinel failover-timeout {master} 3000"),
+        format!(
+            "sentinel failover-timeout {master} {}",
+            failover_timeout.as_millis()
+        ),
         format!("sentinel parallel-syncs {master} 1"),
     ]
 }

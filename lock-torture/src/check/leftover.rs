@@ -9,7 +9,7 @@
 //! granted with, is a leftover, unless another request of the same client for the same
 //! name was in flight meanwhile (its attempt may be the one seen).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use super::{Report, Violation};
 use crate::clock::{ms, Nanos};
@@ -25,20 +25,25 @@ pub(super) fn check(events: &[Event], report: &mut Report) {
         })
         .collect();
     // Every request: (client, name, start, end).
-    let requests: Vec<(u32, &str, Nanos, Nanos)> = events
-        .iter()
-        .filter_map(|e| match e {
-            Event::Acquired(a) => Some((a.client, a.name.as_str(), a.call_start, a.acquired)),
+    // Each client's requests per name: a probe only looks at its own client's.
+    let mut requests: HashMap<(u32, &str), Vec<(Nanos, Nanos)>> = HashMap::new();
+    for event in events {
+        let (client, name, start, end) = match event {
+            Event::Acquired(a) => (a.client, a.name.as_str(), a.call_start, a.acquired),
             Event::AcquireFailed {
                 client,
                 name,
                 t_start,
                 t_end,
                 ..
-            } => Some((*client, name.as_str(), *t_start, *t_end)),
-            _ => None,
-        })
-        .collect();
+            } => (*client, name.as_str(), *t_start, *t_end),
+            _ => continue,
+        };
+        requests
+            .entry((client, name))
+            .or_default()
+            .push((start, end));
+    }
     for event in events {
         let Event::Probe {
             client,
@@ -53,9 +58,10 @@ pub(super) fn check(events: &[Event], report: &mut Report) {
         let Some(last) = looks.iter().map(|l| l.t).max() else {
             continue;
         };
-        let busy = requests
-            .iter()
-            .any(|&(c, n, start, end)| c == *client && n == name && start < last && end > *t_error);
+        let busy = requests.get(&(*client, name.as_str())).is_some_and(|list| {
+            list.iter()
+                .any(|&(start, end)| start < last && end > *t_error)
+        });
         if busy {
             continue;
         }

@@ -101,6 +101,30 @@ fn overlapping_trust_is_a_violation() {
 }
 
 #[test]
+fn a_release_sent_by_a_client_killed_before_the_answer_ends_its_trust() {
+    let releasing = Event::Releasing {
+        id: "a".into(),
+        t: 50 * MS,
+    };
+    // Killed after it logged the release it was sending: the lock was free for `b`.
+    let report = run(
+        vec![
+            acq("a", "n", 1, 0, 190),
+            releasing,
+            acq("b", "n", 2, 100, 190),
+        ],
+        &[],
+    );
+    assert!(report.passed(), "{:?}", report.violations);
+    // Killed before: its lock stayed until its TTL, and `b` overlaps it.
+    let report = run(
+        vec![acq("a", "n", 1, 0, 190), acq("b", "n", 2, 100, 190)],
+        &[],
+    );
+    assert_eq!(rules(&report), ["overlap"]);
+}
+
+#[test]
 fn an_early_restart_excuses_an_overlap_a_delayed_one_does_not() {
     let down = |start_ms: u64, end_ms: u64| Event::Down {
         node: 0,

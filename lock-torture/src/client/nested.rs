@@ -46,7 +46,7 @@ pub(super) async fn round(
     } else {
         rng.u64(ttl_ms..ttl_ms * 3 / 2)
     });
-    let id = format!("c{}.t{task}.{}", ctx.args.id, *seq + 1);
+    let id = ctx.acq_id(task, *seq + 1);
     let mut trace = Trace::default();
     let call_start = clock::now();
     let result = outer(ctx, index, call_start, &id, task, hold, &mut trace).await;
@@ -125,7 +125,13 @@ async fn outer(
     }
     // The body's own result is always Ok: what the macro returns then says what its
     // release found.
-    trace.ended = Some((clock::now(), lease.is_lost()));
+    let t_end = clock::now();
+    trace.ended = Some((t_end, lease.is_lost()));
+    // The macro releases as soon as the body returns.
+    ctx.log(&Event::Releasing {
+        id: id.to_owned(),
+        t: t_end,
+    });
     Ok(())
 }
 

@@ -1,11 +1,10 @@
-//! What a run starts: the lock servers with a proxy per client in front of each, the fenced
-//! store, and the client processes; and the few things done to all of them at once (faults
-//! through the proxies, healing, stopping the clients).
+//! What a run starts: the lock servers (with a proxy per client in front of each) or a
+//! replicated deployment, the fenced store, and the client processes; and the few things
+//! done to all of them at once (faults through the proxies, healing, stopping the clients).
 //!
-//! Kept apart from [`crate::run`] (which builds and tears down a cluster) so that the fault
-//! injector can act on a cluster without depending on the orchestrator.
+//! Kept apart from [`crate::run`] (which builds and tears down a rig) so that the fault
+//! injector can act on a rig without depending on the orchestrator.
 
-use std::process::{Child, ChildStdin};
 use std::time::Duration;
 
 use lock_tests::proxy::Proxy;
@@ -13,7 +12,11 @@ use lock_tests::RedisServer;
 use rustix::process::{kill_process, Pid, Signal};
 
 use crate::clock;
+use crate::ha::{ops, Ha};
 use crate::resource::PROGRESS_KEY;
+use crate::spawn::{ClientProc, Spawner};
+use crate::topology::Topology;
+use crate::BoxError;
 
 /// One lock server, and one proxy per client in front of it.
 #[derive(Debug)]
@@ -24,31 +27,87 @@ pub struct Node {
     pub proxies: Vec<Proxy>,
 }
 
-/// A running client process.
-#[derive(Debug)]
-pub struct ClientProc {
-    /// Its process.
-    pub child: Child,
-    /// Its pid, for SIGSTOP/SIGCONT.
-    pub pid: i32,
-    /// Closing it stops the client.
-    pub stdin: Option<ChildStdin>,
-}
-
 /// Everything a run starts.
 #[derive(Debug)]
-pub struct Cluster {
-    /// The lock servers.
+pub struct Rig {
+    /// The deployment.
+    pub topology: Topology,
+    /// The proxied lock servers (one server, or Redlock's nodes; none for Cluster and
+    /// Sentinel).
     pub nodes: Vec<Node>,
+    /// The replicated deployment (Cluster, Sentinel).
+    pub ha: Option<Ha>,
     /// The fenced store (never faulted).
     pub store: RedisServer,
-    /// The clients.
+    /// The clients, by slot.
     pub clients: Vec<ClientProc>,
     /// How many lock names the clients use.
     pub names: u32,
+    /// Starts replacements for killed clients.
+    pub spawner: Spawner,
+    /// After a restart of a single server, raise its fencing counters to the fenced
+    /// store's high-water marks (the throughput profile: otherwise, with many names and
+    /// restarts every few seconds, the counters never catch up and almost every write is
+    /// refused).
+    pub reseed_fences: bool,
 }
 
-impl Cluster {
+impl Rig {
+    /// The lock names.
+    pub fn name_list(&self) -> Vec<String> {
+        (0..self.names).map(|i| format!("torture:{i}")).collect()
+    }
+
+    /// The port of the server that holds `name`'s lock now (the first node for Redlock).
+    pub fn server_of(&self, name: &str) -> Option<u16> {
+        match &self.ha {
+            Some(ha) => ha.master_of(name),
+            None => self.nodes.first().map(|n| n.server.port()),
+        }
+    }
+
+    /// Sends one command to the server that holds `name`'s lock; empty text on any failure.
+    pub fn ask_about(&self, name: &str, args: &[&str]) -> Vec<String> {
+        let Some(port) = self.server_of(name) else {
+            return Vec::new();
+        };
+        match ops::ask(port, args) {
+            Ok(redis::Value::Array(items)) => items.iter().filter_map(ops::text).collect(),
+            Ok(other) => ops::text(&other).into_iter().collect(),
+            Err(_) => Vec::new(),
+        }
+    }
+
+    /// SIGKILL of the client in slot `client`, and a new process in its place.
+    pub fn replace_client(&mut self, client: usize) -> Result<(), BoxError> {
+        let Some(old) = self.clients.get_mut(client) else {
+            return Ok(());
+        };
+        let _ = old.child.kill();
+        let _ = old.child.wait();
+        let new = self.spawner.spawn(client)?;
+        self.clients[client] = new;
+        Ok(())
+    }
+
+    /// Sets the added latency on the proxies of every client in front of `node`.
+    pub fn set_node_latency(&self, node: usize, latency: Duration) {
+        if let Some(node) = self.nodes.get(node) {
+            for proxy in &node.proxies {
+                proxy.set_latency(latency);
+            }
+        }
+    }
+
+    /// Partitions (or heals) `client` from the nodes `nodes` only.
+    pub fn set_blackhole_on(&self, client: usize, nodes: &[usize], on: bool) {
+        for &n in nodes {
+            if let Some(proxy) = self.nodes.get(n).and_then(|node| node.proxies.get(client)) {
+                proxy.set_blackhole(on);
+            }
+        }
+    }
+
     /// Sets the added latency on the proxies of `clients`, on every node.
     pub fn set_latency(&self, clients: &[usize], latency: Duration) {
         for node in &self.nodes {
@@ -76,11 +135,14 @@ impl Cluster {
         }
     }
 
-    /// Undoes every lasting fault: no latency, no partition, no stopped client.
+    /// Undoes every lasting fault: no latency, no partition, no stopped client or server.
     pub fn heal(&self) {
         let all: Vec<usize> = (0..self.clients.len()).collect();
         self.set_latency(&all, Duration::ZERO);
         self.set_blackhole(&all, false);
+        if let Some(ha) = &self.ha {
+            ha.resume_all();
+        }
         for client in &self.clients {
             if let Some(pid) = Pid::from_raw(client.pid) {
                 let _ = kill_process(pid, Signal::CONT);
@@ -122,7 +184,7 @@ impl Cluster {
     }
 }
 
-impl Drop for Cluster {
+impl Drop for Rig {
     fn drop(&mut self) {
         for client in &mut self.clients {
             if let Some(pid) = Pid::from_raw(client.pid) {

@@ -1,0 +1,198 @@
+//! Faults of the client processes: a holder frozen (the GC pause), a queued waiter frozen
+//! or killed, the queue's head killed the moment its turn is announced.
+//!
+//! Who holds or waits for what is read from Redis: a lock key's value and a waiter-queue
+//! entry carry the holder label `torture-c<slot>@host:pid`, and the queue's entries map
+//! each waiting Locker's channel to it.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use super::{ms_of, Injector};
+use crate::clock;
+use crate::ha::ops;
+use crate::mode::Mode;
+use crate::BoxError;
+
+/// The client slot named by a holder label in `text` (`...:torture-c<slot>@...`).
+fn slot_in(text: &str) -> Option<usize> {
+    text.split_once(":torture-c")
+        .and_then(|(_, rest)| rest.split_once('@'))
+        .and_then(|(id, _)| id.parse().ok())
+}
+
+impl Injector<'_> {
+    /// One client fault.
+    pub(super) fn client_fault(&mut self, fault: Mode) -> Result<bool, BoxError> {
+        match fault {
+            Mode::Pause => {
+                // Stop a client that holds a lock right now, if one does: the GC pause.
+                let client = self
+                    .holding_client()
+                    .unwrap_or_else(|| self.rng.usize(..self.rig.clients.len()));
+                self.freeze(client, "pause")
+            }
+            Mode::PauseWaiter => {
+                // Stop a client that waits in a lock's queue right now; none: nothing to do.
+                let Some(client) = self.queued_client() else {
+                    return Ok(false);
+                };
+                self.freeze(client, "pause-waiter")
+            }
+            Mode::KillWaiter => {
+                let Some(client) = self.queued_client() else {
+                    return Ok(false);
+                };
+                let t = clock::now();
+                self.rig.replace_client(client)?;
+                self.fault("kill-waiter", &format!("client{client}"), t, clock::now())
+            }
+            Mode::KillWokenHead => self.kill_woken_head(),
+            _ => Ok(false),
+        }
+    }
+
+    /// A client that holds one of the locks now.
+    fn holding_client(&mut self) -> Option<usize> {
+        let clients = self.rig.clients.len();
+        let holders: Vec<usize> = self
+            .rig
+            .name_list()
+            .iter()
+            .filter_map(|name| {
+                let value = self.rig.ask_about(name, &["GET", &ops::lock_key(name)]);
+                value.first().and_then(|v| slot_in(v))
+            })
+            .filter(|&c| c < clients)
+            .collect();
+        (!holders.is_empty()).then(|| holders[self.rng.usize(..holders.len())])
+    }
+
+    /// A client that stands in the waiter queue of one of the names (its entry holds its
+    /// value, whose label names the client), and does not hold that lock.
+    fn queued_client(&mut self) -> Option<usize> {
+        if !self.rig.topology.has_queue() {
+            return None;
+        }
+        let clients = self.rig.clients.len();
+        let mut waiting = Vec::new();
+        for name in self.rig.name_list() {
+            let key = ops::lock_key(&name);
+            let holder = self.rig.ask_about(&name, &["GET", &key]);
+            let holder = holder.first().and_then(|v| slot_in(v));
+            for entry in self.rig.ask_about(&name, &["HVALS", &format!("{key}:qe")]) {
+                waiting.extend(slot_in(&entry).filter(|&c| c < clients && Some(c) != holder));
+            }
+        }
+        (!waiting.is_empty()).then(|| waiting[self.rng.usize(..waiting.len())])
+    }
+
+    /// SIGSTOP of `client` for two to three TTLs, then SIGCONT, logged as fault `kind`.
+    fn freeze(&mut self, client: usize, kind: &str) -> Result<bool, BoxError> {
+        let Some(pid) = self
+            .rig
+            .clients
+            .get(client)
+            .and_then(|c| u32::try_from(c.pid).ok())
+        else {
+            return Ok(false);
+        };
+        let pause = self.ttl * 2 + Duration::from_millis(self.rng.u64(0..ms_of(self.ttl)));
+        let t_start = clock::now();
+        super::signal(pid, true)?;
+        std::thread::sleep(pause);
+        super::signal(pid, false)?;
+        self.fault(kind, &format!("client{client}"), t_start, clock::now())
+    }
+
+    /// Listens for the announcement of a head's turn (`g:<window>:<lock key>` published on
+    /// the head's own channel when the lock is reserved for it) and SIGKILLs that client at
+    /// once; a new process takes its slot. Gives up after two seconds without one.
+    fn kill_woken_head(&mut self) -> Result<bool, BoxError> {
+        let Some(port) = self
+            .rig
+            .name_list()
+            .first()
+            .and_then(|n| self.rig.server_of(n))
+        else {
+            return Ok(false);
+        };
+        let mut conn = ops::connect(port)?;
+        let mut channels = self.waiter_channels();
+        let mut pubsub = conn.as_pubsub();
+        pubsub.psubscribe("lock:waiters:*")?;
+        pubsub.set_read_timeout(Some(Duration::from_millis(50)))?;
+        let give_up = clock::now() + clock::nanos(Duration::from_secs(2));
+        while clock::now() < give_up {
+            let Ok(message) = pubsub.get_message() else {
+                continue;
+            };
+            let payload: String = message.get_payload().unwrap_or_default();
+            let Some(lock_key) = payload
+                .strip_prefix("g:")
+                .and_then(|rest| rest.split_once(':'))
+                .map(|(_, key)| key.to_owned())
+            else {
+                continue;
+            };
+            let channel = message.get_channel_name().to_owned();
+            if !channels.contains_key(&channel) {
+                channels = self.waiter_channels();
+            }
+            let Some(&client) = channels.get(&channel) else {
+                continue;
+            };
+            let t = clock::now();
+            drop(pubsub);
+            self.rig.replace_client(client)?;
+            // Killed before it claimed its turn (the lock still holds the reservation, the
+            // value of its queue entry), or just after.
+            let name = lock_key
+                .strip_prefix("lock:{")
+                .and_then(|k| k.strip_suffix('}'))
+                .unwrap_or_default()
+                .to_owned();
+            let held = self.rig.ask_about(&name, &["GET", &lock_key]);
+            let entry = self
+                .rig
+                .ask_about(&name, &["HGET", &format!("{lock_key}:qe"), &channel]);
+            let unclaimed = matches!((held.first(), entry.first()),
+                (Some(held), Some(entry)) if entry.ends_with(held.as_str()));
+            let when = if unclaimed { "unclaimed" } else { "claimed" };
+            let target = format!("client{client} {name} {when}");
+            return self.fault("kill-woken-head", &target, t, clock::now());
+        }
+        Ok(false)
+    }
+
+    /// Every waiting Locker's channel in the queues now, with the client slot it belongs
+    /// to.
+    fn waiter_channels(&self) -> HashMap<String, usize> {
+        let mut channels = HashMap::new();
+        for name in self.rig.name_list() {
+            let entries = self
+                .rig
+                .ask_about(&name, &["HGETALL", &format!("{}:qe", ops::lock_key(&name))]);
+            for pair in entries.chunks(2) {
+                if let [channel, entry] = pair {
+                    if let Some(client) = slot_in(entry) {
+                        channels.insert(channel.clone(), client);
+                    }
+                }
+            }
+        }
+        channels
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::slot_in;
+
+    #[test]
+    fn the_slot_comes_from_the_holder_label() {
+        assert_eq!(slot_in("0123abcd:torture-c3@host:42"), Some(3));
+        assert_eq!(slot_in("1700 0123abcd:torture-c12@host:42"), Some(12));
+        assert_eq!(slot_in("0123abcd:other@host:42"), None);
+    }
+}

@@ -1,0 +1,76 @@
+//! Faults of the replicated deployments: a master killed, paused, or handed over to its
+//! replica, and a lock's slot moved to another master. Each waits first until the
+//! deployment is whole (every master has a replica in sync), so that a failover is possible
+//! at all, and logs a [`crate::event::Failover`] beside the fault.
+
+use std::time::Duration;
+
+use super::{ms_of, Injector};
+use crate::clock;
+use crate::event::{Event, Failover};
+use crate::ha::Ha;
+use crate::mode::Mode;
+use crate::BoxError;
+
+/// How long the deployment may take to be whole again before a fault.
+const RECOVERY_LIMIT: Duration = Duration::from_secs(60);
+
+impl Injector<'_> {
+    /// One fault of a Cluster or Sentinel master.
+    pub(super) fn replicated_fault(&mut self, fault: Mode) -> Result<bool, BoxError> {
+        let names = self.rig.name_list();
+        let ttl_ms = ms_of(self.ttl);
+        let rng = &mut self.rng;
+        let Some(ha) = self.rig.ha.as_mut() else {
+            return Ok(false);
+        };
+        if !ha.wait_healthy(RECOVERY_LIMIT) {
+            return Err("the deployment did not become whole again after a fault".into());
+        }
+        let failover = match (ha, fault) {
+            (Ha::Cluster(c), Mode::KillMaster) => {
+                let (port, replicas, names) = c.pick_master(rng).ok_or("no master")?;
+                c.kill_master(port, &replicas, names)?
+            }
+            (Ha::Cluster(c), Mode::PauseMaster) => {
+                let (port, replicas, names) = c.pick_master(rng).ok_or("no master")?;
+                // Half the pauses stay under the node timeout (a stall), half outlast the
+                // failover.
+                let long = rng
+                    .bool()
+                    .then(|| Duration::from_millis(rng.u64(200..1000)));
+                let short = Duration::from_millis(rng.u64(300..800));
+                c.pause_master(port, &replicas, names, long, short)?
+            }
+            (Ha::Cluster(c), Mode::Failover) => {
+                let (port, replicas, names) = c.pick_master(rng).ok_or("no master")?;
+                let replica = *replicas.first().ok_or("no replica")?;
+                c.manual_failover(port, replica, names)
+            }
+            (Ha::Cluster(c), Mode::Reshard) => {
+                let name = &names[rng.usize(..names.len())];
+                let t_start = clock::now();
+                let gap = |rng: &mut fastrand::Rng| Duration::from_millis(rng.u64(0..=ttl_ms / 4));
+                let (slot, from, to) = c.move_slot(name, rng, gap)?;
+                let target = format!("{name} slot {slot}: {from}->{to}");
+                return self.fault("reshard", &target, t_start, clock::now());
+            }
+            (Ha::Sentinel(s), Mode::KillMaster) => s.kill_master(names)?,
+            (Ha::Sentinel(s), Mode::PauseMaster) => {
+                s.pause_master(names, Duration::from_millis(rng.u64(200..1000)))?
+            }
+            _ => return Ok(false),
+        };
+        self.log_failover(fault, failover)
+    }
+
+    fn log_failover(&mut self, fault: Mode, failover: Failover) -> Result<bool, BoxError> {
+        let target = match failover.new {
+            Some(new) => format!("{}->{new}", failover.old),
+            None => format!("{} (no failover)", failover.old),
+        };
+        let (t_start, t_end) = (failover.t_start, failover.t_end);
+        self.log.write(&Event::Failover(failover))?;
+        self.fault(fault.name(), &target, t_start, t_end)
+    }
+}

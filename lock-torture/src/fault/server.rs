@@ -1,0 +1,192 @@
+//! Faults of the proxied lock servers (one server, or Redlock's nodes): kills and
+//! restarts, latency, dropped connections and partitions through the proxies, the script
+//! cache flushed, client connections killed, an exhausted pool, foreign values on lock
+//! keys, stalls with `DEBUG SLEEP`.
+
+use std::time::Duration;
+
+use super::{ms_of, sleep_until_or, Injector};
+use crate::clock;
+use crate::event::Event;
+use crate::ha::ops;
+use crate::mode::Mode;
+use crate::resource;
+use crate::BoxError;
+
+impl Injector<'_> {
+    /// One fault of the proxied servers.
+    pub(super) fn server_fault(
+        &mut self,
+        fault: Mode,
+        until: crate::clock::Nanos,
+    ) -> Result<bool, BoxError> {
+        let ttl = self.ttl;
+        match fault {
+            Mode::Kill | Mode::KillDelayed => {
+                let node = self.rng.usize(..self.rig.nodes.len());
+                let t_start = clock::now();
+                self.rig.nodes[node].server.kill();
+                if fault == Mode::KillDelayed {
+                    // Stay down past every lease the server granted: at least one TTL.
+                    std::thread::sleep(ttl * 2);
+                }
+                // The new process may serve clients as soon as it is spawned, before it
+                // answers the orchestrator's PING: the outage ends here.
+                let t_spawn = clock::now();
+                self.rig.nodes[node].server.restart();
+                if self.rig.reseed_fences && self.rig.nodes.len() == 1 {
+                    self.reseed_fences(node);
+                }
+                let t_end = clock::now();
+                self.log.write(&Event::Down {
+                    node: node as u32,
+                    t_start,
+                    t_end: t_spawn,
+                    empty: true,
+                })?;
+                self.fault(fault.name(), &format!("node{node}"), t_start, t_end)
+            }
+            Mode::Latency | Mode::Pool => {
+                let targets = if fault == Mode::Pool {
+                    (0..self.rig.clients.len()).collect()
+                } else {
+                    self.some_clients()
+                };
+                let ms = ms_of(ttl);
+                let latency = if fault == Mode::Pool {
+                    Duration::from_millis(ms / 2)
+                } else {
+                    Duration::from_millis(self.rng.u64(ms / 4..=ms * 3 / 2))
+                };
+                let t_start = clock::now();
+                self.rig.set_latency(&targets, latency);
+                let d = Duration::from_millis(self.rng.u64(500..1000));
+                sleep_until_or(d, until);
+                self.rig.set_latency(&targets, Duration::ZERO);
+                let target = format!("clients{targets:?}+{}ms", latency.as_millis());
+                self.fault(fault.name(), &target, t_start, clock::now())
+            }
+            Mode::Drop => {
+                let targets = self.some_clients();
+                let t = clock::now();
+                self.rig.drop_connections(&targets);
+                self.fault("drop", &format!("clients{targets:?}"), t, t)
+            }
+            Mode::Partition => {
+                let targets = self.some_clients();
+                let t_start = clock::now();
+                self.rig.set_blackhole(&targets, true);
+                let d = Duration::from_millis(self.rng.u64(1000..2000));
+                sleep_until_or(d, until);
+                self.rig.set_blackhole(&targets, false);
+                let target = format!("clients{targets:?}");
+                self.fault("partition", &target, t_start, clock::now())
+            }
+            Mode::ScriptFlush => {
+                let t = clock::now();
+                for node in &self.rig.nodes {
+                    node.server.command(&["SCRIPT", "FLUSH"]);
+                }
+                self.fault("script-flush", "all nodes", t, t)
+            }
+            Mode::ClientKill => {
+                let node = self.rng.usize(..self.rig.nodes.len());
+                let t = clock::now();
+                let server = &self.rig.nodes[node].server;
+                server.command(&["CLIENT", "KILL", "TYPE", "normal"]);
+                server.command(&["CLIENT", "KILL", "TYPE", "pubsub"]);
+                self.fault("client-kill", &format!("node{node}"), t, t)
+            }
+            Mode::Stall => {
+                let n = self.rig.nodes.len();
+                let nodes: Vec<usize> = if n > 1 && self.rng.bool() {
+                    (0..n).collect()
+                } else {
+                    vec![self.rng.usize(..n)]
+                };
+                let ms = ms_of(ttl);
+                let d = Duration::from_millis(self.rng.u64(ms / 5..=ms * 4 / 5));
+                let t_start = clock::now();
+                let sleepers: Vec<_> = nodes
+                    .iter()
+                    .map(|&node| self.rig.nodes[node].server.stall(d))
+                    .collect();
+                for sleeper in sleepers {
+                    if sleeper.join().is_err() {
+                        return Err(
+                            "DEBUG SLEEP failed on a lock server (is DEBUG enabled?)".into()
+                        );
+                    }
+                }
+                let target = format!("nodes{nodes:?}+{}ms", d.as_millis());
+                self.fault("stall", &target, t_start, clock::now())
+            }
+            Mode::WrongType => {
+                let name = format!("torture:{}", self.rng.u32(..self.rig.names.max(1)));
+                let key = format!("lock:{{{name}}}");
+                // With Redlock, half the time on one node only: the other nodes then take
+                // the attempt's value, which must be taken back when the attempt fails.
+                let n = self.rig.nodes.len();
+                let only = (n > 1 && self.rng.bool()).then(|| self.rng.usize(..n));
+                // HSETNX creates a hash only where no key exists: a held lock is left alone.
+                let created = self
+                    .rig
+                    .nodes
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, _)| only.is_none_or(|only| only == *i))
+                    .map(|(_, node)| {
+                        node.server
+                            .command(&["HSETNX", &key, "owner", "someone-else"])
+                    })
+                    .filter(|reply| reply.starts_with(":1"))
+                    .count();
+                if created == 0 {
+                    return Ok(false);
+                }
+                let t_start = clock::now();
+                let d = Duration::from_millis(self.rng.u64(300..800));
+                sleep_until_or(d, until);
+                let t_end = clock::now();
+                for node in &self.rig.nodes {
+                    node.server.command(&[
+                        "EVAL",
+                        "if redis.call('TYPE', KEYS[1]).ok == 'hash' then return redis.call('DEL', KEYS[1]) end return 0",
+                        "1",
+                        &key,
+                    ]);
+                }
+                if created == self.rig.nodes.len() {
+                    self.log.write(&Event::Foreign {
+                        name: name.clone(),
+                        t_start,
+                        t_end,
+                    })?;
+                }
+                let target = match only {
+                    Some(node) => format!("{name}@node{node}"),
+                    None => name,
+                };
+                self.fault("wrong-type", &target, t_start, t_end)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    /// After a restart of a single server: every fencing counter raised to the fenced
+    /// store's high-water mark, the remedy RELIABILITY.md gives for counters that restart
+    /// from zero (tokens drawn before this are refused by the store, as without it).
+    fn reseed_fences(&self, node: usize) {
+        const RAISE: &str = "local c = tonumber(redis.call('GET', KEYS[1]) or '0') \
+            if c < tonumber(ARGV[1]) then redis.call('SET', KEYS[1], ARGV[1]) end return 1";
+        let port = self.rig.nodes[node].server.port();
+        for name in self.rig.name_list() {
+            let high = ops::ask(self.rig.store.port(), &["GET", &resource::high_key(&name)])
+                .ok()
+                .and_then(|v| ops::int(&v))
+                .unwrap_or(0);
+            let key = format!("{}:fence", ops::lock_key(&name));
+            let _ = ops::ask(port, &["EVAL", RAISE, "1", &key, &high.to_string()]);
+        }
+    }
+}

@@ -1,0 +1,247 @@
+//! Which server granted which lease: one `MONITOR` stream per data node of a replicated
+//! deployment.
+//!
+//! After a failover two servers may both have believed they were the master of a lock for
+//! a while. Whether an overlap is the asynchronous replication a deployment warns about or
+//! a defect depends on which servers granted the two leases, and only the servers know
+//! that. `MONITOR` shows every command a server executes, those run by a script included
+//! (as `[0 lua] "SET" ...`), with the server's own time stamp. An acquire script that took
+//! the lock sets the lock key to the lease's value and then draws the fencing token
+//! (`INCR` of the counter, which the torture's locker asks for on every acquisition); a
+//! script that found the lock busy sets nothing or draws nothing. So a `SET lock:{n}
+//! <token>:...` followed, in the same script run, by `INCR lock:{n}:fence` is a grant of
+//! that token by that server: an [`Event::Granted`].
+//!
+//! The stream of a killed server ends; its thread reconnects as soon as the new process
+//! listens (a grant made before it is attached is missed, and the checker then treats the
+//! lease as of unknown origin: nothing is excused for it).
+
+use std::io::{BufRead, BufReader, ErrorKind, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crate::clock::{self, Nanos};
+use crate::event::{Event, Log};
+use crate::ha::ops::{addr, token_of};
+use crate::BoxError;
+
+/// The `MONITOR` readers of a run; they stop when dropped.
+#[derive(Debug)]
+pub struct Monitors {
+    stop: Arc<AtomicBool>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl Monitors {
+    /// Starts a reader for each port, logging grants to `dir/monitor-<port>.jsonl`, and
+    /// returns once each is attached.
+    pub fn start(ports: &[u16], dir: &Path) -> Result<Monitors, BoxError> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut threads = Vec::new();
+        for &port in ports {
+            let log = Log::create(&dir.join(format!("monitor-{port}.jsonl")))?;
+            let (attached, first) = std::sync::mpsc::channel();
+            let stop = Arc::clone(&stop);
+            threads.push(std::thread::spawn(move || {
+                follow(port, &log, &stop, &attached)
+            }));
+            if first.recv_timeout(Duration::from_secs(5)).is_err() {
+                return Err(format!("MONITOR on port {port} did not start").into());
+            }
+        }
+        Ok(Monitors { stop, threads })
+    }
+
+    /// Stops the readers and waits for them (their logs are complete afterwards).
+    pub fn stop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for thread in self.threads.drain(..) {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for Monitors {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Reads `port`'s MONITOR stream until told to stop, reconnecting after the server died.
+fn follow(port: u16, log: &Log, stop: &AtomicBool, attached: &std::sync::mpsc::Sender<()>) {
+    while !stop.load(Ordering::Relaxed) {
+        let Ok(mut stream) = TcpStream::connect_timeout(&addr(port), Duration::from_millis(100))
+        else {
+            std::thread::sleep(Duration::from_millis(2));
+            continue;
+        };
+        let ready = stream
+            .set_read_timeout(Some(Duration::from_millis(100)))
+            .and_then(|()| stream.write_all(b"*1\r\n$7\r\nMONITOR\r\n"));
+        if ready.is_err() {
+            continue;
+        }
+        let mut reader = BufReader::new(stream);
+        let mut script = Script::default();
+        let mut line = Vec::new();
+        while !stop.load(Ordering::Relaxed) {
+            match reader.read_until(b'\n', &mut line) {
+                Ok(0) => break, // the server is gone
+                Ok(_) if line.ends_with(b"\n") => {
+                    let text = String::from_utf8_lossy(&line);
+                    if text.starts_with("+OK") {
+                        let _ = attached.send(());
+                    } else if let Some(token) = script.feed(text.trim_end()) {
+                        let _ = log.write(&Event::Granted {
+                            node: port,
+                            t: to_shared_clock(script.stamp),
+                            token,
+                        });
+                    }
+                    line.clear();
+                }
+                // A line cut by the read timeout: the rest follows.
+                Ok(_) => {}
+                Err(err) if matches!(err.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+                Err(_) => break,
+            }
+        }
+    }
+}
+
+/// The state of one script run on the stream: the lock keys it set, and to what.
+#[derive(Debug, Default)]
+struct Script {
+    /// (lock key, lease token) of each `SET` of a lock key in the current run.
+    sets: Vec<(String, String)>,
+    /// The server's time stamp of the last line, in ns since the epoch.
+    stamp: u128,
+}
+
+impl Script {
+    /// Takes one MONITOR line; returns the token of a grant it completes.
+    fn feed(&mut self, line: &str) -> Option<String> {
+        let (stamp, rest) = line.trim_start_matches('+').split_once(' ')?;
+        let (source, args) = rest.strip_prefix('[')?.split_once("] ")?;
+        if !source.ends_with(" lua") {
+            // A client's command: a new script run (or none) begins.
+            self.sets.clear();
+            return None;
+        }
+        self.stamp = parse_stamp(stamp)?;
+        let args = parse_args(args);
+        let command = args.first()?.to_ascii_uppercase();
+        let key = args.get(1)?;
+        match command.as_str() {
+            "SET" if key.starts_with("lock:{") && key.ends_with('}') => {
+                let token = token_of(args.get(2)?).to_owned();
+                self.sets.push((key.clone(), token));
+                None
+            }
+            "INCR" => {
+                let lock = key.strip_suffix(":fence")?;
+                let at = self.sets.iter().rposition(|(k, _)| k == lock)?;
+                Some(self.sets.remove(at).1)
+            }
+            _ => None,
+        }
+    }
+}
+
+/// `1700000000.123456` (seconds and microseconds) in nanoseconds.
+fn parse_stamp(stamp: &str) -> Option<u128> {
+    let (secs, micros) = stamp.split_once('.')?;
+    Some(secs.parse::<u128>().ok()? * 1_000_000_000 + micros.parse::<u128>().ok()? * 1_000)
+}
+
+/// The quoted arguments of a MONITOR line (`"SET" "k" "v"`), unescaped.
+fn parse_args(text: &str) -> Vec<String> {
+    let mut args = Vec::new();
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c != '"' {
+            continue;
+        }
+        let mut arg = String::new();
+        while let Some(c) = chars.next() {
+            match c {
+                '"' => break,
+                '\\' => match chars.next() {
+                    Some('n') => arg.push('\n'),
+                    Some('r') => arg.push('\r'),
+                    Some('t') => arg.push('\t'),
+                    Some('x') => {
+                        let hex: String = chars.by_ref().take(2).collect();
+                        if let Ok(byte) = u8::from_str_radix(&hex, 16) {
+                            arg.push(char::from(byte));
+                        }
+                    }
+                    Some(other) => arg.push(other),
+                    None => break,
+                },
+                other => arg.push(other),
+            }
+        }
+        args.push(arg);
+    }
+    args
+}
+
+/// A wall-clock stamp (ns since the epoch) on the shared monotonic clock: both clocks are
+/// read now, and the difference is applied (the server runs on this host).
+fn to_shared_clock(wall_ns: u128) -> Nanos {
+    let mono = u128::from(clock::now());
+    let wall = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let shifted = (wall_ns + mono).saturating_sub(wall);
+    u64::try_from(shifted).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_set_followed_by_the_fence_increment_is_a_grant() {
+        let mut script = Script::default();
+        let lines = [
+            r#"+1700000000.000001 [0 127.0.0.1:5000] "evalsha" "abc" "2" "lock:{n}" "lock:{n}:fence" "t1:torture-c0@h:1" "200" "1""#,
+            r#"+1700000000.000002 [0 lua] "SET" "lock:{n}" "t1:torture-c0@h:1" "NX" "PX" "200""#,
+            r#"+1700000000.000003 [0 lua] "INCR" "lock:{n}:fence""#,
+        ];
+        let grants: Vec<_> = lines.iter().filter_map(|l| script.feed(l)).collect();
+        assert_eq!(grants, vec!["t1".to_owned()]);
+        assert_eq!(script.stamp, 1_700_000_000_000_003_000);
+    }
+
+    #[test]
+    fn a_busy_attempt_or_a_reservation_is_not_a_grant() {
+        let mut script = Script::default();
+        let lines = [
+            // Busy: SET NX, then GET and PTTL, no INCR.
+            r#"+1.000001 [0 127.0.0.1:5000] "evalsha" "abc" "2" "lock:{n}" "lock:{n}:fence" "t2:x" "200" "1""#,
+            r#"+1.000002 [0 lua] "SET" "lock:{n}" "t2:x" "NX" "PX" "200""#,
+            r#"+1.000003 [0 lua] "GET" "lock:{n}""#,
+            // A release handing the lock to the head: a reservation, no INCR.
+            r#"+1.000004 [0 127.0.0.1:5001] "evalsha" "def" "3" "lock:{n}" "lock:{n}:q" "lock:{n}:qe" "t0:y" "50""#,
+            r#"+1.000005 [0 lua] "SET" "lock:{n}" "t3:z" "PX" "50""#,
+            r#"+1.000006 [0 lua] "PUBLISH" "lock:waiters:1" "g:50:lock:{n}""#,
+            // The next client's INCR of some counter does not complete anything.
+            r#"+1.000007 [0 127.0.0.1:5002] "INCR" "lock:{n}:fence""#,
+        ];
+        assert!(lines.iter().all(|l| script.feed(l).is_none()));
+    }
+
+    #[test]
+    fn quoted_arguments_are_unescaped() {
+        assert_eq!(
+            parse_args(r#""a\"b" "c\\d" "\x41""#),
+            vec!["a\"b".to_owned(), "c\\d".to_owned(), "A".to_owned()]
+        );
+    }
+}

@@ -1,0 +1,97 @@
+//! The fault modes: what a run injects. Which of them apply to which deployment is
+//! [`crate::topology::Topology::modes`].
+
+/// What to inject during a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, clap::ValueEnum)]
+pub enum Mode {
+    /// No faults: the baseline.
+    None,
+    /// SIGKILL a lock server and restart it empty at once, within the TTL (single node:
+    /// mutual exclusion is not guaranteed across this; see RELIABILITY.md).
+    Kill,
+    /// SIGKILL a lock server and restart it empty after two TTLs (the delayed-restart
+    /// rule: safety must hold).
+    KillDelayed,
+    /// SIGSTOP a client for two to three TTLs, then SIGCONT (a GC pause).
+    Pause,
+    /// Add latency (a quarter to one and a half TTL) between some clients and Redis.
+    Latency,
+    /// Cut every connection of a client to Redis.
+    Drop,
+    /// Partition some clients from Redis for one to two seconds (a blackhole).
+    Partition,
+    /// `SCRIPT FLUSH` on the lock servers (the NOSCRIPT path).
+    ScriptFlush,
+    /// `CLIENT KILL` of every client connection on a lock server.
+    ClientKill,
+    /// Pool size 1 and sixteen tasks per client, with bursts of latency.
+    Pool,
+    /// A foreign hash written on a free lock key for a while (with Redlock, half the time
+    /// on one node only).
+    WrongType,
+    /// `DEBUG SLEEP` on a lock server (with Redlock, one node or all) for a fifth to four
+    /// fifths of a TTL, again and again: renewals, extensions, releases and acquires pile up
+    /// in flight and are answered together.
+    Stall,
+    /// SIGSTOP of a client that stands in a lock's Redis-side waiter queue (not the holder)
+    /// for two to three TTLs, then SIGCONT: its turn comes while it is frozen, nobody claims
+    /// it, and the queue must move on without it (and without two holders when it wakes).
+    PauseWaiter,
+    /// SIGKILL of a client that stands in a lock's waiter queue (a new client process takes
+    /// its place): its entry stays in the queue until it expires, and the queue must skip it.
+    KillWaiter,
+    /// SIGKILL of the queue's head the moment its turn is announced (the lock is reserved
+    /// for it): nobody claims the reservation, or its fresh lease is never released.
+    KillWokenHead,
+    /// Redlock: some clients each cut from a minority of the nodes for one to two seconds.
+    PartitionMinority,
+    /// Redlock: one node slow for every client (latency around the node timeout).
+    SlowNode,
+    /// Cluster, Sentinel: SIGKILL of a master; a replica is promoted, and the old master
+    /// is restarted empty and comes back as a replica.
+    KillMaster,
+    /// Cluster: a coordinated `CLUSTER FAILOVER` on a replica (it catches up first).
+    Failover,
+    /// Cluster: the slot of a lock name moved to another master, key by key, while
+    /// clients use it (MIGRATING/IMPORTING, ASK and TRYAGAIN).
+    Reshard,
+    /// Cluster, Sentinel: SIGSTOP of a master. Cluster: a short pause (a stall) or one past
+    /// the failover; Sentinel: until a replica is promoted. Then SIGCONT: the old master
+    /// comes back as a replica.
+    PauseMaster,
+    /// A random mix of the faults of the deployment, with delayed restarts.
+    Mixed,
+    /// Every mode of the deployment in turn, one run each.
+    All,
+}
+
+impl Mode {
+    /// The name used on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::None => "none",
+            Mode::Kill => "kill",
+            Mode::KillDelayed => "kill-delayed",
+            Mode::Pause => "pause",
+            Mode::Latency => "latency",
+            Mode::Drop => "drop",
+            Mode::Partition => "partition",
+            Mode::ScriptFlush => "script-flush",
+            Mode::ClientKill => "client-kill",
+            Mode::Pool => "pool",
+            Mode::WrongType => "wrong-type",
+            Mode::Stall => "stall",
+            Mode::PauseWaiter => "pause-waiter",
+            Mode::KillWaiter => "kill-waiter",
+            Mode::KillWokenHead => "kill-woken-head",
+            Mode::PartitionMinority => "partition-minority",
+            Mode::SlowNode => "slow-node",
+            Mode::KillMaster => "kill-master",
+            Mode::Failover => "failover",
+            Mode::Reshard => "reshard",
+            Mode::PauseMaster => "pause-master",
+            Mode::Mixed => "mixed",
+            Mode::All => "all",
+        }
+    }
+}

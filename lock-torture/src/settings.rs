@@ -1,0 +1,157 @@
+//! What a run is asked to do: the command line of `lock-torture run`, and the same with
+//! every default filled in (the profile's, the deployment's) and checked.
+
+use std::path::PathBuf;
+
+use crate::mode::Mode;
+use crate::profile::Profile;
+use crate::topology::Topology;
+use crate::BoxError;
+
+/// Which protocol the clients use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Protocols {
+    /// Every client on Lua scripts.
+    Scripts,
+    /// Every client on WATCH/MULTI.
+    Transactions,
+    /// Even clients on scripts, odd ones on WATCH/MULTI (scripts only with Redlock).
+    Mixed,
+}
+
+/// Arguments of `lock-torture run`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct RunArgs {
+    /// Which faults to inject: a mode, or several separated by commas, one run each
+    /// (`all`: every mode of the deployment in turn).
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "mixed")]
+    pub mode: Vec<Mode>,
+    /// Which deployment the clients lock on (default: `single`, or `redlock` with
+    /// `--nodes` above 1).
+    #[arg(long, value_enum)]
+    pub topology: Option<Topology>,
+    /// The workload (`throughput`: short holds, more names and clients; see the profile's
+    /// defaults in RELIABILITY.md).
+    #[arg(long, value_enum, default_value_t = Profile::Default)]
+    pub profile: Profile,
+    /// How long faults are injected, per run, in seconds.
+    #[arg(long, default_value_t = 3.0)]
+    pub seconds: f64,
+    /// Client processes (default: 4; 10 with `--profile throughput`).
+    #[arg(long)]
+    pub clients: Option<u32>,
+    /// Tasks per client process (default: 2; 4 with `--profile throughput`; pool mode
+    /// uses 16).
+    #[arg(long)]
+    pub tasks: Option<u32>,
+    /// Lock names the clients contend for (default: 3; 64 with `--profile throughput`).
+    #[arg(long)]
+    pub names: Option<u32>,
+    /// Lease TTL in milliseconds (default: 200; 100 with `--profile throughput`).
+    #[arg(long)]
+    pub ttl_ms: Option<u64>,
+    /// Redlock's node count (odd; default 3 with `--topology redlock`).
+    #[arg(long)]
+    pub nodes: Option<u32>,
+    /// Which protocol the clients use (one server only; the others run on scripts).
+    /// Default: mixed; scripts with `--profile throughput` (WATCH/MULTI costs several
+    /// times the round trips, and the volume run is about the default protocol).
+    #[arg(long, value_enum)]
+    pub protocol: Option<Protocols>,
+    /// Random seed (default: a fresh one, printed in the summary).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Keep the logs in this directory (default: a temporary one, kept only on failure).
+    #[arg(long)]
+    pub logs: Option<PathBuf>,
+    /// How long to wait, after the faults, for locking to resume, in seconds.
+    #[arg(long, default_value_t = 30.0)]
+    pub settle_seconds: f64,
+    /// Checker self-test: clients claim this many ms more validity than they were given.
+    /// The run must then fail.
+    #[arg(long, default_value_t = 0)]
+    pub sabotage_ms: u64,
+}
+
+/// The arguments of a run with every default filled in and checked.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// The deployment.
+    pub topology: Topology,
+    /// The workload.
+    pub profile: Profile,
+    /// Lock servers (Redlock's count; 1 otherwise).
+    pub nodes: u32,
+    /// Client processes.
+    pub clients: u32,
+    /// Tasks per client.
+    pub tasks: u32,
+    /// Lock names.
+    pub names: u32,
+    /// Lease TTL in ms.
+    pub ttl_ms: u64,
+    /// Protocol choice.
+    pub protocol: Protocols,
+    /// Seconds of faults.
+    pub seconds: f64,
+    /// Seconds to wait for locking to resume.
+    pub settle_seconds: f64,
+    /// Checker self-test.
+    pub sabotage_ms: u64,
+}
+
+impl Settings {
+    /// Fills in the defaults of `args` and rejects impossible combinations.
+    pub fn resolve(args: &RunArgs) -> Result<Settings, BoxError> {
+        let topology = args.topology.unwrap_or(match args.nodes {
+            Some(n) if n > 1 => Topology::Redlock,
+            _ => Topology::Single,
+        });
+        let nodes = match (topology, args.nodes) {
+            (Topology::Redlock, None) => 3,
+            (Topology::Redlock, Some(n)) if n >= 3 && !n.is_multiple_of(2) => n,
+            (Topology::Redlock, Some(_)) => {
+                return Err("--nodes must be odd and at least 3 for Redlock".into())
+            }
+            (_, None | Some(1)) => 1,
+            (_, Some(_)) => return Err("--nodes is Redlock's node count".into()),
+        };
+        let p = args.profile;
+        let settings = Settings {
+            topology,
+            profile: p,
+            nodes,
+            clients: args.clients.unwrap_or(p.clients()),
+            tasks: args.tasks.unwrap_or(p.tasks()),
+            names: args.names.unwrap_or(p.names()),
+            ttl_ms: args.ttl_ms.unwrap_or(p.ttl_ms()),
+            protocol: args.protocol.unwrap_or(if p.scripts_only() {
+                Protocols::Scripts
+            } else {
+                Protocols::Mixed
+            }),
+            seconds: args.seconds,
+            settle_seconds: args.settle_seconds,
+            sabotage_ms: args.sabotage_ms,
+        };
+        if settings.clients == 0 || settings.names == 0 {
+            return Err("--clients and --names must be at least 1".into());
+        }
+        if settings.ttl_ms < 20 {
+            return Err("--ttl-ms must be at least 20".into());
+        }
+        for &mode in &args.mode {
+            if mode != Mode::All && !topology.modes().contains(&mode) {
+                let modes: Vec<&str> = topology.modes().iter().map(|m| m.name()).collect();
+                return Err(format!(
+                    "mode {} does not apply to {}; its modes: {}",
+                    mode.name(),
+                    topology.name(),
+                    modes.join(", ")
+                )
+                .into());
+            }
+        }
+        Ok(settings)
+    }
+}

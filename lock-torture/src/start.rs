@@ -1,0 +1,129 @@
+//! Building the rig of one run: the deployment, the fenced store, the proxies, and the
+//! client processes with their command lines.
+
+use std::path::Path;
+use std::time::Duration;
+
+use lock_tests::proxy::Proxy;
+use lock_tests::RedisServer;
+
+use crate::client::ProtocolArg;
+use crate::ha::cluster::ClusterHa;
+use crate::ha::sentinel::SentinelHa;
+use crate::ha::Ha;
+use crate::mode::Mode;
+use crate::profile::Profile;
+use crate::rig::{Node, Rig};
+use crate::settings::{Protocols, Settings};
+use crate::spawn::Spawner;
+use crate::topology::Topology;
+use crate::BoxError;
+
+/// Starts the servers and the clients of one run.
+pub fn start_rig(s: &Settings, mode: Mode, seed: u64, dir: &Path) -> Result<Rig, BoxError> {
+    let store = RedisServer::start();
+    let names: Vec<String> = (0..s.names).map(|i| format!("torture:{i}")).collect();
+    let (nodes, ha) = match s.topology {
+        Topology::Single | Topology::Redlock => {
+            let mut nodes = Vec::new();
+            for _ in 0..s.nodes {
+                // DEBUG (off by default since Redis 7) for the `stall` fault's DEBUG SLEEP.
+                let server = RedisServer::start_debuggable();
+                let proxies = (0..s.clients)
+                    .map(|_| Proxy::start(server.addr()))
+                    .collect::<std::io::Result<Vec<_>>>()?;
+                nodes.push(Node { server, proxies });
+            }
+            (nodes, None)
+        }
+        Topology::Cluster => (Vec::new(), Some(Ha::Cluster(ClusterHa::start(&names)?))),
+        Topology::Sentinel => (Vec::new(), Some(Ha::Sentinel(SentinelHa::start()?))),
+    };
+    // Replicas in sync before the clients start, so that the first fault can fail over.
+    if let Some(ha) = &ha {
+        if !ha.wait_healthy(Duration::from_secs(60)) {
+            return Err("the replicated deployment did not come up whole".into());
+        }
+    }
+    let mut common: Vec<String> = vec![
+        "--store-url".into(),
+        store.url(),
+        "--names".into(),
+        s.names.to_string(),
+        "--ttl-ms".into(),
+        s.ttl_ms.to_string(),
+        "--profile".into(),
+        s.profile.name().into(),
+        "--sabotage-ms".into(),
+        s.sabotage_ms.to_string(),
+        // A safety net only (clients stop when their standard input closes): past the
+        // whole run.
+        "--max-seconds".into(),
+        format!("{}", (s.seconds + s.settle_seconds + 300.0).ceil() as u64),
+    ];
+    if mode == Mode::Pool {
+        // Many tasks on one pooled connection, with a short deadline for a checkout.
+        for arg in [
+            "--tasks",
+            "16",
+            "--pool-size",
+            "1",
+            "--command-timeout-ms",
+            "400",
+        ] {
+            common.push(arg.into());
+        }
+    } else {
+        common.push("--tasks".into());
+        common.push(s.tasks.to_string());
+    }
+    let per_client = (0..s.clients)
+        .map(|id| {
+            let protocol = match s.protocol {
+                _ if s.topology != Topology::Single => ProtocolArg::Scripts,
+                Protocols::Scripts => ProtocolArg::Scripts,
+                Protocols::Transactions => ProtocolArg::Transactions,
+                Protocols::Mixed if id.is_multiple_of(2) => ProtocolArg::Scripts,
+                Protocols::Mixed => ProtocolArg::Transactions,
+            };
+            let mut args = vec![
+                "--protocol".to_owned(),
+                protocol.as_str().to_owned(),
+                "--seed".to_owned(),
+                seed.wrapping_add(u64::from(id)).to_string(),
+            ];
+            match &ha {
+                Some(ha) => args.extend(ha.client_args()),
+                None => {
+                    for node in &nodes {
+                        args.push("--lock-url".to_owned());
+                        args.push(node.proxies[id as usize].url());
+                    }
+                }
+            }
+            args
+        })
+        .collect();
+    let spawner = Spawner {
+        exe: std::env::current_exe()?,
+        dir: dir.to_path_buf(),
+        common,
+        per_client,
+        incarnations: vec![0; s.clients as usize],
+    };
+    let mut rig = Rig {
+        topology: s.topology,
+        nodes,
+        ha,
+        store,
+        clients: Vec::new(),
+        names: s.names,
+        spawner,
+        reseed_fences: s.profile == Profile::Throughput,
+    };
+    for id in 0..s.clients as usize {
+        let child = rig.spawner.spawn(id)?;
+        rig.clients.push(child);
+    }
+    Ok(rig)
+}
