@@ -317,6 +317,7 @@ impl Drop for RedisServer {
 }
 
 /// A Sentinel's config: watch `master` at `master_port`, quick to act.
+#[cfg_attr(not(feature = "tls"), allow(dead_code))]
 pub(crate) fn sentinel_config(master: &str, master_port: u16) -> Vec<String> {
     sentinel_config_with(master, master_port, 1, Duration::from_secs(3))
 }
