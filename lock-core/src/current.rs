@@ -3,7 +3,10 @@
 
 use std::future::Future;
 
-use crate::{LeaseHandle, Locker};
+use std::sync::Arc;
+
+use crate::engine::Engine;
+use crate::LeaseHandle;
 
 tokio::task_local! {
     /// The leases held on this task's call stack, innermost last.
@@ -34,12 +37,13 @@ pub(crate) async fn with_current_lease<F: Future>(lease: LeaseHandle, work: F) -
     HELD.scope(stack, work).await
 }
 
-/// The lease for `name` on `locker` that this task already holds, innermost first.
-pub(crate) fn enclosing_lease(locker: &Locker, name: &str) -> Option<LeaseHandle> {
+/// The lease for `name` on `engine` (one Locker's clones) that this task already holds,
+/// innermost first.
+pub(crate) fn enclosing_lease(engine: &Arc<Engine>, name: &str) -> Option<LeaseHandle> {
     HELD.try_with(|held| {
         held.iter()
             .rev()
-            .find(|lease| lease.same_lock(locker, name))
+            .find(|lease| lease.same_lock(engine, name))
             .cloned()
     })
     .ok()

@@ -1,19 +1,15 @@
-//! The guard of a held lock, and its shareable view.
+//! The guard of a held lock, and its shareable view (facade): the engine's lease state
+//! ([`Held`]) with the engine that releases it.
 
 use std::fmt;
 use std::ops::Deref;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::sync::Notify;
 use tracing::Instrument as _;
 
-use crate::backend::Backend as _;
-use crate::key::{validate_ttl, LockKeys};
-use crate::local::NameRef;
-use crate::locker::Locker;
-use crate::token::{decode_value, is_ours};
+use crate::engine::held::Held;
+use crate::engine::Engine;
 use crate::LockError;
 
 /// A held lock. Release it with [`Lease::release`]; dropping it releases it in the
@@ -53,89 +49,16 @@ pub struct Lease {
 /// keep the lock held and cannot release it.
 #[derive(Clone)]
 pub struct LeaseHandle {
-    pub(crate) shared: Arc<Shared>,
-}
-
-/// Numbers leases of one process, to tell a lease from its successor on the same name.
-static SERIALS: AtomicU64 = AtomicU64::new(1);
-
-pub(crate) struct Shared {
-    pub locker: Locker,
-    pub keys: LockKeys,
-    /// `token[:label]`, exactly as stored in Redis.
-    pub value: String,
-    token_len: usize,
-    fencing_token: Option<u64>,
-    acquired_at: Instant,
-    pub serial: u64,
-    /// The TTL each extension (manual or automatic) asks for.
-    pub ttl: Duration,
-    /// Local end of validity: the start of the last successful acquire or extend, plus TTL,
-    /// minus the clock-drift allowance. Its mutex also orders the transitions of `lost`
-    /// and `finished` against extensions, so that a renewal reply applied after the lease
-    /// ended (released, dropped or lost) can never make it valid, or a local holder, again.
-    valid_until: Mutex<Instant>,
-    /// Sticky: once set, never cleared.
-    lost: AtomicBool,
-    /// Set once release has started (sticky): the renewer stops renewing.
-    finished: AtomicBool,
-    lost_signal: Notify,
-    local: NameRef,
-}
-
-/// What the acquire loop knows about a fresh lease.
-pub(crate) struct Grant {
-    pub keys: LockKeys,
-    pub value: String,
-    pub fencing_token: Option<u64>,
-    pub attempt_started: Instant,
-    pub ttl: Duration,
-    pub local: NameRef,
-    /// Keep the lease alive until released, up to this long (`None`: no auto-renewal).
-    pub renew: Option<Renewal>,
-}
-
-/// Auto-renewal settings of one lease.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Renewal {
-    pub max_hold: Option<Duration>,
+    engine: Arc<Engine>,
+    held: Arc<Held>,
 }
 
 impl Lease {
-    pub(crate) fn new(locker: Locker, grant: Grant) -> Lease {
-        let token_len = decode_value(&grant.value).0.len();
-        let serial = SERIALS.fetch_add(1, Ordering::Relaxed);
-        let valid_until = grant.attempt_started + validity(grant.ttl);
-        grant.local.set_holder(serial, valid_until);
-        let renew = grant.renew;
-        let lease = Lease {
-            handle: LeaseHandle {
-                shared: Arc::new(Shared {
-                    locker,
-                    keys: grant.keys,
-                    value: grant.value,
-                    token_len,
-                    fencing_token: grant.fencing_token,
-                    acquired_at: grant.attempt_started,
-                    serial,
-                    ttl: grant.ttl,
-                    valid_until: Mutex::new(valid_until),
-                    lost: AtomicBool::new(false),
-                    finished: AtomicBool::new(false),
-                    lost_signal: Notify::new(),
-                    local: grant.local,
-                }),
-            },
+    pub(crate) fn new(engine: Arc<Engine>, held: Arc<Held>) -> Lease {
+        Lease {
+            handle: LeaseHandle { engine, held },
             released: false,
-        };
-        if let Some(renewal) = renew {
-            let shared = &lease.handle.shared;
-            shared
-                .locker
-                .renewer()
-                .register(&shared.locker, shared, renewal.max_hold);
         }
-        lease
     }
 
     /// A cloneable view of this lease (for a watchdog, a log line, or a task that must stop
@@ -149,19 +72,19 @@ impl Lease {
     /// current holder's lock is left alone.
     pub async fn release(mut self) -> Result<bool, LockError> {
         self.released = true;
-        let shared = Arc::clone(&self.handle.shared);
+        let LeaseHandle { engine, held } = self.handle.clone();
         let span = tracing::debug_span!(
             "lock.release",
-            name = %shared.keys.name,
-            held_ms = shared.acquired_at.elapsed().as_millis() as u64,
+            name = %held.keys.name,
+            held_ms = held.acquired_at().elapsed().as_millis() as u64,
             held = tracing::field::Empty,
         );
         async move {
-            let released = shared.release_now().await;
-            if let Ok(held) = released {
-                tracing::Span::current().record("held", held);
-                if !held {
-                    tracing::warn!(name = %shared.keys.name, "released a lease that had already expired or been taken over");
+            let released = held.release_now(engine.backend()).await;
+            if let Ok(still_held) = released {
+                tracing::Span::current().record("held", still_held);
+                if !still_held {
+                    tracing::warn!(name = %held.keys.name, "released a lease that had already expired or been taken over");
                 }
             }
             released
@@ -173,26 +96,8 @@ impl Lease {
     /// Resets the TTL to `ttl` from now. Fails with [`LockError::Lost`] if the lock is no
     /// longer ours (it expired or was removed); the lease is then marked lost.
     pub async fn extend(&self, ttl: Duration) -> Result<(), LockError> {
-        let shared = &self.handle.shared;
-        validate_ttl(&shared.keys.name, ttl)?;
-        let started = Instant::now();
-        let backend = shared.locker.backend();
-        let extended = backend
-            .extend(&shared.keys, &shared.value, ttl)
-            .await
-            .inspect_err(|err| {
-                // A foreign value sits on the key: our lock is certainly gone.
-                if matches!(err, LockError::WrongType { .. }) {
-                    shared.mark_lost();
-                }
-            })?;
-        if !extended || !shared.extended(started, ttl) {
-            shared.mark_lost();
-            return Err(LockError::Lost {
-                name: shared.keys.name.clone(),
-            });
-        }
-        Ok(())
+        let handle = &self.handle;
+        handle.held.extend(handle.engine.backend(), ttl).await
     }
 }
 
@@ -209,129 +114,53 @@ impl Drop for Lease {
         if self.released {
             return;
         }
-        let shared = Arc::clone(&self.handle.shared);
-        shared.finish();
-        let locker = shared.locker.clone();
-        let releasing = Arc::clone(&shared);
-        let spawned = locker.spawn_background(async move {
-            if let Err(err) = releasing.release_now().await {
+        let LeaseHandle { engine, held } = &self.handle;
+        held.finish();
+        let releasing = Arc::clone(held);
+        let owner = Arc::clone(engine);
+        let spawned = engine.spawn_background(async move {
+            if let Err(err) = releasing.release_now(owner.backend()).await {
                 tracing::warn!(name = %releasing.keys.name, %err, "background release of a dropped lease failed; its TTL will free it");
             }
         });
         if !spawned {
-            tracing::debug!(name = %shared.keys.name, "lease dropped outside a tokio runtime; its TTL will free it");
-            shared.local.clear_holder(shared.serial);
+            tracing::debug!(name = %held.keys.name, "lease dropped outside a tokio runtime; its TTL will free it");
+            held.forget_locally();
         }
-    }
-}
-
-impl Shared {
-    async fn release_now(&self) -> Result<bool, LockError> {
-        self.finish();
-        let backend = self.locker.backend();
-        let result = backend.release(&self.keys, &self.value).await;
-        match result {
-            Ok(true) => crate::metrics::released(&self.keys.name, self.acquired_at.elapsed()),
-            Ok(false) => self.mark_lost(),
-            Err(_) => {}
-        }
-        // Local waiters may go now: after the DEL, so their attempt finds the lock free.
-        self.local.clear_holder(self.serial);
-        result
-    }
-
-    /// Marks the lease as ended by its holder (release or drop): no renewal applies to it
-    /// any more.
-    fn finish(&self) {
-        let _transition = self.state_lock();
-        self.finished.store(true, Ordering::Release);
-    }
-
-    /// Applies a successful extension that was sent at `sent_at`, unless the lease has
-    /// ended meanwhile: released, dropped, lost, or past its validity (its holder may
-    /// already have been told it was lost, and loss is final). False when not applied.
-    pub fn extended(&self, sent_at: Instant, ttl: Duration) -> bool {
-        let mut valid_until = self.state_lock();
-        if self.is_finished() || self.is_marked_lost() || Instant::now() >= *valid_until {
-            return false;
-        }
-        let until = sent_at + validity(ttl);
-        *valid_until = until;
-        // Under the state lock: a release or loss that follows clears it after this.
-        self.local.set_holder(self.serial, until);
-        drop(valid_until);
-        // A `lost()` future sleeping until the old deadline must look again.
-        self.lost_signal.notify_waiters();
-        true
-    }
-
-    fn state_lock(&self) -> std::sync::MutexGuard<'_, Instant> {
-        self.valid_until
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-    }
-
-    pub fn mark_lost(&self) {
-        let newly_lost = {
-            let _transition = self.state_lock();
-            !self.lost.swap(true, Ordering::AcqRel)
-        };
-        if newly_lost {
-            crate::metrics::lost(&self.keys.name);
-            tracing::warn!(name = %self.keys.name, "lease lost: the lock is no longer held by this holder");
-        }
-        self.lost_signal.notify_waiters();
-        self.local.clear_holder(self.serial);
-    }
-
-    pub fn valid_until(&self) -> Instant {
-        *self.state_lock()
-    }
-
-    pub fn acquired_at(&self) -> Instant {
-        self.acquired_at
-    }
-
-    pub fn is_finished(&self) -> bool {
-        self.finished.load(Ordering::Acquire)
-    }
-
-    pub fn is_marked_lost(&self) -> bool {
-        self.lost.load(Ordering::Acquire)
     }
 }
 
 impl LeaseHandle {
     /// The lock name.
     pub fn name(&self) -> &str {
-        &self.shared.keys.name
+        &self.held.keys.name
     }
 
     /// The Redis key that holds the lock.
     pub fn key(&self) -> &str {
-        &self.shared.keys.lock
+        &self.held.keys.lock
     }
 
     /// The 128-bit random token (32 hex digits) that proves ownership.
     pub fn token(&self) -> &str {
-        &self.shared.value[..self.shared.token_len]
+        self.held.token()
     }
 
     /// The fencing token drawn at acquire time, when fencing was on: strictly increasing per
     /// lock name, so a store can reject writes from a holder older than the last one it saw.
     pub fn fencing_token(&self) -> Option<u64> {
-        self.shared.fencing_token
+        self.held.fencing_token
     }
 
     /// When the lock was acquired (the start of the successful attempt).
     pub fn acquired_at(&self) -> Instant {
-        self.shared.acquired_at
+        self.held.acquired_at()
     }
 
     /// How long this lease is still valid by the local clock, with a margin for clock drift
     /// between this process and Redis. Zero once it has run out.
     pub fn expires_in(&self) -> Duration {
-        self.shared
+        self.held
             .valid_until()
             .saturating_duration_since(Instant::now())
     }
@@ -339,52 +168,25 @@ impl LeaseHandle {
     /// True once the lease is known to be lost: its validity ran out, or Redis said the lock
     /// is no longer ours. A cheap local check; [`LeaseHandle::is_held`] asks Redis.
     pub fn is_lost(&self) -> bool {
-        self.shared.lost.load(Ordering::Acquire) || self.expires_in().is_zero()
+        self.held.is_lost()
     }
 
     /// Completes when the lease is lost: at the end of its local validity (unless extended
     /// before, by hand or by auto-renewal), or as soon as an operation or the renewer learns
     /// that the lock is no longer ours.
     pub async fn lost(&self) {
-        loop {
-            let notified = self.shared.lost_signal.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            if self.is_lost() {
-                return;
-            }
-            let deadline = tokio::time::Instant::from_std(self.shared.valid_until());
-            tokio::select! {
-                () = notified => {}
-                () = tokio::time::sleep_until(deadline) => {}
-            }
-        }
+        self.held.lost().await;
     }
 
     /// Asks Redis whether the lock still holds this lease's token. Marks the lease lost if not.
     pub async fn is_held(&self) -> Result<bool, LockError> {
-        let shared = &self.shared;
-        let backend = shared.locker.backend();
-        let state = backend.inspect(&shared.keys).await?;
-        let held = state
-            .value
-            .as_deref()
-            .is_some_and(|stored| is_ours(stored.as_bytes(), &shared.value));
-        if !held {
-            shared.mark_lost();
-        }
-        Ok(held)
+        self.held.is_held(self.engine.backend()).await
     }
 
-    pub(crate) fn same_lock(&self, locker: &Locker, name: &str) -> bool {
-        self.shared.locker.same_as(locker) && self.shared.keys.name == name
+    /// True when this is a lease on `name` taken through `engine` (a clone of one Locker).
+    pub(crate) fn same_lock(&self, engine: &Arc<Engine>, name: &str) -> bool {
+        Arc::ptr_eq(&self.engine, engine) && self.held.keys.name == name
     }
-}
-
-/// The part of a TTL the holder may count on: TTL minus an allowance for the drift between
-/// this process's clock and Redis's (1% plus 2 ms, as in the Redlock analysis).
-pub(crate) fn validity(ttl: Duration) -> Duration {
-    ttl.saturating_sub(crate::backend::redlock::drift(ttl))
 }
 
 impl fmt::Debug for Lease {

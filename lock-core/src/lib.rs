@@ -224,6 +224,18 @@
 //! `<prefix>{N}:qe`. The braces are a Redis Cluster hash tag: every key of a lock shares a
 //! slot, and no lock name can collide with another lock's keys.
 //!
+//! # Inside
+//!
+//! Five layers, each importing only from those below it: the **facade** (`Locker`, its
+//! builder, `LockRequest`, `Lease`, the primitives, `web`), the **engine** a Locker's clones
+//! share (acquisition, waiting, renewal, the local hand-off), the **backends** (Lua scripts
+//! on one Redis or a Cluster, WATCH/MULTI, Redlock, memory), the **connections** (the
+//! multiplexed connection, the notifier, TLS) and the **leaves** (keys, tokens, durations,
+//! errors). `lock().await` goes facade → `engine::acquire` → `Backend::acquire` → one `SET
+//! NX PX` on the shared connection, and comes back as a `Lease` holding the engine and the
+//! lease's state. The repository's `lock-core/ARCHITECTURE.md` draws the layers, says which
+//! file to open for what, and follows one acquisition and one release step by step.
+//!
 //! # Web handlers
 //!
 //! With the `axum` feature (or `tower` for any tower service), [`web`] guards HTTP handlers:
@@ -249,52 +261,48 @@
 #![warn(missing_docs)]
 
 mod backend;
-mod background;
-mod conn;
-mod connect;
+mod builder;
+mod connection;
 mod current;
 mod deadline;
 mod defaults;
 mod duration;
+mod engine;
 mod error;
 mod holder;
 mod key;
 mod lease;
-mod local;
 mod locker;
 mod macro_held;
 mod macro_support;
 pub mod metrics;
-mod notifier;
 mod prims;
 mod redact;
-mod renew;
 mod request;
 mod signal;
-#[cfg(feature = "tls-rustls")]
-mod tls;
 mod token;
 mod using;
 mod wait;
 #[cfg(feature = "tower")]
 pub mod web;
 
-pub use backend::scripted::ScriptMode;
+pub use backend::lua::ScriptMode;
+pub use builder::{LockerBuilder, Protocol, DEFAULT_REDIS_URL, REDIS_URL_ENV};
+#[cfg(feature = "tls-rustls")]
+pub use connection::tls::TlsConfig;
 pub use current::current_lease;
 pub use duration::{parse_duration, DurationError};
 pub use error::LockError;
 pub use holder::Holder;
 pub use key::{MAX_NAME_LEN, MAX_TTL, MAX_WAIT, MIN_TTL};
 pub use lease::{Lease, LeaseHandle};
-pub use locker::{LockInfo, Locker, LockerBuilder, Protocol, DEFAULT_REDIS_URL, REDIS_URL_ENV};
+pub use locker::{LockInfo, Locker};
 pub use macro_support::{default_locker, set_default_locker};
 pub use prims::{
     GuardHandle, HoldMode, MultiLease, MultiRequest, Permit, PermitHolder, PermitHolders,
     PermitRequest, RwLease, RwLock, RwRequest, Semaphore, MAX_PERMITS,
 };
 pub use request::LockRequest;
-#[cfg(feature = "tls-rustls")]
-pub use tls::TlsConfig;
 pub use token::MAX_LABEL_LEN;
 pub use using::{OnLost, UsingRequest};
 

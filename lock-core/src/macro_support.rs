@@ -226,7 +226,7 @@ where
         };
         return Box::pin(crate::macro_held::run(locker, spec.key, hold, policy, body)).await;
     }
-    if let Some(enclosing) = enclosing_lease(&locker, &spec.key) {
+    if let Some(enclosing) = enclosing_lease(locker.engine(), &spec.key) {
         return reenter(enclosing, spec.key, |_| body).await;
     }
     let mut request = locker.lock(spec.key);

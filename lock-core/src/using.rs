@@ -127,7 +127,7 @@ impl UsingRequest {
         E: From<LockError>,
     {
         let UsingRequest { request, on_lost } = self;
-        if let Some(enclosing) = enclosing_lease(request.locker(), request.name()) {
+        if let Some(enclosing) = enclosing_lease(request.engine(), request.name()) {
             let name = request.name().to_owned();
             return reenter(enclosing, name, work).await;
         }

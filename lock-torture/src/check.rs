@@ -30,6 +30,8 @@
 //! - `acquired-over-foreign-value`: a lock was granted while a foreign hash sat on its key.
 //! - `validity-claim`: a lease reported more validity than the TTL it asked for, counted
 //!   from the start of its successful attempt.
+//! - `stamp-order`: a lease's successful attempt is stamped before its call began or after
+//!   it was granted (the library's `acquired_at`, or the harness's clock, is wrong).
 //! - `wait-overrun` / `late-grant`: a request returned an error, or a lease, later than its
 //!   wait (or, for a request that does not wait, the command timeout) plus a scheduling
 //!   allowance after it began ([`deadline`]).
@@ -65,7 +67,7 @@ mod writes;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use crate::clock::{ms, Nanos};
+use crate::clock::{self, ms, Nanos};
 use crate::event::{Acquired, Event, FailKind, ReleaseOutcome, WriteOutcome};
 use failover::{Anomaly, Replication};
 use fences::check_fences;
@@ -643,6 +645,21 @@ fn check_grant(
             detail: format!(
                 "{} was granted at {} while a hash sat on the key ({start}..{end})",
                 a.id, a.acquired
+            ),
+        });
+    }
+    // The library says when the successful attempt began (`acquired_at`): inside the call,
+    // before the grant. Outside that, either it or the harness's stamps are wrong, and every
+    // rule that reads them is unsound.
+    if a.attempt_start.saturating_add(clock::SETTLED) < a.call_start
+        || a.acquired.saturating_add(clock::SETTLED) < a.attempt_start
+    {
+        report.violations.push(Violation {
+            rule: "stamp-order",
+            name: a.name.clone(),
+            detail: format!(
+                "{}: call at {}, attempt at {}, granted at {}: the attempt is stamped outside its call",
+                a.id, a.call_start, a.attempt_start, a.acquired
             ),
         });
     }

@@ -336,11 +336,10 @@ fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// `now + lease.expires_in()`, read in that order so the stamp is never below the lease's
-/// own end of validity.
+/// The lease's end of validity as a stamp, never below it (and within
+/// [`clock::SETTLED`] of it, as a rule).
 fn valid_until(lease: &LeaseHandle) -> Nanos {
-    let left = lease.expires_in();
-    clock::now() + clock::nanos(left)
+    clock::stamp_ahead(|| lease.expires_in())
 }
 
 /// What a task knows about the lease it just got.

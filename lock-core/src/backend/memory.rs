@@ -16,7 +16,7 @@ const SWEEP_EVERY: u64 = 1024;
 pub(crate) struct Memory {
     state: Mutex<State>,
     /// Semaphores and read-write locks (`crate::prims`), kept apart from the locks.
-    permits: std::sync::Arc<crate::prims::permits::memory::MemoryPermits>,
+    permits: std::sync::Arc<crate::backend::permits::memory::MemoryPermits>,
 }
 
 #[derive(Default)]
@@ -47,7 +47,9 @@ impl Memory {
 }
 
 impl Memory {
-    pub(crate) fn permits(&self) -> &std::sync::Arc<crate::prims::permits::memory::MemoryPermits> {
+    pub(crate) fn permits(
+        &self,
+    ) -> &std::sync::Arc<crate::backend::permits::memory::MemoryPermits> {
         &self.permits
     }
 }

@@ -1,4 +1,5 @@
-//! The ways of talking to a lock store, behind one internal trait.
+//! The ways of talking to a lock store, behind one internal trait: the layer under the
+//! engine and over the connections (see `lock-core/ARCHITECTURE.md`).
 //!
 //! Every backend gives the same guarantees (see the crate docs); the behavioural test suite
 //! runs against each of them.
@@ -9,7 +10,10 @@ use std::time::Duration;
 use crate::key::LockKeys;
 use crate::LockError;
 
+pub(crate) mod lua;
 pub(crate) mod memory;
+pub(crate) mod permits;
+pub(crate) mod prim_scripts;
 pub(crate) mod redlock;
 pub(crate) mod scripted;
 pub(crate) mod transaction;

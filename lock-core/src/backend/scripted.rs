@@ -4,18 +4,27 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use redis::{FromRedisValue, Script};
+use redis::FromRedisValue;
 
+use super::lua::{self, Lua, ScriptMode};
 use super::undo::Undo;
 use super::{millis, remaining_from_pttl, Attempt, AttemptKind, Backend, Place, RawState, Waiter};
-use crate::conn::{is_connection_failure, Conn, SharedConnection};
+use crate::connection::shared::{is_connection_failure, Conn, SharedConnection};
 use crate::key::LockKeys;
 use crate::LockError;
 
-static ACQUIRE: LazyLock<Lua> =
-    LazyLock::new(|| Lua::new("acquire", include_str!("../scripts/acquire.lua")));
+static ACQUIRE: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(
+        LIBRARY_NAME,
+        library,
+        "acquire",
+        include_str!("../scripts/acquire.lua"),
+    )
+});
 static ACQUIRE_QUEUED: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(
+        LIBRARY_NAME,
+        library,
         "acquire_queued",
         concat!(
             include_str!("../scripts/queue.lua"),
@@ -25,6 +34,8 @@ static ACQUIRE_QUEUED: LazyLock<Lua> = LazyLock::new(|| {
 });
 static RELEASE: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(
+        LIBRARY_NAME,
+        library,
         "release",
         concat!(
             include_str!("../scripts/release.lua"),
@@ -35,6 +46,8 @@ static RELEASE: LazyLock<Lua> = LazyLock::new(|| {
 });
 static LEAVE_QUEUE: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(
+        LIBRARY_NAME,
+        library,
         "leave_queue",
         concat!(
             include_str!("../scripts/queue.lua"),
@@ -42,140 +55,41 @@ static LEAVE_QUEUE: LazyLock<Lua> = LazyLock::new(|| {
         ),
     )
 });
-static EXTEND: LazyLock<Lua> =
-    LazyLock::new(|| Lua::new("extend", include_str!("../scripts/extend.lua")));
-static RAISE_FENCE: LazyLock<Lua> =
-    LazyLock::new(|| Lua::new("raise_fence", include_str!("../scripts/raise_fence.lua")));
+static EXTEND: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(
+        LIBRARY_NAME,
+        library,
+        "extend",
+        include_str!("../scripts/extend.lua"),
+    )
+});
+static RAISE_FENCE: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(
+        LIBRARY_NAME,
+        library,
+        "raise_fence",
+        include_str!("../scripts/raise_fence.lua"),
+    )
+});
 
 /// The Redis Functions library holding the same scripts, for [`ScriptMode::Functions`].
-/// Versioned by name: a library of another lock-core version never shadows this one.
 static LIBRARY: LazyLock<String> = LazyLock::new(|| {
-    let mut library = format!("#!lua name={LIBRARY_NAME}\n");
-    for script in [
-        &*ACQUIRE,
-        &*ACQUIRE_QUEUED,
-        &*RELEASE,
-        &*LEAVE_QUEUE,
-        &*EXTEND,
-        &*RAISE_FENCE,
-    ] {
-        // Function bodies get (keys, args); naming them KEYS and ARGV lets the very same
-        // script text run as a function.
-        library.push_str(&format!(
-            "redis.register_function('{LIBRARY_NAME}_{}', function(KEYS, ARGV)\n{}\nend)\n",
-            script.name, script.source
-        ));
-    }
-    library
+    lua::library(
+        LIBRARY_NAME,
+        &[
+            &ACQUIRE,
+            &ACQUIRE_QUEUED,
+            &RELEASE,
+            &LEAVE_QUEUE,
+            &EXTEND,
+            &RAISE_FENCE,
+        ],
+    )
 });
 const LIBRARY_NAME: &str = "lockcore_v3";
 
-/// How the lock scripts are invoked.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub enum ScriptMode {
-    /// `EVALSHA`, falling back to `EVAL` after `NOSCRIPT`. Works on every Redis with
-    /// scripting, keeps no state on the server beyond its script cache. The default.
-    #[default]
-    Eval,
-    /// Redis Functions (7.0+): the scripts are loaded once as a library (`FUNCTION LOAD`),
-    /// which is persisted and replicated, so a promoted replica already has them; calls use
-    /// `FCALL`. If the library is missing (an older server state), it is loaded again.
-    Functions,
-}
-
-/// A Lua script and its SHA1, sent as `EVALSHA` and, after a `NOSCRIPT` reply (a restarted
-/// or failed-over server, or `SCRIPT FLUSH`), as `EVAL` with its source, which also caches it
-/// again.
-///
-/// Hand-rolled rather than `redis::Script::invoke_async` because that future is several
-/// kilobytes and is moved at every await level of a lock operation; this one is small, and
-/// the rare fallback is boxed.
-struct Lua {
-    name: &'static str,
-    source: &'static str,
-    sha1: String,
-    function: String,
-}
-
-impl Lua {
-    fn new(name: &'static str, source: &'static str) -> Lua {
-        Lua {
-            name,
-            source,
-            sha1: Script::new(source).get_hash().to_owned(),
-            function: format!("{LIBRARY_NAME}_{name}"),
-        }
-    }
-
-    async fn run<T: FromRedisValue>(
-        &self,
-        mode: ScriptMode,
-        conn: &mut Conn,
-        keys: &[&str],
-        args: &[&[u8]],
-    ) -> redis::RedisResult<T> {
-        if mode == ScriptMode::Functions {
-            return Box::pin(self.call_function(conn, keys, args)).await;
-        }
-        let reply = self
-            .command("EVALSHA", &self.sha1, keys, args)
-            .query_async(conn)
-            .await;
-        match reply {
-            Err(err)
-                if err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
-            {
-                let eval = self.command("EVAL", self.source, keys, args);
-                Box::pin(eval.query_async(conn)).await
-            }
-            other => other,
-        }
-    }
-
-    async fn call_function<T: FromRedisValue>(
-        &self,
-        conn: &mut Conn,
-        keys: &[&str],
-        args: &[&[u8]],
-    ) -> redis::RedisResult<T> {
-        let fcall = self.command("FCALL", &self.function, keys, args);
-        match fcall.query_async(conn).await {
-            Err(err) if err.to_string().contains("Function not found") => {
-                redis::cmd("FUNCTION")
-                    .arg("LOAD")
-                    .arg("REPLACE")
-                    .arg(LIBRARY.as_str())
-                    .query_async::<()>(conn)
-                    .await?;
-                fcall.query_async(conn).await
-            }
-            other => other,
-        }
-    }
-
-    fn mode_command(&self, mode: ScriptMode, keys: &[&str], args: &[&[u8]]) -> redis::Cmd {
-        match mode {
-            ScriptMode::Eval => self.command("EVALSHA", &self.sha1, keys, args),
-            ScriptMode::Functions => self.command("FCALL", &self.function, keys, args),
-        }
-    }
-
-    fn command(&self, verb: &str, script: &str, keys: &[&str], args: &[&[u8]]) -> redis::Cmd {
-        // Sized up front: growing the buffers argument by argument was a measurable share
-        // of a lock cycle's client time.
-        let data = verb.len()
-            + script.len()
-            + 4
-            + keys.iter().map(|key| key.len()).sum::<usize>()
-            + args.iter().map(|arg| arg.len()).sum::<usize>();
-        let mut cmd = redis::Cmd::with_capacity(3 + keys.len() + args.len(), data);
-        cmd.arg(verb).arg(script).arg(keys.len()).arg(keys);
-        for arg in args {
-            cmd.arg(*arg);
-        }
-        cmd
-    }
+fn library() -> &'static str {
+    LIBRARY.as_str()
 }
 
 pub(crate) struct Scripted {

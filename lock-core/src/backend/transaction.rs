@@ -8,7 +8,7 @@ use std::time::Duration;
 use deadpool_redis::{Connection, Pool};
 
 use super::{millis, remaining_from_pttl, Attempt, AttemptKind, Backend, RawState};
-use crate::conn::checkout;
+use crate::connection::shared::checkout;
 use crate::deadline::within;
 use crate::key::LockKeys;
 use crate::token::is_ours;

@@ -1,49 +1,50 @@
-//! What the primitives need from a `Locker`, in one place: its settings, its backend, its
-//! notifier and its background tasks. The only module of `prims` that reads the Locker's
-//! crate-private state, so that a change there touches one file here.
+//! What the primitives need from a `Locker`'s engine, in one place: its settings, its
+//! backend, its notifier and its background tasks. The only module of `prims` that reads
+//! the engine, so that a change there touches one file here.
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::permits::Store;
-use super::script::Server;
+use crate::backend::permits::Store;
+use crate::backend::prim_scripts::Server;
 use crate::backend::AnyBackend;
-use crate::local::NameRef;
-use crate::notifier::Notifier;
+use crate::connection::notifier::Notifier;
+use crate::engine::local::NameRef;
+use crate::engine::Engine;
 use crate::{LockError, Locker};
 
-/// A Locker, seen from the primitives.
+/// A Locker's engine, seen from the primitives.
 #[derive(Clone, Debug)]
 pub(crate) struct Env {
-    locker: Locker,
+    engine: Arc<Engine>,
 }
 
 impl Env {
     pub fn new(locker: &Locker) -> Env {
         Env {
-            locker: locker.clone(),
+            engine: Arc::clone(locker.engine()),
         }
     }
 
     pub fn prefix(&self) -> &str {
-        &self.locker.settings().prefix
+        &self.engine.settings().prefix
     }
 
     pub fn label(&self) -> Option<&str> {
-        self.locker.settings().label.as_deref()
+        self.engine.settings().label.as_deref()
     }
 
     pub fn default_ttl(&self) -> Duration {
-        self.locker.settings().default_ttl
+        self.engine.settings().default_ttl
     }
 
     pub fn default_wait(&self) -> Duration {
-        self.locker.settings().default_wait
+        self.engine.settings().default_wait
     }
 
     pub fn backend(&self) -> &AnyBackend {
-        self.locker.backend()
+        self.engine.backend()
     }
 
     /// Where permits (semaphores, read-write locks) live for this locker: a
@@ -52,7 +53,7 @@ impl Env {
         if let Some(server) = self.server() {
             return Ok(Store::Server(server));
         }
-        let missing = match self.locker.backend() {
+        let missing = match self.engine.backend() {
             AnyBackend::Scripted(_) => "here",
             AnyBackend::Memory(memory) => return Ok(Store::Memory(Arc::clone(memory.permits()))),
             AnyBackend::Redlock(_) => {
@@ -73,7 +74,7 @@ impl Env {
 
     /// The scripted backend's server (one Redis or a Cluster), if that is the backend.
     pub fn server(&self) -> Option<Server> {
-        match self.locker.backend() {
+        match self.engine.backend() {
             AnyBackend::Scripted(scripted) => Some(Server {
                 conn: scripted.connection().clone(),
                 mode: scripted.mode(),
@@ -85,24 +86,24 @@ impl Env {
     /// The notifier whose own channel announces turns in Redis-side queues; `None` when
     /// waiters poll (a locker built from a pool, on Sentinel, or in memory).
     pub fn queue_notifier(&self) -> Option<&Notifier> {
-        self.locker.queue_notifier()
+        self.engine.queue_notifier()
     }
 
     /// The notifier that hears releases on `<lock key>:released`, when there is one.
     pub fn notifier(&self) -> Option<&Notifier> {
-        self.locker.notifier()
+        self.engine.notifier()
     }
 
     /// The per-name signal of this locker's exclusive locks: fired when a lease of this
     /// locker releases `name`, or (once subscribed) when any release of it is announced.
     /// Sharing it with the lock's own waiters keeps one subscription per name and Locker.
     pub fn name_signal(&self, name: &str) -> NameRef {
-        self.locker.local().get(name)
+        self.engine.local().get(name)
     }
 
     /// Runs `work` in the background, counted for `Locker::shutdown`.
     pub fn spawn_background(&self, work: impl Future<Output = ()> + Send + 'static) -> bool {
-        self.locker.spawn_background(work)
+        self.engine.spawn_background(work)
     }
 
     /// Runs one backend operation. Each backend bounds its own operations by the

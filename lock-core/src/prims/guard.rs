@@ -11,7 +11,7 @@ use futures_util::future::BoxFuture;
 use tokio::sync::Notify;
 use tracing::Instrument as _;
 
-use crate::lease::validity;
+use crate::engine::held::validity;
 use crate::prims::env::Env;
 use crate::LockError;
 

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::prims::permits::{RawHolder, RW_CAPACITY};
+use crate::backend::permits::{RawHolder, RW_CAPACITY};
 use crate::token::decode_value;
 
 /// How a holder holds.

@@ -12,7 +12,6 @@ mod multi;
 mod options;
 pub(crate) mod permits;
 mod rwlock;
-mod script;
 mod semaphore;
 
 pub use guard::GuardHandle;

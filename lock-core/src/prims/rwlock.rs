@@ -12,7 +12,7 @@ use super::guard::{Guard, GuardHandle};
 use super::info::{HoldMode, PermitHolders};
 use super::options::{request_options, Options};
 use super::permits::take::take;
-use super::permits::{Ask, PermitKeys, RW_CAPACITY};
+use crate::backend::permits::{Ask, PermitKeys, RW_CAPACITY};
 use crate::{LockError, Locker};
 
 /// A read-write lock: any number of readers at once, or one writer alone, across every

@@ -11,7 +11,7 @@ use super::guard::{Guard, GuardHandle};
 use super::info::PermitHolders;
 use super::options::{request_options, Options};
 use super::permits::take::take;
-use super::permits::{Ask, PermitKeys};
+use crate::backend::permits::{Ask, PermitKeys};
 use crate::{LockError, Locker};
 
 /// The most permits a semaphore may have.

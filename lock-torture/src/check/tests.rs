@@ -312,6 +312,24 @@ fn validity_beyond_the_ttl_is_a_violation() {
 }
 
 #[test]
+fn an_attempt_stamped_before_its_call_is_a_violation() {
+    // The soak's case: the attempt stamped 3.8 ms before the call, which made a lease
+    // within its TTL look as if it claimed 0.8 ms too much.
+    let mut early = acq("a", "n", 1, 10, 150);
+    if let Event::Acquired(a) = &mut early {
+        a.attempt_start -= 3 * MS + 800_000;
+    }
+    let report = run(vec![early], &[]);
+    assert_eq!(rules(&report), ["stamp-order"]);
+    // Stamps within the settling allowance of each other are fine.
+    let mut close = acq("b", "n", 2, 10, 150);
+    if let Event::Acquired(a) = &mut close {
+        a.attempt_start -= clock::SETTLED;
+    }
+    assert!(run(vec![close], &[]).violations.is_empty());
+}
+
+#[test]
 fn locking_must_resume_after_the_last_fault() {
     let fault = Event::Fault {
         kind: "kill".into(),

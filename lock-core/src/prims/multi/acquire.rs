@@ -16,12 +16,12 @@ use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
 
+use crate::backend::prim_scripts::{Server, MARK_LISTENED, MULTI_ACQUIRE};
 use crate::backend::{Attempt, AttemptKind, Backend as _};
+use crate::connection::notifier::Subscription;
+use crate::engine::local::NameRef;
 use crate::key::LockKeys;
-use crate::local::NameRef;
-use crate::notifier::Subscription;
 use crate::prims::env::Env;
-use crate::prims::script::{Server, MARK_LISTENED, MULTI_ACQUIRE};
 use crate::signal::Wake;
 use crate::token::{decode_value, new_value};
 use crate::wait::Backoff;
@@ -126,7 +126,7 @@ pub(super) async fn acquire(
             None => return Err(timeout(busy, begun, transient)),
             Some(Ok(None)) => {
                 let took = started.elapsed();
-                let trusted = crate::lease::validity(ttl);
+                let trusted = crate::engine::held::validity(ttl);
                 if !trusted.is_zero() && took >= trusted {
                     // Granted after the TTL ran out: worthless; `give_back` returns them.
                     return Err(LockError::connection(

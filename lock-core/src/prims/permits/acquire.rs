@@ -17,9 +17,9 @@ use std::time::{Duration, Instant};
 
 use tracing::Instrument as _;
 
-use super::{member, Ask, Attempt, PermitKeys, QueueWaiter, Store};
+use crate::backend::permits::{member, Ask, Attempt, PermitKeys, QueueWaiter, Store};
 use crate::backend::CLAIM_WINDOW;
-use crate::lease::validity;
+use crate::engine::held::validity;
 use crate::prims::env::Env;
 use crate::signal::{Hint, Wake};
 use crate::token::new_value;

@@ -5,7 +5,7 @@ use std::time::Duration;
 use futures_util::future::BoxFuture;
 
 use super::acquire::{acquire, Request};
-use super::{Ask, PermitKeys, Store};
+use crate::backend::permits::{Ask, PermitKeys, Store};
 use crate::prims::env::Env;
 use crate::prims::guard::{Guard, Ops, Parts};
 use crate::prims::options::Options;
@@ -79,7 +79,7 @@ impl Ops for PermitOps {
                 .env
                 .run(&self.keys.name, self.store.holders(&self.keys))
                 .await?;
-            let (weight, value) = super::parse_member(&self.member);
+            let (weight, value) = crate::backend::permits::parse_member(&self.member);
             let token = decode_value(value).0;
             Ok(holders
                 .iter()

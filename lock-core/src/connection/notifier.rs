@@ -20,7 +20,7 @@ use futures_util::future::BoxFuture;
 use futures_util::StreamExt as _;
 use redis::aio::PubSubSink;
 
-use crate::connect::Dial;
+use crate::connection::connect::Dial;
 use crate::signal::{parse_message, Wake};
 
 /// The channel a lock's releases are published on.

@@ -7,9 +7,9 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
-use crate::backend::Backend as _;
-use crate::lease::Shared;
-use crate::{LockError, Locker};
+use crate::backend::{AnyBackend, Backend as _};
+use crate::engine::held::Held;
+use crate::LockError;
 
 /// Leases are extended once a third of their TTL has passed, so two renewals can fail
 /// before the lease runs out.
@@ -34,7 +34,7 @@ struct State {
 }
 
 struct Entry {
-    lease: Weak<Shared>,
+    lease: Weak<Held>,
     serial: u64,
     next_due: Instant,
     /// The `max_hold` cap: renewal stops here.
@@ -42,8 +42,13 @@ struct Entry {
 }
 
 impl Renewer {
-    /// Starts renewing `lease` (on `locker`'s renewal task, started if needed).
-    pub fn register(&self, locker: &Locker, lease: &Arc<Shared>, max_hold: Option<Duration>) {
+    /// Starts renewing `lease` on `backend` (on the renewal task, started if needed).
+    pub fn register(
+        self: &Arc<Self>,
+        backend: &Arc<AnyBackend>,
+        lease: &Arc<Held>,
+        max_hold: Option<Duration>,
+    ) {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         state.leases.push(Entry {
             lease: Arc::downgrade(lease),
@@ -67,20 +72,19 @@ impl Renewer {
             return;
         };
         state.running = true;
-        runtime.spawn(run(locker.clone()));
+        runtime.spawn(run(Arc::clone(backend), Arc::clone(self)));
     }
 }
 
-/// The renewal task. It holds the locker only while it has leases to renew, and ends when
+/// The renewal task. It holds the backend only while it has leases to renew, and ends when
 /// the last one is released, dropped, lost or capped.
-async fn run(locker: Locker) {
-    let renewer = locker.renewer();
+async fn run(backend: Arc<AnyBackend>, renewer: Arc<Renewer>) {
     loop {
-        let Some((due, next_wake)) = next_batch(renewer) else {
+        let Some((due, next_wake)) = next_batch(&renewer) else {
             return;
         };
         if !due.is_empty() {
-            renew(&locker, renewer, due).await;
+            renew(&backend, &renewer, due).await;
             continue;
         }
         let wake = renewer.wake.notified();
@@ -92,7 +96,7 @@ async fn run(locker: Locker) {
 }
 
 /// The leases to renew now, and when to look next; `None` when there is nothing left.
-fn next_batch(renewer: &Renewer) -> Option<(Vec<Arc<Shared>>, Instant)> {
+fn next_batch(renewer: &Renewer) -> Option<(Vec<Arc<Held>>, Instant)> {
     let now = Instant::now();
     let mut state = renewer.state.lock().unwrap_or_else(PoisonError::into_inner);
     state.leases.retain(|entry| {
@@ -130,13 +134,13 @@ fn next_batch(renewer: &Renewer) -> Option<(Vec<Arc<Shared>>, Instant)> {
     Some((due, next_wake))
 }
 
-async fn renew(locker: &Locker, renewer: &Renewer, due: Vec<Arc<Shared>>) {
+async fn renew(backend: &AnyBackend, renewer: &Renewer, due: Vec<Arc<Held>>) {
     let sent_at = Instant::now();
     let items: Vec<_> = due
         .iter()
         .map(|lease| (&lease.keys, lease.value.as_str(), lease.ttl))
         .collect();
-    let results = locker.backend().extend_many(&items).await;
+    let results = backend.extend_many(&items).await;
     let mut state = renewer.state.lock().unwrap_or_else(PoisonError::into_inner);
     for (lease, result) in due.iter().zip(results) {
         let next_due = match result {

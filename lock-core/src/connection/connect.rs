@@ -9,9 +9,9 @@ use std::time::Duration;
 use deadpool_redis::{Manager, Pool, PoolConfig, Runtime, Timeouts};
 use redis::AsyncConnectionConfig;
 
-use crate::redact::redact_url;
 #[cfg(feature = "tls-rustls")]
-use crate::tls::{Pinned, TlsConfig};
+use crate::connection::tls::{Pinned, TlsConfig};
+use crate::redact::redact_url;
 use crate::LockError;
 
 /// The builder's TLS settings (none without the `tls-rustls` feature).

@@ -5,10 +5,10 @@
 use std::time::Duration;
 
 use super::{parse_member, Ask, Attempt, PermitKeys, QueueWaiter, RawHolder};
-use crate::backend::{millis, CLAIM_WINDOW};
-use crate::prims::script::{
+use crate::backend::prim_scripts::{
     Server, PERMITS_ACQUIRE, PERMITS_EXTEND, PERMITS_HOLDERS, PERMITS_RELEASE,
 };
+use crate::backend::{millis, CLAIM_WINDOW};
 use crate::LockError;
 
 fn window_ms() -> String {

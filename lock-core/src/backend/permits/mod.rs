@@ -1,0 +1,169 @@
+//! Weighted permits: the one engine behind semaphores and read-write locks.
+//!
+//! A name has a set of holders, each with a weight and an end (a TTL judged by the store's
+//! clock: Redis's `TIME` inside the scripts, or this process's in memory), and a FIFO queue
+//! of waiters, each with the capacity it asks for and its own weight. A request is admitted
+//! while the holders' total weight plus its own stays within its capacity, and nobody is
+//! queued ahead of it. A semaphore of N permits is capacity N, weight 1; a read-write lock is
+//! capacity [`RW_CAPACITY`], readers weigh 1 and a writer weighs the whole capacity, so a
+//! writer fits only when nobody holds, and a queued writer holds back every reader behind
+//! it.
+//!
+//! When capacity frees up (a release, a permit that ran out, a waiter that gave up), it is
+//! handed to the queue in order: each waiter that fits gets its permit reserved for a claim
+//! window and is told on its Locker's channel (a targeted wake-up: no herd); the first one
+//! that does not fit is told when the first permit ends, in case its holder crashed.
+
+pub(crate) mod memory;
+mod redis;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::signal::Wake;
+use crate::LockError;
+
+/// The capacity of a read-write lock: a writer weighs all of it, a reader one unit.
+pub(crate) const RW_CAPACITY: u64 = 1_000_000_000;
+
+/// The keys of one permit set, all under the name's hash tag.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct PermitKeys {
+    /// The name as the user gave it.
+    pub name: String,
+    /// `<prefix>{<name>}:<kind>`: the holders (a sorted set).
+    pub holders: String,
+    /// `<holders>:q`: the waiters in arrival order.
+    pub queue: String,
+    /// `<holders>:qe`: each waiter's entry.
+    pub entries: String,
+}
+
+impl PermitKeys {
+    /// `kind` tells semaphores (`sem`) and read-write locks (`rw`) of one name apart.
+    pub fn new(prefix: &str, name: String, kind: &str) -> Result<PermitKeys, LockError> {
+        crate::key::validate_name(&name)?;
+        let holders = format!("{prefix}{{{name}}}:{kind}");
+        Ok(PermitKeys {
+            queue: format!("{holders}:q"),
+            entries: format!("{holders}:qe"),
+            holders,
+            name,
+        })
+    }
+
+    /// What a waiter's turn messages are routed by: unique per waiting request.
+    pub fn route(&self, waiter_id: &str) -> String {
+        format!("{}#{waiter_id}", self.holders)
+    }
+}
+
+/// What a request asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Ask {
+    pub capacity: u64,
+    pub weight: u64,
+}
+
+/// The holder's entry: `<weight> <value>`, as the scripts store it.
+pub(crate) fn member(weight: u64, value: &str) -> String {
+    format!("{weight} {value}")
+}
+
+/// A waiting request, as it stands in the queue.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct QueueWaiter<'a> {
+    /// Unique per request (a random token).
+    pub id: &'a str,
+    /// The Locker's channel, where its turn is announced ('' when it polls).
+    pub channel: &'a str,
+    /// Its wake-up signal (the in-memory store posts to it directly).
+    pub wake: &'a Arc<Wake>,
+    /// How long the entry counts unless renewed: the request's remaining wait.
+    pub life: Duration,
+}
+
+/// The result of one attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Attempt {
+    Taken,
+    Busy {
+        /// Until the first held permit ends, if any is held.
+        first_end: Option<Duration>,
+        /// Our place among the blocked waiters (0 = first), for a queued attempt.
+        place: Option<u64>,
+    },
+}
+
+/// One holder, as listed by `holders`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RawHolder {
+    pub weight: u64,
+    pub value: String,
+    pub remaining: Duration,
+}
+
+/// Parses a holder entry `<weight> <value>`.
+pub(crate) fn parse_member(member: &str) -> (u64, &str) {
+    match member.split_once(' ') {
+        Some((weight, value)) => (weight.parse().unwrap_or(1), value),
+        None => (1, member),
+    }
+}
+
+/// Where permits live: one Redis or a Cluster (Lua scripts), or this process.
+#[derive(Clone)]
+pub(crate) enum Store {
+    Server(crate::backend::prim_scripts::Server),
+    Memory(Arc<memory::MemoryPermits>),
+}
+
+impl Store {
+    pub async fn acquire(
+        &self,
+        keys: &PermitKeys,
+        member: &str,
+        ttl: Duration,
+        ask: Ask,
+        waiter: Option<&QueueWaiter<'_>>,
+    ) -> Result<Attempt, LockError> {
+        match self {
+            Store::Server(server) => redis::acquire(server, keys, member, ttl, ask, waiter).await,
+            Store::Memory(memory) => Ok(memory.acquire(keys, member, ttl, ask, waiter)),
+        }
+    }
+
+    /// Gives `member` back and takes `leaving` (a waiter id) out of the queue; true when
+    /// the permit was still held.
+    pub async fn release(
+        &self,
+        keys: &PermitKeys,
+        member: &str,
+        leaving: Option<&str>,
+    ) -> Result<bool, LockError> {
+        match self {
+            Store::Server(server) => redis::release(server, keys, member, leaving).await,
+            Store::Memory(memory) => Ok(memory.release(keys, member, leaving)),
+        }
+    }
+
+    pub async fn extend(
+        &self,
+        keys: &PermitKeys,
+        member: &str,
+        ttl: Duration,
+    ) -> Result<bool, LockError> {
+        match self {
+            Store::Server(server) => redis::extend(server, keys, member, ttl).await,
+            Store::Memory(memory) => Ok(memory.extend(keys, member, ttl)),
+        }
+    }
+
+    /// The live holders, and how many requests wait.
+    pub async fn holders(&self, keys: &PermitKeys) -> Result<(Vec<RawHolder>, u64), LockError> {
+        match self {
+            Store::Server(server) => redis::holders(server, keys).await,
+            Store::Memory(memory) => Ok(memory.holders(keys)),
+        }
+    }
+}

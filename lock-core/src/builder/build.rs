@@ -1,0 +1,237 @@
+//! `LockerBuilder::build`: settings to connections, a backend and the engine.
+
+use deadpool_redis::Pool;
+
+use super::{Label, LockerBuilder, Protocol, Store, DEFAULT_REDIS_URL, REDIS_URL_ENV};
+use crate::backend::memory::Memory;
+use crate::backend::redlock::Redlock;
+use crate::backend::scripted::Scripted;
+use crate::backend::transaction::Transactional;
+use crate::backend::AnyBackend;
+use crate::connection::connect;
+use crate::connection::notifier::Notifier;
+use crate::connection::shared::{SharedConnection, Source};
+use crate::engine::{Engine, Settings};
+use crate::key::{validate_ttl, validate_wait};
+use crate::token::{bound_label, default_label};
+use crate::{LockError, Locker};
+
+impl LockerBuilder {
+    /// Builds the locker. Fails on a malformed URL or an out-of-range setting; does not
+    /// connect yet.
+    pub fn build(mut self) -> Result<Locker, LockError> {
+        validate_ttl("(default)", self.default_ttl)?;
+        validate_wait("(default)", self.default_wait)?;
+        if self.command_timeout.is_zero() {
+            return Err(LockError::Config(
+                "command_timeout must be above zero".into(),
+            ));
+        }
+        let settings = self.settings();
+        let store = std::mem::replace(&mut self.store, Store::Env);
+        // A pool built elsewhere may have no response timeout; WATCH/MULTI bounds each
+        // operation itself.
+        let commands_bounded =
+            !matches!(store, Store::Pool(_)) || self.protocol == Protocol::Transactions;
+        let pubsub_client = self.pubsub_client.take();
+        if pubsub_client.is_some() && !matches!(store, Store::Pool(_)) {
+            return Err(LockError::Config(
+                "pubsub_client is for a locker on a pool; other lockers open their own".into(),
+            ));
+        }
+        let (pool, notifier) = match store {
+            Store::Memory => {
+                let backend = AnyBackend::Memory(Memory::default());
+                return Ok(assemble(backend, settings, None, true));
+            }
+            Store::Pool(pool) => {
+                let notifier =
+                    pubsub_client.map(|client| Notifier::new(client, own_channel(&settings)));
+                (pool, notifier)
+            }
+            Store::Redlock(urls) => return self.build_redlock(&urls, settings),
+            #[cfg(feature = "cluster")]
+            Store::Cluster(seeds) => return self.build_cluster(&seeds, settings),
+            #[cfg(feature = "sentinel")]
+            Store::Sentinel { sentinels, master } => {
+                return self.build_sentinel(sentinels, master, settings)
+            }
+            Store::Env => {
+                let url =
+                    std::env::var(REDIS_URL_ENV).unwrap_or_else(|_| DEFAULT_REDIS_URL.to_owned());
+                let (pool, dial) =
+                    connect::pool(&url, self.pool_size, self.command_timeout, &self.tls)?;
+                (pool, Some(Notifier::new(dial, own_channel(&settings))))
+            }
+            Store::Url(url) => {
+                let (pool, dial) =
+                    connect::pool(&url, self.pool_size, self.command_timeout, &self.tls)?;
+                (pool, Some(Notifier::new(dial, own_channel(&settings))))
+            }
+        };
+        let backend = match self.protocol {
+            Protocol::Scripts => AnyBackend::Scripted(Scripted::new(
+                SharedConnection::new(Source::Pool(pool), settings.command_timeout),
+                self.script_mode,
+            )),
+            Protocol::Transactions => {
+                AnyBackend::Transaction(Transactional::new(pool, settings.command_timeout))
+            }
+        };
+        Ok(assemble(backend, settings, notifier, commands_bounded))
+    }
+
+    fn build_redlock(&self, urls: &[String], settings: Settings) -> Result<Locker, LockError> {
+        if urls.is_empty() {
+            return Err(LockError::Config(
+                "redlock needs at least one Redis URL".into(),
+            ));
+        }
+        if self.protocol != Protocol::Scripts {
+            return Err(LockError::Config(
+                "redlock runs on Lua scripts; Protocol::Transactions is for a single server".into(),
+            ));
+        }
+        if self.node_timeout.is_zero() || self.node_timeout >= settings.default_ttl {
+            return Err(LockError::Config(format!(
+                "node_timeout {:?} must be above zero and well under the TTL",
+                self.node_timeout
+            )));
+        }
+        let mut nodes = Vec::with_capacity(urls.len());
+        let mut first_dial = None;
+        for url in urls {
+            let (pool, dial) = connect::pool(url, self.pool_size, self.command_timeout, &self.tls)?;
+            first_dial.get_or_insert(dial);
+            nodes.push(
+                Scripted::new(
+                    SharedConnection::new(Source::Pool(pool), self.command_timeout),
+                    self.script_mode,
+                )
+                .announcing_every_release(),
+            );
+        }
+        // No waiter queue over independent nodes (each would hand the lock to its own head,
+        // and no head might reach a majority): releases are announced on every node to the
+        // lock's subscribers, and listening to one node is enough; if it is down, waiters
+        // fall back to timed retries.
+        let channel = own_channel(&settings);
+        let notifier = first_dial.map(|dial| Notifier::new(dial, channel));
+        let backend = AnyBackend::Redlock(Redlock::new(nodes, self.node_timeout));
+        Ok(assemble(backend, settings, notifier, false))
+    }
+
+    #[cfg(feature = "cluster")]
+    fn build_cluster(&self, seeds: &[String], settings: Settings) -> Result<Locker, LockError> {
+        self.scripts_only("a Redis Cluster")?;
+        // PUBLISH reaches every node of a cluster, so one node's subscription hears all
+        // releases; if that node goes, waiters fall back to timed retries.
+        let (client, dial) = connect::cluster(seeds, self.command_timeout, &self.tls)?;
+        let notifier = dial.map(|dial| Notifier::new(dial, own_channel(&settings)));
+        let conn = SharedConnection::new(Source::Cluster(Box::new(client)), self.command_timeout);
+        let backend = AnyBackend::Scripted(Scripted::new(conn, self.script_mode));
+        Ok(assemble(backend, settings, notifier, true))
+    }
+
+    #[cfg(feature = "sentinel")]
+    fn build_sentinel(
+        &self,
+        sentinels: Vec<String>,
+        master: String,
+        settings: Settings,
+    ) -> Result<Locker, LockError> {
+        self.scripts_only("Sentinel")?;
+        let client = connect::sentinel(sentinels, master, &self.tls)?;
+        let config = redis::AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(self.command_timeout))
+            .set_response_timeout(Some(self.command_timeout));
+        // The notifier asks the Sentinels for the master whenever it (re)connects, so after a
+        // failover its subscription moves to the new master with the lock commands.
+        let notifier = Notifier::new(
+            connect::Dial::Sentinel(std::sync::Arc::clone(&client)),
+            own_channel(&settings),
+        );
+        let source = Source::Sentinel {
+            client,
+            config: Box::new(config),
+        };
+        let conn = SharedConnection::new(source, self.command_timeout);
+        let backend = AnyBackend::Scripted(Scripted::new(conn, self.script_mode));
+        Ok(assemble(backend, settings, Some(notifier), true))
+    }
+
+    #[cfg(any(feature = "cluster", feature = "sentinel"))]
+    fn scripts_only(&self, what: &str) -> Result<(), LockError> {
+        if self.protocol == Protocol::Scripts {
+            return Ok(());
+        }
+        Err(LockError::Config(format!(
+            "{what} runs on Lua scripts; Protocol::Transactions is for a single server"
+        )))
+    }
+
+    pub(super) fn build_infallible(self) -> Locker {
+        let settings = self.settings();
+        assemble(AnyBackend::Memory(Memory::default()), settings, None, true)
+    }
+
+    /// A locker on `pool` with these settings and no notifier: its waiters poll.
+    pub(super) fn pool_locker(self, pool: Pool) -> Locker {
+        let settings = self.settings();
+        let conn = SharedConnection::new(Source::Pool(pool), settings.command_timeout);
+        let backend = AnyBackend::Scripted(Scripted::new(conn, self.script_mode));
+        assemble(backend, settings, None, false)
+    }
+
+    fn settings(&self) -> Settings {
+        let label = match &self.label {
+            Label::Default { app } => Some(default_label(app.as_deref())),
+            Label::Custom(label) => Some(bound_label(label.clone())),
+            Label::Off => None,
+        };
+        Settings {
+            prefix: self.prefix.clone(),
+            default_ttl: self.default_ttl,
+            default_wait: self.default_wait,
+            label,
+            fencing: self.fencing,
+            command_timeout: self.command_timeout,
+        }
+    }
+}
+
+/// A Locker on `backend`: its engine, shared by its clones.
+fn assemble(
+    backend: AnyBackend,
+    settings: Settings,
+    notifier: Option<Notifier>,
+    commands_bounded: bool,
+) -> Locker {
+    Locker::from_engine(Engine::new(backend, settings, notifier, commands_bounded))
+}
+
+/// A channel name of this Locker's own (`<prefix>waiters:<random>`): its name in waiter
+/// queues, where its turns are announced. Not a secret: a forged message only makes a
+/// waiter look at Redis once more.
+fn own_channel(settings: &Settings) -> String {
+    format!("{}waiters:{:016x}", settings.prefix, fastrand::u64(..))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_urls_are_config_errors() {
+        for url in ["", "http://x", "redis://:99999999/", "not a url"] {
+            let err = Locker::from_url(url).unwrap_err();
+            assert!(matches!(err, LockError::Config(_)), "{url}: {err:?}");
+        }
+    }
+
+    #[test]
+    fn locker_is_send_sync_clone() {
+        fn check<T: Send + Sync + Clone + 'static>() {}
+        check::<Locker>();
+    }
+}

@@ -1,0 +1,370 @@
+//! [`LockerBuilder`]: every setting of a [`Locker`], with its default, and the
+//! constructors that take the defaults. `build` (in [`build`]) turns the settings into the
+//! connections, the backend and the engine.
+
+mod build;
+
+use std::fmt;
+use std::time::Duration;
+
+use deadpool_redis::Pool;
+
+use crate::backend::lua::ScriptMode;
+use crate::connection::connect::TlsSetting;
+use crate::{LockError, Locker};
+
+/// The environment variable [`Locker::from_env`] reads.
+pub const REDIS_URL_ENV: &str = "REDIS_URL";
+
+/// Where [`Locker::from_env`] connects when `REDIS_URL` is not set.
+pub const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379/";
+
+/// How the Redis backends talk to the server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Protocol {
+    /// Lua scripts (`EVALSHA`, falling back to `EVAL` after a script-cache flush): one round
+    /// trip per operation. The default.
+    #[default]
+    Scripts,
+    /// `WATCH`/`MULTI`/`EXEC` only, for servers or proxies where scripting is disabled. Same
+    /// guarantees, two round trips per operation.
+    Transactions,
+}
+
+impl Locker {
+    /// A locker on the Redis at `url` (`redis://[user:password@]host[:port][/db]`, or
+    /// `rediss://` for TLS with the `tls-rustls` feature), with default settings. Connects
+    /// lazily: a wrong host shows up as [`LockError::Connection`] on the first lock, a
+    /// malformed URL as [`LockError::Config`] here.
+    pub fn from_url(url: &str) -> Result<Locker, LockError> {
+        Locker::builder().url(url).build()
+    }
+
+    /// A locker on `$REDIS_URL`, or on [`DEFAULT_REDIS_URL`] when it is not set.
+    pub fn from_env() -> Result<Locker, LockError> {
+        let url = std::env::var(REDIS_URL_ENV).unwrap_or_else(|_| DEFAULT_REDIS_URL.to_owned());
+        Locker::from_url(&url)
+    }
+
+    /// A locker on an existing deadpool-redis pool, with default settings, whose waiters
+    /// poll.
+    ///
+    /// A pool gives no way to open the pub/sub connection that tells waiters their turn, so
+    /// a locker built this way neither stands in the waiter queue nor hears releases: its
+    /// waiting requests retry on a timer (2 ms growing to 100 ms, cut short by the holder's
+    /// TTL), a hand-off of tens of milliseconds instead of about one, and waiters of several
+    /// processes race for each release. Give the builder a client for the same server next
+    /// to the pool ([`LockerBuilder::pubsub_client`]) and its waiters queue and are told
+    /// their turn like those of [`Locker::from_url`]:
+    ///
+    /// ```
+    /// # use lock_core::{deadpool_redis, Locker};
+    /// # use lock_core::deadpool_redis::redis;
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let url = "redis://127.0.0.1:6379/";
+    /// let pool = deadpool_redis::Config::from_url(url).create_pool(Some(deadpool_redis::Runtime::Tokio1))?;
+    /// let locker = Locker::builder()
+    ///     .pool(pool)
+    ///     .pubsub_client(redis::Client::open(url)?)
+    ///     .build()?;
+    /// # drop(locker);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn from_pool(pool: Pool) -> Locker {
+        LockerBuilder::new().pool_locker(pool)
+    }
+
+    /// A locker whose locks live in this process only: the same semantics (TTL, tokens,
+    /// fencing) without a server. For tests and single-process applications; clones share
+    /// the locks, separate `memory()` lockers do not.
+    pub fn memory() -> Locker {
+        Locker::builder().memory().build_infallible()
+    }
+
+    /// A builder for every setting.
+    pub fn builder() -> LockerBuilder {
+        LockerBuilder::new()
+    }
+}
+
+/// Builds a [`Locker`]. Every setting has a default; `url`, `pool` or `memory` picks the
+/// store (default: `$REDIS_URL`, else [`DEFAULT_REDIS_URL`]).
+///
+/// ```
+/// use lock_core::{Locker, Protocol};
+/// use std::time::Duration;
+///
+/// let locker = Locker::builder()
+///     .url("redis://127.0.0.1:6379/")
+///     .prefix("myapp:lock:")
+///     .default_ttl(Duration::from_secs(15))
+///     .default_wait(Duration::from_secs(3))
+///     .pool_size(16)
+///     .app_name("billing")
+///     .protocol(Protocol::Scripts)
+///     .build()?;
+/// assert_eq!(locker.prefix(), "myapp:lock:");
+/// # Ok::<(), lock_core::LockError>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct LockerBuilder {
+    store: Store,
+    prefix: String,
+    default_ttl: Duration,
+    default_wait: Duration,
+    pool_size: Option<usize>,
+    label: Label,
+    protocol: Protocol,
+    fencing: bool,
+    command_timeout: Duration,
+    node_timeout: Duration,
+    script_mode: ScriptMode,
+    tls: TlsSetting,
+    pubsub_client: Option<redis::Client>,
+}
+
+#[derive(Clone)]
+enum Store {
+    Env,
+    Url(String),
+    Pool(Pool),
+    Memory,
+    Redlock(Vec<String>),
+    #[cfg(feature = "cluster")]
+    Cluster(Vec<String>),
+    #[cfg(feature = "sentinel")]
+    Sentinel {
+        sentinels: Vec<String>,
+        master: String,
+    },
+}
+
+impl fmt::Debug for Store {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Store::Env => f.write_str("Env"),
+            // A URL may carry a password.
+            Store::Url(_) => f.write_str("Url(..)"),
+            Store::Pool(_) => f.write_str("Pool(..)"),
+            Store::Memory => f.write_str("Memory"),
+            Store::Redlock(urls) => write!(f, "Redlock({} nodes)", urls.len()),
+            #[cfg(feature = "cluster")]
+            Store::Cluster(urls) => write!(f, "Cluster({} seeds)", urls.len()),
+            #[cfg(feature = "sentinel")]
+            Store::Sentinel { master, .. } => write!(f, "Sentinel({master})"),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+enum Label {
+    Default { app: Option<String> },
+    Custom(String),
+    Off,
+}
+
+impl LockerBuilder {
+    fn new() -> LockerBuilder {
+        LockerBuilder {
+            store: Store::Env,
+            prefix: "lock:".to_owned(),
+            default_ttl: crate::defaults::TTL,
+            default_wait: crate::defaults::WAIT,
+            pool_size: None,
+            label: Label::Default { app: None },
+            protocol: Protocol::Scripts,
+            fencing: false,
+            command_timeout: Duration::from_secs(3),
+            node_timeout: Duration::from_millis(100),
+            script_mode: ScriptMode::Eval,
+            tls: TlsSetting::default(),
+            pubsub_client: None,
+        }
+    }
+
+    /// Connect to the Redis at `url`.
+    pub fn url(mut self, url: impl Into<String>) -> Self {
+        self.store = Store::Url(url.into());
+        self
+    }
+
+    /// Use an existing deadpool-redis pool. Without [`LockerBuilder::pubsub_client`] its
+    /// waiters poll (see [`Locker::from_pool`]).
+    pub fn pool(mut self, pool: Pool) -> Self {
+        self.store = Store::Pool(pool);
+        self
+    }
+
+    /// With [`LockerBuilder::pool`]: a client for the pool's server (same address, auth and
+    /// TLS settings), with which the locker opens the one pub/sub connection that tells its
+    /// waiters their turn. Waiting then works as with a URL: the Redis-side waiter queue,
+    /// hand-offs of about a millisecond. With any other store, [`LockError::Config`] at
+    /// `build`: those open their own.
+    pub fn pubsub_client(mut self, client: redis::Client) -> Self {
+        self.pubsub_client = Some(client);
+        self
+    }
+
+    /// Redlock over independent Redis masters (N odd, typically 3 or 5): a lock needs a
+    /// majority of them, so locking keeps working while a minority is down. See the crate
+    /// docs for the guarantees and the delayed-restart rule.
+    ///
+    /// ```
+    /// # use lock_core::Locker;
+    /// let locker = Locker::builder()
+    ///     .redlock(["redis://10.0.0.1:6379/", "redis://10.0.0.2:6379/", "redis://10.0.0.3:6379/"])
+    ///     .build()?;
+    /// # Ok::<(), lock_core::LockError>(())
+    /// ```
+    pub fn redlock<I, S>(mut self, urls: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.store = Store::Redlock(urls.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// A Redis Cluster, reached through any of its nodes (`seeds`). Every key of one lock
+    /// carries the lock name as a hash tag, so each lock lives in one slot and its scripts
+    /// never touch two slots; the cluster connection follows MOVED/ASK redirections during
+    /// resharding and failover. Requires the `cluster` feature.
+    ///
+    /// ```no_run
+    /// # use lock_core::Locker;
+    /// let locker = Locker::builder()
+    ///     .cluster(["redis://10.0.0.1:7000/", "redis://10.0.0.2:7000/"])
+    ///     .build()?;
+    /// # Ok::<(), lock_core::LockError>(())
+    /// ```
+    #[cfg(feature = "cluster")]
+    pub fn cluster<I, S>(mut self, seeds: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.store = Store::Cluster(seeds.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// The master that Redis Sentinel names for `master` (the `sentinels` are the
+    /// Sentinels' URLs). After a failover, the first failed command makes the locker ask
+    /// the Sentinels again. Requires the `sentinel` feature.
+    ///
+    /// Caveat: Redis replication is asynchronous. A lock written to a master that fails
+    /// before the write reached a replica is gone after the failover, and another client
+    /// can take it while the first still believes it holds it. Use fencing tokens where
+    /// that matters, or Redlock over independent masters.
+    #[cfg(feature = "sentinel")]
+    pub fn sentinel<I, S>(mut self, sentinels: I, master: impl Into<String>) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.store = Store::Sentinel {
+            sentinels: sentinels.into_iter().map(Into::into).collect(),
+            master: master.into(),
+        };
+        self
+    }
+
+    /// Redlock: how long one node may take to answer one operation (default 100 ms). Keep
+    /// it well under the TTL: validity left after an acquire is TTL minus the time taken.
+    pub fn node_timeout(mut self, timeout: Duration) -> Self {
+        self.node_timeout = timeout;
+        self
+    }
+
+    /// Keep locks in this process (see [`Locker::memory`]).
+    pub fn memory(mut self) -> Self {
+        self.store = Store::Memory;
+        self
+    }
+
+    /// Prefix of every lock key (default `lock:`). Keys are `<prefix>{<name>}`.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// TTL for requests that do not set one (default 30 s).
+    pub fn default_ttl(mut self, ttl: Duration) -> Self {
+        self.default_ttl = ttl;
+        self
+    }
+
+    /// How long requests keep trying when they do not say (default 10 s, the book's
+    /// `acquire_timeout`). Zero means try once.
+    pub fn default_wait(mut self, wait: Duration) -> Self {
+        self.default_wait = wait;
+        self
+    }
+
+    /// Maximum number of pooled connections when the locker builds its own pool (default:
+    /// deadpool's, 4 per CPU). Lock commands share one multiplexed connection; the pool
+    /// serves reconnects and the [`Protocol::Transactions`] backend.
+    pub fn pool_size(mut self, size: usize) -> Self {
+        self.pool_size = Some(size);
+        self
+    }
+
+    /// Application name put in front of the default holder label (`app@host:pid`).
+    pub fn app_name(mut self, app: impl Into<String>) -> Self {
+        self.label = Label::Default {
+            app: Some(app.into()),
+        };
+        self
+    }
+
+    /// Replaces the holder label entirely (cut to 200 bytes). It is stored beside the token
+    /// so that `inspect` and error messages can say who holds a lock.
+    pub fn holder_label(mut self, label: impl Into<String>) -> Self {
+        self.label = Label::Custom(label.into());
+        self
+    }
+
+    /// Stores no holder label, only the token.
+    pub fn without_holder_label(mut self) -> Self {
+        self.label = Label::Off;
+        self
+    }
+
+    /// Lua scripts (default) or WATCH/MULTI transactions.
+    pub fn protocol(mut self, protocol: Protocol) -> Self {
+        self.protocol = protocol;
+        self
+    }
+
+    /// How the Lua scripts are invoked: `EVALSHA` (default, any Redis with scripting) or
+    /// Redis Functions (7.0+, loaded once, persisted and replicated to replicas, so a
+    /// failover does not even cost the one `EVAL` fallback).
+    pub fn script_mode(mut self, mode: ScriptMode) -> Self {
+        self.script_mode = mode;
+        self
+    }
+
+    /// Draw a fencing token on every acquisition (default off; a request can turn it on
+    /// with [`LockRequest::fencing`]).
+    pub fn fencing(mut self, on: bool) -> Self {
+        self.fencing = on;
+        self
+    }
+
+    /// TLS settings for `rediss://` URLs: a private CA, a client certificate, the server name
+    /// (see [`TlsConfig`](crate::TlsConfig)). Requires the `tls-rustls` feature; a bare
+    /// `rediss://` URL needs no settings when the server's certificate is publicly trusted.
+    #[cfg(feature = "tls-rustls")]
+    pub fn tls(mut self, config: crate::TlsConfig) -> Self {
+        self.tls.config = Some(config);
+        self
+    }
+
+    /// Deadline for one Redis operation, pool checkout included (default 3 s). A server
+    /// that stops answering yields [`LockError::Connection`] after it.
+    pub fn command_timeout(mut self, timeout: Duration) -> Self {
+        self.command_timeout = timeout;
+        self
+    }
+}

@@ -1,0 +1,15 @@
+//! Connections: the layer under the backends.
+//!
+//! - [`shared`]: the one multiplexed connection a backend sends its commands on (from a
+//!   deadpool pool, a Cluster client or a Sentinel-named master), reconnected on failure.
+//! - [`connect`]: turning URLs and TLS settings into pools, clients and dialers.
+//! - [`notifier`]: the one pub/sub connection per Locker that tells waiters their turn.
+//! - `tls`: [`TlsConfig`](crate::TlsConfig) (feature `tls-rustls`).
+//!
+//! Nothing here knows about locks beyond channel names; these modules import only leaves.
+
+pub(crate) mod connect;
+pub(crate) mod notifier;
+pub(crate) mod shared;
+#[cfg(feature = "tls-rustls")]
+pub(crate) mod tls;

@@ -1,0 +1,176 @@
+//! One attempt at a lock, and the bookkeeping of an acquisition across its attempts: the
+//! last holder seen, the last transient error, and what the request ends with (a grant, a
+//! busy or timeout error).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::backend::{Attempt, AttemptKind, Backend as _, Place};
+use crate::engine::held::{validity, Grant, Held, Renewal};
+use crate::engine::local::NameRef;
+use crate::engine::Engine;
+use crate::key::LockKeys;
+use crate::token::{decode_value, new_value};
+use crate::LockError;
+
+/// What one attempt came to.
+pub(super) enum Tried {
+    /// A lease with validity left, from an attempt that started at this instant.
+    Acquired(Instant),
+    /// Busy, or a grant that came too late and was given back.
+    NotYet,
+    /// The request's deadline passed with the attempt in flight; it was abandoned.
+    OutOfTime,
+}
+
+/// What the last busy attempt said about the holder.
+#[derive(Debug, Default)]
+pub(super) struct Busy {
+    pub remaining: Option<Duration>,
+    pub holder: Option<String>,
+    /// Our place in the lock's waiter queue, after a queued attempt.
+    pub place: Option<Place>,
+}
+
+/// One acquisition in progress.
+pub(super) struct Acquire<'a> {
+    pub engine: &'a Arc<Engine>,
+    pub keys: LockKeys,
+    pub value: String,
+    pub ttl: Duration,
+    pub fencing: bool,
+    pub begun: Instant,
+    pub attempts: u32,
+    pub last_busy: Busy,
+    pub fencing_token: Option<u64>,
+    pub renew: Option<Renewal>,
+    /// Set when a grant arrived too late to be of use (how long it took).
+    pub expired_grant: Option<Duration>,
+    /// The error of the last attempt, when it failed with a transient error: what the
+    /// request reports if its wait runs out before an attempt succeeds.
+    pub transient: Option<LockError>,
+}
+
+impl Acquire<'_> {
+    /// One attempt, abandoned at `bound` if it is still in flight then (dropping a backend's
+    /// acquire undoes whatever it may have set).
+    pub async fn attempt(
+        &mut self,
+        bound: Option<Instant>,
+        kind: AttemptKind<'_>,
+    ) -> Result<Tried, LockError> {
+        if self.attempts > 0 {
+            // Every attempt writes a token of its own. An earlier attempt may still have a
+            // compare-and-delete of its value in flight (the undo of an attempt abandoned at
+            // a node's or the request's deadline, a late grant given back, a failed Redlock
+            // round's clean-up); with the same token it could land after this attempt took
+            // the lock and delete it under its new holder.
+            self.value = new_value(&self.keys.name, self.engine.settings().label.as_deref())?;
+        }
+        self.attempts += 1;
+        let started = Instant::now();
+        let backend = self.engine.backend();
+        let call = backend.acquire(&self.keys, &self.value, self.ttl, self.fencing, kind);
+        let attempt = match bound {
+            None => call.await?,
+            Some(deadline) => match tokio::time::timeout_at(deadline.into(), call).await {
+                Ok(attempt) => attempt?,
+                Err(_) => return Ok(Tried::OutOfTime),
+            },
+        };
+        match attempt {
+            Attempt::Acquired { fencing_token } => {
+                let took = started.elapsed();
+                let trusted = validity(self.ttl);
+                if !trusted.is_zero() && took >= trusted {
+                    // The answer came back after the lease had run out (a slow network or
+                    // server): such a lease protects nothing. Give it back and treat the
+                    // attempt as failed, as Redlock does. The give-back runs in a task of
+                    // its own, so that dropping this request cannot cut it short.
+                    self.give_back();
+                    self.expired_grant = Some(took);
+                    return Ok(Tried::NotYet);
+                }
+                self.fencing_token = fencing_token;
+                Ok(Tried::Acquired(started))
+            }
+            Attempt::Busy {
+                remaining,
+                holder_value,
+                place,
+            } => {
+                self.last_busy = Busy {
+                    remaining,
+                    holder: holder_value
+                        .as_deref()
+                        .and_then(|v| decode_value(v).1)
+                        .map(str::to_owned),
+                    place,
+                };
+                Ok(Tried::NotYet)
+            }
+        }
+    }
+
+    /// Deletes this request's value from the lock in the background (compare-and-delete:
+    /// nobody else's lock is touched). The TTL frees it if this fails.
+    fn give_back(&self) {
+        let engine = Arc::clone(self.engine);
+        let keys = self.keys.clone();
+        let value = self.value.clone();
+        self.engine.spawn_background(async move {
+            let backend = engine.backend();
+            let given_back = backend.release(&keys, &value).await;
+            if let Err(err) = given_back {
+                tracing::debug!(name = %keys.name, %err, "giving back a late grant failed; the TTL will free the lock");
+            }
+        });
+    }
+
+    pub fn grant(self, attempt_started: Instant, local: NameRef) -> Arc<Held> {
+        record(self.attempts, self.begun);
+        self.engine.hold(Grant {
+            keys: self.keys,
+            value: self.value,
+            fencing_token: self.fencing_token,
+            attempt_started,
+            ttl: self.ttl,
+            local,
+            renew: self.renew,
+        })
+    }
+
+    pub fn busy(self) -> LockError {
+        record(self.attempts, self.begun);
+        if let Some(took) = self.expired_grant {
+            return LockError::connection(
+                &self.keys.name,
+                format!("the lock was granted after {took:?}, when its TTL of {:?} had already run out; the network or server is too slow for this TTL", self.ttl),
+            );
+        }
+        LockError::Busy {
+            name: self.keys.name,
+            holder: self.last_busy.holder,
+            retry_after: self.last_busy.remaining,
+        }
+    }
+
+    pub fn timeout(self) -> LockError {
+        record(self.attempts, self.begun);
+        if let Some(err) = self.transient {
+            return err;
+        }
+        LockError::Timeout {
+            name: self.keys.name,
+            waited: self.begun.elapsed(),
+            holder: self.last_busy.holder,
+            retry_after: self.last_busy.remaining,
+        }
+    }
+}
+
+fn record(attempts: u32, begun: Instant) {
+    let span = tracing::Span::current();
+    span.record("attempts", attempts);
+    span.record("waited_us", begun.elapsed().as_micros() as u64);
+}

@@ -1,0 +1,149 @@
+//! The engine: what every clone of one `Locker` shares, and the machinery behind the
+//! facade's `.await`s. The layer between the public API (`Locker`, `LockRequest`, `Lease`,
+//! the primitives) and the backends.
+//!
+//! - [`acquire`]: one acquisition, from the fast path (one `SET`) to [`turn`], the slow
+//!   path: waiting in this Locker's local queue, then in the lock's Redis-side queue or on
+//!   its release channel, until the lock is ours or the deadline passes.
+//! - [`held`]: the state of one held lock (validity, loss, release), shared by a lease, its
+//!   handles and the renewer.
+//! - [`renew`]: the one task per Locker that extends auto-renewed leases in batches.
+//! - [`local`]: per-name state inside this Locker (local waiters, the local holder).
+//! - [`background`]: work left running (background releases), counted for `shutdown`.
+//!
+//! Nothing here knows the public types; it reaches Redis only through the backends.
+
+pub(crate) mod acquire;
+mod attempt;
+pub(crate) mod background;
+pub(crate) mod held;
+pub(crate) mod local;
+pub(crate) mod renew;
+mod turn;
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::backend::AnyBackend;
+use crate::connection::notifier::Notifier;
+use crate::engine::background::Background;
+use crate::engine::held::{Grant, Held};
+use crate::engine::local::LocalNames;
+use crate::engine::renew::Renewer;
+
+/// A Locker's settings, resolved by the builder.
+#[derive(Debug, Clone)]
+pub(crate) struct Settings {
+    pub prefix: String,
+    pub default_ttl: Duration,
+    pub default_wait: Duration,
+    pub label: Option<String>,
+    pub fencing: bool,
+    pub command_timeout: Duration,
+}
+
+/// What the clones of one `Locker` share.
+pub(crate) struct Engine {
+    /// Shared with the renewal task, which outlives no lease it renews.
+    backend: Arc<AnyBackend>,
+    settings: Settings,
+    local: Arc<LocalNames>,
+    /// Release notifications; `None` when the locker has no URL to open a pub/sub
+    /// connection with (built from a pool) or needs none (memory).
+    notifier: Option<Notifier>,
+    /// Waiters stand in the lock's Redis-side queue and are told their turn on the
+    /// notifier's own channel (one Redis or a Cluster, on Lua scripts, with a notifier);
+    /// otherwise they subscribe to each lock's release channel, or poll.
+    queued_waits: bool,
+    /// Every command this locker sends answers or fails within the command timeout (the
+    /// connections were configured here): an attempt that ends well before a request's
+    /// deadline needs no timer of its own.
+    commands_bounded: bool,
+    renewer: Arc<Renewer>,
+    background: Arc<Background>,
+}
+
+impl Engine {
+    pub fn new(
+        backend: AnyBackend,
+        settings: Settings,
+        notifier: Option<Notifier>,
+        commands_bounded: bool,
+    ) -> Engine {
+        // The queue needs the scripts, and a channel to be told on.
+        let queued_waits = notifier.is_some() && matches!(backend, AnyBackend::Scripted(_));
+        Engine {
+            backend: Arc::new(backend),
+            settings,
+            local: Arc::default(),
+            notifier,
+            queued_waits,
+            commands_bounded,
+            renewer: Arc::default(),
+            background: Arc::default(),
+        }
+    }
+
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    pub fn backend(&self) -> &AnyBackend {
+        &self.backend
+    }
+
+    pub fn local(&self) -> &Arc<LocalNames> {
+        &self.local
+    }
+
+    pub fn notifier(&self) -> Option<&Notifier> {
+        self.notifier.as_ref()
+    }
+
+    /// The notifier, when waiters use the Redis-side waiter queue.
+    pub fn queue_notifier(&self) -> Option<&Notifier> {
+        self.notifier.as_ref().filter(|_| self.queued_waits)
+    }
+
+    /// Whether one attempt, started now, certainly ends before `deadline` without a timer of
+    /// its own: the connection set-up and each of its at most `commands` commands are bounded
+    /// by the command timeout. True saves a timer per uncontended acquisition.
+    pub fn attempt_ends_before(&self, deadline: Instant, commands: u32) -> bool {
+        self.commands_bounded
+            && Instant::now() + self.settings.command_timeout * (commands + 1) < deadline
+    }
+
+    /// Runs `work` in the background, counted for `shutdown`; false outside a tokio runtime
+    /// (nothing runs then).
+    pub fn spawn_background(&self, work: impl Future<Output = ()> + Send + 'static) -> bool {
+        self.background.spawn(work)
+    }
+
+    /// Completes once no background work is left.
+    pub async fn idle(&self) {
+        self.background.idle().await;
+    }
+
+    /// A fresh lease's state: this locker's local holder of its name, renewed in the
+    /// background if it asked to be.
+    pub fn hold(&self, grant: Grant) -> Arc<Held> {
+        let renew = grant.renew;
+        let held = Held::new(grant);
+        if let Some(renewal) = renew {
+            self.renewer
+                .register(&self.backend, &held, renewal.max_hold);
+        }
+        held
+    }
+}
+
+impl fmt::Debug for Engine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Engine")
+            .field("backend", &self.backend)
+            .field("settings", &self.settings)
+            .finish()
+    }
+}

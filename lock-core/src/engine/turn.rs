@@ -1,0 +1,284 @@
+//! The slow path of an acquisition: queue behind this Locker's other waiters for the name,
+//! then stand in the lock's Redis-side queue (told our turn on the Locker's channel) or
+//! listen to its release channel, or poll, until the lock is ours or the deadline passes.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::backend::{AttemptKind, Backend as _, Place, Waiter, CLAIM_WINDOW};
+use crate::connection::notifier::{Interest, Notifier, Subscription};
+use crate::engine::attempt::{Acquire, Busy, Tried};
+use crate::engine::held::Held;
+use crate::engine::local::NameRef;
+use crate::engine::Engine;
+use crate::key::LockKeys;
+use crate::signal::Hint;
+use crate::wait::Backoff;
+use crate::LockError;
+
+/// Slack after a lease's end before looking: Redis expires keys at millisecond
+/// granularity, so a waiter that looks exactly at the end may find the key still there.
+const EXPIRY_SLACK: Duration = Duration::from_millis(1);
+
+/// How a waiter learns that it may try again.
+enum Listening {
+    /// Told its turn in the lock's Redis-side queue, on the locker's own channel.
+    Queue {
+        /// Kept for its `Drop`, which stops routing the lock's messages here.
+        _interest: Interest,
+        spot: QueueSpot,
+    },
+    /// Woken by every release of the lock (its release channel; kept for its `Drop`).
+    Broadcast { _subscription: Subscription },
+    /// Nothing tells it: timed retries.
+    Polling,
+}
+
+/// This locker's place in a lock's Redis-side queue, given up when the request ends without
+/// the lock (timeout, error, cancellation) and no other waiter of this locker follows.
+struct QueueSpot {
+    engine: Arc<Engine>,
+    keys: LockKeys,
+    channel: String,
+    local: NameRef,
+    /// Set once a queued attempt has (or may have) put us in the queue.
+    in_queue: bool,
+}
+
+impl Drop for QueueSpot {
+    fn drop(&mut self) {
+        // Another waiter of this locker inherits the place otherwise.
+        if !self.in_queue || self.local.queued() > 1 {
+            return;
+        }
+        // Outside a runtime nothing runs: the entry expires with the request's wait.
+        let engine = Arc::clone(&self.engine);
+        let keys = self.keys.clone();
+        let channel = std::mem::take(&mut self.channel);
+        self.engine.spawn_background(async move {
+            let left = engine.backend().leave_queue(&keys, &channel).await;
+            if let Err(err) = left {
+                tracing::debug!(name = %keys.name, %err, "leaving the waiter queue failed; the entry expires by itself");
+            }
+        });
+    }
+}
+
+/// The slow path: queue (locally, then in Redis or on the release channel) until the
+/// lock is ours or the deadline passes.
+pub(super) async fn wait_for_turn(
+    mut acq: Acquire<'_>,
+    deadline: Instant,
+    bound: Option<Instant>,
+    local: NameRef,
+    queue: Option<&Notifier>,
+    fast_path: bool,
+) -> Result<Arc<Held>, LockError> {
+    // Slow path. Queue behind this locker's other waiters: only the head of the queue
+    // talks to Redis, so N local waiters cost Redis what one does.
+    let queued = local.enqueue();
+    let Ok(turn) = tokio::time::timeout_at(deadline.into(), local.gate.lock()).await else {
+        return Err(acq.timeout());
+    };
+    let mut listening = Listening::Polling;
+    if let Some(notifier) = queue {
+        // Stand in the lock's Redis-side queue. Listen first, so that a turn announced
+        // right after the queued attempt is not missed.
+        let listen = notifier.listen(&acq.keys.lock, &local.released);
+        match tokio::time::timeout_at(deadline.into(), listen).await {
+            Ok(Ok(interest)) => {
+                let spot = QueueSpot {
+                    engine: Arc::clone(acq.engine),
+                    keys: acq.keys.clone(),
+                    channel: notifier.own_channel().to_owned(),
+                    local: local.clone(),
+                    in_queue: false,
+                };
+                listening = Listening::Queue {
+                    _interest: interest,
+                    spot,
+                };
+            }
+            Ok(Err(err)) => {
+                tracing::debug!(name = %acq.keys.name, %err, "no waiter-queue notifications; falling back to timed retries");
+            }
+            Err(_) => return Err(acq.timeout()),
+        }
+    }
+    // Without the queue, release notifications are subscribed to only once Redis says
+    // someone else holds the name: while a lease of this locker holds it, its release is
+    // signalled locally.
+    let mut subscribe_pending = queue.is_none() && acq.engine.notifier().is_some();
+    // Out of the Redis queue, a plain SET comes first: after a release by this very
+    // locker, or with nobody queued, it is all it takes (one command, no script).
+    let mut plain_next = !fast_path;
+    // Pauses between attempts that failed with a transient error (a dropped connection,
+    // a server restarting): short, since nothing will announce the recovery.
+    let mut retry = Backoff::new(false);
+    let mut backoff = Backoff::new(!matches!(listening, Listening::Polling));
+    loop {
+        // Nothing starts after the deadline, whatever woke this waiter.
+        if Instant::now() >= deadline {
+            return Err(acq.timeout());
+        }
+        // Armed before looking, so that a release or a turn announced between the look
+        // and the wait still wakes this waiter.
+        let released = local.released.notified();
+        tokio::pin!(released);
+        released.as_mut().enable();
+        // Only what is announced from here on concerns the pause below.
+        let _before_this_look = local.released.take_hint();
+
+        let mut pause_until = if let Some(holder_until) = local.local_holder_until() {
+            // A lease of this very locker holds the name: its release (or the end of its
+            // validity, should it have been leaked) is signalled locally; Redis need not
+            // be asked until then.
+            acq.last_busy = Busy {
+                remaining: Some(holder_until.saturating_duration_since(Instant::now())),
+                holder: acq.engine.settings().label.clone(),
+                place: None,
+            };
+            plain_next = true;
+            holder_until.min(deadline)
+        } else {
+            let tried = match &listening {
+                Listening::Queue { spot, .. } if plain_next && !spot.in_queue => {
+                    plain_next = false;
+                    let tried = acq.attempt(bound, AttemptKind::BeforeQueueing).await;
+                    if matches!(tried, Ok(Tried::NotYet)) {
+                        continue; // busy: queue at once
+                    }
+                    tried
+                }
+                Listening::Queue { spot, .. } => {
+                    let waiter = Waiter {
+                        channel: &spot.channel,
+                        life: deadline.saturating_duration_since(Instant::now()),
+                    };
+                    acq.attempt(bound, AttemptKind::Queued(&waiter)).await
+                }
+                Listening::Broadcast { .. } | Listening::Polling => {
+                    acq.attempt(bound, AttemptKind::Try).await
+                }
+            };
+            let tried = match tried {
+                Ok(tried) => {
+                    acq.transient = None;
+                    tried
+                }
+                Err(err) if err.is_transient() => {
+                    tracing::debug!(name = %acq.keys.name, %err, "attempt failed; retrying within the wait");
+                    acq.transient = Some(err);
+                    if let Listening::Queue { spot, .. } = &mut listening {
+                        // The attempt may have queued us before the connection broke.
+                        spot.in_queue = true;
+                    }
+                    let now = Instant::now();
+                    let pause_until = (now + retry.next(None)).min(deadline);
+                    tokio::select! {
+                        () = released.as_mut() => {}
+                        () = tokio::time::sleep_until(pause_until.into()) => {}
+                    }
+                    continue;
+                }
+                Err(err) => return Err(err),
+            };
+            match tried {
+                Tried::Acquired(started) => {
+                    // The queued attempt took us out of the queue. Record the new holder
+                    // before leaving the local queue, so that the next in line waits for
+                    // its release instead of asking Redis.
+                    if let Listening::Queue { spot, .. } = &mut listening {
+                        spot.in_queue = false;
+                    }
+                    let held = acq.grant(started, local.clone());
+                    drop((turn, queued, listening));
+                    return Ok(held);
+                }
+                Tried::OutOfTime => return Err(acq.timeout()),
+                Tried::NotYet => {}
+            }
+            if let Listening::Queue { spot, .. } = &mut listening {
+                spot.in_queue = true;
+            }
+            if subscribe_pending {
+                // Held elsewhere: from now on, learn of its release by notification.
+                // Subscribing takes a moment during which a release would go unseen,
+                // so look once more right after it.
+                subscribe_pending = false;
+                let subscription =
+                    tokio::time::timeout_at(deadline.into(), subscribe(&acq, &local))
+                        .await
+                        .ok()
+                        .flatten();
+                if let Some(subscription) = subscription {
+                    listening = Listening::Broadcast {
+                        _subscription: subscription,
+                    };
+                    backoff = Backoff::new(true);
+                    continue;
+                }
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(acq.timeout());
+            }
+            let queued_in_redis = matches!(listening, Listening::Queue { .. });
+            now + pause(&acq, &mut backoff, queued_in_redis).min(deadline - now)
+        };
+        // Wait. A message that only moves this waiter's timer (its turn comes later)
+        // costs no Redis call.
+        loop {
+            tokio::select! {
+                () = released.as_mut() => {}
+                () = tokio::time::sleep_until(pause_until.into()) => break,
+            }
+            released.set(local.released.notified());
+            released.as_mut().enable();
+            match local.released.take_hint() {
+                Some(Hint::Standby(left) | Hint::Head(left)) => {
+                    pause_until = (Instant::now() + left + EXPIRY_SLACK).min(deadline);
+                }
+                Some(Hint::Granted) | None => break,
+            }
+        }
+    }
+}
+
+/// How long to wait before looking again when nothing wakes this waiter sooner.
+fn pause(acq: &Acquire<'_>, backoff: &mut Backoff, queued_in_redis: bool) -> Duration {
+    let remaining = acq.last_busy.remaining;
+    let place = acq.last_busy.place.filter(|_| queued_in_redis);
+    match (place, remaining) {
+        // First in line: the holder's lease ends then, should it never release (a crash).
+        (Some(Place { position: 0, .. }), Some(left)) => left + EXPIRY_SLACK,
+        // Next after a head that has the lock reserved: our turn if it does not claim it.
+        (
+            Some(Place {
+                position: 1,
+                head_reserved: true,
+            }),
+            Some(left),
+        ) => left + EXPIRY_SLACK,
+        // Next after a head that waits for a holder: if the holder crashes and the head is
+        // gone too, it is our turn one claim window after the holder's lease ends.
+        (Some(Place { position: 1, .. }), Some(left)) => left + CLAIM_WINDOW + EXPIRY_SLACK,
+        // Further back: our turn is announced; the timer is only a safety net.
+        (Some(_), _) => backoff.next(None),
+        (None, remaining) => backoff.next(remaining),
+    }
+}
+
+async fn subscribe(acq: &Acquire<'_>, local: &NameRef) -> Option<Subscription> {
+    let notifier = acq.engine.notifier()?;
+    match notifier
+        .subscribe(&acq.keys.channel(), &local.released)
+        .await
+    {
+        Ok(subscription) => Some(subscription),
+        Err(err) => {
+            tracing::debug!(name = %acq.keys.name, %err, "no release notifications; falling back to timed retries");
+            None
+        }
+    }
+}
