@@ -552,8 +552,7 @@ fn observe(ctx: &Ctx, lease: &Guard, id: &str, t: Nanos, sabotage: Nanos) {
 
 /// [`valid_until`] of any primitive's guard.
 fn lease_valid_until(lease: &Guard) -> Nanos {
-    let left = lease.expires_in();
-    clock::now() + clock::nanos(left)
+    clock::stamp_ahead(|| lease.expires_in())
 }
 
 /// How an acquire failure is counted.
