@@ -6,8 +6,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::backend::{Attempt, AttemptKind, Backend as _, Place};
-use crate::engine::held::{validity, Grant, Held, Renewal};
+use crate::engine::held::{Grant, Held, Renewal};
 use crate::engine::local::NameRef;
+use crate::engine::validity::validity;
 use crate::engine::Engine;
 use crate::key::LockKeys;
 use crate::token::{decode_value, new_value};

@@ -20,6 +20,7 @@ pub(crate) mod held;
 pub(crate) mod local;
 pub(crate) mod renew;
 mod turn;
+pub(crate) mod validity;
 
 use std::fmt;
 use std::future::Future;
