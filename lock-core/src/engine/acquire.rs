@@ -103,9 +103,14 @@ fn run<'a>(
 ) -> impl Future<Output = Result<Arc<Held>, LockError>> + Send + 'a {
     async move {
         let deadline = acq.begun + wait;
-        // A waiting request's attempts end at its deadline; a try (wait zero) has only the
-        // command timeout, or it could never make its one attempt.
-        let bound = (!wait.is_zero()).then_some(deadline);
+        // A waiting request's attempts end at its deadline. A try (wait zero) has the
+        // command timeout for its one attempt: connecting first, if it must, and every
+        // command of the attempt included.
+        let bound = if wait.is_zero() {
+            Some(acq.begun + acq.engine.settings().command_timeout)
+        } else {
+            Some(deadline)
+        };
         let local = acq.engine.local().get(&acq.keys.name);
         let queue = if wait.is_zero() {
             None
@@ -123,11 +128,16 @@ fn run<'a>(
             } else {
                 (AttemptKind::Try, 2) // a busy answer asks for the holder's TTL too
             };
-            // A far deadline cannot pass during this attempt: no timer for it.
-            let attempt_bound =
-                bound.filter(|&deadline| !acq.engine.attempt_ends_before(deadline, commands));
+            // A far deadline cannot pass during this attempt, nor a try's on an open
+            // connection: no timer for it.
+            let attempt_bound = if wait.is_zero() {
+                bound.filter(|_| !acq.engine.try_ends_in_time())
+            } else {
+                bound.filter(|&deadline| !acq.engine.attempt_ends_before(deadline, commands))
+            };
             match acq.attempt(attempt_bound, kind).await {
                 Ok(Tried::Acquired(started)) => return Ok(acq.grant(started, local)),
+                Ok(Tried::OutOfTime) if wait.is_zero() => return Err(acq.unanswered()),
                 Ok(Tried::OutOfTime) => return Err(acq.timeout()),
                 Ok(Tried::NotYet) => {}
                 // A waiting request rides out a dropped connection within its wait.

@@ -156,6 +156,17 @@ impl Acquire<'_> {
         }
     }
 
+    /// A try's attempt that the command timeout cut short: what a command would say that
+    /// timed out (the attempt is undone in the background).
+    pub fn unanswered(self) -> LockError {
+        record(self.attempts, self.begun);
+        let within = self.engine.settings().command_timeout;
+        LockError::connection(
+            &self.keys.name,
+            format!("no answer within the command timeout ({within:?})"),
+        )
+    }
+
     pub fn timeout(self) -> LockError {
         record(self.attempts, self.begun);
         if let Some(err) = self.transient {

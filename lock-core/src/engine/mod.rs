@@ -116,6 +116,12 @@ impl Engine {
             && Instant::now() + self.settings.command_timeout * (commands + 1) < deadline
     }
 
+    /// Whether a try started now ends within the command timeout without a timer of its
+    /// own (see `AnyBackend::try_is_bounded`). True saves a timer per try.
+    pub fn try_ends_in_time(&self) -> bool {
+        self.commands_bounded && self.backend.try_is_bounded()
+    }
+
     /// Runs `work` in the background, counted for `shutdown`; false outside a tokio runtime
     /// (nothing runs then).
     pub fn spawn_background(&self, work: impl Future<Output = ()> + Send + 'static) -> bool {

@@ -3,7 +3,7 @@
 mod calls;
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis::FromRedisValue;
 
@@ -127,6 +127,15 @@ impl Scripted {
 /// What the semaphores, read-write locks and multi-locks (`crate::prims`) run their own
 /// scripts on.
 impl Scripted {
+    /// Whether a try started now ends within one command timeout with no timer of its own:
+    /// its connection is open (no set-up before the command), its one `SET` or script is
+    /// bounded by the response timeout, and the `PTTL` that may follow a busy `SET` by the
+    /// rest of that timeout. (On Redis before 7.0 the first `SET .. GET` is refused at once
+    /// and the script follows: one round trip more, once per locker.)
+    pub(crate) fn try_is_bounded(&self) -> bool {
+        self.conn.is_open()
+    }
+
     pub(crate) fn connection(&self) -> &SharedConnection {
         &self.conn
     }
@@ -145,6 +154,7 @@ impl Backend for Scripted {
         fencing: bool,
         kind: AttemptKind<'_>,
     ) -> Result<Attempt, LockError> {
+        let started = Instant::now();
         let lent = self.conn.get(&keys.name).await?;
         let mut conn = lent.conn.clone();
         // A reply that never arrives (the caller dropped the future, or the command timed
@@ -212,11 +222,24 @@ impl Backend for Scripted {
                 holder_value,
                 place,
             } if use_set_get && matches!(kind, AttemptKind::Try) => {
-                let pttl: i64 = Box::pin(redis::cmd("PTTL").arg(&keys.lock).query_async(&mut conn))
-                    .await
-                    .map_err(|err| LockError::from_redis(&keys.name, &keys.lock, err))?;
+                // Within the attempt's one command timeout: a try ends by then (the engine
+                // counts on it), and the lock is busy whatever this says. Without an answer
+                // in time, the holder's TTL is simply not known.
+                let mut cmd = redis::cmd("PTTL");
+                let pttl = cmd.arg(&keys.lock).query_async::<i64>(&mut conn);
+                let until = started + self.conn.timeout();
+                let remaining = match tokio::time::timeout_at(until.into(), Box::pin(pttl)).await {
+                    Ok(Ok(pttl)) => remaining_from_pttl(pttl),
+                    Ok(Err(err)) => {
+                        if is_connection_failure(&err) {
+                            self.conn.retire(&lent);
+                        }
+                        None
+                    }
+                    Err(_) => None,
+                };
                 Ok(Attempt::Busy {
-                    remaining: remaining_from_pttl(pttl),
+                    remaining,
                     holder_value,
                     place,
                 })
