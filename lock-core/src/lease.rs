@@ -160,9 +160,7 @@ impl LeaseHandle {
     /// How long this lease is still valid by the local clock, with a margin for clock drift
     /// between this process and Redis. Zero once it has run out.
     pub fn expires_in(&self) -> Duration {
-        self.held
-            .valid_until()
-            .saturating_duration_since(Instant::now())
+        self.held.expires_in()
     }
 
     /// True once the lease is known to be lost: its validity ran out, or Redis said the lock

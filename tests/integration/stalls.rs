@@ -120,3 +120,48 @@ async fn wait_is_a_deadline_against_a_stalled_server() {
         assert!(lease.release().await.expect("release"));
     }
 }
+
+/// Found by the 30-minute soak (issue 19): a try (`wait` zero) is bounded by the command
+/// timeout, but only the command was: a try that first had to reconnect spent the set-up
+/// and then a whole command timeout, and answered 1.1 s after it began with a 1 s command
+/// timeout. The whole attempt is now bounded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_try_that_must_reconnect_still_ends_within_the_command_timeout() {
+    let server = RedisServer::start();
+    let proxy = lock_tests::proxy::Proxy::start(server.addr()).expect("proxy");
+    let command_timeout = Duration::from_millis(500);
+    let locker = Locker::builder()
+        .url(proxy.url())
+        .command_timeout(command_timeout)
+        .build()
+        .expect("locker");
+    let warm = locker.try_lock("try", SECOND).await.expect("warm up");
+    assert!(warm.release().await.expect("release"));
+
+    // Every round trip now takes 2 x 200 ms, and the next operation must reconnect first.
+    proxy.set_latency(Duration::from_millis(200));
+    proxy.drop_connections();
+    // The first try finds the connection closed (and retires it)...
+    let _ = locker.try_lock("try", 10 * SECOND).await;
+    // ... the next one connects again, then sends its command.
+    let started = Instant::now();
+    let result = locker.try_lock("try", 10 * SECOND).await;
+    let took = started.elapsed();
+    // Within the command timeout plus scheduling slack, whatever the outcome; before the
+    // fix, the reconnection's round trips came on top of the command's.
+    assert!(
+        took < command_timeout + Duration::from_millis(150),
+        "a try with a {command_timeout:?} command timeout took {took:?} ({result:?})"
+    );
+    drop(result);
+
+    // Whatever the abandoned attempt set is undone: the lock is free long before its TTL.
+    proxy.set_latency(Duration::ZERO);
+    let other = Locker::from_url(&server.url()).expect("locker");
+    let lease = other
+        .lock("try")
+        .wait(3 * SECOND)
+        .await
+        .expect("the abandoned try was not undone");
+    assert!(lease.release().await.expect("release"));
+}

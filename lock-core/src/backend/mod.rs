@@ -158,6 +158,19 @@ pub(crate) enum AnyBackend {
     Redlock(redlock::Redlock),
 }
 
+impl AnyBackend {
+    /// Whether a try (one attempt, no waiting) started now certainly ends within the command
+    /// timeout without a timer of its own.
+    pub(crate) fn try_is_bounded(&self) -> bool {
+        match self {
+            AnyBackend::Scripted(scripted) => scripted.try_is_bounded(),
+            AnyBackend::Memory(_) => true,
+            // Several round trips (WATCH/MULTI) or nodes, each bounded on its own.
+            AnyBackend::Transaction(_) | AnyBackend::Redlock(_) => false,
+        }
+    }
+}
+
 impl std::fmt::Debug for AnyBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {

@@ -116,6 +116,21 @@ impl SharedConnection {
         }
     }
 
+    /// Whether a connection is open, so that an operation started now needs no set-up.
+    pub fn is_open(&self) -> bool {
+        self.inner
+            .current
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_some()
+    }
+
+    /// The deadline for opening a connection, which is also each command's (the locker's
+    /// command timeout).
+    pub fn timeout(&self) -> Duration {
+        self.inner.connect_timeout
+    }
+
     /// The shared connection, opening it first if there is none.
     pub async fn get(&self, name: &str) -> Result<Lent, LockError> {
         if let Some(slot) = self.current() {

@@ -2,6 +2,7 @@
 //! Locker's, the `lock.acquire` span and metrics, the fast path (one plain `SET`), then the
 //! slow path of [`turn`](crate::engine::turn) when the lock is busy and the request waits.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -29,103 +30,127 @@ pub(crate) struct Spec {
 /// Takes the lock `spec` asks for through `engine`: `lease` of the engine and the fresh
 /// lease's state, or why not. (The facade's wrapper is passed in rather than applied by the
 /// caller, so that no outer future keeps a copy of what this one holds.)
-pub(crate) async fn acquire<L>(
+// The async block is the point (see `run`).
+#[allow(clippy::manual_async_fn)]
+pub(crate) fn acquire<L>(
     engine: Arc<Engine>,
     spec: Spec,
     lease: fn(Arc<Engine>, Arc<Held>) -> L,
-) -> Result<L, LockError> {
-    let Spec {
-        name,
-        ttl,
-        wait,
-        fencing,
-        renew,
-    } = spec;
-    let settings = engine.settings();
-    let ttl = ttl.unwrap_or(settings.default_ttl);
-    let wait = wait.unwrap_or(settings.default_wait);
-    let fencing = fencing.unwrap_or(settings.fencing);
-    let keys = LockKeys::new(&settings.prefix, name)?;
-    validate_ttl(&keys.name, ttl)?;
-    validate_wait(&keys.name, wait)?;
-    let value = new_value(&keys.name, settings.label.as_deref())?;
-    let span = tracing::debug_span!(
-        "lock.acquire",
-        name = %keys.name,
-        ttl_ms = ttl.as_millis() as u64,
-        wait_ms = wait.as_millis() as u64,
-        attempts = tracing::field::Empty,
-        waited_us = tracing::field::Empty,
-        outcome = tracing::field::Empty,
-    );
-    let family = crate::metrics::Family::of(&keys.name);
-    let begun = Instant::now();
-    let acquisition = Acquire {
-        engine: &engine,
-        keys,
-        value,
-        ttl,
-        fencing,
-        begun,
-        attempts: 0,
-        last_busy: Busy::default(),
-        fencing_token: None,
-        renew,
-        expired_grant: None,
-        transient: None,
-    };
-    let result = run(acquisition, wait).instrument(span.clone()).await;
-    let outcome = match &result {
-        Ok(_) => "acquired",
-        Err(LockError::Busy { .. }) => "busy",
-        Err(LockError::Timeout { .. }) => "timeout",
-        Err(_) => "error",
-    };
-    span.record("outcome", outcome);
-    family.acquire(outcome, begun.elapsed());
-    result.map(|held| lease(engine, held))
+) -> impl Future<Output = Result<L, LockError>> {
+    // An `async` block for the reason `run` gives.
+    async move {
+        let Spec {
+            name,
+            ttl,
+            wait,
+            fencing,
+            renew,
+        } = spec;
+        let settings = engine.settings();
+        let ttl = ttl.unwrap_or(settings.default_ttl);
+        let wait = wait.unwrap_or(settings.default_wait);
+        let fencing = fencing.unwrap_or(settings.fencing);
+        let keys = LockKeys::new(&settings.prefix, name)?;
+        validate_ttl(&keys.name, ttl)?;
+        validate_wait(&keys.name, wait)?;
+        let value = new_value(&keys.name, settings.label.as_deref())?;
+        let span = tracing::debug_span!(
+            "lock.acquire",
+            name = %keys.name,
+            ttl_ms = ttl.as_millis() as u64,
+            wait_ms = wait.as_millis() as u64,
+            attempts = tracing::field::Empty,
+            waited_us = tracing::field::Empty,
+            outcome = tracing::field::Empty,
+        );
+        let family = crate::metrics::Family::of(&keys.name);
+        let begun = Instant::now();
+        let acquisition = Acquire {
+            engine: &engine,
+            keys,
+            value,
+            ttl,
+            fencing,
+            begun,
+            attempts: 0,
+            last_busy: Busy::default(),
+            fencing_token: None,
+            renew,
+            expired_grant: None,
+            transient: None,
+        };
+        let result = run(acquisition, wait).instrument(span.clone()).await;
+        let outcome = match &result {
+            Ok(_) => "acquired",
+            Err(LockError::Busy { .. }) => "busy",
+            Err(LockError::Timeout { .. }) => "timeout",
+            Err(_) => "error",
+        };
+        span.record("outcome", outcome);
+        family.acquire(outcome, begun.elapsed());
+        result.map(|held| lease(engine, held))
+    }
 }
 
 /// The fast path: one attempt straight away; then, unless it was a try, the slow path.
-async fn run(mut acq: Acquire<'_>, wait: Duration) -> Result<Arc<Held>, LockError> {
-    let deadline = acq.begun + wait;
-    // A waiting request's attempts end at its deadline; a try (wait zero) has only the
-    // command timeout, or it could never make its one attempt.
-    let bound = (!wait.is_zero()).then_some(deadline);
-    let local = acq.engine.local().get(&acq.keys.name);
-    let queue = if wait.is_zero() {
-        None
-    } else {
-        acq.engine.queue_notifier()
-    };
-    // Fast path: try once straight away, unless a lease of this locker holds the name (no
-    // need to ask Redis) or this locker's waiters are queued for it (a newcomer must not
-    // barge in ahead of them). A plain SET: the uncontended path runs no script.
-    let held_here = local.local_holder_until().is_some();
-    let fast_path = wait.is_zero() || !(local.has_queue() || held_here);
-    if fast_path {
-        let (kind, commands) = if queue.is_some() {
-            (AttemptKind::BeforeQueueing, 1)
+///
+/// An `async` block rather than an `async fn`: a function's arguments are copied into its
+/// future's locals and keep their first place too, which cost this future 312 bytes.
+#[allow(clippy::manual_async_fn)]
+fn run<'a>(
+    mut acq: Acquire<'a>,
+    wait: Duration,
+) -> impl Future<Output = Result<Arc<Held>, LockError>> + Send + 'a {
+    async move {
+        let deadline = acq.begun + wait;
+        // A waiting request's attempts end at its deadline. A try (wait zero) has the
+        // command timeout for its one attempt: connecting first, if it must, and every
+        // command of the attempt included.
+        let bound = if wait.is_zero() {
+            Some(acq.begun + acq.engine.settings().command_timeout)
         } else {
-            (AttemptKind::Try, 2) // a busy answer asks for the holder's TTL too
+            Some(deadline)
         };
-        // A far deadline cannot pass during this attempt: no timer for it.
-        let attempt_bound =
-            bound.filter(|&deadline| !acq.engine.attempt_ends_before(deadline, commands));
-        match acq.attempt(attempt_bound, kind).await {
-            Ok(Tried::Acquired(started)) => return Ok(acq.grant(started, local)),
-            Ok(Tried::OutOfTime) => return Err(acq.timeout()),
-            Ok(Tried::NotYet) => {}
-            // A waiting request rides out a dropped connection within its wait.
-            Err(err) if !wait.is_zero() && err.is_transient() => acq.transient = Some(err),
-            Err(err) => return Err(err),
+        let local = acq.engine.local().get(&acq.keys.name);
+        let queue = if wait.is_zero() {
+            None
+        } else {
+            acq.engine.queue_notifier()
+        };
+        // Fast path: try once straight away, unless a lease of this locker holds the name (no
+        // need to ask Redis) or this locker's waiters are queued for it (a newcomer must not
+        // barge in ahead of them). A plain SET: the uncontended path runs no script.
+        let held_here = local.local_holder_until().is_some();
+        let fast_path = wait.is_zero() || !(local.has_queue() || held_here);
+        if fast_path {
+            let (kind, commands) = if queue.is_some() {
+                (AttemptKind::BeforeQueueing, 1)
+            } else {
+                (AttemptKind::Try, 2) // a busy answer asks for the holder's TTL too
+            };
+            // A far deadline cannot pass during this attempt, nor a try's on an open
+            // connection: no timer for it.
+            let attempt_bound = if wait.is_zero() {
+                bound.filter(|_| !acq.engine.try_ends_in_time())
+            } else {
+                bound.filter(|&deadline| !acq.engine.attempt_ends_before(deadline, commands))
+            };
+            match acq.attempt(attempt_bound, kind).await {
+                Ok(Tried::Acquired(started)) => return Ok(acq.grant(started, local)),
+                Ok(Tried::OutOfTime) if wait.is_zero() => return Err(acq.unanswered()),
+                Ok(Tried::OutOfTime) => return Err(acq.timeout()),
+                Ok(Tried::NotYet) => {}
+                // A waiting request rides out a dropped connection within its wait.
+                Err(err) if !wait.is_zero() && err.is_transient() => acq.transient = Some(err),
+                Err(err) => return Err(err),
+            }
+            if wait.is_zero() {
+                return Err(acq.busy());
+            }
         }
-        if wait.is_zero() {
-            return Err(acq.busy());
-        }
-    }
 
-    // Slow path, in a box of its own: the uncontended acquisition above stays a small
-    // future (a large one costs an allocation of several kilobytes per lock).
-    Box::pin(wait_for_turn(acq, deadline, bound, local, queue, fast_path)).await
+        // Slow path, in a box of its own: the uncontended acquisition above stays a small
+        // future (a large one costs an allocation of several kilobytes per lock).
+        Box::pin(wait_for_turn(acq, deadline, bound, local, queue, fast_path)).await
+    }
 }

@@ -6,8 +6,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::backend::{Attempt, AttemptKind, Backend as _, Place};
-use crate::engine::held::{validity, Grant, Held, Renewal};
+use crate::engine::held::{Grant, Held, Renewal};
 use crate::engine::local::NameRef;
+use crate::engine::validity::validity;
 use crate::engine::Engine;
 use crate::key::LockKeys;
 use crate::token::{decode_value, new_value};
@@ -153,6 +154,17 @@ impl Acquire<'_> {
             holder: self.last_busy.holder,
             retry_after: self.last_busy.remaining,
         }
+    }
+
+    /// A try's attempt that the command timeout cut short: what a command would say that
+    /// timed out (the attempt is undone in the background).
+    pub fn unanswered(self) -> LockError {
+        record(self.attempts, self.begun);
+        let within = self.engine.settings().command_timeout;
+        LockError::connection(
+            &self.keys.name,
+            format!("no answer within the command timeout ({within:?})"),
+        )
     }
 
     pub fn timeout(self) -> LockError {

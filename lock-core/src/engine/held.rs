@@ -2,14 +2,14 @@
 //! or ended by its holder. Shared by the lease, its handles and the renewer; the operations
 //! that talk to Redis take the backend from whoever calls them.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::ops::Deref;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-use tokio::sync::Notify;
 
 use crate::backend::{AnyBackend, Backend as _};
 use crate::engine::local::NameRef;
+use crate::engine::validity::{validity, Validity};
 use crate::key::{validate_ttl, LockKeys};
 use crate::token::{decode_value, is_ours};
 use crate::LockError;
@@ -27,16 +27,10 @@ pub(crate) struct Held {
     pub serial: u64,
     /// The TTL each extension (manual or automatic) asks for.
     pub ttl: Duration,
-    /// Local end of validity: the start of the last successful acquire or extend, plus TTL,
-    /// minus the clock-drift allowance. Its mutex also orders the transitions of `lost`
-    /// and `finished` against extensions, so that a renewal reply applied after the lease
-    /// ended (released, dropped or lost) can never make it valid, or a local holder, again.
-    valid_until: Mutex<Instant>,
-    /// Sticky: once set, never cleared.
-    lost: AtomicBool,
-    /// Set once release has started (sticky): the renewer stops renewing.
-    finished: AtomicBool,
-    lost_signal: Notify,
+    /// Until when, lost, ended (read through `Deref`). Its end is also the name's local
+    /// holder's, set under the same lock, so a lease that ended is never a local holder
+    /// again.
+    validity: Validity,
     pub local: NameRef,
 }
 
@@ -58,12 +52,6 @@ pub(crate) struct Renewal {
     pub max_hold: Option<Duration>,
 }
 
-/// The part of a TTL the holder may count on: TTL minus an allowance for the drift between
-/// this process's clock and Redis's (1% plus 2 ms, as in the Redlock analysis).
-pub(crate) fn validity(ttl: Duration) -> Duration {
-    ttl.saturating_sub(crate::backend::redlock::drift(ttl))
-}
-
 impl Held {
     /// The state of a fresh lease, recorded as its name's local holder.
     pub fn new(grant: Grant) -> Arc<Held> {
@@ -79,10 +67,7 @@ impl Held {
             acquired_at: grant.attempt_started,
             serial,
             ttl: grant.ttl,
-            valid_until: Mutex::new(valid_until),
-            lost: AtomicBool::new(false),
-            finished: AtomicBool::new(false),
-            lost_signal: Notify::new(),
+            validity: Validity::new(grant.attempt_started, grant.ttl),
             local: grant.local,
         })
     }
@@ -142,47 +127,19 @@ impl Held {
         Ok(held)
     }
 
-    /// Marks the lease as ended by its holder (release or drop): no renewal applies to it
-    /// any more.
-    pub fn finish(&self) {
-        let _transition = self.state_lock();
-        self.finished.store(true, Ordering::Release);
-    }
-
-    /// Applies a successful extension that was sent at `sent_at`, unless the lease has
-    /// ended meanwhile: released, dropped, lost, or past its validity (its holder may
-    /// already have been told it was lost, and loss is final). False when not applied.
+    /// Applies a successful extension sent at `sent_at` (see [`Validity::extended`]), and
+    /// with it the name's local holder.
     pub fn extended(&self, sent_at: Instant, ttl: Duration) -> bool {
-        let mut valid_until = self.state_lock();
-        if self.is_finished() || self.is_marked_lost() || Instant::now() >= *valid_until {
-            return false;
-        }
-        let until = sent_at + validity(ttl);
-        *valid_until = until;
-        // Under the state lock: a release or loss that follows clears it after this.
-        self.local.set_holder(self.serial, until);
-        drop(valid_until);
-        // A `lost()` future sleeping until the old deadline must look again.
-        self.lost_signal.notify_waiters();
-        true
-    }
-
-    fn state_lock(&self) -> MutexGuard<'_, Instant> {
-        self.valid_until
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+        self.validity.extended(sent_at, ttl, |until| {
+            self.local.set_holder(self.serial, until);
+        })
     }
 
     pub fn mark_lost(&self) {
-        let newly_lost = {
-            let _transition = self.state_lock();
-            !self.lost.swap(true, Ordering::AcqRel)
-        };
-        if newly_lost {
+        if self.validity.mark_lost() {
             crate::metrics::lost(&self.keys.name);
             tracing::warn!(name = %self.keys.name, "lease lost: the lock is no longer held by this holder");
         }
-        self.lost_signal.notify_waiters();
         self.local.clear_holder(self.serial);
     }
 
@@ -191,41 +148,15 @@ impl Held {
         self.local.clear_holder(self.serial);
     }
 
-    pub fn valid_until(&self) -> Instant {
-        *self.state_lock()
-    }
-
     pub fn acquired_at(&self) -> Instant {
         self.acquired_at
     }
+}
 
-    pub fn is_finished(&self) -> bool {
-        self.finished.load(Ordering::Acquire)
-    }
+impl Deref for Held {
+    type Target = Validity;
 
-    pub fn is_marked_lost(&self) -> bool {
-        self.lost.load(Ordering::Acquire)
-    }
-
-    /// True once the lease is known to be lost: marked, or past its local validity.
-    pub fn is_lost(&self) -> bool {
-        self.is_marked_lost() || Instant::now() >= self.valid_until()
-    }
-
-    /// Completes when the lease is lost (see `LeaseHandle::lost`).
-    pub async fn lost(&self) {
-        loop {
-            let notified = self.lost_signal.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            if self.is_lost() {
-                return;
-            }
-            let deadline = tokio::time::Instant::from_std(self.valid_until());
-            tokio::select! {
-                () = notified => {}
-                () = tokio::time::sleep_until(deadline) => {}
-            }
-        }
+    fn deref(&self) -> &Validity {
+        &self.validity
     }
 }

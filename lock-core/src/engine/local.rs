@@ -6,11 +6,11 @@
 //! holds the lock the head does not even ask: it waits for that lease's release signal (or
 //! the end of its validity, in case it was leaked).
 
-use std::borrow::Borrow;
-use std::collections::HashSet;
-use std::hash::{BuildHasher, Hash, Hasher};
+use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use hashbrown::HashTable;
 use std::time::Instant;
 
 use crate::signal::Wake;
@@ -27,42 +27,24 @@ pub(crate) struct LocalNames {
     hasher: std::collections::hash_map::RandomState,
 }
 
+/// One shard of the map. A name is hashed once per `get`: the hash picks the shard, finds
+/// the entry, and stays in the state for its removal (a `HashSet` would hash the name again
+/// for each of these, several SipHash runs per lock cycle).
 #[derive(Default)]
 struct Shard {
-    /// The names in use, each entry keyed by the name inside its state.
-    names: HashSet<Entry>,
+    /// The names in use: each state, found by the hash and name it carries.
+    names: HashTable<Arc<NameState>>,
     /// States of names no longer in use, to be reused for the next new name.
     spares: Vec<Arc<NameState>>,
 }
-
-/// A map entry: the state, found by its name.
-struct Entry(Arc<NameState>);
-
-impl Borrow<str> for Entry {
-    fn borrow(&self) -> &str {
-        &self.0.name
-    }
-}
-
-impl Hash for Entry {
-    fn hash<H: Hasher>(&self, state: &mut H) {
-        self.0.name.as_str().hash(state);
-    }
-}
-
-impl PartialEq for Entry {
-    fn eq(&self, other: &Entry) -> bool {
-        self.0.name == other.0.name
-    }
-}
-
-impl Eq for Entry {}
 
 /// The local state of one name.
 #[derive(Default)]
 pub(crate) struct NameState {
     /// The name; set while the state is in the map, reused (capacity and all) as a spare.
     name: String,
+    /// The name's hash (by the map's hasher).
+    hash: u64,
     /// FIFO queue of this locker's waiters; its holder is the one that talks to Redis.
     pub gate: tokio::sync::Mutex<()>,
     /// Waiters queued on (or holding) the gate.
@@ -83,14 +65,16 @@ pub(crate) struct NameRef {
 
 impl LocalNames {
     pub fn get(self: &Arc<Self>, name: &str) -> NameRef {
-        let mut shard = self.shards[self.shard_of(name)]
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        let state = match shard.names.get(name) {
-            Some(entry) => Arc::clone(&entry.0),
+        let hash = self.hasher.hash_one(name);
+        let mut shard = self.shard(hash);
+        let found = shard.names.find(hash, |state| state.name == name).cloned();
+        let state = match found {
+            Some(state) => state,
             None => {
-                let state = shard.fresh_state(name);
-                shard.names.insert(Entry(Arc::clone(&state)));
+                let state = shard.fresh_state(name, hash);
+                shard
+                    .names
+                    .insert_unique(hash, Arc::clone(&state), |state| state.hash);
                 state
             }
         };
@@ -100,14 +84,24 @@ impl LocalNames {
         }
     }
 
+    fn shard(&self, hash: u64) -> MutexGuard<'_, Shard> {
+        // Bits the table itself does not use: its bucket index takes the low bits and its
+        // tags the top seven, so a shard's names still spread over all its buckets.
+        let index = ((hash >> 40) as usize) % SHARDS;
+        self.shards[index]
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    #[cfg(test)]
     fn shard_of(&self, name: &str) -> usize {
-        (self.hasher.hash_one(name) as usize) % SHARDS
+        ((self.hasher.hash_one(name) >> 40) as usize) % SHARDS
     }
 }
 
 impl Shard {
     /// A state for `name`: a spare when one is free, else a new one.
-    fn fresh_state(&mut self, name: &str) -> Arc<NameState> {
+    fn fresh_state(&mut self, name: &str, hash: u64) -> Arc<NameState> {
         while let Some(mut spare) = self.spares.pop() {
             // Free only once its last NameRef has finished dropping.
             let Some(state) = Arc::get_mut(&mut spare) else {
@@ -120,6 +114,7 @@ impl Shard {
             }
             state.name.clear();
             state.name.push_str(name);
+            state.hash = hash;
             *state
                 .holder
                 .get_mut()
@@ -128,6 +123,7 @@ impl Shard {
         }
         Arc::new(NameState {
             name: name.to_owned(),
+            hash,
             ..NameState::default()
         })
     }
@@ -144,13 +140,14 @@ impl Clone for NameRef {
 
 impl Drop for NameRef {
     fn drop(&mut self) {
-        let name = self.state.name.as_str();
-        let mut shard = self.names.shards[self.names.shard_of(name)]
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut shard = self.names.shard(self.state.hash);
         // The map's reference and ours: nobody else uses this name now.
         if Arc::strong_count(&self.state) == 2 {
-            if let Some(Entry(state)) = shard.names.take(name) {
+            let ours = shard
+                .names
+                .find_entry(self.state.hash, |state| Arc::ptr_eq(state, &self.state));
+            if let Ok(entry) = ours {
+                let (state, _) = entry.remove();
                 if shard.spares.len() < SPARES && state.is_idle() {
                     shard.spares.push(state);
                 }

@@ -20,6 +20,7 @@ pub(crate) mod held;
 pub(crate) mod local;
 pub(crate) mod renew;
 mod turn;
+pub(crate) mod validity;
 
 use std::fmt;
 use std::future::Future;
@@ -113,6 +114,12 @@ impl Engine {
     pub fn attempt_ends_before(&self, deadline: Instant, commands: u32) -> bool {
         self.commands_bounded
             && Instant::now() + self.settings.command_timeout * (commands + 1) < deadline
+    }
+
+    /// Whether a try started now ends within the command timeout without a timer of its
+    /// own (see `AnyBackend::try_is_bounded`). True saves a timer per try.
+    pub fn try_ends_in_time(&self) -> bool {
+        self.commands_bounded && self.backend.try_is_bounded()
     }
 
     /// Runs `work` in the background, counted for `shutdown`; false outside a tokio runtime

@@ -3,15 +3,13 @@
 //! and check its hold ([`Ops`]); the guard does the rest, like `Lease` does for a lock.
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use futures_util::future::BoxFuture;
-use tokio::sync::Notify;
 use tracing::Instrument as _;
 
-use crate::engine::held::validity;
+use crate::engine::validity::Validity;
 use crate::prims::env::Env;
 use crate::LockError;
 
@@ -53,11 +51,7 @@ struct Shared {
     ops: Box<dyn Ops>,
     ttl: Duration,
     acquired_at: Instant,
-    /// Local end of validity; its mutex also orders `lost`/`finished` against extensions.
-    valid_until: Mutex<Instant>,
-    lost: AtomicBool,
-    finished: AtomicBool,
-    lost_signal: Notify,
+    validity: Validity,
 }
 
 /// The owning side: releases on drop.
@@ -91,10 +85,7 @@ impl Guard {
             ops: parts.ops,
             ttl: parts.ttl,
             acquired_at: parts.started,
-            valid_until: Mutex::new(parts.started + validity(parts.ttl)),
-            lost: AtomicBool::new(false),
-            finished: AtomicBool::new(false),
-            lost_signal: Notify::new(),
+            validity: Validity::new(parts.started, parts.ttl),
         });
         if let Some(max_hold) = parts.renew {
             spawn_renewal(&shared, max_hold);
@@ -168,46 +159,20 @@ impl Shared {
         released
     }
 
-    fn state(&self) -> std::sync::MutexGuard<'_, Instant> {
-        self.valid_until
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-    }
-
     fn finish(&self) {
-        let _transition = self.state();
-        self.finished.store(true, Ordering::Release);
+        self.validity.finish();
     }
 
     /// Applies an extension sent at `sent_at`, unless the guard ended meanwhile (loss is
     /// final: a late reply never makes a lost guard valid again).
     fn extended(&self, sent_at: Instant, ttl: Duration) -> bool {
-        let mut valid_until = self.state();
-        if self.finished.load(Ordering::Acquire)
-            || self.lost.load(Ordering::Acquire)
-            || Instant::now() >= *valid_until
-        {
-            return false;
-        }
-        *valid_until = sent_at + validity(ttl);
-        drop(valid_until);
-        self.lost_signal.notify_waiters();
-        true
+        self.validity.extended(sent_at, ttl, |_| {})
     }
 
     fn mark_lost(&self) {
-        let newly = {
-            let _transition = self.state();
-            !self.lost.swap(true, Ordering::AcqRel)
-        };
-        if newly {
+        if self.validity.mark_lost() {
             tracing::warn!(name = %self.name, "lost: the permit or lock is no longer held by this holder");
         }
-        self.lost_signal.notify_waiters();
-    }
-
-    fn ended(&self) -> bool {
-        self.finished.load(Ordering::Acquire) || self.lost.load(Ordering::Acquire)
     }
 }
 
@@ -226,7 +191,7 @@ fn spawn_renewal(shared: &Arc<Shared>, max_hold: Option<Duration>) {
         loop {
             tokio::time::sleep_until(next.into()).await;
             let Some(shared) = weak.upgrade() else { return };
-            if shared.ended() {
+            if shared.validity.has_ended() {
                 return;
             }
             if stop_at.is_some_and(|stop| Instant::now() >= stop) {
@@ -236,7 +201,7 @@ fn spawn_renewal(shared: &Arc<Shared>, max_hold: Option<Duration>) {
             let sent_at = Instant::now();
             match shared.ops.extend(ttl).await {
                 Ok(true) if shared.extended(sent_at, ttl) => next = sent_at + ttl / RENEW_AFTER,
-                Ok(true) if shared.finished.load(Ordering::Acquire) => return,
+                Ok(true) if shared.validity.is_finished() => return,
                 Ok(_) | Err(LockError::WrongType { .. }) => {
                     shared.mark_lost();
                     return;
@@ -269,34 +234,20 @@ impl GuardHandle {
     /// How long it is still valid by the local clock, with a margin for clock drift
     /// between this process and Redis. Zero once it has run out.
     pub fn expires_in(&self) -> Duration {
-        self.shared
-            .state()
-            .saturating_duration_since(Instant::now())
+        self.shared.validity.expires_in()
     }
 
     /// True once it is known to be lost: its validity ran out, or the store said it is no
     /// longer ours. A cheap local check; [`GuardHandle::is_held`] asks the store.
     pub fn is_lost(&self) -> bool {
-        self.shared.lost.load(Ordering::Acquire) || self.expires_in().is_zero()
+        self.shared.validity.is_lost()
     }
 
     /// Completes when it is lost: at the end of its local validity (unless extended
     /// before, by hand or by auto-renewal), or as soon as an operation or the renewal
     /// learns that it is no longer ours.
     pub async fn lost(&self) {
-        loop {
-            let notified = self.shared.lost_signal.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            if self.is_lost() {
-                return;
-            }
-            let deadline = tokio::time::Instant::from_std(*self.shared.state());
-            tokio::select! {
-                () = notified => {}
-                () = tokio::time::sleep_until(deadline) => {}
-            }
-        }
+        self.shared.validity.lost().await;
     }
 
     /// Asks the store whether it is still held by this holder; marks it lost if not.

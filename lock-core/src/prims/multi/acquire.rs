@@ -126,7 +126,7 @@ pub(super) async fn acquire(
             None => return Err(timeout(busy, begun, transient)),
             Some(Ok(None)) => {
                 let took = started.elapsed();
-                let trusted = crate::engine::held::validity(ttl);
+                let trusted = crate::engine::validity::validity(ttl);
                 if !trusted.is_zero() && took >= trusted {
                     // Granted after the TTL ran out: worthless; `give_back` returns them.
                     return Err(LockError::connection(

@@ -19,7 +19,7 @@ use tracing::Instrument as _;
 
 use crate::backend::permits::{member, Ask, Attempt, PermitKeys, QueueWaiter, Store};
 use crate::backend::CLAIM_WINDOW;
-use crate::engine::held::validity;
+use crate::engine::validity::validity;
 use crate::prims::env::Env;
 use crate::signal::{Hint, Wake};
 use crate::token::new_value;

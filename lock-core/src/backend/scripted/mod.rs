@@ -1,96 +1,22 @@
 //! One Redis, Lua scripts: one round trip per operation. The default backend.
 
+mod calls;
+
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::LazyLock;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis::FromRedisValue;
 
-use super::lua::{self, Lua, ScriptMode};
-use super::undo::Undo;
-use super::{millis, remaining_from_pttl, Attempt, AttemptKind, Backend, Place, RawState, Waiter};
+use self::calls::{
+    acquire_queued, acquire_script, release_script, set_nx_get, Announce, CLAIM_WINDOW_MS, EXTEND,
+    LEAVE_QUEUE, RAISE_FENCE,
+};
+use crate::backend::lua::{Lua, ScriptMode};
+use crate::backend::undo::Undo;
+use crate::backend::{millis, remaining_from_pttl, Attempt, AttemptKind, Backend, RawState};
 use crate::connection::shared::{is_connection_failure, Conn, SharedConnection};
 use crate::key::LockKeys;
 use crate::LockError;
-
-static ACQUIRE: LazyLock<Lua> = LazyLock::new(|| {
-    Lua::new(
-        LIBRARY_NAME,
-        library,
-        "acquire",
-        include_str!("../scripts/acquire.lua"),
-    )
-});
-static ACQUIRE_QUEUED: LazyLock<Lua> = LazyLock::new(|| {
-    Lua::new(
-        LIBRARY_NAME,
-        library,
-        "acquire_queued",
-        concat!(
-            include_str!("../scripts/queue.lua"),
-            include_str!("../scripts/acquire_queued.lua")
-        ),
-    )
-});
-static RELEASE: LazyLock<Lua> = LazyLock::new(|| {
-    Lua::new(
-        LIBRARY_NAME,
-        library,
-        "release",
-        concat!(
-            include_str!("../scripts/release.lua"),
-            include_str!("../scripts/queue.lua"),
-            include_str!("../scripts/release_listened.lua")
-        ),
-    )
-});
-static LEAVE_QUEUE: LazyLock<Lua> = LazyLock::new(|| {
-    Lua::new(
-        LIBRARY_NAME,
-        library,
-        "leave_queue",
-        concat!(
-            include_str!("../scripts/queue.lua"),
-            include_str!("../scripts/leave_queue.lua")
-        ),
-    )
-});
-static EXTEND: LazyLock<Lua> = LazyLock::new(|| {
-    Lua::new(
-        LIBRARY_NAME,
-        library,
-        "extend",
-        include_str!("../scripts/extend.lua"),
-    )
-});
-static RAISE_FENCE: LazyLock<Lua> = LazyLock::new(|| {
-    Lua::new(
-        LIBRARY_NAME,
-        library,
-        "raise_fence",
-        include_str!("../scripts/raise_fence.lua"),
-    )
-});
-
-/// The Redis Functions library holding the same scripts, for [`ScriptMode::Functions`].
-static LIBRARY: LazyLock<String> = LazyLock::new(|| {
-    lua::library(
-        LIBRARY_NAME,
-        &[
-            &ACQUIRE,
-            &ACQUIRE_QUEUED,
-            &RELEASE,
-            &LEAVE_QUEUE,
-            &EXTEND,
-            &RAISE_FENCE,
-        ],
-    )
-});
-const LIBRARY_NAME: &str = "lockcore_v3";
-
-fn library() -> &'static str {
-    LIBRARY.as_str()
-}
 
 pub(crate) struct Scripted {
     conn: SharedConnection,
@@ -201,6 +127,15 @@ impl Scripted {
 /// What the semaphores, read-write locks and multi-locks (`crate::prims`) run their own
 /// scripts on.
 impl Scripted {
+    /// Whether a try started now ends within one command timeout with no timer of its own:
+    /// its connection is open (no set-up before the command), its one `SET` or script is
+    /// bounded by the response timeout, and the `PTTL` that may follow a busy `SET` by the
+    /// rest of that timeout. (On Redis before 7.0 the first `SET .. GET` is refused at once
+    /// and the script follows: one round trip more, once per locker.)
+    pub(crate) fn try_is_bounded(&self) -> bool {
+        self.conn.is_open()
+    }
+
     pub(crate) fn connection(&self) -> &SharedConnection {
         &self.conn
     }
@@ -219,6 +154,7 @@ impl Backend for Scripted {
         fencing: bool,
         kind: AttemptKind<'_>,
     ) -> Result<Attempt, LockError> {
+        let started = Instant::now();
         let lent = self.conn.get(&keys.name).await?;
         let mut conn = lent.conn.clone();
         // A reply that never arrives (the caller dropped the future, or the command timed
@@ -286,11 +222,24 @@ impl Backend for Scripted {
                 holder_value,
                 place,
             } if use_set_get && matches!(kind, AttemptKind::Try) => {
-                let pttl: i64 = Box::pin(redis::cmd("PTTL").arg(&keys.lock).query_async(&mut conn))
-                    .await
-                    .map_err(|err| LockError::from_redis(&keys.name, &keys.lock, err))?;
+                // Within the attempt's one command timeout: a try ends by then (the engine
+                // counts on it), and the lock is busy whatever this says. Without an answer
+                // in time, the holder's TTL is simply not known.
+                let mut cmd = redis::cmd("PTTL");
+                let pttl = cmd.arg(&keys.lock).query_async::<i64>(&mut conn);
+                let until = started + self.conn.timeout();
+                let remaining = match tokio::time::timeout_at(until.into(), Box::pin(pttl)).await {
+                    Ok(Ok(pttl)) => remaining_from_pttl(pttl),
+                    Ok(Err(err)) => {
+                        if is_connection_failure(&err) {
+                            self.conn.retire(&lent);
+                        }
+                        None
+                    }
+                    Err(_) => None,
+                };
                 Ok(Attempt::Busy {
-                    remaining: remaining_from_pttl(pttl),
+                    remaining,
                     holder_value,
                     place,
                 })
@@ -391,165 +340,9 @@ impl Backend for Scripted {
     }
 }
 
-/// The uncontended fast path: `SET key value NX PX ttl GET` takes a free lock in one plain
-/// command (no script to run on the server), and on a held lock answers with the holder's
-/// value. `GET` makes a foreign non-string value a WRONGTYPE error, never "taken".
-async fn set_nx_get(
-    conn: &mut Conn,
-    keys: &LockKeys,
-    value: &str,
-    ttl: Duration,
-) -> redis::RedisResult<Attempt> {
-    let ttl_ms = millis(ttl);
-    let mut set = redis::Cmd::with_capacity(7, 16 + keys.lock.len() + value.len() + 20);
-    let previous: Option<Vec<u8>> = set
-        .arg("SET")
-        .arg(&keys.lock)
-        .arg(value)
-        .arg("NX")
-        .arg("PX")
-        .arg(ttl_ms)
-        .arg("GET")
-        .query_async(conn)
-        .await?;
-    Ok(match previous {
-        None => Attempt::Acquired {
-            fencing_token: None,
-        },
-        Some(holder) => Attempt::Busy {
-            remaining: None,
-            holder_value: Some(String::from_utf8_lossy(&holder).into_owned()),
-            place: None,
-        },
-    })
-}
-
-/// The scripted acquire: SET NX PX, plus INCR of the fencing counter when asked, atomically;
-/// on a held lock it returns the holder's PTTL and value in the same round trip.
-async fn acquire_script(
-    mode: ScriptMode,
-    conn: &mut Conn,
-    keys: &LockKeys,
-    value: &str,
-    ttl: Duration,
-    fencing: bool,
-) -> redis::RedisResult<Attempt> {
-    let ttl = millis(ttl).to_string();
-    let fencing_flag: &[u8] = if fencing { b"1" } else { b"0" };
-    let (taken, number, holder) = ACQUIRE
-        .run::<(i64, i64, Vec<u8>)>(
-            mode,
-            conn,
-            &[&keys.lock, &keys.fence()],
-            &[value.as_bytes(), ttl.as_bytes(), fencing_flag],
-        )
-        .await?;
-    Ok(attempt_of(taken, number, &holder, fencing, None))
-}
-
-/// An acquire script's reply: taken (1) or not, then the fencing token or the holder's
-/// PTTL, and the holder's value.
-fn attempt_of(
-    taken: i64,
-    number: i64,
-    holder: &[u8],
-    fencing: bool,
-    place: Option<Place>,
-) -> Attempt {
-    if taken == 1 {
-        return Attempt::Acquired {
-            fencing_token: fencing.then(|| u64::try_from(number).unwrap_or(0)),
-        };
-    }
-    Attempt::Busy {
-        remaining: remaining_from_pttl(number),
-        holder_value: (!holder.is_empty()).then(|| String::from_utf8_lossy(holder).into_owned()),
-        place,
-    }
-}
-
-/// The queued acquire: take the lock if it is free and nobody waits ahead, claim it if it is
-/// reserved for this Locker, or join (keep our place in) its waiter queue.
-async fn acquire_queued(
-    mode: ScriptMode,
-    conn: &mut Conn,
-    keys: &LockKeys,
-    value: &str,
-    ttl: Duration,
-    fencing: bool,
-    waiter: &Waiter<'_>,
-) -> redis::RedisResult<Attempt> {
-    let ttl = millis(ttl).to_string();
-    let life = millis(waiter.life).to_string();
-    let fencing_flag: &[u8] = if fencing { b"1" } else { b"0" };
-    let (fence, queue) = (keys.fence(), keys.queue_keys());
-    let (taken, number, holder, position, head_reserved) = ACQUIRE_QUEUED
-        .run::<(i64, i64, Vec<u8>, i64, i64)>(
-            mode,
-            conn,
-            &[&keys.lock, &fence, queue.queue(), queue.entries()],
-            &[
-                value.as_bytes(),
-                ttl.as_bytes(),
-                fencing_flag,
-                waiter.channel.as_bytes(),
-                life.as_bytes(),
-                CLAIM_WINDOW_MS.as_bytes(),
-            ],
-        )
-        .await?;
-    let place = Place {
-        position: u64::try_from(position).unwrap_or(0),
-        head_reserved: head_reserved == 1,
-    };
-    Ok(attempt_of(taken, number, &holder, fencing, Some(place)))
-}
-
-/// Which releases take the release script's full path (waiter queue, release channel).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Announce {
-    /// Only releases of a value marked as listened for (see `scripts/queue.lua`).
-    WhenListened,
-    /// Every release.
-    Always,
-}
-
-/// The release script: compare-and-delete, or hand the lock to the first live waiter.
-async fn release_script(
-    mode: ScriptMode,
-    announce: Announce,
-    conn: &mut Conn,
-    keys: &LockKeys,
-    value: &str,
-) -> redis::RedisResult<i64> {
-    let announce_flag: &[u8] = match announce {
-        Announce::WhenListened => b"0",
-        Announce::Always => b"1",
-    };
-    // One key: the script derives the queue's keys (same hash tag) only when it needs them;
-    // every argument is work for the server on each release.
-    RELEASE
-        .run::<i64>(
-            mode,
-            conn,
-            &[&keys.lock],
-            &[value.as_bytes(), announce_flag, CLAIM_WINDOW_MS.as_bytes()],
-        )
-        .await
-}
-
-/// [`CLAIM_WINDOW`](super::CLAIM_WINDOW) in milliseconds, as the scripts take it (no formatting per call).
-const CLAIM_WINDOW_MS: &str = "100";
-
 /// A copy of a connection error for each lease of a failed batch.
 fn clone_error(err: &LockError) -> LockError {
     LockError::connection(err.name().unwrap_or(""), err.to_string())
-}
-
-#[cfg(test)]
-#[test]
-fn the_claim_window_argument_matches_the_constant() {
-    assert_eq!(CLAIM_WINDOW_MS, millis(super::CLAIM_WINDOW).to_string());
 }
 
 fn is_syntax_error(err: &redis::RedisError) -> bool {
