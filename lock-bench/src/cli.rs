@@ -21,6 +21,8 @@ pub enum Scenario {
     S4,
     /// Overrun safety: 5 contenders, TTL 100 ms, holds 0–150 ms.
     S5,
+    /// Semaphore hand-off: 64 tasks on 8 permits of one name, each holding ~1 ms.
+    S6,
     /// Renewal cost: 10,000 auto-renewed leases held 10 s.
     Renewal,
 }

@@ -15,6 +15,7 @@ use crate::contenders::{Any, Contender as _};
 use crate::scenarios::s3_hot;
 use crate::scenarios::s4_redlock::Config;
 use crate::scenarios::s5_overrun::{self, CONTENDERS};
+use crate::scenarios::s6_permits;
 
 pub const RAW: &str = "raw redis-rs (floor)";
 pub const NAIVE: &str = "naive 1 ms retry";
@@ -30,6 +31,10 @@ pub const HOT_CORE_SHARED: &str = "lock-core, 1 locker (N tasks)";
 pub const HOT_CORE_SEPARATE: &str = "lock-core, N lockers";
 pub const HOT_NAIVE: &str = "naive 1 ms retry, N clients";
 pub const HOT_RSLOCK: &str = "rslock 0.10, N managers";
+
+pub const PERMITS_SHARED: &str = "lock-core semaphore, 1 locker (64 tasks)";
+pub const PERMITS_SEPARATE: &str = "lock-core semaphore, 64 lockers";
+pub const PERMITS_SHARDED: &str = "lock-core Locker, 8 names (8 tasks each), 1 locker";
 
 /// Where the contenders connect.
 #[derive(Debug, Clone)]
@@ -138,6 +143,58 @@ pub async fn hot(
         groups.push(s3_hot::Group {
             label: HOT_RSLOCK.into(),
             members,
+        });
+    }
+    Ok(groups)
+}
+
+/// S6: 64 tasks on one semaphore of 8 permits (one locker, or one each), and the same
+/// tasks on 8 plain locks.
+pub fn permits(endpoints: &Endpoints, filter: &Filter) -> Result<Vec<s6_permits::Group>, String> {
+    use s6_permits::{PERMITS, TASKS};
+    let single = std::slice::from_ref(&endpoints.single);
+    let one_name = vec!["s6".to_owned()];
+    let mut groups = Vec::new();
+    if filter.keeps(PERMITS_SHARED) {
+        let shared = Arc::new(Any::Semaphore(Semaphore::new(
+            locker(single, "s6-sem:")?,
+            PERMITS as u64,
+            PERMITS_SHARED,
+        )));
+        groups.push(s6_permits::Group {
+            label: PERMITS_SHARED.into(),
+            members: vec![shared; TASKS],
+            names: one_name.clone(),
+            capacity: PERMITS,
+        });
+    }
+    if filter.keeps(PERMITS_SEPARATE) {
+        let mut members = Vec::with_capacity(TASKS);
+        for _ in 0..TASKS {
+            members.push(Arc::new(Any::Semaphore(Semaphore::new(
+                locker(single, "s6-sem:")?,
+                PERMITS as u64,
+                PERMITS_SEPARATE,
+            ))));
+        }
+        groups.push(s6_permits::Group {
+            label: PERMITS_SEPARATE.into(),
+            members,
+            names: one_name,
+            capacity: PERMITS,
+        });
+    }
+    if filter.keeps(PERMITS_SHARDED) {
+        let shared = Arc::new(Any::Core(Core::new(
+            locker(single, "s6-lock:")?,
+            false,
+            PERMITS_SHARDED,
+        )));
+        groups.push(s6_permits::Group {
+            label: PERMITS_SHARDED.into(),
+            members: vec![shared; TASKS],
+            names: (0..PERMITS).map(|i| format!("s6:{i}")).collect(),
+            capacity: 1,
         });
     }
     Ok(groups)

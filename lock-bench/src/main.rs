@@ -32,7 +32,7 @@ use lineup::{Endpoints, Filter};
 use machine::Machine;
 use probe::Probe;
 use report::{Report, RunSettings};
-use scenarios::{renewal, s1_latency, s2_throughput, s3_hot, s4_redlock, s5_overrun};
+use scenarios::{renewal, s1_latency, s2_throughput, s3_hot, s4_redlock, s5_overrun, s6_permits};
 use servers::{start_cluster, start_servers};
 
 /// Why the run stopped.
@@ -240,6 +240,24 @@ async fn run(args: Args) -> Result<(), Failure> {
             }),
         );
         report.s5 = Some(table);
+    }
+
+    if args.runs(Scenario::S6) {
+        let groups = lineup::permits(&endpoints, &filter).map_err(Failure::Setup)?;
+        let table = s6_permits::run(&groups, &settings, &probe).await;
+        print_section(&report::s6_title(), &table.markdown());
+        report.check(
+            "S6",
+            table.rows.iter().map(|r| {
+                (
+                    r.contender.clone(),
+                    r.failures,
+                    r.first_error.clone(),
+                    r.acquisitions_per_s.median > 0.0,
+                )
+            }),
+        );
+        report.s6 = Some(table);
     }
 
     if args.runs(Scenario::Renewal) {

@@ -8,10 +8,12 @@ use serde::Serialize;
 
 use crate::lineup::{
     CORE, CORE_RENEW, HOT_CORE_SEPARATE, HOT_CORE_SHARED, HOT_NAIVE, HOT_RSLOCK, MACRO_PLAIN,
-    MACRO_RENEW, RSLOCK,
+    MACRO_RENEW, PERMITS_SEPARATE, PERMITS_SHARED, RSLOCK, SEMAPHORE,
 };
 use crate::machine::Machine;
-use crate::scenarios::{renewal, s1_latency, s2_throughput, s3_hot, s4_redlock, s5_overrun};
+use crate::scenarios::{
+    renewal, s1_latency, s2_throughput, s3_hot, s4_redlock, s5_overrun, s6_permits,
+};
 use crate::stats::{ratio, show_ratio, Spread};
 
 #[derive(Debug, Clone, Serialize)]
@@ -30,6 +32,7 @@ pub struct Report {
     pub s3: Option<s3_hot::Table>,
     pub s4: Option<s4_redlock::Table>,
     pub s5: Option<s5_overrun::Table>,
+    pub s6: Option<s6_permits::Table>,
     pub renewal: Option<renewal::Table>,
     pub targets: Vec<Target>,
     /// Runs that measured nothing, or failed operations.
@@ -55,6 +58,7 @@ impl Report {
             s3: None,
             s4: None,
             s5: None,
+            s6: None,
             renewal: None,
             targets: Vec::new(),
             problems: Vec::new(),
@@ -133,6 +137,9 @@ impl Report {
         if let Some(t) = &self.s5 {
             sections.push((s5_title(t), t.markdown()));
         }
+        if let Some(t) = &self.s6 {
+            sections.push((s6_title(), t.markdown()));
+        }
         if let Some(t) = &self.renewal {
             sections.push((renewal_title(t), t.markdown()));
         }
@@ -172,6 +179,13 @@ impl Report {
                 ),
                 (core.median.is_finite() && rslock.median.is_finite())
                     .then_some(core.median <= rslock.median),
+            ));
+            let semaphore = ratio(vs_raw(SEMAPHORE).median, vs_raw(CORE).median);
+            targets.push(target(
+                "S1",
+                &format!("{SEMAPHORE} p50 vs {CORE} (shown beside)"),
+                show_ratio(semaphore),
+                None,
             ));
             for (macro_label, by_hand) in [(MACRO_RENEW, CORE_RENEW), (MACRO_PLAIN, CORE)] {
                 let r = ratio(vs_raw(macro_label).median, vs_raw(by_hand).median);
@@ -313,6 +327,26 @@ impl Report {
                 }
             }
         }
+        if let Some(s6) = &self.s6 {
+            for row in s6
+                .rows
+                .iter()
+                .filter(|r| r.contender == PERMITS_SHARED || r.contender == PERMITS_SEPARATE)
+            {
+                targets.push(target(
+                    "S6",
+                    &format!(
+                        "{}: never more holders than its {} permits",
+                        row.contender, row.capacity
+                    ),
+                    format!("peak {}", row.peak_holders.show(0)),
+                    row.peak_holders
+                        .max
+                        .is_finite()
+                        .then_some(row.peak_holders.max <= row.capacity as f64),
+                ));
+            }
+        }
         self.targets = targets;
     }
 }
@@ -365,6 +399,14 @@ pub fn s5_title(t: &s5_overrun::Table) -> String {
     format!(
         "S5: overrun safety (5 contenders, TTL 100 ms, holds 0–150 ms, {:.1} s per run)",
         t.seconds_per_run
+    )
+}
+
+pub fn s6_title() -> String {
+    format!(
+        "S6: semaphore hand-off ({} tasks on {} permits of one name, each holding ~1 ms)",
+        s6_permits::TASKS,
+        s6_permits::PERMITS
     )
 }
 

@@ -94,7 +94,8 @@ impl LockSpec {
     }
 
     /// The function is an HTTP handler (it takes axum extractors): without a `wait` of its
-    /// own it does not wait for a busy lock, as `LockLayer` does not.
+    /// own it does not wait for a busy lock, as `LockLayer` does not; with `permits`, a
+    /// refused permit is answered 429 (feature `tower`: see `web::ErrorResponses::response`).
     pub fn http_handler(mut self) -> LockSpec {
         self.http_handler = true;
         self
@@ -216,15 +217,37 @@ where
     let Some(locker) = locker.or_else(default_locker) else {
         return Err(E::from(LockError::NoDefaultLocker { name: spec.key }));
     };
+    // A handler answers a busy lock at once, as `LockLayer` does, unless it says `wait`.
+    let handler_wait = spec.http_handler.then_some(crate::defaults::HANDLER_WAIT);
     if let Some(hold) = spec.hold.take() {
         let policy = crate::macro_held::Policy {
             ttl: spec.ttl,
-            wait: spec.wait,
+            wait: spec.wait.or(handler_wait),
             renew: spec.renew,
             cancel_on_lost: spec.cancel_on_lost,
             error_on_lost: spec.error_on_lost,
         };
-        return Box::pin(crate::macro_held::run(locker, spec.key, hold, policy, body)).await;
+        // A handler's permits are a concurrency limit: a refused one is answered 429 with
+        // `Retry-After` (as by `LockLayer::permits`), not 409 as a busy lock.
+        let limit = match (&hold, spec.http_handler) {
+            (crate::macro_held::Hold::Permits(permits), true) => Some(*permits),
+            _ => None,
+        };
+        let body = Box::pin(async move { body.await.map_err(Ended::Body) });
+        let ended = Box::pin(crate::macro_held::run(locker, spec.key, hold, policy, body)).await;
+        return match ended {
+            Ok(value) => Ok(value),
+            Err(Ended::Body(err)) => Err(err),
+            Err(Ended::Lock(err)) => {
+                #[cfg(feature = "tower")]
+                if let Some(permits) = limit {
+                    crate::web::limits::note(&err, permits);
+                }
+                #[cfg(not(feature = "tower"))]
+                let _ = limit;
+                Err(E::from(err))
+            }
+        };
     }
     if let Some(enclosing) = enclosing_lease(locker.engine(), &spec.key) {
         return reenter(enclosing, spec.key, |_| body).await;
@@ -233,7 +256,6 @@ where
     if let Some(ttl) = spec.ttl {
         request = request.ttl(ttl);
     }
-    let handler_wait = spec.http_handler.then_some(crate::defaults::HANDLER_WAIT);
     if let Some(wait) = spec.wait.or(handler_wait) {
         request = request.wait(wait);
     }
@@ -251,4 +273,18 @@ where
         OnLost::Report
     };
     hold(lease, on_lost, |_| body).await
+}
+
+/// How the body of a semaphore, read-write lock or multi-lock ended: with its own error, or
+/// with the library's (kept apart from the body's so that a refused permit can be told
+/// from any other error before both become `E`).
+enum Ended<E> {
+    Body(E),
+    Lock(LockError),
+}
+
+impl<E> From<LockError> for Ended<E> {
+    fn from(err: LockError) -> Self {
+        Ended::Lock(err)
+    }
 }

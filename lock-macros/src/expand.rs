@@ -137,8 +137,10 @@ fn generate(args: &Args, function: ItemFn) -> TokenStream {
     if let Some(wait) = args.wait {
         let millis = Literal::u64_unsuffixed(millis(wait));
         spec = quote!(#spec.wait(#private::Duration::from_millis(#millis)));
-    } else if handler::is_http_handler(&sig) {
-        // lock_core applies the web default (no waiting, as LockLayer): one table there.
+    }
+    if handler::is_http_handler(&sig) {
+        // lock_core applies the web default (no waiting, as LockLayer: one table there)
+        // unless `wait` says otherwise, and answers refused `permits` as a limit (429).
         spec = quote!(#spec.http_handler());
     }
     if let Some(renew) = args.renew {
@@ -283,10 +285,11 @@ mod tests {
         );
         let out = expand(quote!(key = "orders:{id}"), handler.clone());
         assert!(out.contains(". http_handler ()"), "{out}");
+        // With `wait`, lock_core still knows it is a handler (a refused permit answers
+        // 429), and the wait is the function's own.
         let out = expand(quote!(key = "orders:{id}", wait = "2s"), handler);
-        assert!(!out.contains("http_handler"), "{out}");
         assert!(
-            out.contains(". wait (:: lock_core :: __private :: Duration :: from_millis (2000))"),
+            out.contains(". wait (:: lock_core :: __private :: Duration :: from_millis (2000)) . http_handler ()"),
             "{out}"
         );
         let out = expand(

@@ -6,10 +6,15 @@
 //! what each client was told at the time (the validity its lease reported, the answers it
 //! got). Each broken rule is a [`Violation`]:
 //!
-//! - `overlap`: two acquisitions of one name were both trusted at the same moment. An
+//! - `overlap`: two acquisitions of one lock were both trusted at the same moment. An
 //!   acquisition is trusted from the moment its lease was handed over until the first of:
 //!   its end of validity (as the lease reported it at grant, or after a successful extension
 //!   or renewal), the holder learning it was lost, or the release being sent.
+//! - `permits`: more than N acquisitions of one semaphore's permits were trusted at the
+//!   same moment; `write-overlap`: a read-write lock's write side was trusted at the same
+//!   moment as another of its sides ([`permits`]). Permits and read-write sides have no
+//!   fencing tokens: `fence-order` and `stale-write` judge locks only, and their holders'
+//!   `is_lost()` looks before their work ([`Event::Work`]) stand for the lock's writes.
 //! - `fence-order`: fencing tokens do not follow real time: an acquisition that began after
 //!   another was granted drew a token that is not larger, or two grants share a token.
 //! - `stale-write`: the fenced store accepted a write although a write with a larger token
@@ -17,9 +22,10 @@
 //!   not strictly increasing, or a client and the store disagree about a write.
 //! - `silent-release`: a release sent after the lease's validity ended returned `true`
 //!   without the lease having reported itself lost (`is_lost()`), or a release returned
-//!   `true` although another client had been granted the lock since this one got it.
-//! - `silent-loss`: a holder wrote after its lease's validity ended while `is_lost()` still
-//!   said false.
+//!   `true` although another client had been granted the lock (or, for a read-write lock,
+//!   a side that excludes this one) since this one got it.
+//! - `silent-loss`: a holder wrote (or did its work) after its lease's validity ended
+//!   while `is_lost()` still said false.
 //! - `acquired-while-down`: a single server granted a lock while it was dead.
 //! - `acquired-over-foreign-value`: a lock was granted while a foreign hash sat on its key.
 //! - `validity-claim`: a lease reported more validity than the TTL it asked for, counted
@@ -55,6 +61,7 @@ mod failover;
 mod fences;
 mod leftover;
 mod nested;
+mod permits;
 mod revival;
 mod writes;
 
@@ -117,7 +124,8 @@ pub struct Report {
     pub paused_holders_told_lost: u64,
     /// Of those, how many wrote and had the write refused by fencing.
     pub paused_writes_rejected: u64,
-    /// Writes sent after the writer's lease validity had ended (accepted or not).
+    /// Writes sent after the writer's lease validity had ended (accepted or not), and
+    /// work done by a permit's or read-write side's holder after its validity ended.
     pub late_writes: u64,
     /// Acquisitions whose holder was told its lease was lost.
     pub lost_detected: u64,
@@ -145,6 +153,12 @@ pub struct Report {
     pub foreign_probes: u64,
     /// Whether locks were granted again after the last fault healed (true without faults).
     pub resumed: bool,
+    /// Semaphores: the most permits of one name trusted at once (the rule `permits` bites
+    /// only if this reaches the limit); `None` without semaphore acquisitions.
+    pub peak_permits: Option<u64>,
+    /// Read-write locks: the most readers of one name trusted at once, and how many write
+    /// sides were granted; `None` without read-write acquisitions.
+    pub peak_readers: Option<(u64, u64)>,
 }
 
 impl Report {
@@ -196,8 +210,15 @@ impl Report {
                 .collect::<Vec<_>>()
                 .join(",")
         };
+        let mut prims = String::new();
+        if let Some(peak) = self.peak_permits {
+            prims.push_str(&format!(" peak_permits={peak}"));
+        }
+        if let Some((readers, writes)) = self.peak_readers {
+            prims.push_str(&format!(" peak_readers={readers} writes={writes}"));
+        }
         format!(
-            "acquisitions={} faults={} violations={} expected={expected} stale_writes_rejected={} \
+            "acquisitions={} faults={} violations={} expected={expected}{prims} stale_writes_rejected={} \
              lost_leases_detected={} late_writes={} writes_accepted={} \
              writes_fenced_out_after_reset={} paused_holders={} paused_holders_told_lost={} \
              paused_writes_rejected={} released={} \
@@ -292,6 +313,7 @@ pub fn check(history: &History, nodes: usize) -> Report {
         }
     }
     let mut writes = Vec::new();
+    let mut works = Vec::new();
     for event in &history.events {
         match event {
             Event::Extended {
@@ -334,6 +356,20 @@ pub fn check(history: &History, nodes: usize) -> Report {
                     acqs[i].release = Some((*t_sent, *outcome, *lost_reported));
                 }
             }
+            Event::Work {
+                id,
+                name,
+                t,
+                lost_reported,
+            } => works.push(WriteRow {
+                id: id.clone(),
+                name: name.clone(),
+                fence: 0,
+                sent: *t,
+                reply: *t,
+                outcome: WriteOutcome::Error,
+                lost_reported: *lost_reported,
+            }),
             Event::Write {
                 id,
                 name,
@@ -407,22 +443,33 @@ pub fn check(history: &History, nodes: usize) -> Report {
         Some(end) => acqs.iter().any(|a| a.a.acquired > end),
     };
 
-    let mut by_name: BTreeMap<&str, Vec<&Acq>> = BTreeMap::new();
+    // A lock, a semaphore and a read-write lock of one name never meet.
+    let mut by_name: BTreeMap<(&str, &str), Vec<&Acq>> = BTreeMap::new();
     for acq in &acqs {
-        by_name.entry(acq.a.name.as_str()).or_default().push(acq);
+        by_name
+            .entry((acq.a.kind.family(), acq.a.name.as_str()))
+            .or_default()
+            .push(acq);
     }
     let mut reset = HashSet::new();
     let replication = Replication::new(&history.events);
-    for (name, list) in &mut by_name {
+    for ((family, name), list) in &mut by_name {
         list.sort_by_key(|a| a.a.acquired);
-        check_overlaps(name, list, &downs, &replication, &mut report);
-        check_fences(name, list, &downs, &replication, &mut reset, &mut report);
+        match *family {
+            "semaphore" => permits::check_permits(name, list, &downs, &replication, &mut report),
+            "rwlock" => permits::check_rw(name, list, &downs, &replication, &mut report),
+            _ => {
+                check_overlaps(name, list, &downs, &replication, &mut report);
+                check_fences(name, list, &downs, &replication, &mut reset, &mut report);
+            }
+        }
         check_releases(name, list, &replication, &mut report);
     }
     for acq in &acqs {
         check_grant(acq, nodes, &downs, &foreign, &mut report);
     }
     check_writes(&writes, &index, &acqs, &reset, history, &mut report);
+    writes::check_work(&works, &index, &acqs, &mut report);
     count_paused_holders(&acqs, &pauses, &writes, &mut report);
     deadline::check(&history.events, &pauses, &mut report);
     revival::check(&history.events, &index, &acqs, &mut report);
@@ -516,7 +563,8 @@ fn check_overlaps(
     }
 }
 
-/// Rule `silent-release`.
+/// Rule `silent-release` (one family and name: a lock's, a semaphore's or a read-write
+/// lock's acquisitions).
 fn check_releases(name: &str, list: &[&Acq], replication: &Replication<'_>, report: &mut Report) {
     for (pos, acq) in list.iter().enumerate() {
         let Some((sent, outcome, lost_reported)) = acq.release else {
@@ -541,6 +589,9 @@ fn check_releases(name: &str, list: &[&Acq], replication: &Replication<'_>, repo
         for other in &list[pos + 1..] {
             if other.a.acquired >= sent {
                 break;
+            }
+            if !permits::excludes(acq.a.kind, other.a.kind) {
+                continue; // permits, and readers among themselves, may be granted meanwhile
             }
             if other.a.attempt_start > acq.a.acquired {
                 if let Some(why) = replication.explain(Anomaly::Overlap, name, acq, other) {
@@ -629,5 +680,7 @@ fn check_grant(
     }
 }
 
+#[cfg(test)]
+mod prim_tests;
 #[cfg(test)]
 mod tests;

@@ -10,18 +10,21 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+mod guard;
 mod hiccup;
 mod holding;
 mod nested;
 mod probe;
 
-use lock_core::{Lease, LeaseHandle, LockError, Locker, Protocol};
+use lock_core::{LeaseHandle, LockError, Locker, Protocol};
 
 use crate::clock::{self, Nanos};
-use crate::event::{Acquired, Event, FailKind, Log, ReleaseOutcome, WriteOutcome};
+use crate::event::{Acquired, Event, FailKind, HoldKind, Log, ReleaseOutcome, WriteOutcome};
+use crate::primitive::{Primitive, DEFAULT_PERMITS, WRITER_ODDS};
 use crate::profile::Profile;
 use crate::resource::FencedStore;
 use crate::BoxError;
+use guard::Guard;
 
 /// Which lock-core protocol a client uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -100,6 +103,12 @@ pub struct ClientArgs {
     /// than the library said. Any positive value should make the checker report overlaps.
     #[arg(long, default_value_t = 0)]
     pub sabotage_ms: u64,
+    /// What to take: a lock, a semaphore permit, or a read-write lock's side.
+    #[arg(long, value_enum, default_value_t = Primitive::Mutex)]
+    pub primitive: Primitive,
+    /// Permits per name, for `--primitive semaphore`.
+    #[arg(long, default_value_t = DEFAULT_PERMITS)]
+    pub permits: u64,
 }
 
 /// What every task of a client shares.
@@ -225,7 +234,10 @@ async fn task_loop(ctx: Arc<Ctx>, task: u32) {
         let index = rng.u32(0..ctx.args.names.max(1));
         let name = format!("torture:{index}");
         let profile = ctx.args.profile;
-        if profile.annotated_round(&mut rng) {
+        let primitive = ctx.args.primitive;
+        // Annotated functions with `permits` or `mode` do not expose their guard to the
+        // body (no `current_lease()`): the other primitives' rounds are all imperative.
+        if primitive == Primitive::Mutex && profile.annotated_round(&mut rng) {
             // One round in five goes through a `#[redis_locked]` function instead.
             nested::round(&ctx, &mut rng, task, &mut seq, index).await;
             continue;
@@ -233,12 +245,39 @@ async fn task_loop(ctx: Arc<Ctx>, task: u32) {
         let ttl = ctx.ttl();
         let wait = Duration::from_millis(profile.wait_ms(&mut rng, ctx.args.ttl_ms));
         let auto_renew = profile.auto_renew(&mut rng);
-        let mut request = ctx.locker.lock(name.clone()).ttl(ttl).wait(wait).fencing();
-        if auto_renew {
-            request = request.auto_renew().max_hold(ttl * 3);
+        // The same settings on each primitive's request type.
+        macro_rules! configured {
+            ($request:expr) => {{
+                let request = $request.ttl(ttl).wait(wait);
+                if auto_renew {
+                    request.auto_renew().max_hold(ttl * 3)
+                } else {
+                    request
+                }
+            }};
         }
         let call_start = clock::now();
-        match request.await {
+        let result = match primitive {
+            Primitive::Semaphore => {
+                let semaphore = ctx.locker.semaphore(name.clone(), ctx.args.permits);
+                configured!(semaphore.acquire()).await.map(Guard::Permit)
+            }
+            Primitive::Rwlock => {
+                let lock = ctx.locker.rwlock(name.clone());
+                let request = if rng.u8(0..WRITER_ODDS) == 0 {
+                    lock.write()
+                } else {
+                    lock.read()
+                };
+                configured!(request).await.map(Guard::Rw)
+            }
+            Primitive::Mutex | Primitive::All => {
+                configured!(ctx.locker.lock(name.clone()).fencing())
+                    .await
+                    .map(Guard::Lock)
+            }
+        };
+        match result {
             Ok(lease) => {
                 seq += 1;
                 let id = ctx.acq_id(task, seq);
@@ -282,7 +321,9 @@ async fn failed(
         },
         wait_ms: Some(millis(wait)),
     });
-    if kind == FailKind::WrongType {
+    // The probe reads the lock's key on every node (a Redlock attempt's leftovers); a
+    // semaphore or read-write lock runs on one server, in one script per attempt.
+    if kind == FailKind::WrongType && ctx.args.primitive == Primitive::Mutex {
         probe::after_wrong_type(ctx, &name, t_end).await;
     }
     if kind != FailKind::Contention {
@@ -311,7 +352,7 @@ struct Held {
     auto_renew: bool,
 }
 
-async fn hold(ctx: &Ctx, rng: &mut fastrand::Rng, lease: Lease, held: Held) {
+async fn hold(ctx: &Ctx, rng: &mut fastrand::Rng, lease: Guard, held: Held) {
     let Held {
         id,
         task,
@@ -321,9 +362,10 @@ async fn hold(ctx: &Ctx, rng: &mut fastrand::Rng, lease: Lease, held: Held) {
         auto_renew,
     } = held;
     let sabotage = clock::nanos(Duration::from_millis(ctx.args.sabotage_ms));
-    let valid = valid_until(&lease) + sabotage;
+    let valid = lease_valid_until(&lease) + sabotage;
     let acquired = clock::now();
     let fence = lease.fencing_token();
+    let kind = lease.kind();
     ctx.log(&Event::Acquired(Acquired {
         id: id.clone(),
         client: ctx.args.id,
@@ -339,6 +381,8 @@ async fn hold(ctx: &Ctx, rng: &mut fastrand::Rng, lease: Lease, held: Held) {
         auto_renew,
         wait_ms: Some(millis(wait)),
         annotated: false,
+        kind,
+        permits: (kind == HoldKind::Permit).then_some(ctx.args.permits),
     }));
     let _ = ctx.store.progress().await;
 
@@ -398,7 +442,7 @@ async fn hold(ctx: &Ctx, rng: &mut fastrand::Rng, lease: Lease, held: Held) {
         };
         let t_reply = clock::now();
         let (valid_until, outcome) = match &result {
-            Ok(()) => (Some(valid_until(&lease) + sabotage), "ok".to_owned()),
+            Ok(()) => (Some(lease_valid_until(&lease) + sabotage), "ok".to_owned()),
             Err(LockError::Lost { .. }) => (None, "lost".to_owned()),
             Err(err) => (None, format!("{:?}", fail_kind(err)).to_lowercase()),
         };
@@ -429,23 +473,17 @@ async fn hold(ctx: &Ctx, rng: &mut fastrand::Rng, lease: Lease, held: Held) {
         if auto_renew && !lost_reported {
             observe(ctx, &lease, &id, t_sent, sabotage);
         }
-        let outcome = match fence {
-            Some(token) => match ctx.store.write(&name, token, &id).await {
-                Ok(true) => WriteOutcome::Accepted,
-                Ok(false) => WriteOutcome::Rejected,
-                Err(_) => WriteOutcome::Error,
-            },
-            None => WriteOutcome::Error,
-        };
-        ctx.log(&Event::Write {
-            id: id.clone(),
-            name: name.clone(),
-            fence: fence.unwrap_or(0),
-            t_sent,
-            t_reply: clock::now(),
-            outcome,
-            lost_reported,
-        });
+        if kind == HoldKind::Lock {
+            fenced_write(ctx, &id, &name, fence, t_sent, lost_reported).await;
+        } else {
+            // No fencing token to write with: the work is the look at `is_lost()`.
+            ctx.log(&Event::Work {
+                id: id.clone(),
+                name: name.clone(),
+                t: t_sent,
+                lost_reported,
+            });
+        }
     }
 
     let t_sent = clock::now();
@@ -474,14 +512,47 @@ async fn hold(ctx: &Ctx, rng: &mut fastrand::Rng, lease: Lease, held: Held) {
     });
 }
 
+/// A write to the fenced store with the lease's fencing token, logged.
+async fn fenced_write(
+    ctx: &Ctx,
+    id: &str,
+    name: &str,
+    fence: Option<u64>,
+    t_sent: Nanos,
+    lost_reported: bool,
+) {
+    let outcome = match fence {
+        Some(token) => match ctx.store.write(name, token, id).await {
+            Ok(true) => WriteOutcome::Accepted,
+            Ok(false) => WriteOutcome::Rejected,
+            Err(_) => WriteOutcome::Error,
+        },
+        None => WriteOutcome::Error,
+    };
+    ctx.log(&Event::Write {
+        id: id.to_owned(),
+        name: name.to_owned(),
+        fence: fence.unwrap_or(0),
+        t_sent,
+        t_reply: clock::now(),
+        outcome,
+        lost_reported,
+    });
+}
+
 /// Logs the validity an auto-renewed lease reports now: the renewer moves it in the
 /// background, and the holder trusts whatever it reads.
-fn observe(ctx: &Ctx, lease: &Lease, id: &str, t: Nanos, sabotage: Nanos) {
+fn observe(ctx: &Ctx, lease: &Guard, id: &str, t: Nanos, sabotage: Nanos) {
     ctx.log(&Event::Observed {
         id: id.to_owned(),
         t,
-        valid_until: valid_until(lease) + sabotage,
+        valid_until: lease_valid_until(lease) + sabotage,
     });
+}
+
+/// [`valid_until`] of any primitive's guard.
+fn lease_valid_until(lease: &Guard) -> Nanos {
+    clock::stamp_ahead(|| lease.expires_in())
 }
 
 /// How an acquire failure is counted.

@@ -99,6 +99,19 @@ pub enum Event {
         /// Whether `lease.is_lost()` said true just before the write.
         lost_reported: bool,
     },
+    /// The holder of a semaphore permit or a read-write lock side did its work (where a
+    /// lock's holder writes to the fenced store: these have no fencing token), after asking
+    /// `is_lost()`.
+    Work {
+        /// The acquisition.
+        id: String,
+        /// Lock name.
+        name: String,
+        /// When it asked (before the work).
+        t: Nanos,
+        /// Whether `is_lost()` said true.
+        lost_reported: bool,
+    },
     /// The holder is about to release (logged before the release is sent, so that a
     /// client killed while its release was in flight leaves a trace: its trust ended here).
     Releasing {
@@ -297,6 +310,48 @@ pub struct Acquired {
     /// renewal, released by the macro when its body ends).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub annotated: bool,
+    /// What was taken: a lock (absent from the log), a semaphore permit, or a read-write
+    /// lock's read or write side.
+    #[serde(default, skip_serializing_if = "HoldKind::is_lock")]
+    pub kind: HoldKind,
+    /// For a semaphore permit: how many permits the request asked to share.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub permits: Option<u64>,
+}
+
+/// What an acquisition holds.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum HoldKind {
+    /// The exclusive lock.
+    #[default]
+    Lock,
+    /// One permit of a semaphore.
+    Permit,
+    /// The shared side of a read-write lock.
+    Read,
+    /// The exclusive side of a read-write lock.
+    Write,
+}
+
+impl HoldKind {
+    /// True for the lock (the default, left out of the logs).
+    pub fn is_lock(&self) -> bool {
+        *self == HoldKind::Lock
+    }
+
+    /// Which family of keys it lives in: acquisitions of one family and one name are
+    /// judged together (a read and a write side of one name meet, a lock and a permit of
+    /// the same name never do).
+    pub fn family(self) -> &'static str {
+        match self {
+            HoldKind::Lock => "lock",
+            HoldKind::Permit => "semaphore",
+            HoldKind::Read | HoldKind::Write => "rwlock",
+        }
+    }
 }
 
 /// Why an acquire failed.
@@ -434,7 +489,10 @@ mod tests {
             other => panic!("{other:?}"),
         }
         match serde_json::from_str(acquired).unwrap() {
-            Event::Acquired(a) => assert_eq!((a.wait_ms, a.annotated), (None, false)),
+            Event::Acquired(a) => assert_eq!(
+                (a.wait_ms, a.annotated, a.kind, a.permits),
+                (None, false, HoldKind::Lock, None)
+            ),
             other => panic!("{other:?}"),
         }
     }

@@ -27,6 +27,7 @@ pub mod event;
 pub mod fault;
 pub mod ha;
 pub mod mode;
+pub mod primitive;
 pub mod profile;
 pub mod resource;
 pub mod rig;

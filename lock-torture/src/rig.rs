@@ -13,6 +13,7 @@ use rustix::process::{kill_process, Pid, Signal};
 
 use crate::clock;
 use crate::ha::{ops, Ha};
+use crate::primitive::Primitive;
 use crate::resource::PROGRESS_KEY;
 use crate::spawn::{ClientProc, Spawner};
 use crate::topology::Topology;
@@ -43,6 +44,9 @@ pub struct Rig {
     pub clients: Vec<ClientProc>,
     /// How many lock names the clients use.
     pub names: u32,
+    /// What the clients take on those names (a lock, a semaphore's permits, a read-write
+    /// lock's sides): which keys the faults look at.
+    pub primitive: Primitive,
     /// Starts replacements for killed clients.
     pub spawner: Spawner,
     /// After a restart of a single server, raise its fencing counters to the fenced

@@ -11,6 +11,7 @@ use crate::event::{read_log, Event, Log};
 use crate::fault::Injector;
 use crate::ha::monitor::Monitors;
 use crate::mode::Mode;
+use crate::primitive::Primitive;
 use crate::rig::Rig;
 pub use crate::settings::{Protocols, RunArgs, Settings};
 use crate::start::start_rig;
@@ -21,6 +22,8 @@ use crate::BoxError;
 pub struct RunOutcome {
     /// The mode.
     pub mode: Mode,
+    /// The primitive the clients took.
+    pub primitive: Primitive,
     /// What the checker found.
     pub report: Report,
     /// The summary line printed.
@@ -29,8 +32,8 @@ pub struct RunOutcome {
     pub logs: Option<PathBuf>,
 }
 
-/// Runs each of `args.mode` (every mode in turn for `all`), prints one summary line per run, and
-/// returns the outcomes.
+/// Runs each of `args.mode` (every mode in turn for `all`) for each of `args.primitive`,
+/// prints one summary line per run, and returns the outcomes.
 pub fn run(args: &RunArgs) -> Result<Vec<RunOutcome>, BoxError> {
     let settings = Settings::resolve(args)?;
     let modes: Vec<Mode> = args
@@ -41,9 +44,14 @@ pub fn run(args: &RunArgs) -> Result<Vec<RunOutcome>, BoxError> {
             one => vec![one],
         })
         .collect();
+    let runs: Vec<(Primitive, Mode)> = settings
+        .primitives
+        .iter()
+        .flat_map(|&primitive| modes.iter().map(move |&mode| (primitive, mode)))
+        .collect();
     let mut outcomes = Vec::new();
-    for mode in modes {
-        let outcome = run_one(args, &settings, mode)?;
+    for (primitive, mode) in runs {
+        let outcome = run_one(args, &settings, primitive, mode)?;
         println!("{}", outcome.line);
         if !outcome.report.passed() {
             if !outcome.report.violations.is_empty() {
@@ -67,17 +75,34 @@ pub fn run(args: &RunArgs) -> Result<Vec<RunOutcome>, BoxError> {
     Ok(outcomes)
 }
 
-fn run_one(args: &RunArgs, s: &Settings, mode: Mode) -> Result<RunOutcome, BoxError> {
+fn run_one(
+    args: &RunArgs,
+    s: &Settings,
+    primitive: Primitive,
+    mode: Mode,
+) -> Result<RunOutcome, BoxError> {
     let seed = args.seed.unwrap_or_else(|| fastrand::u64(..));
+    // The lock's runs keep their names (`<mode>`); the other primitives' say which they are.
+    let (run_name, what) = match primitive {
+        Primitive::Semaphore => (
+            format!("semaphore-{}", mode.name()),
+            format!(" primitive=semaphore permits={}", s.permits),
+        ),
+        Primitive::Rwlock => (
+            format!("rwlock-{}", mode.name()),
+            " primitive=rwlock".into(),
+        ),
+        Primitive::Mutex | Primitive::All => (mode.name().to_owned(), String::new()),
+    };
     let (dir, temp) = match &args.logs {
         Some(dir) => {
-            let dir = dir.join(mode.name());
+            let dir = dir.join(&run_name);
             std::fs::create_dir_all(&dir)?;
             (dir, None)
         }
         None => {
             let temp = tempfile::Builder::new()
-                .prefix(&format!("lock-torture-{}-", mode.name()))
+                .prefix(&format!("lock-torture-{run_name}-"))
                 .tempdir()?;
             (temp.path().to_path_buf(), Some(temp))
         }
@@ -89,7 +114,7 @@ fn run_one(args: &RunArgs, s: &Settings, mode: Mode) -> Result<RunOutcome, BoxEr
         nodes: s.nodes,
     })?;
 
-    let mut rig = start_rig(s, mode, seed, &dir)?;
+    let mut rig = start_rig(s, primitive, mode, seed, &dir)?;
     // Which server granted which lease, on the replicated deployments.
     let mut monitors = match &rig.ha {
         Some(ha) => Some(Monitors::start(&ha.ports(), &dir)?),
@@ -126,7 +151,7 @@ fn run_one(args: &RunArgs, s: &Settings, mode: Mode) -> Result<RunOutcome, BoxEr
     save_store(&dir.join("store.json"), &history.store)?;
     let report = check(&history, s.nodes as usize);
     let line = format!(
-        "topology={} mode={} profile={} nodes={} clients={} tasks={} names={} ttl_ms={} seconds={} seed={} {}",
+        "topology={} mode={}{what} profile={} nodes={} clients={} tasks={} names={} ttl_ms={} seconds={} seed={} {}",
         s.topology.name(),
         mode.name(),
         s.profile.name(),
@@ -146,6 +171,7 @@ fn run_one(args: &RunArgs, s: &Settings, mode: Mode) -> Result<RunOutcome, BoxEr
     };
     Ok(RunOutcome {
         mode,
+        primitive,
         report,
         line,
         logs,

@@ -12,6 +12,7 @@ use crate::ha::cluster::ClusterHa;
 use crate::ha::sentinel::SentinelHa;
 use crate::ha::Ha;
 use crate::mode::Mode;
+use crate::primitive::Primitive;
 use crate::profile::Profile;
 use crate::rig::{Node, Rig};
 use crate::settings::{Protocols, Settings};
@@ -20,7 +21,13 @@ use crate::topology::Topology;
 use crate::BoxError;
 
 /// Starts the servers and the clients of one run.
-pub fn start_rig(s: &Settings, mode: Mode, seed: u64, dir: &Path) -> Result<Rig, BoxError> {
+pub fn start_rig(
+    s: &Settings,
+    primitive: Primitive,
+    mode: Mode,
+    seed: u64,
+    dir: &Path,
+) -> Result<Rig, BoxError> {
     let store = RedisServer::start();
     let names: Vec<String> = (0..s.names).map(|i| format!("torture:{i}")).collect();
     let (nodes, ha) = match s.topology {
@@ -61,6 +68,14 @@ pub fn start_rig(s: &Settings, mode: Mode, seed: u64, dir: &Path) -> Result<Rig,
         "--max-seconds".into(),
         format!("{}", (s.seconds + s.settle_seconds + 300.0).ceil() as u64),
     ];
+    if primitive.is_permit_set() {
+        common.extend([
+            "--primitive".to_owned(),
+            primitive.name().to_owned(),
+            "--permits".to_owned(),
+            s.permits.to_string(),
+        ]);
+    }
     if mode == Mode::Pool {
         // Many tasks on one pooled connection, with a short deadline for a checkout.
         for arg in [
@@ -81,6 +96,8 @@ pub fn start_rig(s: &Settings, mode: Mode, seed: u64, dir: &Path) -> Result<Rig,
         .map(|id| {
             let protocol = match s.protocol {
                 _ if s.topology != Topology::Single => ProtocolArg::Scripts,
+                // lock-core runs semaphores and read-write locks on scripts only.
+                _ if primitive.is_permit_set() => ProtocolArg::Scripts,
                 Protocols::Scripts => ProtocolArg::Scripts,
                 Protocols::Transactions => ProtocolArg::Transactions,
                 Protocols::Mixed if id.is_multiple_of(2) => ProtocolArg::Scripts,
@@ -118,6 +135,7 @@ pub fn start_rig(s: &Settings, mode: Mode, seed: u64, dir: &Path) -> Result<Rig,
         store,
         clients: Vec::new(),
         names: s.names,
+        primitive,
         spawner,
         reseed_fences: s.profile == Profile::Throughput,
     };

@@ -52,3 +52,35 @@ fn a_client_that_overstates_its_validity_is_caught() {
     let (code, stdout, _) = torture(&["check", kept.to_str().expect("utf-8 path")]);
     assert_eq!(code, 1, "{stdout}");
 }
+
+#[test]
+fn the_new_primitives_are_refused_where_they_do_not_run() {
+    // lock-core refuses semaphores and read-write locks on Redlock: so does the torture,
+    // before it starts anything, saying why.
+    let (code, stdout, stderr) = torture(&[
+        "run",
+        "--primitive",
+        "semaphore",
+        "--topology",
+        "redlock",
+        "--mode",
+        "none",
+    ]);
+    assert_eq!(code, 2, "{stdout}\n{stderr}");
+    assert!(stderr.contains("does not run on Redlock"), "{stderr}");
+    let (code, _, stderr) = torture(&["run", "--primitive", "all", "--topology", "cluster"]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("not tortured on cluster"), "{stderr}");
+    // ... and without scripts.
+    let (code, _, stderr) = torture(&[
+        "run",
+        "--primitive",
+        "rwlock",
+        "--protocol",
+        "mixed",
+        "--mode",
+        "none",
+    ]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("scripts only"), "{stderr}");
+}

@@ -70,6 +70,11 @@
 //! {"type":"about:blank","title":"Conflict","status":409,"detail":"lock `orders:7` is busy: another request holds it; retry later","lock":"orders:7"}
 //! ```
 //!
+//! A concurrency limit that is full (all N permits of the key's semaphore are taken, with
+//! [`LockLayer::permits`] or `#[redis_locked(permits = N)]` on a handler) answers **429 Too
+//! Many Requests** with `Retry-After` (when the first permit ends) and a body saying "at
+//! most N requests for `key` run at once".
+//!
 //! When Redis cannot be reached: **503** with a generic detail (no URL, host or Redis error
 //! text; those go to the `tracing` log). A request without a key: **400**. See
 //! [`ErrorResponses`] for the full table.
@@ -94,6 +99,7 @@ mod held;
 mod hold_times;
 pub mod key;
 mod layer;
+pub(crate) mod limits;
 mod problem;
 mod rejection;
 

@@ -17,8 +17,8 @@ pub enum Rejection {
     Key(KeyRejection),
     /// The lock could not be had.
     Lock(LockError),
-    /// With [`LockLayer::permits`]: every permit of the key is taken (answered 429 Too
-    /// Many Requests with `Retry-After`).
+    /// With [`LockLayer::permits`](super::LockLayer::permits): every permit of the key is
+    /// taken (answered 429 Too Many Requests with `Retry-After`).
     Limit {
         /// The contention error (`Busy` or `Timeout`), or what else went wrong.
         err: LockError,
@@ -64,7 +64,8 @@ impl Rejection {
     /// A gRPC "trailers-only" response for services such as tonic's: HTTP 200 with
     /// `grpc-status` `ABORTED` (10) for a busy lock, plus `grpc-retry-pushback-ms`;
     /// `INVALID_ARGUMENT` (3) for a bad key; `UNAVAILABLE` (14) when Redis cannot be
-    /// reached; `INTERNAL` (13) otherwise. Use it with [`LockLayer::on_reject`].
+    /// reached; `INTERNAL` (13) otherwise. Use it with
+    /// [`LockLayer::on_reject`](super::LockLayer::on_reject).
     ///
     /// ```
     /// use lock_core::web::Rejection;

@@ -167,6 +167,8 @@ mod tests {
             auto_renew: false,
             wait_ms: None,
             annotated: false,
+            kind: crate::event::HoldKind::Lock,
+            permits: None,
         })
     }
 

@@ -42,6 +42,12 @@ pub(super) fn check(
                 lost_reported: false,
                 ..
             } => (id, *t_sent, "is_lost() said false before the release"),
+            Event::Work {
+                id,
+                t,
+                lost_reported: false,
+                ..
+            } => (id, *t, "is_lost() said false before its work"),
             _ => continue,
         };
         let Some(acq) = index.get(id).map(|&i| &acqs[i]) else {

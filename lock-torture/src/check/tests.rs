@@ -21,6 +21,8 @@ fn acq(id: &str, name: &str, fence: u64, start_ms: u64, valid_ms: u64) -> Event 
         auto_renew: false,
         wait_ms: None,
         annotated: false,
+        kind: crate::event::HoldKind::Lock,
+        permits: None,
     })
 }
 

@@ -1,4 +1,5 @@
-//! Rules `stale-write` and `silent-loss`, judged on the writes to the fenced store.
+//! Rules `stale-write` and `silent-loss`, judged on the writes to the fenced store (and
+//! `silent-loss` on the work of permits' and read-write sides' holders too).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -105,6 +106,40 @@ pub(super) fn check_writes(
                     ),
                 });
             }
+        }
+    }
+}
+
+/// Rule `silent-loss` on the work of holders without fencing tokens ([`Event::Work`],
+/// logged as rows without a token): work done after the validity ended while `is_lost()`
+/// still said false.
+///
+/// [`Event::Work`]: crate::event::Event::Work
+pub(super) fn check_work(
+    works: &[WriteRow],
+    index: &HashMap<String, usize>,
+    acqs: &[Acq],
+    report: &mut Report,
+) {
+    for w in works {
+        let Some(&i) = index.get(&w.id) else {
+            continue;
+        };
+        if w.sent <= acqs[i].claim_end {
+            continue;
+        }
+        report.late_writes += 1;
+        if !w.lost_reported {
+            report.violations.push(Violation {
+                rule: "silent-loss",
+                name: w.name.clone(),
+                detail: format!(
+                    "{} worked at {}, {} after its validity ended, and is_lost() said false",
+                    w.id,
+                    w.sent,
+                    ms(w.sent - acqs[i].claim_end)
+                ),
+            });
         }
     }
 }

@@ -11,8 +11,7 @@
 
 use std::time::Duration;
 
-use lock_core::Lease;
-
+use super::guard::Guard;
 use super::{observe, Ctx};
 use crate::clock::{self, Nanos};
 use crate::event::Event;
@@ -20,7 +19,7 @@ use crate::event::Event;
 /// Holds `lease` for `hold`; true when the holder learnt that it was lost.
 pub(super) async fn renewed(
     ctx: &Ctx,
-    lease: &Lease,
+    lease: &Guard,
     id: &str,
     hold: Duration,
     careful: bool,
@@ -65,7 +64,7 @@ pub(super) async fn renewed(
 }
 
 /// One look at the lease, logged.
-fn look(ctx: &Ctx, lease: &Lease, id: &str, lost: &mut bool, sabotage: Nanos) {
+fn look(ctx: &Ctx, lease: &Guard, id: &str, lost: &mut bool, sabotage: Nanos) {
     let t = clock::now();
     if !lease.is_lost() {
         observe(ctx, lease, id, t, sabotage);

@@ -189,5 +189,7 @@ fn granted(ctx: &Ctx, lease: &LeaseHandle, index: u32, call_start: Nanos, id: &s
         auto_renew: false,
         wait_ms: Some(millis(WAIT)),
         annotated: true,
+        kind: crate::event::HoldKind::Lock,
+        permits: None,
     }));
 }

@@ -52,20 +52,30 @@ impl Injector<'_> {
         }
     }
 
-    /// A client that holds one of the locks now.
+    /// A client that holds one of the locks (or permits, or read-write sides) now.
     fn holding_client(&mut self) -> Option<usize> {
         let clients = self.rig.clients.len();
         let holders: Vec<usize> = self
             .rig
             .name_list()
             .iter()
-            .filter_map(|name| {
-                let value = self.rig.ask_about(name, &["GET", &ops::lock_key(name)]);
-                value.first().and_then(|v| slot_in(v))
-            })
+            .flat_map(|name| self.holders_of(name))
             .filter(|&c| c < clients)
             .collect();
         (!holders.is_empty()).then(|| holders[self.rng.usize(..holders.len())])
+    }
+
+    /// The client slots holding `name` now: the lock key's holder, or every member of a
+    /// semaphore's or read-write lock's holders (a reservation for a woken waiter too).
+    fn holders_of(&self, name: &str) -> Vec<usize> {
+        let primitive = self.rig.primitive;
+        let key = primitive.holders_key(name);
+        let values = if primitive.is_permit_set() {
+            self.rig.ask_about(name, &["ZRANGE", &key, "0", "-1"])
+        } else {
+            self.rig.ask_about(name, &["GET", &key])
+        };
+        values.iter().filter_map(|v| slot_in(v)).collect()
     }
 
     /// A client that stands in the waiter queue of one of the names (its entry holds its
@@ -77,11 +87,10 @@ impl Injector<'_> {
         let clients = self.rig.clients.len();
         let mut waiting = Vec::new();
         for name in self.rig.name_list() {
-            let key = ops::lock_key(&name);
-            let holder = self.rig.ask_about(&name, &["GET", &key]);
-            let holder = holder.first().and_then(|v| slot_in(v));
+            let key = self.rig.primitive.holders_key(&name);
+            let holders = self.holders_of(&name);
             for entry in self.rig.ask_about(&name, &["HVALS", &format!("{key}:qe")]) {
-                waiting.extend(slot_in(&entry).filter(|&c| c < clients && Some(c) != holder));
+                waiting.extend(slot_in(&entry).filter(|&c| c < clients && !holders.contains(&c)));
             }
         }
         (!waiting.is_empty()).then(|| waiting[self.rng.usize(..waiting.len())])
@@ -135,6 +144,13 @@ impl Injector<'_> {
             else {
                 continue;
             };
+            if self.rig.primitive.is_permit_set() {
+                // `<holders key>#<waiter id>`: a semaphore's or read-write lock's turn.
+                let Some(done) = self.kill_woken_permit_waiter(&lock_key)? else {
+                    continue;
+                };
+                return Ok(done);
+            }
             let channel = message.get_channel_name().to_owned();
             if !channels.contains_key(&channel) {
                 channels = self.waiter_channels();
@@ -163,6 +179,47 @@ impl Injector<'_> {
             return self.fault("kill-woken-head", &target, t, clock::now());
         }
         Ok(false)
+    }
+
+    /// A turn of a semaphore or read-write lock was announced (`key` is
+    /// `<holders key>#<waiter id>`): SIGKILL of the waiter's client, found by its queue
+    /// entry (which carries its holder label), and a new process in its place. `None` when
+    /// the message was not for one of the run's names or its entry was gone already.
+    fn kill_woken_permit_waiter(&mut self, key: &str) -> Result<Option<bool>, BoxError> {
+        let Some((holders, id)) = key.split_once('#') else {
+            return Ok(None);
+        };
+        let suffix = self.rig.primitive.key_suffix();
+        let Some(name) = holders
+            .strip_prefix("lock:{")
+            .and_then(|k| k.strip_suffix(suffix))
+            .and_then(|k| k.strip_suffix('}'))
+            .map(str::to_owned)
+        else {
+            return Ok(None);
+        };
+        let entries = format!("{holders}:qe");
+        let entry = self.rig.ask_about(&name, &["HGET", &entries, id]);
+        let clients = self.rig.clients.len();
+        let Some(client) = entry
+            .first()
+            .and_then(|e| slot_in(e))
+            .filter(|&c| c < clients)
+        else {
+            return Ok(None);
+        };
+        let t = clock::now();
+        self.rig.replace_client(client)?;
+        // A claim takes the entry out of the queue: still there, the turn was not claimed.
+        let left = self.rig.ask_about(&name, &["HGET", &entries, id]);
+        let when = if !left.is_empty() {
+            "unclaimed"
+        } else {
+            "claimed"
+        };
+        let target = format!("client{client} {name} {when}");
+        self.fault("kill-woken-head", &target, t, clock::now())
+            .map(Some)
     }
 
     /// Every waiting Locker's channel in the queues now, with the client slot it belongs

@@ -122,25 +122,53 @@ impl Injector<'_> {
                 self.fault("stall", &target, t_start, clock::now())
             }
             Mode::WrongType => {
-                let name = format!("torture:{}", self.rng.u32(..self.rig.names.max(1)));
-                let key = format!("lock:{{{name}}}");
+                let names = self.rig.names.max(1);
+                // A lock's run draws its name first, as it always did (same seed, same run).
+                let drawn = (!self.rig.primitive.is_permit_set())
+                    .then(|| format!("torture:{}", self.rng.u32(..names)));
                 // With Redlock, half the time on one node only: the other nodes then take
                 // the attempt's value, which must be taken back when the attempt fails.
                 let n = self.rig.nodes.len();
                 let only = (n > 1 && self.rng.bool()).then(|| self.rng.usize(..n));
-                // HSETNX creates a hash only where no key exists: a held lock is left alone.
-                let created = self
-                    .rig
-                    .nodes
-                    .iter()
-                    .enumerate()
-                    .filter(|(i, _)| only.is_none_or(|only| only == *i))
-                    .map(|(_, node)| {
-                        node.server
-                            .command(&["HSETNX", &key, "owner", "someone-else"])
-                    })
-                    .filter(|reply| reply.starts_with(":1"))
-                    .count();
+                // HSETNX creates a hash only where no key exists: a held lock is left alone
+                // (and a semaphore's sorted set of holders answers WRONGTYPE).
+                let plant = |key: &str| {
+                    self.rig
+                        .nodes
+                        .iter()
+                        .enumerate()
+                        .filter(|(i, _)| only.is_none_or(|only| only == *i))
+                        .map(|(_, node)| {
+                            node.server
+                                .command(&["HSETNX", key, "owner", "someone-else"])
+                        })
+                        .filter(|reply| reply.starts_with(":1"))
+                        .count()
+                };
+                let (name, created) = if let Some(name) = drawn {
+                    let created = plant(&self.rig.primitive.holders_key(&name));
+                    (name, created)
+                } else {
+                    // A semaphore's or read-write lock's holders key stays while any permit
+                    // is held or reserved for a queued waiter: look for a moment when one
+                    // of the names is free, for up to a TTL.
+                    let give_up = clock::now() + clock::nanos(ttl);
+                    let mut found = (String::new(), 0);
+                    while found.1 == 0 && clock::now() < give_up.min(until) {
+                        for i in 0..names {
+                            let name = format!("torture:{i}");
+                            let created = plant(&self.rig.primitive.holders_key(&name));
+                            if created > 0 {
+                                found = (name, created);
+                                break;
+                            }
+                        }
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                    found
+                };
+                // The lock's key, or the semaphore's or read-write lock's holders.
+                let key = self.rig.primitive.holders_key(&name);
                 if created == 0 {
                     return Ok(false);
                 }

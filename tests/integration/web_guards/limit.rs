@@ -1,17 +1,18 @@
-//! `LockLayer::permits`: a per-key concurrency limit across replicas (a semaphore per key);
-//! requests over the limit are answered 429 with `Retry-After`, or wait their turn.
+//! `LockLayer::permits` and `#[redis_locked(permits = N)]` on a handler: a per-key
+//! concurrency limit across replicas (a semaphore per key); requests over the limit are
+//! answered 429 with `Retry-After`, or wait their turn.
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::Path;
+use axum::extract::{Path, State};
 use axum::routing::post;
 use axum::Router;
 use hyper::StatusCode;
 use lock_core::web::{key, LockLayer};
-use lock_core::Locker;
+use lock_core::{redis_locked, LockError, Locker};
 use lock_tests::RedisServer;
 use web_service::Running;
 
@@ -128,4 +129,131 @@ async fn with_a_wait_requests_queue_for_a_permit() {
         "{replies:#?}"
     );
     assert_eq!(inside.most.load(Ordering::SeqCst), 3);
+}
+
+/// At most two exports per tenant at once, across replicas; a handler, so a request over
+/// the limit is answered at once.
+#[redis_locked(key = "exports:{tenant}", permits = 2, locker = locker)]
+async fn annotated_export(
+    State(locker): State<Locker>,
+    Path(tenant): Path<String>,
+) -> Result<String, LockError> {
+    Ok(format!("exported {tenant}"))
+}
+
+/// The same with `wait`: a request over the limit waits its turn that long, then is
+/// answered.
+#[redis_locked(key = "exports:{tenant}", permits = 2, wait = "300ms", locker = locker)]
+async fn annotated_export_waiting(
+    State(locker): State<Locker>,
+    Path(tenant): Path<String>,
+) -> Result<String, LockError> {
+    Ok(format!("exported {tenant}"))
+}
+
+/// The same key as a plain lock: a busy lock stays 409.
+#[redis_locked(key = "exports:{tenant}", locker = locker)]
+async fn annotated_lock(
+    State(locker): State<Locker>,
+    Path(tenant): Path<String>,
+) -> Result<String, LockError> {
+    Ok(format!("locked {tenant}"))
+}
+
+/// Asserts a limit answer as `LockLayer::permits` gives it: 429, `Retry-After`, a problem
+/// naming the key and the limit.
+fn assert_limited(reply: &super::client::Reply, lock: &str, permits: u64) {
+    assert_eq!(reply.status, StatusCode::TOO_MANY_REQUESTS, "{reply:?}");
+    let after = reply.retry_after().expect("Retry-After");
+    assert!((1..=60).contains(&after), "{reply:?}");
+    assert_eq!(
+        reply.content_type(),
+        "application/problem+json",
+        "{reply:?}"
+    );
+    let problem = reply.json();
+    assert_eq!(problem["status"], 429, "{problem}");
+    assert_eq!(problem["title"], "Too Many Requests", "{problem}");
+    assert_eq!(problem["lock"], lock, "{problem}");
+    let detail = problem["detail"].as_str().expect("detail");
+    assert!(detail.contains(&format!("at most {permits}")), "{problem}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_annotated_handler_over_its_permits_is_429_with_retry_after_like_the_layer() {
+    let server = RedisServer::start();
+    let locker = Locker::from_url(&server.url()).expect("locker");
+    let router = Router::new()
+        .route("/annotated/{tenant}", post(annotated_export))
+        .route(
+            "/annotated-waiting/{tenant}",
+            post(annotated_export_waiting),
+        )
+        .route("/lock/{tenant}", post(annotated_lock))
+        .with_state(locker.clone());
+    let app = web_service::spawn(router, SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))
+        .await
+        .expect("listen");
+    let http = Http::new();
+    // Another replica holds both permits of acme's exports.
+    let other = Locker::from_url(&server.url()).expect("locker");
+    let exports = other.semaphore("exports:acme", 2);
+    let held = [
+        exports
+            .try_acquire(Duration::from_secs(30))
+            .await
+            .expect("first permit"),
+        exports
+            .try_acquire(Duration::from_secs(30))
+            .await
+            .expect("second permit"),
+    ];
+
+    let started = std::time::Instant::now();
+    let reply = http
+        .post_json(&format!("{}/annotated/acme", app.base_url()), &[], "{}")
+        .await;
+    assert_limited(&reply, "exports:acme", 2);
+    // Answered at once (a handler does not wait), not after the locker's 10 s.
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    // With a wait of its own, it is answered the same way when the wait runs out.
+    let reply = http
+        .post_json(
+            &format!("{}/annotated-waiting/acme", app.base_url()),
+            &[],
+            "{}",
+        )
+        .await;
+    assert_limited(&reply, "exports:acme", 2);
+    // Another tenant has permits of its own.
+    let reply = http
+        .post_json(&format!("{}/annotated/globex", app.base_url()), &[], "{}")
+        .await;
+    assert_eq!(reply.status, StatusCode::OK, "{reply:?}");
+    assert_eq!(reply.body, "exported globex");
+
+    // A plain lock of the same name, busy: still 409 (the refusals above do not leak).
+    let lease = other
+        .try_lock("exports:acme", Duration::from_secs(30))
+        .await
+        .expect("lock");
+    let reply = http
+        .post_json(&format!("{}/lock/acme", app.base_url()), &[], "{}")
+        .await;
+    super::client::assert_busy(&reply, "exports:acme");
+    lease.release().await.expect("release");
+
+    // A permit comes free: the next request runs.
+    let [first, second] = held;
+    first.release().await.expect("release");
+    let reply = http
+        .post_json(&format!("{}/annotated/acme", app.base_url()), &[], "{}")
+        .await;
+    assert_eq!(reply.status, StatusCode::OK, "{reply:?}");
+    assert_eq!(reply.body, "exported acme");
+    second.release().await.expect("release");
 }

@@ -1,0 +1,107 @@
+//! Which of lock-core's primitives a run tortures: the exclusive lock (the default), a
+//! counting semaphore, or a read-write lock; and which deployments each of them runs on.
+//!
+//! A semaphore workload takes one of `--permits` permits of a name (rule `permits`: never
+//! more than N trusted holders at once); a read-write workload takes the read side, or one
+//! time in four the write side (rule `write-overlap`: a writer's trusted interval meets no
+//! other trusted interval of the name). Both are judged from the same trusted intervals as
+//! the lock's `overlap` rule (see [`crate::check`]).
+
+use crate::topology::Topology;
+
+/// A primitive of lock-core.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, clap::ValueEnum)]
+pub enum Primitive {
+    /// The exclusive lock (`Locker::lock`), with fencing tokens and annotated rounds.
+    Mutex,
+    /// A counting semaphore (`Locker::semaphore(name, permits)`).
+    Semaphore,
+    /// A read-write lock (`Locker::rwlock`): readers, and one writer in four.
+    Rwlock,
+    /// Every primitive in turn, one run each.
+    All,
+}
+
+/// How many permits a semaphore workload shares per name, unless `--permits` says otherwise.
+pub const DEFAULT_PERMITS: u64 = 3;
+
+/// One request in this many of a read-write workload is for the write side.
+pub const WRITER_ODDS: u8 = 4;
+
+impl Primitive {
+    /// The name used on the command line and in logs.
+    pub fn name(self) -> &'static str {
+        match self {
+            Primitive::Mutex => "mutex",
+            Primitive::Semaphore => "semaphore",
+            Primitive::Rwlock => "rwlock",
+            Primitive::All => "all",
+        }
+    }
+
+    /// The primitives `all` stands for.
+    pub fn each() -> [Primitive; 3] {
+        [Primitive::Mutex, Primitive::Semaphore, Primitive::Rwlock]
+    }
+
+    /// The suffix of the key that holds this primitive's holders (`lock:{name}<suffix>`):
+    /// the lock's own key, or the semaphore's and read-write lock's sorted set of holders.
+    pub fn key_suffix(self) -> &'static str {
+        match self {
+            Primitive::Mutex | Primitive::All => "",
+            Primitive::Semaphore => ":sem",
+            Primitive::Rwlock => ":rw",
+        }
+    }
+
+    /// The key holding `name`'s holders: a string (the lock) or a sorted set.
+    pub fn holders_key(self, name: &str) -> String {
+        format!("lock:{{{name}}}{}", self.key_suffix())
+    }
+
+    /// Whether the holders key is a sorted set of `<weight> <token>:<label>` members.
+    pub fn is_permit_set(self) -> bool {
+        matches!(self, Primitive::Semaphore | Primitive::Rwlock)
+    }
+
+    /// Whether the torture can run this primitive on `topology`; the reason when it cannot.
+    pub fn supports(self, topology: Topology) -> Result<(), String> {
+        match (self, topology) {
+            (Primitive::Mutex | Primitive::All, _) => Ok(()),
+            (_, Topology::Single) => Ok(()),
+            (_, Topology::Redlock) => Err(format!(
+                "--primitive {} does not run on Redlock: lock-core refuses semaphores and \
+                 read-write locks there (N permits on each node do not bound a majority's \
+                 holders to N); use --topology single, or --primitive mutex",
+                self.name()
+            )),
+            (_, Topology::Cluster | Topology::Sentinel) => Err(format!(
+                "--primitive {} is not tortured on {} yet: lock-core supports it there, but \
+                 the checker's failover evidence (which master granted which lease, read \
+                 from MONITOR) covers only the lock's scripts, so every overlap across a \
+                 failover would be reported without its explanation; use --topology single",
+                self.name(),
+                topology.name()
+            )),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_one_server_runs_the_new_primitives() {
+        for p in [Primitive::Semaphore, Primitive::Rwlock] {
+            assert!(p.supports(Topology::Single).is_ok());
+            for t in [Topology::Redlock, Topology::Cluster, Topology::Sentinel] {
+                let why = p.supports(t).unwrap_err();
+                assert!(why.contains(t.name()) || why.contains("Redlock"), "{why}");
+            }
+        }
+        assert!(Primitive::Mutex.supports(Topology::Redlock).is_ok());
+        assert_eq!(Primitive::Semaphore.holders_key("a"), "lock:{a}:sem");
+        assert_eq!(Primitive::Mutex.holders_key("a"), "lock:{a}");
+    }
+}
