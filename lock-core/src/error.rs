@@ -56,6 +56,21 @@ pub enum LockError {
         retry_after: Option<Duration>,
     },
 
+    /// A concurrency limit is full: every permit of `name` is taken, and the request did not
+    /// wait (or its wait ran out). What `#[redis_locked(permits = N)]` on an HTTP handler
+    /// fails with, so that it is answered 429 Too Many Requests (as by
+    /// `LockLayer::permits`) rather than 409 as a busy lock; a semaphore used directly says
+    /// [`Busy`](LockError::Busy) or [`Timeout`](LockError::Timeout).
+    #[error("at most {permits} at once for `{name}`: every permit is taken{}; retry later", holder_suffix(&None, retry_after))]
+    LimitReached {
+        /// The semaphore's name.
+        name: String,
+        /// How many permits the limit has.
+        permits: u64,
+        /// When the first permit held ends, as Redis reported it.
+        retry_after: Option<Duration>,
+    },
+
     /// The lease is no longer ours: it expired (the holder overran its TTL), was released,
     /// or was deleted by someone else. Work done under it may have overlapped another holder.
     #[error("lock `{name}` is no longer held by this lease (it expired or was removed); stop the work it guards, or use a longer TTL or auto-renewal")]
@@ -160,7 +175,10 @@ impl LockError {
     /// True for [`Busy`](LockError::Busy) and [`Timeout`](LockError::Timeout): the lock
     /// exists and belongs to someone else. Such errors are worth retrying later.
     pub fn is_contention(&self) -> bool {
-        matches!(self, LockError::Busy { .. } | LockError::Timeout { .. })
+        matches!(
+            self,
+            LockError::Busy { .. } | LockError::Timeout { .. } | LockError::LimitReached { .. }
+        )
     }
 
     /// The lock name this error is about, when it is about one.
@@ -168,6 +186,7 @@ impl LockError {
         let name = match self {
             LockError::Busy { name, .. }
             | LockError::Timeout { name, .. }
+            | LockError::LimitReached { name, .. }
             | LockError::Lost { name }
             | LockError::WrongType { name, .. }
             | LockError::Connection { name, .. }
@@ -186,9 +205,9 @@ impl LockError {
     /// reported it. Useful for a `Retry-After` header.
     pub fn retry_after(&self) -> Option<Duration> {
         match self {
-            LockError::Busy { retry_after, .. } | LockError::Timeout { retry_after, .. } => {
-                *retry_after
-            }
+            LockError::Busy { retry_after, .. }
+            | LockError::Timeout { retry_after, .. }
+            | LockError::LimitReached { retry_after, .. } => *retry_after,
             _ => None,
         }
     }
@@ -226,6 +245,18 @@ impl LockError {
             self,
             LockError::Connection { .. } | LockError::NoQuorum { .. }
         )
+    }
+
+    /// `self`, a contention error on a semaphore of `permits`, as the limit it is.
+    pub(crate) fn into_limit(self, permits: u64) -> LockError {
+        if !self.is_contention() {
+            return self;
+        }
+        LockError::LimitReached {
+            permits,
+            retry_after: self.retry_after(),
+            name: self.name().unwrap_or_default().to_owned(),
+        }
     }
 
     pub(crate) fn connection(name: &str, reason: impl Into<String>) -> LockError {

@@ -95,7 +95,7 @@ impl LockSpec {
 
     /// The function is an HTTP handler (it takes axum extractors): without a `wait` of its
     /// own it does not wait for a busy lock, as `LockLayer` does not; with `permits`, a
-    /// refused permit is answered 429 (feature `tower`: see `web::ErrorResponses::response`).
+    /// refused permit is [`LockError::LimitReached`] (answered 429, not 409).
     pub fn http_handler(mut self) -> LockSpec {
         self.http_handler = true;
         self
@@ -238,15 +238,10 @@ where
         return match ended {
             Ok(value) => Ok(value),
             Err(Ended::Body(err)) => Err(err),
-            Err(Ended::Lock(err)) => {
-                #[cfg(feature = "tower")]
-                if let Some(permits) = limit {
-                    crate::web::limits::note(&err, permits);
-                }
-                #[cfg(not(feature = "tower"))]
-                let _ = limit;
-                Err(E::from(err))
-            }
+            Err(Ended::Lock(err)) => match limit {
+                Some(permits) => Err(E::from(err.into_limit(permits))),
+                None => Err(E::from(err)),
+            },
         };
     }
     if let Some(enclosing) = enclosing_lease(locker.engine(), &spec.key) {

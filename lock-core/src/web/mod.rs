@@ -99,7 +99,6 @@ mod held;
 mod hold_times;
 pub mod key;
 mod layer;
-pub(crate) mod limits;
 mod problem;
 mod rejection;
 

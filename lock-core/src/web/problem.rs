@@ -22,7 +22,7 @@ static DEFAULT: RwLock<ErrorResponses> = RwLock::new(ErrorResponses::new());
 /// | failure | status | body detail |
 /// |---|---|---|
 /// | [`Busy`](LockError::Busy), [`Timeout`](LockError::Timeout) | `busy_status` (409 by default), with `Retry-After` | names the lock |
-/// | the same, for a permit of `#[redis_locked(permits = N)]` on a handler ([`ErrorResponses::response`] only) | 429, with `Retry-After` | names the key and N |
+/// | [`LimitReached`](LockError::LimitReached) (`#[redis_locked(permits = N)]` on a handler) | 429, with `Retry-After`, as `LockLayer::permits` | names the key and N |
 /// | [`Connection`](LockError::Connection), [`Redis`](LockError::Redis), [`NoQuorum`](LockError::NoQuorum) | 503 | generic: no URL, host or Redis error text |
 /// | [`InvalidName`](LockError::InvalidName) (a key built from request data is empty or too long) | 400 | generic |
 /// | [`Lost`](LockError::Lost) and configuration errors | 500 | generic |
@@ -118,6 +118,9 @@ impl ErrorResponses {
             )
             .with_lock(name)
             .with_retry_after(retry_after.unwrap_or(UNKNOWN_RETRY)),
+            LockError::LimitReached { permits, .. } => {
+                super::held::limit_problem(err, *permits, self)
+            }
             LockError::InvalidName { .. } => Problem::new(
                 StatusCode::BAD_REQUEST,
                 "the lock key derived from this request is invalid (empty, or longer than 512 bytes)",
@@ -146,17 +149,8 @@ impl ErrorResponses {
     /// The full response for `err`, logged with `tracing`: contention at `debug`, a key
     /// built from bad request data at `warn`, everything else at `error` (with the internal
     /// details that the body leaves out).
-    ///
-    /// A permit that `#[redis_locked(permits = N)]` on a handler was just refused is
-    /// answered as [`LockLayer::permits`](super::LockLayer::permits) answers it: 429 Too
-    /// Many Requests with `Retry-After`, whatever `busy_status` says (a concurrency limit,
-    /// not a conflict).
     #[must_use]
     pub fn response(&self, err: &LockError) -> http::Response<Bytes> {
-        if let Some(permits) = super::limits::take(err) {
-            tracing::debug!(error = %err, permits, "request refused: the key is at its limit");
-            return super::held::limit_problem(err, permits, self).to_response();
-        }
         let problem = self.problem(err);
         log(err, &problem);
         problem.to_response()
