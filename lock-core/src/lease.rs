@@ -18,7 +18,7 @@ use crate::LockError;
 /// Prefer `release().await` where you can: it reports whether the lease was still ours, and a
 /// background release spawned just before the runtime shuts down (a lease dropped at the end
 /// of `main`) may never run, leaving the lock to its TTL, unless the program awaits
-/// [`Locker::shutdown`] last.
+/// [`Locker::shutdown`](crate::Locker::shutdown) last.
 ///
 /// The read-only view ([`LeaseHandle`]: name, token, fencing token, validity, loss signal)
 /// is reachable through `Deref`, and can be cloned out with [`Lease::handle`] for code that

@@ -7,7 +7,7 @@ use std::sync::LazyLock;
 use redis::FromRedisValue;
 
 use crate::backend::lua::{self, Lua, ScriptMode};
-use crate::connection::shared::{is_connection_failure, Conn, SharedConnection};
+use crate::connection::shared::{is_connection_failure, SharedConnection};
 use crate::LockError;
 
 const LIBRARY_NAME: &str = "lockcore_prims_v2";
@@ -125,7 +125,10 @@ impl Server {
         let lent = self.conn.get(name).await?;
         #[cfg(feature = "cluster")]
         {
-            Ok(matches!(lent.conn, Conn::Cluster(_)))
+            Ok(matches!(
+                lent.conn,
+                crate::connection::shared::Conn::Cluster(_)
+            ))
         }
         #[cfg(not(feature = "cluster"))]
         {

@@ -346,7 +346,7 @@ impl LockerBuilder {
     }
 
     /// Draw a fencing token on every acquisition (default off; a request can turn it on
-    /// with [`LockRequest::fencing`]).
+    /// with [`LockRequest::fencing`](crate::LockRequest::fencing)).
     pub fn fencing(mut self, on: bool) -> Self {
         self.fencing = on;
         self
