@@ -100,3 +100,28 @@ impl Failures {
         }
     }
 }
+
+/// Waits for every task of a run and adds up their failures.
+pub async fn join_all(tasks: Vec<tokio::task::JoinHandle<Failures>>, failures: &mut Failures) {
+    for task in tasks {
+        match task.await {
+            Ok(task_failures) => failures.merge(task_failures),
+            Err(err) => failures.record(format!("task failed: {err}")),
+        }
+    }
+}
+
+/// What Redis counted since `before` (None when either snapshot failed), printed per
+/// command when `LOCK_BENCH_COMMANDSTATS` is set (`label` says which run).
+pub async fn calls_since(
+    probe: &crate::probe::Probe,
+    before: Option<crate::probe::Snapshot>,
+    label: &str,
+) -> Option<crate::probe::Delta> {
+    let after = probe.snapshot().await.ok()?;
+    let delta = after.delta_since(&before?);
+    if std::env::var_os("LOCK_BENCH_COMMANDSTATS").is_some() {
+        eprintln!("commandstats delta ({label}): {:?}", delta.per_command);
+    }
+    Some(delta)
+}

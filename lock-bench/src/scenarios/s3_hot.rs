@@ -94,30 +94,9 @@ pub async fn measure(group: &Group, run_for: Duration, probe: &Probe) -> Hot {
             failures
         }));
     }
-    for task in tasks {
-        match task.await {
-            Ok(task_failures) => failures.merge(task_failures),
-            Err(err) => failures.record(format!("task failed: {err}")),
-        }
-    }
+    super::join_all(tasks, &mut failures).await;
     let elapsed = started.elapsed().as_secs_f64();
-    let calls = match before {
-        Some(before) => probe
-            .snapshot()
-            .await
-            .ok()
-            .map(|after| after.delta_since(&before)),
-        None => None,
-    };
-    if let (Some(delta), true) = (
-        &calls,
-        std::env::var_os("LOCK_BENCH_COMMANDSTATS").is_some(),
-    ) {
-        eprintln!(
-            "commandstats delta ({}, N={n}): {:?}",
-            group.label, delta.per_command
-        );
-    }
+    let calls = super::calls_since(probe, before, &format!("{}, N={n}", group.label)).await;
     let mut log = std::mem::take(&mut *holds.lock().unwrap_or_else(PoisonError::into_inner));
     log.sort_by_key(|hold| hold.entered);
     let counts = calls.map(|d| Counts {

@@ -105,30 +105,9 @@ pub async fn measure(group: &Group, run_for: Duration, probe: &Probe) -> Permits
             failures
         }));
     }
-    for task in tasks {
-        match task.await {
-            Ok(task_failures) => failures.merge(task_failures),
-            Err(err) => failures.record(format!("task failed: {err}")),
-        }
-    }
+    super::join_all(tasks, &mut failures).await;
     let elapsed = started.elapsed().as_secs_f64();
-    let delta = match before {
-        Some(before) => probe
-            .snapshot()
-            .await
-            .ok()
-            .map(|after| after.delta_since(&before)),
-        None => None,
-    };
-    if let (Some(delta), true) = (
-        &delta,
-        std::env::var_os("LOCK_BENCH_COMMANDSTATS").is_some(),
-    ) {
-        eprintln!(
-            "commandstats delta ({}): {:?}",
-            group.label, delta.per_command
-        );
-    }
+    let delta = super::calls_since(probe, before, &group.label).await;
     let counts = delta.map(|d| Counts {
         calls: d.calls,
         // The probe's own INFO request is one read of the window.
