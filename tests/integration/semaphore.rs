@@ -364,5 +364,5 @@ async fn semaphores_run_as_redis_functions_too() {
     assert!(permit.release().await.expect("release"));
     assert!(server
         .command(&["FUNCTION", "LIST"])
-        .contains("lockcore_prims_v2"));
+        .contains("lockcore_prims_v3"));
 }

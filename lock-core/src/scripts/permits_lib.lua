@@ -87,7 +87,6 @@ end
 -- -1 = not blocked), whether anyone is blocked, and the total weight held afterwards.
 local function admit(h, q, e, now, window, sum, me, ttl, announce)
   local blocked, place, taken, handed = nil, -1, false, false
-  local position = 0
   for _, id in ipairs(redis.call('ZRANGE', q, 0, -1)) do
     local ent = entry_of(e, id)
     if not ent or ent.expiry <= now then
@@ -109,10 +108,18 @@ local function admit(h, q, e, now, window, sum, me, ttl, announce)
           tell(h, ent, id, 'g', window)
         end
       else
-        if blocked == nil then blocked = { id = id, ent = ent } end
-        if id == me then place = position end
-        position = position + 1
-        if me == '' or place >= 0 then break end
+        blocked = { id = id, ent = ent }
+        if id == me then
+          place = 0
+        elseif me ~= '' then
+          -- Our place among the blocked waiters is our rank after the first of them: the
+          -- entries in between need not be read (walking them made every queued attempt
+          -- cost two calls per waiter ahead). Expired ones among them are dropped when
+          -- they reach the front.
+          local mine, first = redis.call('ZRANK', q, me), redis.call('ZRANK', q, id)
+          if mine and mine > first then place = mine - first end
+        end
+        break
       end
     end
   end
