@@ -7,6 +7,20 @@ use std::time::Duration;
 /// Messages are short, name the lock, and say what to do. Match on the variant to decide;
 /// [`LockError::is_contention`] groups the "someone else has it" cases.
 ///
+/// # Which contention error
+///
+/// The one rule for "someone else has it", whatever the entry point:
+///
+/// | what was asked for | refused at once (`wait` zero) | refused after waiting |
+/// |---|---|---|
+/// | a lock: [`Locker::lock`](crate::Locker::lock), `try_lock`, a read-write lock, a multi-lock, `#[redis_locked]`, `LockLayer` | [`Busy`](LockError::Busy) | [`Timeout`](LockError::Timeout) |
+/// | a permit of a semaphore: [`Semaphore::acquire`](crate::Semaphore::acquire), `try_acquire`, `#[redis_locked(permits = N)]`, `LockLayer::permits`, `lockctl run --permits` | [`LimitReached`](LockError::LimitReached) with `waited: None` | [`LimitReached`](LockError::LimitReached) with `waited: Some(..)` |
+///
+/// A semaphore's refusal reads "all 2 permits of \`exports\` are taken" (lockctl adds the
+/// holders it reads). [`LockError::is_contention`] is true for all three. A wait that ends
+/// while Redis cannot be reached ends with that error ([`Connection`](LockError::Connection)
+/// or [`NoQuorum`](LockError::NoQuorum)), not with a contention error.
+///
 /// Messages are meant for logs and operators: `Busy` and `Timeout` name the holder
 /// (`app@host:pid`). Do not send `to_string()` to untrusted clients; the `axum` feature's
 /// `IntoResponse` builds client-safe problem bodies instead.
@@ -56,17 +70,19 @@ pub enum LockError {
         retry_after: Option<Duration>,
     },
 
-    /// A concurrency limit is full: every permit of `name` is taken, and the request did not
-    /// wait (or its wait ran out). What `#[redis_locked(permits = N)]` on an HTTP handler
-    /// fails with, so that it is answered 429 Too Many Requests (as by
-    /// `LockLayer::permits`) rather than 409 as a busy lock; a semaphore used directly says
-    /// [`Busy`](LockError::Busy) or [`Timeout`](LockError::Timeout).
-    #[error("at most {permits} at once for `{name}`: every permit is taken{}; retry later", holder_suffix(&None, retry_after))]
+    /// A semaphore is full: all `permits` permits of `name` are taken, and the request did
+    /// not wait (`waited` is `None`) or its wait ran out (`Some`). Every semaphore entry
+    /// point says this, never [`Busy`](LockError::Busy) or [`Timeout`](LockError::Timeout)
+    /// (see [the rule](LockError#which-contention-error)); on an HTTP handler it is answered
+    /// 429 Too Many Requests, not 409 as a busy lock.
+    #[error("all {permits} permits of `{name}` are {}{}; retry later{}", if waited.is_some() { "still taken" } else { "taken" }, limit_suffix(waited, retry_after), if waited.is_some() { ", wait longer or raise the limit" } else { " or wait for a permit with .wait(..)" })]
     LimitReached {
         /// The semaphore's name.
         name: String,
         /// How many permits the limit has.
         permits: u64,
+        /// How long the request waited for a permit (`None`: it did not wait).
+        waited: Option<Duration>,
         /// When the first permit held ends, as Redis reported it.
         retry_after: Option<Duration>,
     },
@@ -172,8 +188,9 @@ pub enum LockError {
 }
 
 impl LockError {
-    /// True for [`Busy`](LockError::Busy) and [`Timeout`](LockError::Timeout): the lock
-    /// exists and belongs to someone else. Such errors are worth retrying later.
+    /// True for [`Busy`](LockError::Busy), [`Timeout`](LockError::Timeout) and
+    /// [`LimitReached`](LockError::LimitReached): the lock, or every permit, belongs to
+    /// someone else. Such errors are worth retrying later.
     pub fn is_contention(&self) -> bool {
         matches!(
             self,
@@ -247,13 +264,18 @@ impl LockError {
         )
     }
 
-    /// `self`, a contention error on a semaphore of `permits`, as the limit it is.
+    /// `self`, a contention error on a semaphore of `permits`, as the limit it is: what
+    /// every semaphore entry point returns when no permit is free.
     pub(crate) fn into_limit(self, permits: u64) -> LockError {
-        if !self.is_contention() {
-            return self;
-        }
+        let waited = match &self {
+            LockError::LimitReached { .. } => return self,
+            LockError::Busy { .. } => None,
+            LockError::Timeout { waited, .. } => Some(*waited),
+            _ => return self,
+        };
         LockError::LimitReached {
             permits,
+            waited,
             retry_after: self.retry_after(),
             name: self.name().unwrap_or_default().to_owned(),
         }
@@ -266,6 +288,18 @@ impl LockError {
             source: None,
         }
     }
+}
+
+/// ` after waiting 2s, the first frees in at most 1.5s`, or what of it is known.
+fn limit_suffix(waited: &Option<Duration>, retry_after: &Option<Duration>) -> String {
+    let mut out = String::new();
+    if let Some(waited) = waited {
+        out.push_str(&format!(" after waiting {waited:?}"));
+    }
+    if let Some(left) = retry_after {
+        out.push_str(&format!(" (the first frees in at most {left:?})"));
+    }
+    out
 }
 
 fn holder_suffix(holder: &Option<String>, retry_after: &Option<Duration>) -> String {

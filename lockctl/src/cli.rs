@@ -13,7 +13,8 @@ use crate::duration::parse_duration;
 
 const EXIT_CODES: &str = "\
 Exit codes:
-  0        success (run: the command exited 0)
+  0        success (run: the command exited 0; status: the name is held)
+  1        status: nothing of the name is held (free)
   other    run: the command's own exit code
   64       usage: bad option, duration, Redis URL or lock name
   69       Redis unreachable, or the connection broke
@@ -81,7 +82,9 @@ pub enum Command {
     #[command(after_help = RUN_HELP)]
     Run(RunArgs),
     /// Show whether a lock is held, by whom, for how long, and its fencing counter (and
-    /// every holder of the name's semaphore and read-write lock).
+    /// every holder of the name's semaphore and read-write lock). Exits 0 when anything of
+    /// the name is held, 1 when it is free: `if lockctl status NAME; then ...`.
+    #[command(after_help = EXIT_CODES)]
     Status(StatusArgs),
     /// List all held locks, semaphore permits and read-write leases (SCAN, never KEYS) with
     /// holder and remaining TTL.
@@ -96,11 +99,18 @@ const RUN_HELP: &str = "\
 The command runs only while the lock is held. lockctl forwards SIGINT, SIGTERM, SIGHUP and \
 SIGQUIT to it, releases the lock when it exits, and exits with its status.
 
-Without --renew the lease lasts --ttl: a command that runs longer loses the lock. With --renew \
-the lease is extended every ttl/3 while the command runs, and is lost only if Redis cannot be \
-reached for a whole TTL. Either way a lock removed under the command (for example by \
-`lockctl release --force`) is noticed within ttl/3 or 2s, whichever is shorter. On a lost lease the command is stopped \
-(SIGTERM, then SIGKILL after --kill-after) unless --on-lost ignore.
+Renewal: the lease lasts --ttl and is renewed every ttl/3 while the command runs, so the \
+lock is held for the command's whole life, however long (as with flock(1)). When renewal \
+fails, because Redis cannot be reached, it is retried until the lease runs out: the lock is \
+lost only when no renewal succeeded for a whole TTL, or at once when Redis says the lock is \
+no longer ours (it was removed, for example by `lockctl release --force`, which is also \
+noticed within ttl/3 or 2s, whichever is shorter). On a lost lease the command is stopped \
+(SIGTERM, then SIGKILL after --kill-after) and lockctl exits with --lost-exit-code (79), \
+unless --on-lost ignore. With --no-renew the lease is not renewed: a command that runs \
+longer than --ttl loses the lock and is stopped the same way.
+
+A busy lock prints one line on stderr and exits with --conflict-exit-code (75); with -q, or \
+with --conflict-exit-code 0 (a quiet success for cron), it prints nothing.
 
 The command sees LOCKCTL_LOCK (the lock name), LOCKCTL_KEY (its Redis key), and with \
 --fencing LOCKCTL_FENCING_TOKEN (strictly increasing per lock name: pass it to storage that \
@@ -109,7 +119,7 @@ must reject stale writers).
 With --permits N the command takes one of N permits of the name's semaphore instead of its \
 lock: at most N such commands run at once (the semaphore's key is LOCKCTL_KEY).
 
-Example: lockctl run --key nightly-report --ttl 1m --renew -- ./report.sh --full";
+Example: lockctl run --key nightly-report --ttl 1m -- ./report.sh --full";
 
 /// `lockctl run`.
 #[derive(Debug, Args)]
@@ -126,13 +136,24 @@ pub struct RunArgs {
     #[arg(long, default_value = "0s", value_parser = parse_duration, value_name = "DURATION")]
     pub wait: Duration,
 
-    /// Keep the lease alive while the command runs (extend it every ttl/3).
-    #[arg(long)]
+    /// Do not renew the lease: it lasts --ttl, and a command that runs longer loses the lock
+    /// and is stopped (see --on-lost). Renewal is the default.
+    #[arg(long, conflicts_with = "renew")]
+    pub no_renew: bool,
+
+    /// Renew the lease every ttl/3 while the command runs: the default, accepted for
+    /// scripts written before it was.
+    #[arg(long, hide = true)]
     pub renew: bool,
 
-    /// Exit code when the lock is busy.
+    /// Exit code when the lock is busy (0 also makes the conflict quiet, as -q).
     #[arg(long, default_value_t = crate::exit::CONFLICT, value_name = "N")]
     pub conflict_exit_code: u8,
+
+    /// Print nothing when the lock is busy; the exit code still says so. Other failures
+    /// (Redis unreachable, a bad option) are still reported.
+    #[arg(long, short = 'q')]
+    pub quiet: bool,
 
     /// What to do with the command when the lease is lost while it runs.
     #[arg(long, value_enum, default_value_t = OnLost::Kill, value_name = "ACTION")]
@@ -167,6 +188,18 @@ pub struct RunArgs {
         value_name = "COMMAND"
     )]
     pub command: Vec<OsString>,
+}
+
+impl RunArgs {
+    /// Whether the lease is renewed while the command runs (unless `--no-renew`).
+    pub fn renews(&self) -> bool {
+        !self.no_renew
+    }
+
+    /// Whether a busy lock is reported on stderr (not with `-q` or `--conflict-exit-code 0`).
+    pub fn reports_conflict(&self) -> bool {
+        !self.quiet && self.conflict_exit_code != 0
+    }
 }
 
 /// What `run` does when the lease is lost while the command runs.

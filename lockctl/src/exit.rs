@@ -10,6 +10,10 @@ use crate::holder::display_safe;
 
 /// Success; for `run`, the command exited 0.
 pub const SUCCESS: u8 = 0;
+/// `status`: nothing of the name is held (its lock, its semaphore's permits and its
+/// read-write lock are all free), so that `if lockctl status NAME; then ...` reads "if it is
+/// held". Not an error: the status is printed as for a held lock.
+pub const FREE: u8 = 1;
 /// A bad command line: unknown option, bad duration, bad Redis URL, invalid lock name
 /// (`EX_USAGE`).
 pub const USAGE: u8 = 64;
@@ -99,6 +103,7 @@ impl Failure {
                     held_by(holder.as_deref(), *retry_after)
                 ),
             ),
+            LockError::LimitReached { .. } => Failure::limit_reached(err, None),
             LockError::Lost { name } => Failure::new(
                 LOST,
                 format!(
@@ -111,6 +116,44 @@ impl Failure {
             | LockError::Config(_) => Failure::usage(err.to_string()),
             other => Failure::internal(other.to_string()),
         }
+    }
+
+    /// A full semaphore ([`LockError::LimitReached`]): "all 2 permits of `exports` are
+    /// taken (held by a, b; ...)", naming `holders` when they were read. Other errors map as
+    /// in [`Failure::from_lock_error`].
+    pub fn limit_reached(err: &LockError, holders: Option<&[String]>) -> Failure {
+        let LockError::LimitReached {
+            name,
+            permits,
+            waited,
+            retry_after,
+        } = err
+        else {
+            return Failure::from_lock_error(err, "");
+        };
+        let taken = match waited {
+            Some(waited) => format!("still taken after waiting {}", format_duration(*waited)),
+            None => "taken".to_owned(),
+        };
+        let mut out = format!(
+            "all {permits} permits of `{}` are {taken}",
+            display_safe(name)
+        );
+        let mut parts = Vec::new();
+        if let Some(holders) = holders.filter(|h| !h.is_empty()) {
+            let names: Vec<_> = holders.iter().map(|h| display_safe(h)).collect();
+            parts.push(format!("held by {}", names.join(", ")));
+        }
+        if let Some(left) = retry_after {
+            parts.push(format!(
+                "the first frees in at most {}",
+                format_duration(*left)
+            ));
+        }
+        if !parts.is_empty() {
+            out.push_str(&format!(" ({})", parts.join("; ")));
+        }
+        Failure::new(CONFLICT, out)
     }
 
     /// Maps a redis-rs error from lockctl's own connection.
@@ -208,6 +251,28 @@ mod tests {
         assert_eq!(
             failure.message,
             "lock `deploy` is busy (held by lockctl/sleep@web-1:42, free in at most 1.5s)"
+        );
+    }
+
+    #[test]
+    fn a_full_semaphore_names_its_permits_and_holders() {
+        let err = LockError::LimitReached {
+            name: "exports".into(),
+            permits: 2,
+            waited: None,
+            retry_after: Some(Duration::from_secs(3)),
+        };
+        let holders = ["a@h:1".to_owned(), "b@h:2".to_owned()];
+        let failure = Failure::limit_reached(&err, Some(&holders));
+        assert_eq!(failure.code, CONFLICT);
+        assert_eq!(
+            failure.message,
+            "all 2 permits of `exports` are taken (held by a@h:1, b@h:2; the first frees in at most 3s)"
+        );
+        let unknown = Failure::from_lock_error(&err, "redis://h/");
+        assert_eq!(
+            unknown.message,
+            "all 2 permits of `exports` are taken (the first frees in at most 3s)"
         );
     }
 

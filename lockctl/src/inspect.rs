@@ -3,14 +3,15 @@
 use lock_core::Locker;
 
 use crate::cli::{ListArgs, ReleaseArgs, StatusArgs};
-use crate::exit::{Failure, SUCCESS};
+use crate::exit::{Failure, FREE, SUCCESS};
 use crate::holder::{display_safe, Holder};
 use crate::output::{line, lock_json, or_dash, table, ttl_text};
 use crate::permits::{self, PermitRow};
 use crate::store::Target;
 
 /// `lockctl status NAME`: held or free, holder (label, app, host, pid), remaining TTL and
-/// fencing counter. Exits 0 either way.
+/// fencing counter. Exits 0 when the lock, or a permit or lease of the name's semaphore or
+/// read-write lock, is held, and [`FREE`] when nothing of the name is.
 pub async fn status(target: &Target, args: &StatusArgs) -> Result<u8, Failure> {
     let keys = target.keys(&args.name)?;
     let locker = Locker::builder()
@@ -35,6 +36,11 @@ pub async fn status(target: &Target, args: &StatusArgs) -> Result<u8, Failure> {
     };
     let held = info.is_some();
     let (permits, waiting) = permits::of_name(&locker, target, &args.name).await?;
+    let code = if held || !permits.is_empty() {
+        SUCCESS
+    } else {
+        FREE
+    };
     if args.json {
         let mut value = lock_json(
             &args.name,
@@ -47,7 +53,7 @@ pub async fn status(target: &Target, args: &StatusArgs) -> Result<u8, Failure> {
         value["permits"] = permits.iter().map(permit_json).collect();
         value["waiting"] = waiting.into();
         line(&value.to_string())?;
-        return Ok(SUCCESS);
+        return Ok(code);
     }
     let mut rows = vec![
         ("lock", display_safe(&args.name).into_owned()),
@@ -86,7 +92,7 @@ pub async fn status(target: &Target, args: &StatusArgs) -> Result<u8, Failure> {
     for (label, value) in rows {
         line(&format!("{label:<9} {value}"))?;
     }
-    Ok(SUCCESS)
+    Ok(code)
 }
 
 /// A semaphore permit or read-write lease as JSON.

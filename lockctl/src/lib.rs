@@ -4,7 +4,7 @@
 //! operators can see and act on locks:
 //!
 //! ```text
-//! lockctl run --key NAME [--ttl 30s] [--wait 0s] [--renew] [--conflict-exit-code N] -- COMMAND ARGS...
+//! lockctl run --key NAME [--ttl 30s] [--wait 0s] [--no-renew] [-q] [--conflict-exit-code N] -- COMMAND ARGS...
 //! lockctl status NAME [--json]
 //! lockctl list [--match PATTERN] [--json]
 //! lockctl release NAME --force
@@ -24,22 +24,38 @@
 //! `LOCKCTL_LOCK` (the name), `LOCKCTL_KEY` (the Redis key) and, with `--fencing`,
 //! `LOCKCTL_FENCING_TOKEN`.
 //!
-//! A lease lasts `--ttl`. Without `--renew` a command that runs longer than that loses the
-//! lock; with `--renew` the lease is extended every ttl/3 and is lost only when Redis cannot
-//! be reached for a whole TTL. Either way lockctl looks every ttl/3 (every 2 s at most)
-//! whether the lock is still its own, so a lock removed under it (say, by
-//! `lockctl release --force`) is lost too. On a lost lease, `--on-lost kill` (the default) sends the command SIGTERM, then
-//! SIGKILL after `--kill-after` (10 s), and lockctl exits with `--lost-exit-code` (79);
-//! `--on-lost ignore` only says so on stderr and exits with the command's status.
+//! The lock is held for the command's whole life: the lease lasts `--ttl` and is renewed
+//! every ttl/3 while the command runs. When a renewal fails (Redis unreachable) it is
+//! retried; the lease is lost only when no renewal succeeded for a whole TTL, or at once
+//! when Redis says the lock is no longer ours. lockctl also looks every ttl/3 (every 2 s at
+//! most) whether the lock is still its own, so a lock removed under it (say, by
+//! `lockctl release --force`) is lost too. `--no-renew` turns renewal off: the lease then
+//! lasts `--ttl` and a longer command loses it. On a lost lease, `--on-lost kill` (the
+//! default) sends the command SIGTERM, then SIGKILL after `--kill-after` (10 s), and
+//! lockctl exits with `--lost-exit-code` (79); `--on-lost ignore` only says so on stderr and
+//! exits with the command's status.
+//!
+//! A busy lock prints one line naming the holder (for `--permits N`: "all N permits of
+//! `x` are taken (held by ...)") and exits with `--conflict-exit-code` (75). With `-q`, or
+//! with `--conflict-exit-code 0` (a quiet success for cron, which mails what is printed),
+//! nothing is printed.
 //!
 //! If lockctl itself is killed with SIGKILL the command goes on running, and its lock frees
-//! itself after at most one TTL: keep `--ttl` short with `--renew` for long jobs.
+//! itself after at most one TTL: keep `--ttl` short for long jobs.
+//!
+//! # `status`
+//!
+//! Prints the lock's state, holder, remaining TTL and fencing counter, and every holder of
+//! the name's semaphore and read-write lock. Exits 0 when anything of the name is held and
+//! 1 ([`exit::FREE`]) when nothing is, so that scripts can write
+//! `if lockctl status deploy; then ...`.
 //!
 //! # Exit codes
 //!
 //! | code | meaning |
 //! |---|---|
-//! | 0 | success; for `run`, the command exited 0 |
+//! | 0 | success; for `run`, the command exited 0; for `status`, the name is held |
+//! | 1 | `status`: nothing of the name is held ([`exit::FREE`]) |
 //! | other | `run`: the command's own exit code |
 //! | 64 | usage: bad option, duration, Redis URL or lock name ([`exit::USAGE`]) |
 //! | 69 | Redis unreachable, or the connection broke ([`exit::UNAVAILABLE`]) |

@@ -1,11 +1,11 @@
 //! `lockctl run`: a command that runs only while its lock is held, fleet-wide.
 //!
 //! 1. Take the lock (waiting up to `--wait`); busy gives `--conflict-exit-code` and a line
-//!    naming the holder. A signal while waiting ends lockctl with `128 + n`.
+//!    naming the holder (or the permits' holders), unless `-q` or `--conflict-exit-code 0`. A signal while waiting ends lockctl with `128 + n`.
 //! 2. Start the command with the lock name, key and fencing token in its environment.
-//! 3. While it runs: forward SIGINT/SIGTERM/SIGHUP/SIGQUIT to it, and watch the lease. With
-//!    `--renew` lock-core extends the lease every ttl/3; without, the lease ends after
-//!    `--ttl`. Either way lockctl asks Redis every ttl/3 (at most every 2 s, at least every
+//! 3. While it runs: forward SIGINT/SIGTERM/SIGHUP/SIGQUIT to it, and watch the lease.
+//!    lock-core extends the lease every ttl/3 (unless `--no-renew`: then the lease ends
+//!    after `--ttl`). Either way lockctl asks Redis every ttl/3 (at most every 2 s, at least every
 //!    100 ms) whether the lock is still ours. When the lease is lost, `--on-lost kill`
 //!    (default) sends SIGTERM and, after `--kill-after`, SIGKILL; `--on-lost ignore` only
 //!    says so.
@@ -121,13 +121,13 @@ async fn acquire(
                 .acquire()
                 .ttl(args.ttl)
                 .wait(args.wait);
-            if args.renew {
+            if args.renews() {
                 request = request.auto_renew();
             }
             return request.await.map(Held::Permit);
         }
         let mut request = locker.lock(args.key.as_str()).ttl(args.ttl).wait(args.wait);
-        if args.renew {
+        if args.renews() {
             request = request.auto_renew();
         }
         if args.fencing {
@@ -149,13 +149,41 @@ async fn acquire(
             ));
         }
     };
-    result.map_err(|err| {
-        let mut failure = Failure::from_lock_error(&err, &target.shown_url);
-        if err.is_contention() {
-            failure.code = args.conflict_exit_code;
+    let err = match result {
+        Ok(held) => return Ok(held),
+        Err(err) => err,
+    };
+    if !err.is_contention() {
+        return Err(Failure::from_lock_error(&err, &target.shown_url));
+    }
+    if !args.reports_conflict() {
+        return Err(Failure::new(args.conflict_exit_code, String::new()));
+    }
+    let mut failure = match (&err, args.permits) {
+        // Who holds the permits, as `status` lists them: one more read, on the failure path
+        // of an operator's command only.
+        (lock_core::LockError::LimitReached { .. }, Some(permits)) => {
+            let holders = locker
+                .semaphore(args.key.as_str(), permits)
+                .holders()
+                .await
+                .ok()
+                .map(|found| {
+                    found
+                        .holders
+                        .into_iter()
+                        .map(|h| {
+                            h.holder
+                                .unwrap_or_else(|| "a holder without a label".into())
+                        })
+                        .collect::<Vec<_>>()
+                });
+            Failure::limit_reached(&err, holders.as_deref())
         }
-        failure
-    })
+        _ => Failure::from_lock_error(&err, &target.shown_url),
+    };
+    failure.code = args.conflict_exit_code;
+    Err(failure)
 }
 
 fn spawn(
@@ -212,7 +240,7 @@ async fn supervise(
     let name = display_safe(&args.key).into_owned();
     let mut lost = false;
     let mut kill_at: Option<Instant> = None;
-    // Renewal alone would notice a removed lock only every ttl/3 (and without --renew
+    // Renewal alone would notice a removed lock only every ttl/3 (and with --no-renew
     // nothing would until the end): look at least every CHECK_CEILING. `is_held` marks the
     // lease lost when the lock is not ours any more, which wakes `lost()` below. A failed
     // look proves nothing: the end of the lease's validity still counts. Off the select
@@ -241,11 +269,11 @@ async fn supervise(
                 lost = true;
                 let why = if !handle.expires_in().is_zero() {
                     "it was removed (Redis says it is no longer ours)".to_owned()
-                } else if args.renew {
+                } else if args.renews() {
                     "it could not be renewed: Redis was unreachable for a whole TTL".to_owned()
                 } else {
                     format!(
-                        "it outlived --ttl {} (use --renew to keep the lock while it runs)",
+                        "it outlived --ttl {} (drop --no-renew to keep the lock while it runs)",
                         format_duration(args.ttl)
                     )
                 };

@@ -41,10 +41,18 @@ impl Target {
     /// Checks the URL (without connecting) and keeps the settings.
     pub fn new(url: &str, prefix: &str, timeout: Duration) -> Result<Target, Failure> {
         let shown_url = redact_url(url);
-        Client::open(url)
-            .map_err(|err| Failure::usage(format!(
-                "invalid Redis URL {shown_url:?} ({err}); expected redis://[user:password@]host[:port][/db]"
-            )))?;
+        Client::open(url).map_err(|err| {
+            // lock-core says what is wrong with the URL (a scheme that is not Redis's, none,
+            // no host, a bad port); redis-rs only that it did not parse.
+            let why = match lock_core::Locker::from_url(url) {
+                Err(lock_core::LockError::Config(why)) => why,
+                _ => format!(
+                    "invalid Redis URL {shown_url:?} ({err}); expected \
+                     redis://[user:password@]host[:port][/db]"
+                ),
+            };
+            Failure::usage(why)
+        })?;
         if timeout.is_zero() {
             return Err(Failure::usage("--timeout must be above zero"));
         }

@@ -21,5 +21,6 @@ mod stalls;
 mod stress;
 #[cfg(feature = "tls")]
 mod tls;
+mod urls;
 mod using;
 mod web_guards;

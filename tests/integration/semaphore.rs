@@ -137,7 +137,7 @@ async fn a_crashed_holders_permit_returns_at_its_ttl_by_the_servers_clock() {
     let other = all[1].semaphore("jobs", 1);
     assert!(matches!(
         other.try_acquire(SECOND).await,
-        Err(LockError::Busy { .. })
+        Err(LockError::LimitReached { .. })
     ));
     let permit = other
         .acquire()
@@ -365,4 +365,86 @@ async fn semaphores_run_as_redis_functions_too() {
     assert!(server
         .command(&["FUNCTION", "LIST"])
         .contains("lockcore_prims_v3"));
+}
+
+#[lock_core::redis_locked(key = "exports", permits = 2, wait = "0s", locker = locker)]
+async fn export_job(locker: &Locker) -> Result<(), LockError> {
+    Ok(())
+}
+
+/// A full semaphore is one error whatever the entry point: `LimitReached`, "all 2 permits of
+/// `exports` are taken", with `waited` saying whether the request waited; never `Busy` or
+/// `Timeout` ("lock ... is busy"), which stay the errors of locks (LockError's rule).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_semaphore_is_limit_reached_from_every_entry_point() {
+    let server = RedisServer::start();
+    for locker in [
+        Locker::from_url(&server.url()).expect("locker"),
+        Locker::memory(),
+    ] {
+        let exports = locker.semaphore("exports", 2);
+        let held = [
+            exports.try_acquire(10 * SECOND).await.expect("1 of 2"),
+            exports.try_acquire(10 * SECOND).await.expect("2 of 2"),
+        ];
+        let at_once = exports.try_acquire(SECOND).await.unwrap_err();
+        assert!(
+            matches!(
+                at_once,
+                LockError::LimitReached {
+                    permits: 2,
+                    waited: None,
+                    ..
+                }
+            ),
+            "{at_once:?}"
+        );
+        let text = at_once.to_string();
+        assert!(
+            text.starts_with("all 2 permits of `exports` are taken"),
+            "{text}"
+        );
+        assert!(!text.contains("busy"), "{text}");
+        assert!(at_once.is_contention());
+        assert!(at_once.retry_after().is_some(), "{at_once:?}");
+
+        let waited = exports
+            .acquire()
+            .wait(Duration::from_millis(150))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                waited,
+                LockError::LimitReached {
+                    permits: 2,
+                    waited: Some(_),
+                    ..
+                }
+            ),
+            "{waited:?}"
+        );
+        assert!(
+            waited
+                .to_string()
+                .starts_with("all 2 permits of `exports` are still taken after waiting"),
+            "{waited}"
+        );
+
+        let attributed = export_job(&locker).await.unwrap_err();
+        assert!(
+            matches!(attributed, LockError::LimitReached { permits: 2, .. }),
+            "{attributed:?}"
+        );
+
+        // A read-write lock is a lock: its refusal stays `Busy`.
+        let _writer = locker.rwlock("exports").write().await.expect("writer");
+        assert!(matches!(
+            locker.rwlock("exports").read().wait(Duration::ZERO).await,
+            Err(LockError::Busy { .. })
+        ));
+        for permit in held {
+            assert!(permit.release().await.expect("release"));
+        }
+    }
 }

@@ -22,13 +22,16 @@ pub(crate) struct Transactional {
     pool: Pool,
     /// Bounds every operation: a pooled connection has no response timeout of its own.
     command_timeout: Duration,
+    /// The server's URL without credentials, named when it cannot be reached.
+    address: Option<String>,
 }
 
 impl Transactional {
-    pub fn new(pool: Pool, command_timeout: Duration) -> Transactional {
+    pub fn new(pool: Pool, command_timeout: Duration, address: Option<String>) -> Transactional {
         Transactional {
             pool,
             command_timeout,
+            address,
         }
     }
 }
@@ -50,8 +53,16 @@ impl Backend for Transactional {
             let pool = self.pool.clone();
             let task_keys = keys.clone();
             let task_value = value.to_owned();
+            let address = self.address.clone();
             tokio::spawn(async move {
-                let result = acquire_once(&pool, &task_keys, &task_value, ttl, fencing).await;
+                let result = acquire_once(
+                    (&pool, address.as_deref()),
+                    &task_keys,
+                    &task_value,
+                    ttl,
+                    fencing,
+                )
+                .await;
                 let undo = matches!(result, Ok(Attempt::Acquired { .. })).then(|| Undo {
                     pool,
                     keys: task_keys,
@@ -73,7 +84,7 @@ impl Backend for Transactional {
 
     async fn release(&self, keys: &LockKeys, value: &str) -> Result<bool, LockError> {
         within(self.command_timeout, &keys.name, async {
-            let mut conn = checkout(&self.pool, &keys.name).await?;
+            let mut conn = checkout(&self.pool, &keys.name, self.address.as_deref()).await?;
             compare_and(&mut conn, keys, value, |pipe| {
                 pipe.del(&keys.lock)
                     .ignore()
@@ -87,7 +98,7 @@ impl Backend for Transactional {
 
     async fn extend(&self, keys: &LockKeys, value: &str, ttl: Duration) -> Result<bool, LockError> {
         within(self.command_timeout, &keys.name, async {
-            let mut conn = checkout(&self.pool, &keys.name).await?;
+            let mut conn = checkout(&self.pool, &keys.name, self.address.as_deref()).await?;
             compare_and(&mut conn, keys, value, |pipe| {
                 pipe.pexpire(&keys.lock, millis(ttl) as i64).ignore();
             })
@@ -103,7 +114,7 @@ impl Backend for Transactional {
 
 impl Transactional {
     async fn inspect_now(&self, keys: &LockKeys) -> Result<RawState, LockError> {
-        let mut conn = checkout(&self.pool, &keys.name).await?;
+        let mut conn = checkout(&self.pool, &keys.name, self.address.as_deref()).await?;
         let (value, pttl, fence): (Option<Vec<u8>>, i64, Option<u64>) = redis::pipe()
             .get(&keys.lock)
             .pttl(&keys.lock)
@@ -120,14 +131,14 @@ impl Transactional {
 }
 
 async fn acquire_once(
-    pool: &Pool,
+    (pool, address): (&Pool, Option<&str>),
     keys: &LockKeys,
     value: &str,
     ttl: Duration,
     fencing: bool,
 ) -> Result<Attempt, LockError> {
     let redis_err = |err| LockError::from_redis(&keys.name, &keys.lock, err);
-    let mut conn = checkout(pool, &keys.name).await?;
+    let mut conn = checkout(pool, &keys.name, address).await?;
     for _ in 0..MAX_OPTIMISTIC_RETRIES {
         // WATCH and the look at the key travel together; GET raises WRONGTYPE on a foreign
         // value, so such a key is an error, never "free".
@@ -256,7 +267,7 @@ impl Drop for Undo {
         let keys = self.keys.clone();
         let value = std::mem::take(&mut self.value);
         runtime.spawn(async move {
-            if let Ok(mut conn) = checkout(&pool, &keys.name).await {
+            if let Ok(mut conn) = checkout(&pool, &keys.name, None).await {
                 let _ = compare_and(&mut conn, &keys, &value, |pipe| {
                     pipe.del(&keys.lock).ignore();
                 })

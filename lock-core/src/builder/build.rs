@@ -13,6 +13,7 @@ use crate::connection::notifier::Notifier;
 use crate::connection::shared::{SharedConnection, Source};
 use crate::engine::{Engine, Settings};
 use crate::key::{validate_ttl, validate_wait};
+use crate::redact::redact_url;
 use crate::token::{bound_label, default_label};
 use crate::{LockError, Locker};
 
@@ -39,7 +40,7 @@ impl LockerBuilder {
                 "pubsub_client is for a locker on a pool; other lockers open their own".into(),
             ));
         }
-        let (pool, notifier) = match store {
+        let (pool, notifier, address) = match store {
             Store::Memory => {
                 let backend = AnyBackend::Memory(Memory::default());
                 return Ok(assemble(backend, settings, None, true));
@@ -47,7 +48,7 @@ impl LockerBuilder {
             Store::Pool(pool) => {
                 let notifier =
                     pubsub_client.map(|client| Notifier::new(client, own_channel(&settings)));
-                (pool, notifier)
+                (pool, notifier, None)
             }
             Store::Redlock(urls) => return self.build_redlock(&urls, settings),
             #[cfg(feature = "cluster")]
@@ -61,21 +62,23 @@ impl LockerBuilder {
                     std::env::var(REDIS_URL_ENV).unwrap_or_else(|_| DEFAULT_REDIS_URL.to_owned());
                 let (pool, dial) =
                     connect::pool(&url, self.pool_size, self.command_timeout, &self.tls)?;
-                (pool, Some(Notifier::new(dial, own_channel(&settings))))
+                let notifier = Some(Notifier::new(dial, own_channel(&settings)));
+                (pool, notifier, Some(redact_url(&url)))
             }
             Store::Url(url) => {
                 let (pool, dial) =
                     connect::pool(&url, self.pool_size, self.command_timeout, &self.tls)?;
-                (pool, Some(Notifier::new(dial, own_channel(&settings))))
+                let notifier = Some(Notifier::new(dial, own_channel(&settings)));
+                (pool, notifier, Some(redact_url(&url)))
             }
         };
         let backend = match self.protocol {
             Protocol::Scripts => AnyBackend::Scripted(Scripted::new(
-                SharedConnection::new(Source::Pool(pool), settings.command_timeout),
+                SharedConnection::new(Source::Pool(pool), settings.command_timeout, address),
                 self.script_mode,
             )),
             Protocol::Transactions => {
-                AnyBackend::Transaction(Transactional::new(pool, settings.command_timeout))
+                AnyBackend::Transaction(Transactional::new(pool, settings.command_timeout, address))
             }
         };
         Ok(assemble(backend, settings, notifier, commands_bounded))
@@ -105,7 +108,11 @@ impl LockerBuilder {
             first_dial.get_or_insert(dial);
             nodes.push(
                 Scripted::new(
-                    SharedConnection::new(Source::Pool(pool), self.command_timeout),
+                    SharedConnection::new(
+                        Source::Pool(pool),
+                        self.command_timeout,
+                        Some(redact_url(url)),
+                    ),
                     self.script_mode,
                 )
                 .announcing_every_release(),
@@ -128,7 +135,11 @@ impl LockerBuilder {
         // releases; if that node goes, waiters fall back to timed retries.
         let (client, dial) = connect::cluster(seeds, self.command_timeout, &self.tls)?;
         let notifier = dial.map(|dial| Notifier::new(dial, own_channel(&settings)));
-        let conn = SharedConnection::new(Source::Cluster(Box::new(client)), self.command_timeout);
+        let conn = SharedConnection::new(
+            Source::Cluster(Box::new(client)),
+            self.command_timeout,
+            None,
+        );
         let backend = AnyBackend::Scripted(Scripted::new(conn, self.script_mode));
         Ok(assemble(backend, settings, notifier, true))
     }
@@ -155,7 +166,7 @@ impl LockerBuilder {
             client,
             config: Box::new(config),
         };
-        let conn = SharedConnection::new(source, self.command_timeout);
+        let conn = SharedConnection::new(source, self.command_timeout, None);
         let backend = AnyBackend::Scripted(Scripted::new(conn, self.script_mode));
         Ok(assemble(backend, settings, Some(notifier), true))
     }
@@ -178,7 +189,7 @@ impl LockerBuilder {
     /// A locker on `pool` with these settings and no notifier: its waiters poll.
     pub(super) fn pool_locker(self, pool: Pool) -> Locker {
         let settings = self.settings();
-        let conn = SharedConnection::new(Source::Pool(pool), settings.command_timeout);
+        let conn = SharedConnection::new(Source::Pool(pool), settings.command_timeout, None);
         let backend = AnyBackend::Scripted(Scripted::new(conn, self.script_mode));
         assemble(backend, settings, None, false)
     }

@@ -83,12 +83,98 @@ impl Dial {
     }
 }
 
+/// The form of a Redis URL, for messages about one that is not.
+const URL_FORM: &str = "expected redis://[user:password@]host:port/db, for example \
+                        redis://127.0.0.1:6379/0 (rediss:// for TLS, \
+                        redis+unix:///path/to/redis.sock for a local socket)";
+
+/// The schemes redis-rs opens.
+const SCHEMES: [&str; 7] = [
+    "redis",
+    "rediss",
+    "valkey",
+    "valkeys",
+    "unix",
+    "redis+unix",
+    "valkey+unix",
+];
+
+/// What is wrong with `url` as a Redis URL, said before redis-rs's parser (whose error
+/// says only "InvalidClientConfig"); `None` when its scheme and host look right.
+pub(crate) fn url_problem(url: &str) -> Option<String> {
+    let shown = redact_url(url);
+    let trimmed = url.trim();
+    if trimmed.is_empty() {
+        return Some(format!("invalid Redis URL \"\": it is empty; {URL_FORM}"));
+    }
+    let Some((scheme, rest)) = trimmed.split_once("://") else {
+        let guess = if trimmed.contains(['/', ' ', '@']) {
+            String::new()
+        } else {
+            format!(" (write redis://{trimmed}/)")
+        };
+        return Some(format!(
+            "invalid Redis URL {shown:?}: it has no scheme{guess}; {URL_FORM}"
+        ));
+    };
+    let scheme = scheme.to_ascii_lowercase();
+    if !SCHEMES.contains(&scheme.as_str()) {
+        let why = if scheme.starts_with("http") {
+            " (Redis does not speak HTTP)"
+        } else {
+            ""
+        };
+        return Some(format!(
+            "invalid Redis URL {shown:?}: its scheme `{scheme}` is not Redis's{why}; \
+             {URL_FORM}"
+        ));
+    }
+    if scheme.ends_with("unix") {
+        return None;
+    }
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, hp)| hp);
+    let (host, port) = match host_port.rsplit_once(':') {
+        // `[::1]` alone: the colons are the IPv6 address's.
+        Some((host, port)) if !host_port.ends_with(']') => (host, Some(port)),
+        _ => (host_port, None),
+    };
+    if host.is_empty() {
+        return Some(format!(
+            "invalid Redis URL {shown:?}: it names no host; {URL_FORM}"
+        ));
+    }
+    if let Some(port) = port {
+        if !port.parse::<u16>().is_ok_and(|port| port > 0) {
+            return Some(format!(
+                "invalid Redis URL {shown:?}: its port `{port}` is not a number from 1 to 65535; \
+                 {URL_FORM}"
+            ));
+        }
+    }
+    None
+}
+
+/// The configuration error for a URL that redis-rs refused: what is wrong when it can be
+/// told, redis-rs's reason otherwise, and the form expected.
+fn bad_url(url: &str, err: &redis::RedisError) -> LockError {
+    LockError::Config(url_problem(url).unwrap_or_else(|| {
+        format!(
+            "invalid Redis URL {:?} ({err}); {URL_FORM}",
+            redact_url(url)
+        )
+    }))
+}
+
 /// A client for `url`, with the TLS settings applied when there are any, and where its
 /// pub/sub connection is opened.
 fn client(
     url: &str,
     tls: &TlsSetting,
 ) -> Result<(redis::Client, Dial, AsyncConnectionConfig), LockError> {
+    if let Some(problem) = url_problem(url) {
+        return Err(LockError::Config(problem));
+    }
     let config = AsyncConnectionConfig::new();
     #[cfg(feature = "tls-rustls")]
     if let Some(tls) = &tls.config {
@@ -103,9 +189,7 @@ fn client(
         });
     }
     let _ = tls;
-    let client = redis::Client::open(url).map_err(|err| {
-        LockError::Config(format!("cannot use Redis URL {:?}: {err}", redact_url(url)))
-    })?;
+    let client = redis::Client::open(url).map_err(|err| bad_url(url, &err))?;
     Ok((client.clone(), Dial::Client(client), config))
 }
 
@@ -125,9 +209,7 @@ pub(crate) fn pool(
         .set_connection_timeout(Some(timeout))
         .set_response_timeout(Some(timeout));
     let manager = Manager::new_with_config(client.get_connection_info().clone(), connection)
-        .map_err(|err| {
-            LockError::Config(format!("cannot use Redis URL {:?}: {err}", redact_url(url)))
-        })?;
+        .map_err(|err| bad_url(url, &err))?;
     let mut config = PoolConfig::default();
     if let Some(size) = size {
         config.max_size = size.max(1);
@@ -159,6 +241,9 @@ pub(crate) fn cluster(
     tls: &TlsSetting,
 ) -> Result<(redis::cluster::ClusterClient, Option<Dial>), LockError> {
     tls.refuse_server_name("a Redis Cluster")?;
+    if let Some(problem) = seeds.iter().find_map(|seed| url_problem(seed)) {
+        return Err(LockError::Config(format!("a cluster seed: {problem}")));
+    }
     #[allow(unused_mut)]
     let mut builder = redis::cluster::ClusterClient::builder(seeds.to_vec())
         .connection_timeout(timeout)
@@ -198,6 +283,9 @@ pub(crate) fn sentinel(
     use redis::IntoConnectionInfo as _;
 
     tls.refuse_server_name("Sentinel")?;
+    if let Some(problem) = sentinels.iter().find_map(|url| url_problem(url)) {
+        return Err(LockError::Config(format!("a Sentinel: {problem}")));
+    }
     let bad =
         |err: redis::RedisError| LockError::Config(format!("cannot use the sentinels: {err}"));
     let infos = sentinels
@@ -241,4 +329,52 @@ pub(crate) fn sentinel(
         SentinelClient::build(infos, master, None, SentinelServerType::Master).map_err(bad)?
     };
     Ok(Arc::new(tokio::sync::Mutex::new(client)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn url_problems_say_what_is_wrong() {
+        let cases = [
+            ("", "is empty"),
+            (
+                "127.0.0.1:6379",
+                "has no scheme (write redis://127.0.0.1:6379/)",
+            ),
+            (
+                "http://127.0.0.1:6379/",
+                "scheme `http` is not Redis's (Redis does not speak HTTP)",
+            ),
+            ("redis://:6379/", "names no host"),
+            ("redis://u:pw@/0", "names no host"),
+            ("redis://h:99999999/", "port `99999999`"),
+            ("redis://h:0/", "port `0`"),
+        ];
+        for (url, expected) in cases {
+            let problem = url_problem(url).unwrap_or_else(|| panic!("{url:?} accepted"));
+            assert!(problem.contains(expected), "{url:?}: {problem}");
+            assert!(
+                problem.starts_with("invalid Redis URL"),
+                "{url:?}: {problem}"
+            );
+            assert!(
+                problem.contains("redis://127.0.0.1:6379/0"),
+                "{url:?}: {problem}"
+            );
+            assert!(!problem.contains("pw"), "{url:?}: {problem}");
+        }
+        for url in [
+            "redis://127.0.0.1:6379/",
+            "redis://h",
+            "rediss://u:p@h:6380/2",
+            "redis://[::1]:6379/",
+            "redis://[::1]",
+            "redis+unix:///tmp/r.sock",
+            "unix:///tmp/r.sock",
+        ] {
+            assert_eq!(url_problem(url), None, "{url}");
+        }
+    }
 }

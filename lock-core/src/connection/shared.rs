@@ -12,7 +12,7 @@
 use std::sync::{Arc, PoisonError, RwLock, RwLockWriteGuard};
 use std::time::Duration;
 
-use deadpool_redis::{Connection, Pool};
+use deadpool_redis::{Connection, Pool, PoolError, TimeoutType};
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::{Cmd, Pipeline, RedisFuture, Value};
 
@@ -85,6 +85,8 @@ struct Inner {
     /// Deadline for opening a connection (the pool's own timeouts may be unset when the
     /// user built the pool).
     connect_timeout: Duration,
+    /// The server's URL without credentials, for messages (unknown for a user's pool).
+    address: Option<String>,
     current: RwLock<Option<Slot>>,
     /// Serialises reconnects so that a burst of failures opens one new connection, not one
     /// per waiting task.
@@ -105,11 +107,17 @@ pub(crate) struct Lent {
 }
 
 impl SharedConnection {
-    pub fn new(source: Source, connect_timeout: Duration) -> SharedConnection {
+    /// `address` is the server's URL without credentials, named when it cannot be reached.
+    pub fn new(
+        source: Source,
+        connect_timeout: Duration,
+        address: Option<String>,
+    ) -> SharedConnection {
         SharedConnection {
             inner: Arc::new(Inner {
                 source,
                 connect_timeout,
+                address,
                 current: RwLock::new(None),
                 reconnect: tokio::sync::Mutex::new(()),
             }),
@@ -197,7 +205,9 @@ impl SharedConnection {
 
     async fn open(&self, name: &str) -> Result<Conn, LockError> {
         match &self.inner.source {
-            Source::Pool(pool) => Ok(Conn::Single(Connection::take(checkout(pool, name).await?))),
+            Source::Pool(pool) => Ok(Conn::Single(Connection::take(
+                checkout(pool, name, self.inner.address.as_deref()).await?,
+            ))),
             #[cfg(feature = "cluster")]
             Source::Cluster(client) => client
                 .get_async_connection()
@@ -228,18 +238,74 @@ impl SharedConnection {
 fn cannot_connect(name: &str, err: redis::RedisError) -> LockError {
     LockError::Connection {
         name: name.to_owned(),
-        reason: format!("cannot connect: {err}"),
+        reason: cannot_open(&err, "the server"),
         source: Some(Box::new(err)),
     }
 }
 
 /// A pooled connection of its own, for commands that need connection state (WATCH).
-pub(crate) async fn checkout(pool: &Pool, name: &str) -> Result<Connection, LockError> {
+/// `address` (the URL without credentials) is named when the server cannot be reached.
+pub(crate) async fn checkout(
+    pool: &Pool,
+    name: &str,
+    address: Option<&str>,
+) -> Result<Connection, LockError> {
     pool.get().await.map_err(|err| LockError::Connection {
         name: name.to_owned(),
-        reason: format!("no Redis connection: {err}"),
+        reason: no_connection(&err, address),
         source: Some(Box::new(err)),
     })
+}
+
+/// Why the pool gave no connection, in words that say what happened at which server (not
+/// the pool's "Error occurred while creating a new object").
+pub(crate) fn no_connection(err: &PoolError, address: Option<&str>) -> String {
+    let at = address.map_or_else(
+        || "the Redis server".to_owned(),
+        |address| format!("the server at {address}"),
+    );
+    match err {
+        PoolError::Backend(err) => cannot_open(err, &at),
+        PoolError::Timeout(TimeoutType::Wait) => {
+            "no pooled connection came free in time: raise the pool size or the command \
+             timeout"
+                .to_owned()
+        }
+        PoolError::Timeout(_) => format!("{at} did not answer in time while connecting"),
+        PoolError::Closed => "the connection pool was closed".to_owned(),
+        PoolError::NoRuntimeSpecified => {
+            "the connection pool has no async runtime: build it with Runtime::Tokio1".to_owned()
+        }
+        PoolError::PostCreateHook(err) => {
+            format!("the pool's post-create hook refused a new connection to {at}: {err}")
+        }
+    }
+}
+
+/// Why a connection to `at` (`the server at <url>`) could not be opened.
+pub(crate) fn cannot_open(err: &redis::RedisError, at: &str) -> String {
+    use redis::ErrorKind;
+    if err.is_connection_refusal() {
+        return format!(
+            "{at} refused the connection: nothing listens there (is Redis running, on that host \
+             and port?)"
+        );
+    }
+    if err.is_timeout() {
+        return format!("{at} could not be reached in time ({err})");
+    }
+    match err.kind() {
+        ErrorKind::Parse | ErrorKind::UnexpectedReturnType => format!(
+            "{at} does not speak the Redis protocol: its first answer was not a Redis reply \
+             (an HTTP server or proxy on that port, a TLS server behind a redis:// URL, or \
+             another service?)"
+        ),
+        ErrorKind::AuthenticationFailed => {
+            format!("{at} refused the credentials ({err}): check the user and password in the URL")
+        }
+        ErrorKind::Io => format!("{at} could not be reached: {err}"),
+        _ => format!("cannot open a connection to {at}: {err}"),
+    }
 }
 
 /// A poisoned lock here only means another thread panicked while swapping a connection

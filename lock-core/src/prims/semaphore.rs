@@ -48,7 +48,9 @@ pub const MAX_PERMITS: u64 = 1_000_000;
 /// let exports = locker.semaphore("exports", 2); // at most 2 exports at once, fleet-wide
 /// let first = exports.acquire().ttl(Duration::from_secs(30)).await?;
 /// let second = exports.acquire().await?;
-/// assert!(exports.try_acquire(Duration::from_secs(30)).await.is_err()); // both taken
+/// let refused = exports.try_acquire(Duration::from_secs(30)).await.unwrap_err();
+/// assert!(matches!(refused, lock_core::LockError::LimitReached { permits: 2, .. }));
+/// assert!(refused.to_string().starts_with("all 2 permits of `exports` are taken"));
 /// first.release().await?;
 /// let third = exports.acquire().auto_renew().await?; // the freed permit
 /// assert_eq!(exports.holders().await?.holders.len(), 2);
@@ -88,7 +90,8 @@ impl Semaphore {
     }
 
     /// A request for one permit: set `.ttl(..)`, `.wait(..)`, `.auto_renew()`, then
-    /// `.await` it.
+    /// `.await` it. No permit free (within the wait) is [`LockError::LimitReached`], "all N
+    /// permits of `name` are taken" (see [`LockError`]'s rule).
     pub fn acquire(&self) -> PermitRequest {
         PermitRequest {
             semaphore: self.clone(),
@@ -96,8 +99,8 @@ impl Semaphore {
         }
     }
 
-    /// Tries once to take a permit for `ttl`; [`LockError::Busy`] if all are held (or
-    /// requests are queued ahead).
+    /// Tries once to take a permit for `ttl`; [`LockError::LimitReached`] (with `waited:
+    /// None`) if all are held, or requests are queued ahead.
     pub async fn try_acquire(&self, ttl: Duration) -> Result<Permit, LockError> {
         self.acquire().ttl(ttl).wait(Duration::ZERO).await
     }
@@ -158,7 +161,10 @@ impl IntoFuture for PermitRequest {
             let PermitRequest { semaphore, options } = self;
             let ask = semaphore.ask()?;
             let keys = semaphore.keys()?;
-            let guard = take(semaphore.env, keys, ask, options).await?;
+            let permits = semaphore.permits;
+            let guard = take(semaphore.env, keys, ask, options)
+                .await
+                .map_err(|err| err.into_limit(permits))?;
             Ok(Permit { guard })
         })
     }

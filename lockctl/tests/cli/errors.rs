@@ -57,10 +57,21 @@ fn bad_durations_urls_and_names_are_usage_errors() {
     }
     let long = "x".repeat(513);
     assert_clean_failure(&run(&server, &["status", &long]), 64);
-    for url in ["http://example", "not a url", "redis://:99999999/"] {
+    for (url, why) in [
+        ("http://example", "its scheme `http` is not Redis's"),
+        ("not a url", "it has no scheme"),
+        ("127.0.0.1:6379", "write redis://127.0.0.1:6379/"),
+        ("redis://:99999999/", "it names no host"),
+        ("redis://h:99999999/", "its port `99999999`"),
+    ] {
         let ran = at(url, &["list"]);
         assert_clean_failure(&ran, 64);
         assert!(ran.stderr.contains("invalid Redis URL"), "{url}: {ran:#?}");
+        assert!(ran.stderr.contains(why), "{url}: {ran:#?}");
+        assert!(
+            ran.stderr.contains("redis://127.0.0.1:6379/0"),
+            "the form expected: {ran:#?}"
+        );
     }
     let secret = at("redis://user:hunter2@127.0.0.1:99999999/", &["list"]);
     assert!(!secret.stderr.contains("hunter2"), "{secret:#?}");

@@ -86,7 +86,7 @@ async fn status_shows_holder_ttl_and_fencing_counter() {
         assert!(lease.release().await.unwrap());
     }
     let free = run(&server, &["status", NAMES[1]]);
-    assert_eq!(free.code, Some(0));
+    assert_eq!(free.code, Some(1), "a free lock exits 1: {free:#?}");
     assert!(free.stdout.contains("state     free\n"), "{free:#?}");
     assert!(
         free.stdout.contains("fencing   1\n"),

@@ -2,6 +2,7 @@
 
 mod errors;
 mod inspect;
+mod operator;
 mod permits;
 mod queue;
 mod run;

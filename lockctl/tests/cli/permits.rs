@@ -67,7 +67,11 @@ fn no_permit_free_gives_the_conflict_code() {
         &["run", "--key", "jobs", "--permits", "1", "--", "true"],
     );
     assert_clean_failure(&busy, 75);
-    assert!(busy.stderr.contains("`jobs` is busy"), "{busy:#?}");
+    assert!(
+        busy.stderr
+            .contains("all 1 permits of `jobs` are taken (held by lockctl/sleep@"),
+        "{busy:#?}"
+    );
     let both = run(
         &server,
         &[

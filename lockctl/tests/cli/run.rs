@@ -111,7 +111,7 @@ fn busy_lock_gives_the_conflict_code_and_names_the_holder() {
     assert!(!exists(&server, "lock:{report}"));
 }
 
-/// With --renew, deleting the key (as `release --force` or an operator would) is noticed
+/// With renewal (the default), deleting the key (as `release --force` or an operator would) is noticed
 /// at the next renewal: the command is stopped and lockctl exits with the lost code.
 #[test]
 fn deleted_lock_kills_the_command() {
@@ -119,7 +119,7 @@ fn deleted_lock_kills_the_command() {
     let dir = tempfile::tempdir().unwrap();
     let pid_file = dir.path().join("pid");
     let mut child = lockctl(&server)
-        .args(["run", "--key", "import", "--ttl", "600ms", "--renew", "--"])
+        .args(["run", "--key", "import", "--ttl", "600ms", "--"])
         .args(["sh", "-c", "echo $$ > \"$PID_FILE\"; exec sleep 60"])
         .env("PID_FILE", &pid_file)
         .stderr(Stdio::piped())
@@ -142,14 +142,24 @@ fn deleted_lock_kills_the_command() {
     );
 }
 
-/// Without --renew, a command that outlives --ttl is stopped; SIGKILL follows SIGTERM when
+/// With --no-renew, a command that outlives --ttl is stopped; SIGKILL follows SIGTERM when
 /// the command ignores it.
 #[test]
 fn command_outliving_its_ttl_is_stopped() {
     let server = RedisServer::start();
     let overran = run(
         &server,
-        &["run", "--key", "t", "--ttl", "300ms", "--", "sleep", "30"],
+        &[
+            "run",
+            "--key",
+            "t",
+            "--ttl",
+            "300ms",
+            "--no-renew",
+            "--",
+            "sleep",
+            "30",
+        ],
     );
     assert_clean_failure(&overran, 79);
     assert!(
@@ -165,6 +175,7 @@ fn command_outliving_its_ttl_is_stopped() {
             "t",
             "--ttl",
             "300ms",
+            "--no-renew",
             "--kill-after",
             "300ms",
             "--lost-exit-code",
@@ -185,6 +196,7 @@ fn command_outliving_its_ttl_is_stopped() {
             "t",
             "--ttl",
             "200ms",
+            "--no-renew",
             "--on-lost",
             "ignore",
             "--",
@@ -339,13 +351,14 @@ fn the_holder_label_names_the_command_or_the_app() {
     wait_for(&mut holder, "holder");
 }
 
-/// Without --renew, lockctl still looks every ttl/3: a removed lock stops the command long
+/// With --no-renew, lockctl still looks every ttl/3: a removed lock stops the command long
 /// before the TTL would.
 #[test]
 fn deleted_lock_is_noticed_without_renewal_too() {
     let server = RedisServer::start();
     let mut child = lockctl(&server)
-        .args(["run", "--key", "export", "--ttl", "1m", "--", "sleep", "60"])
+        .args(["run", "--key", "export", "--ttl", "1m", "--no-renew", "--"])
+        .args(["sleep", "60"])
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
