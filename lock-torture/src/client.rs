@@ -558,7 +558,9 @@ fn lease_valid_until(lease: &Guard) -> Nanos {
 /// How an acquire failure is counted.
 pub fn fail_kind(err: &LockError) -> FailKind {
     match err {
-        LockError::Busy { .. } | LockError::Timeout { .. } => FailKind::Contention,
+        LockError::Busy { .. } | LockError::Timeout { .. } | LockError::LimitReached { .. } => {
+            FailKind::Contention
+        }
         LockError::Connection { .. } => FailKind::Connection,
         LockError::NoQuorum { .. } => FailKind::NoQuorum,
         LockError::WrongType { .. } => FailKind::WrongType,

@@ -55,6 +55,7 @@
 #![warn(missing_docs)]
 
 pub mod book;
+#[cfg(feature = "chart")]
 pub mod chart;
 pub mod checks;
 mod error;

@@ -6,13 +6,13 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context as _};
+use anyhow::bail;
 use clap::{Parser, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use lock_tests::discover::{self, redact};
 use marketplace::report::{Report, ReportRow};
 use marketplace::sim::{run_row, BOOK_CONFIGS};
-use marketplace::{chart, Mode, RowConfig, Seed, Stop};
+use marketplace::{Mode, RowConfig, Seed, Stop};
 
 /// Runs the marketplace of Redis in Action chapter 6 and prints the book's tables 6.2 and 6.3
 /// with our figures beside the book's.
@@ -61,7 +61,8 @@ struct Cli {
     #[arg(long)]
     json: bool,
 
-    /// Also draw the comparison with the book as a PNG.
+    /// Also draw the comparison with the book as a PNG (needs the `chart` feature:
+    /// `cargo run --release -p marketplace --features chart -- --chart market.png`).
     #[arg(long, value_name = "PNG")]
     chart: Option<PathBuf>,
 
@@ -135,8 +136,30 @@ fn main() -> ExitCode {
     }
 }
 
+#[cfg(feature = "chart")]
+fn draw_chart(report: &Report, path: &std::path::Path) -> anyhow::Result<()> {
+    use anyhow::Context as _;
+    marketplace::chart::draw(report, path).with_context(|| format!("drawing {}", path.display()))
+}
+
+#[cfg(not(feature = "chart"))]
+fn draw_chart(_: &Report, _: &std::path::Path) -> anyhow::Result<()> {
+    bail!("{CHART_FEATURE}")
+}
+
+/// What to do when `--chart` is asked of a build without it.
+#[cfg(not(feature = "chart"))]
+const CHART_FEATURE: &str = "--chart needs the `chart` feature, which this build lacks \
+    (it compiles plotters and a font): cargo run --release -p marketplace --features chart -- \
+    --chart market.png";
+
 /// Runs every row; `Ok(false)` when a row broke an invariant.
 async fn run(cli: Cli) -> anyhow::Result<bool> {
+    // Before the rows run, not a minute later.
+    #[cfg(not(feature = "chart"))]
+    if cli.chart.is_some() {
+        bail!("{CHART_FEATURE}");
+    }
     let rows = plan(&cli);
     for row in &rows {
         row.validate()?;
@@ -172,7 +195,7 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
         print!("{}", report.to_table());
     }
     if let Some(path) = &cli.chart {
-        chart::draw(&report, path).with_context(|| format!("drawing {}", path.display()))?;
+        draw_chart(&report, path)?;
         eprintln!("chart written to {}", path.display());
     }
     if !report.passed() {
