@@ -2,12 +2,8 @@
 //! is in `builder`.
 
 use std::fmt;
-use std::future::Future;
-use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
-
-use futures_util::FutureExt as _;
 
 use crate::backend::Backend as _;
 use crate::engine::Engine;
@@ -76,62 +72,6 @@ impl Locker {
             .wait(Duration::ZERO)
             .acquire()
             .await
-    }
-
-    /// Runs `work` while holding `name` (waiting up to the locker's default wait), without
-    /// renewal, and releases the lock on every path: normal completion, an error inside
-    /// `work`, or a panic (which is resumed after the release). If the lease was lost while
-    /// `work` ran, the result is [`LockError::Lost`].
-    ///
-    /// Deprecated: `work`'s own `Result` ends up nested in the lock's, it gets neither its
-    /// lease nor renewal, and a loss replaces its output. [`Locker::using`] is the same
-    /// with the lease passed to a closure, renewal on, one `?` for both kinds of error, and
-    /// the lost-lease rule of `#[redis_locked]`:
-    ///
-    /// ```
-    /// # use lock_core::{Locker, LockError};
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), LockError> {
-    /// let locker = Locker::memory();
-    /// // Before: locker.with_lock("nightly-report", ttl, async { 40 + 2 }).await?
-    /// let total = locker
-    ///     .using("nightly-report", |_lease| async { Ok::<_, LockError>(40 + 2) })
-    ///     .await?;
-    /// assert_eq!(total, 42);
-    /// # Ok(())
-    /// # }
-    /// ```
-    #[deprecated(
-        since = "0.1.0",
-        note = "use `locker.lock(name).ttl(ttl).using(|lease| async { .. })`: the work gets its lease, is renewed, and composes with `?`"
-    )]
-    pub async fn with_lock<F>(
-        &self,
-        name: impl Into<String>,
-        ttl: Duration,
-        work: F,
-    ) -> Result<F::Output, LockError>
-    where
-        F: Future,
-    {
-        let lease = self.lock(name).ttl(ttl).acquire().await?;
-        let outcome = AssertUnwindSafe(work).catch_unwind().await;
-        let name = lease.name().to_owned();
-        let released = lease.release().await;
-        let output = match outcome {
-            Ok(output) => output,
-            Err(panic) => std::panic::resume_unwind(panic),
-        };
-        match released {
-            Ok(true) => Ok(output),
-            Ok(false) => Err(LockError::Lost { name }),
-            Err(err) => {
-                // The work is done and the lock was ours; only the courtesy release failed,
-                // and the TTL will free the lock.
-                tracing::warn!(%name, %err, "release after with_lock failed; the TTL will free the lock");
-                Ok(output)
-            }
-        }
     }
 
     /// Who holds `name` right now, if anyone: holder label, remaining TTL and the fencing

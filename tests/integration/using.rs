@@ -29,7 +29,7 @@ fn on(server: &RedisServer) -> Locker {
 }
 
 /// One `?` for the value, the lock's errors and the work's: the shape node-redlock users
-/// expect, and what `with_lock` could not give.
+/// expect.
 async fn report(locker: &Locker) -> Result<u64, AppError> {
     let rows = locker
         .lock("report")
@@ -197,27 +197,5 @@ async fn a_panic_is_resumed_after_the_release() {
             .expect("inspect")
             .is_none(),
         "released before the panic was resumed"
-    );
-}
-
-/// `with_lock` (deprecated for `using`) keeps its documented behaviour: no renewal, and a
-/// lost lease turns the work's output into `Err(Lost)`.
-#[allow(deprecated)]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn with_lock_still_works_as_documented() {
-    let locker = Locker::memory();
-    let total = locker
-        .with_lock("old", 30 * SECOND, async { 40 + 2 })
-        .await
-        .expect("with_lock");
-    assert_eq!(total, 42);
-    let overrun = locker
-        .with_lock("old", Duration::from_millis(100), async {
-            tokio::time::sleep(Duration::from_millis(300)).await;
-        })
-        .await;
-    assert!(
-        matches!(overrun, Err(LockError::Lost { .. })),
-        "{overrun:?}"
     );
 }
