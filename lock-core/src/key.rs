@@ -57,7 +57,7 @@ impl LockKeys {
     /// `<prefix>{<name>}:released`: the pub/sub channel releases are announced on. The
     /// release script derives the same name from the lock key itself.
     pub fn channel(&self) -> String {
-        crate::connection::notifier::channel_of(&self.lock)
+        format!("{}:released", self.lock)
     }
 }
 

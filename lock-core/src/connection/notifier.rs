@@ -23,11 +23,6 @@ use redis::aio::PubSubSink;
 use crate::connection::connect::Dial;
 use crate::signal::{parse_message, Wake};
 
-/// The channel a lock's releases are published on.
-pub(crate) fn channel_of(lock_key: &str) -> String {
-    format!("{lock_key}:released")
-}
-
 #[derive(Clone)]
 pub(crate) struct Notifier {
     inner: Arc<Inner>,
