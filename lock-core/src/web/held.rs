@@ -103,7 +103,10 @@ pub(crate) fn limit_problem(
     let name = err.name().unwrap_or_default();
     let mut problem = super::Problem::new(
         http::StatusCode::TOO_MANY_REQUESTS,
-        format!("at most {permits} requests for `{name}` run at once; retry later"),
+        format!(
+            "all {permits} permits of `{name}` are taken: at most {permits} requests for it run \
+             at once; retry later"
+        ),
     )
     .with_lock(name);
     if let Some(after) = err.retry_after() {

@@ -87,7 +87,12 @@ async fn over_the_limit_across_replicas_is_429_with_retry_after() {
         let problem = reply.json();
         assert_eq!(problem["status"], 429, "{problem}");
         assert_eq!(problem["lock"], "exports:acme", "{problem}");
-        assert!(problem["detail"].as_str().unwrap().contains("at most 3"));
+        let detail = problem["detail"].as_str().unwrap();
+        assert!(detail.contains("at most 3"), "{problem}");
+        assert!(
+            detail.starts_with("all 3 permits of `exports:acme` are taken"),
+            "{problem}"
+        );
     }
     assert_eq!(inside.most.load(Ordering::SeqCst), 3);
     // Another tenant has permits of its own.
@@ -177,6 +182,10 @@ fn assert_limited(reply: &super::client::Reply, lock: &str, permits: u64) {
     assert_eq!(problem["lock"], lock, "{problem}");
     let detail = problem["detail"].as_str().expect("detail");
     assert!(detail.contains(&format!("at most {permits}")), "{problem}");
+    assert!(
+        detail.starts_with(&format!("all {permits} permits of `{lock}` are taken")),
+        "{problem}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
