@@ -294,7 +294,7 @@ pub use current::current_lease;
 pub use duration::{parse_duration, DurationError};
 pub use error::LockError;
 pub use holder::Holder;
-pub use key::{MAX_NAME_LEN, MAX_TTL, MAX_WAIT, MIN_TTL};
+pub use key::{KeyLayout, MAX_NAME_LEN, MAX_TTL, MAX_WAIT, MIN_TTL, NAME_ESCAPE};
 pub use lease::{Lease, LeaseHandle};
 pub use locker::{LockInfo, Locker};
 pub use macro_support::{default_locker, set_default_locker};

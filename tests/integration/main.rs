@@ -6,6 +6,7 @@ mod contention;
 mod fast_path;
 mod fencing;
 mod harness;
+mod hostile_names;
 mod loss;
 mod multi;
 mod notified;

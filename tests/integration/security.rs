@@ -285,7 +285,9 @@ async fn hostile_names_round_trip_as_data(locker: &Locker, server: &RedisServer)
             .fencing()
             .await
             .unwrap_or_else(|err| panic!("{name:?}: {err}"));
-        let key = format!("lock:{{{name}}}");
+        // lock-core's key layout (a name beginning with `}` is stored after a NUL byte).
+        let key = lock_core::KeyLayout::new("lock:").lock_key(name);
+        assert_eq!(key, lease.key(), "{name:?}");
         let stored: Option<Vec<u8>> = redis::cmd("GET")
             .arg(key.as_bytes())
             .query_async(&mut conn)

@@ -137,3 +137,88 @@ impl Server {
         }
     }
 }
+
+/// Every script, lock and primitives: a script must declare in `KEYS` every key it touches
+/// (a Cluster routes a script by its declared keys and refuses keys of another slot; a key
+/// built inside the script escapes that check, and the key layout's tests). The one name a
+/// script may build from a key is the release channel, which is a pub/sub channel.
+#[cfg(test)]
+#[test]
+fn scripts_touch_only_declared_keys() {
+    let scripts = [
+        ("acquire.lua", include_str!("../scripts/acquire.lua")),
+        (
+            "acquire_queued.lua",
+            include_str!("../scripts/acquire_queued.lua"),
+        ),
+        ("extend.lua", include_str!("../scripts/extend.lua")),
+        (
+            "leave_queue.lua",
+            include_str!("../scripts/leave_queue.lua"),
+        ),
+        (
+            "mark_listened.lua",
+            include_str!("../scripts/mark_listened.lua"),
+        ),
+        (
+            "multi_acquire.lua",
+            include_str!("../scripts/multi_acquire.lua"),
+        ),
+        (
+            "permits_acquire.lua",
+            include_str!("../scripts/permits_acquire.lua"),
+        ),
+        (
+            "permits_extend.lua",
+            include_str!("../scripts/permits_extend.lua"),
+        ),
+        (
+            "permits_holders.lua",
+            include_str!("../scripts/permits_holders.lua"),
+        ),
+        (
+            "permits_lib.lua",
+            include_str!("../scripts/permits_lib.lua"),
+        ),
+        (
+            "permits_release.lua",
+            include_str!("../scripts/permits_release.lua"),
+        ),
+        ("queue.lua", include_str!("../scripts/queue.lua")),
+        (
+            "raise_fence.lua",
+            include_str!("../scripts/raise_fence.lua"),
+        ),
+        ("release.lua", include_str!("../scripts/release.lua")),
+        (
+            "release_listened.lua",
+            include_str!("../scripts/release_listened.lua"),
+        ),
+    ];
+    let mut found = Vec::new();
+    for (file, text) in scripts {
+        for (number, line) in text.lines().enumerate() {
+            let code = line.split("--").next().unwrap_or_default();
+            // A key name built by concatenation: `KEYS[1] .. ':q'`, or a key variable and a
+            // literal suffix (`lock .. ':fence'`).
+            let builds_from_key = code.contains("KEYS[")
+                && code.contains("..")
+                && code.split("KEYS[").skip(1).any(|after| {
+                    after
+                        .split_once(']')
+                        .is_some_and(|(_, rest)| rest.trim_start().starts_with(".."))
+                });
+            let suffixed = [":q'", ":qe'", ":fence'", ":sem'", ":rw'"]
+                .iter()
+                .any(|suffix| code.contains(&format!(".. '{}", &suffix[..])));
+            if (builds_from_key || suffixed) && !code.contains("':released'") {
+                found.push(format!("{file}:{}: {}", number + 1, line.trim()));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "scripts that build a key instead of declaring it in KEYS:\n{}",
+        found.join("\n")
+    );
+}

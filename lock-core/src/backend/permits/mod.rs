@@ -26,12 +26,13 @@ use crate::LockError;
 /// The capacity of a read-write lock: a writer weighs all of it, a reader one unit.
 pub(crate) const RW_CAPACITY: u64 = 1_000_000_000;
 
-/// The keys of one permit set, all under the name's hash tag.
+/// The keys of one permit set: the name's lock key and a suffix each, so all in the slot of
+/// the name's hash tag (see [`KeyLayout`](crate::KeyLayout)).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct PermitKeys {
     /// The name as the user gave it.
     pub name: String,
-    /// `<prefix>{<name>}:<kind>`: the holders (a sorted set).
+    /// `<lock key>:<kind>`: the holders (a sorted set).
     pub holders: String,
     /// `<holders>:q`: the waiters in arrival order.
     pub queue: String,
@@ -43,13 +44,20 @@ impl PermitKeys {
     /// `kind` tells semaphores (`sem`) and read-write locks (`rw`) of one name apart.
     pub fn new(prefix: &str, name: String, kind: &str) -> Result<PermitKeys, LockError> {
         crate::key::validate_name(&name)?;
-        let holders = format!("{prefix}{{{name}}}:{kind}");
-        Ok(PermitKeys {
+        Ok(PermitKeys::new_unchecked(prefix, name, kind))
+    }
+
+    /// [`PermitKeys::new`] without checking the name.
+    pub(crate) fn new_unchecked(prefix: &str, name: String, kind: &str) -> PermitKeys {
+        let mut holders = crate::key::lock_key(prefix, &name);
+        holders.push(':');
+        holders.push_str(kind);
+        PermitKeys {
             queue: format!("{holders}:q"),
             entries: format!("{holders}:qe"),
             holders,
             name,
-        })
+        }
     }
 
     /// What a waiter's turn messages are routed by: unique per waiting request.
