@@ -341,10 +341,11 @@ mod slots {
             queue.queue().to_owned(),
             queue.entries().to_owned(),
         ];
-        for kind in ["sem", "rw"] {
-            let permits =
-                crate::backend::permits::PermitKeys::new_unchecked(prefix, name.to_owned(), kind);
-            all.extend([permits.holders, permits.queue, permits.entries]);
+        // The semaphore's and read-write lock's keys (backend::permits checks that
+        // PermitKeys builds exactly these).
+        for kind in [":sem", ":rw"] {
+            let holders = format!("{}{kind}", keys.lock);
+            all.extend([format!("{holders}:q"), format!("{holders}:qe"), holders]);
         }
         all
     }

@@ -44,20 +44,15 @@ impl PermitKeys {
     /// `kind` tells semaphores (`sem`) and read-write locks (`rw`) of one name apart.
     pub fn new(prefix: &str, name: String, kind: &str) -> Result<PermitKeys, LockError> {
         crate::key::validate_name(&name)?;
-        Ok(PermitKeys::new_unchecked(prefix, name, kind))
-    }
-
-    /// [`PermitKeys::new`] without checking the name.
-    pub(crate) fn new_unchecked(prefix: &str, name: String, kind: &str) -> PermitKeys {
         let mut holders = crate::key::lock_key(prefix, &name);
         holders.push(':');
         holders.push_str(kind);
-        PermitKeys {
+        Ok(PermitKeys {
             queue: format!("{holders}:q"),
             entries: format!("{holders}:qe"),
             holders,
             name,
-        }
+        })
     }
 
     /// What a waiter's turn messages are routed by: unique per waiting request.
@@ -172,6 +167,27 @@ impl Store {
         match self {
             Store::Server(server) => redis::holders(server, keys).await,
             Store::Memory(memory) => Ok(memory.holders(keys)),
+        }
+    }
+}
+
+/// A permit set's keys are its name's lock key and a suffix each, so that they share the
+/// lock key's hash tag (key.rs's slot tests cover the lock keys and these suffixes).
+#[cfg(test)]
+#[test]
+fn permit_keys_are_the_lock_key_and_a_suffix() {
+    for (prefix, name) in [
+        ("lock:", "jobs"),
+        ("lock:", "}job"),
+        ("app{}:", "\0"),
+        ("{x}", "{}"),
+    ] {
+        let lock = crate::key::lock_key(prefix, name);
+        for kind in ["sem", "rw"] {
+            let keys = PermitKeys::new(prefix, name.to_owned(), kind).expect("a valid name");
+            assert_eq!(keys.holders, format!("{lock}:{kind}"));
+            assert_eq!(keys.queue, format!("{lock}:{kind}:q"));
+            assert_eq!(keys.entries, format!("{lock}:{kind}:qe"));
         }
     }
 }
