@@ -39,7 +39,9 @@ Environment:
     long_about = "Run commands under a fleet-wide Redis lock (like flock(1) across machines), and \
                   see and act on the locks that the lock-core library takes: who holds them, \
                   for how long, and what happens to them.\n\n\
-                  A lock named N is the Redis key <prefix>{N} holding <token>:<holder label>.",
+                  A lock named N is the Redis key <prefix>{N} holding <token>:<holder label> \
+                  (with a NUL byte before N when N begins with } or NUL, so that a Redis \
+                  Cluster keeps all of the lock's keys in one slot).",
     after_help = EXIT_CODES,
     arg_required_else_help = true
 )]

@@ -62,7 +62,7 @@ pub async fn run(target: &Target, args: RunArgs) -> Result<u8, Failure> {
     let lease = acquire(&locker, target, &args, &mut signals).await?;
 
     let key = match args.permits {
-        Some(_) => format!("{}{{{}}}:sem", target.prefix, args.key),
+        Some(_) => format!("{}:sem", target.keys(&args.key)?.lock),
         None => target.keys(&args.key)?.lock,
     };
     let mut child = match spawn(program, program_args, &args, &key, &lease) {
