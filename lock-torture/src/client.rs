@@ -77,6 +77,9 @@ pub struct ClientArgs {
     /// Number of lock names to pick from.
     #[arg(long, default_value_t = 3)]
     pub names: u32,
+    /// Which names (see [`crate::names`]).
+    #[arg(long, value_enum, default_value_t = crate::names::NameKind::Plain)]
+    pub name_kind: crate::names::NameKind,
     /// Lease TTL in milliseconds.
     #[arg(long, default_value_t = 200)]
     pub ttl_ms: u64,
@@ -232,12 +235,16 @@ async fn task_loop(ctx: Arc<Ctx>, task: u32) {
     let mut seq = 0u64;
     while !ctx.stopped() {
         let index = rng.u32(0..ctx.args.names.max(1));
-        let name = format!("torture:{index}");
+        let name = crate::names::name(index, ctx.args.name_kind);
         let profile = ctx.args.profile;
         let primitive = ctx.args.primitive;
         // Annotated functions with `permits` or `mode` do not expose their guard to the
         // body (no `current_lease()`): the other primitives' rounds are all imperative.
-        if primitive == Primitive::Mutex && profile.annotated_round(&mut rng) {
+        // Hostile names take no annotated rounds: their key template is `torture:{index}`.
+        if primitive == Primitive::Mutex
+            && ctx.args.name_kind == crate::names::NameKind::Plain
+            && profile.annotated_round(&mut rng)
+        {
             // One round in five goes through a `#[redis_locked]` function instead.
             nested::round(&ctx, &mut rng, task, &mut seq, index).await;
             continue;

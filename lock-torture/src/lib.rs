@@ -27,6 +27,7 @@ pub mod event;
 pub mod fault;
 pub mod ha;
 pub mod mode;
+pub mod names;
 pub mod primitive;
 pub mod profile;
 pub mod resource;

@@ -56,7 +56,7 @@ impl Primitive {
 
     /// The key holding `name`'s holders: a string (the lock) or a sorted set.
     pub fn holders_key(self, name: &str) -> String {
-        format!("lock:{{{name}}}{}", self.key_suffix())
+        format!("{}{}", crate::names::lock_key(name), self.key_suffix())
     }
 
     /// Whether the holders key is a sorted set of `<weight> <token>:<label>` members.

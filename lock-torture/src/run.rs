@@ -151,7 +151,7 @@ fn run_one(
     save_store(&dir.join("store.json"), &history.store)?;
     let report = check(&history, s.nodes as usize);
     let line = format!(
-        "topology={} mode={}{what} profile={} nodes={} clients={} tasks={} names={} ttl_ms={} seconds={} seed={} {}",
+        "topology={} mode={}{what} profile={} nodes={} clients={} tasks={} names={}{} ttl_ms={} seconds={} seed={} {}",
         s.topology.name(),
         mode.name(),
         s.profile.name(),
@@ -159,6 +159,10 @@ fn run_one(
         s.clients,
         s.tasks,
         s.names,
+        match s.name_kind {
+            crate::names::NameKind::Plain => "",
+            crate::names::NameKind::Hostile => " name_kind=hostile",
+        },
         s.ttl_ms,
         s.seconds,
         seed,

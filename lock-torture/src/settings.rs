@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 use crate::mode::Mode;
+use crate::names::NameKind;
 use crate::primitive::{Primitive, DEFAULT_PERMITS};
 use crate::profile::Profile;
 use crate::topology::Topology;
@@ -58,6 +59,12 @@ pub struct RunArgs {
     /// Lock names the clients contend for (default: 3; 64 with `--profile throughput`).
     #[arg(long)]
     pub names: Option<u32>,
+    /// Which names: `plain` (`torture:<i>`) or `hostile` (braces, key suffixes, spaces,
+    /// non-ASCII text, NUL bytes, long names: every key of a name must still share one
+    /// Cluster slot). Hostile runs take no `#[redis_locked]` rounds (their key template
+    /// is `torture:{index}`).
+    #[arg(long, value_enum, default_value_t = NameKind::Plain)]
+    pub name_kind: NameKind,
     /// Lease TTL in milliseconds (default: 200; 100 with `--profile throughput`).
     #[arg(long)]
     pub ttl_ms: Option<u64>,
@@ -99,6 +106,8 @@ pub struct Settings {
     pub tasks: u32,
     /// Lock names.
     pub names: u32,
+    /// Which names.
+    pub name_kind: NameKind,
     /// Lease TTL in ms.
     pub ttl_ms: u64,
     /// Protocol choice.
@@ -169,6 +178,7 @@ impl Settings {
             clients: args.clients.unwrap_or(p.clients()),
             tasks: args.tasks.unwrap_or(p.tasks()),
             names: args.names.unwrap_or(p.names()),
+            name_kind: args.name_kind,
             ttl_ms: args.ttl_ms.unwrap_or(p.ttl_ms()),
             protocol: args.protocol.unwrap_or(if p.scripts_only() {
                 Protocols::Scripts

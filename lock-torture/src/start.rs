@@ -29,7 +29,7 @@ pub fn start_rig(
     dir: &Path,
 ) -> Result<Rig, BoxError> {
     let store = RedisServer::start();
-    let names: Vec<String> = (0..s.names).map(|i| format!("torture:{i}")).collect();
+    let names: Vec<String> = crate::names::list(s.names, s.name_kind);
     let (nodes, ha) = match s.topology {
         Topology::Single | Topology::Redlock => {
             let mut nodes = Vec::new();
@@ -57,6 +57,8 @@ pub fn start_rig(
         store.url(),
         "--names".into(),
         s.names.to_string(),
+        "--name-kind".into(),
+        s.name_kind.name().into(),
         "--ttl-ms".into(),
         s.ttl_ms.to_string(),
         "--profile".into(),
@@ -135,6 +137,7 @@ pub fn start_rig(
         store,
         clients: Vec::new(),
         names: s.names,
+        name_kind: s.name_kind,
         primitive,
         spawner,
         reseed_fences: s.profile == Profile::Throughput,

@@ -117,9 +117,9 @@ pub fn poll(limit: Duration, mut what: impl FnMut() -> bool) -> Option<Nanos> {
     }
 }
 
-/// A lock name's keys: `lock:{name}` and its fencing counter.
+/// A lock name's key (lock-core's layout; its fencing counter is this and `:fence`).
 pub fn lock_key(name: &str) -> String {
-    format!("lock:{{{name}}}")
+    crate::names::lock_key(name)
 }
 
 /// The lease token in a lock key's value (`<token>:<holder label>`).
