@@ -222,7 +222,11 @@
 //! A lock named `N` lives at `<prefix>{N}` (default prefix `lock:`), its fencing counter at
 //! `<prefix>{N}:fence`, and its waiter queue, while someone waits, at `<prefix>{N}:q` and
 //! `<prefix>{N}:qe`. The braces are a Redis Cluster hash tag: every key of a lock shares a
-//! slot, and no lock name can collide with another lock's keys.
+//! slot, and no lock name can collide with another lock's keys. Any name works, whatever
+//! bytes it and the prefix hold: a name that begins with `}` (its hash tag would be empty,
+//! and Redis would hash each key whole) or with a NUL byte is stored after a NUL byte, and a
+//! prefix whose first `{` is directly followed by `}` gets a NUL byte between them;
+//! [`KeyLayout`] computes the keys, for tools that read them.
 //!
 //! # Inside
 //!

@@ -283,7 +283,10 @@ impl LockerBuilder {
         self
     }
 
-    /// Prefix of every lock key (default `lock:`). Keys are `<prefix>{<name>}`.
+    /// Prefix of every lock key (default `lock:`). Keys are `<prefix>{<name>}` (see
+    /// [`KeyLayout`](crate::KeyLayout): a prefix whose first `{` is directly followed by `}`
+    /// is stored with a NUL byte between them, so that a Cluster hash tag is never empty; a
+    /// prefix with a complete hash tag, such as `{locks}:`, puts every lock in one slot).
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
         self.prefix = prefix.into();
         self
