@@ -206,8 +206,13 @@ pub(super) async fn acquire_queued(
 /// Which releases take the release script's full path (waiter queue, release channel).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Announce {
-    /// Only releases of a value marked as listened for (see `scripts/queue.lua`).
+    /// Only releases of a value marked as listened for (see `scripts/queue.lua`); on the
+    /// release channel only when this server has subscribers to it.
     WhenListened,
+    /// Only releases of a value marked as listened for, on the release channel whether or
+    /// not this node has subscribers: a Cluster, whose `PUBSUB NUMSUB` counts only the
+    /// node's own subscribers while waiters subscribe on another node.
+    WhenListenedAnywhere,
     /// Every release.
     Always,
 }
@@ -222,6 +227,7 @@ pub(super) async fn release_script(
 ) -> redis::RedisResult<i64> {
     let announce_flag: &[u8] = match announce {
         Announce::WhenListened => b"0",
+        Announce::WhenListenedAnywhere => b"2",
         Announce::Always => b"1",
     };
     // One key: the script derives the queue's keys (same hash tag) only when it needs them;
