@@ -212,6 +212,7 @@ pub(super) enum Announce {
     /// Only releases of a value marked as listened for, on the release channel whether or
     /// not this node has subscribers: a Cluster, whose `PUBSUB NUMSUB` counts only the
     /// node's own subscribers while waiters subscribe on another node.
+    #[cfg_attr(not(feature = "cluster"), allow(dead_code))]
     WhenListenedAnywhere,
     /// Every release.
     Always,
