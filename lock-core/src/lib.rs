@@ -171,9 +171,10 @@
 //!    one looks at the queue and the release channel. `lockctl watch` marks the value too,
 //!    so that the release it watches for is announced.
 //! 4. Timers cover what no message announces: the head sleeps until the holder's TTL runs
-//!    out (a crashed holder), the next in line until the claim window (or the holder's TTL
-//!    plus one window) ends, the rest until a safety-net pause (0.5 s growing to 5 s); none
-//!    past its own deadline.
+//!    out (a crashed holder) or its safety-net pause (0.5 s growing to 5 s, for a turn
+//!    message lost while the pub/sub connection stayed up) ends, whichever is first; the
+//!    next in line until the claim window (or the holder's TTL plus one window) ends, the
+//!    rest until a safety-net pause; none past its own deadline.
 //!
 //! Failure cases, all with tests against real `redis-server` processes:
 //!

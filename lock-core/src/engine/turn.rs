@@ -237,8 +237,13 @@ pub(super) async fn wait_for_turn(
             released.set(local.released.notified());
             released.as_mut().enable();
             match local.released.take_hint() {
-                Some(Hint::Standby(left) | Hint::Head(left)) => {
+                Some(Hint::Standby(left)) => {
                     pause_until = (Instant::now() + left + EXPIRY_SLACK).min(deadline);
+                }
+                Some(Hint::Head(left)) => {
+                    // First in line now: the holder's TTL, within the head's safety net.
+                    let pause = (left + EXPIRY_SLACK).min(backoff.next(None));
+                    pause_until = (Instant::now() + pause).min(deadline);
                 }
                 Some(Hint::Granted) | None => break,
             }
@@ -252,7 +257,13 @@ fn pause(acq: &Acquire<'_>, backoff: &mut Backoff, queued_in_redis: bool) -> Dur
     let place = acq.last_busy.place.filter(|_| queued_in_redis);
     match (place, remaining) {
         // First in line: the holder's lease ends then, should it never release (a crash).
-        (Some(Place { position: 0, .. }), Some(left)) => left + EXPIRY_SLACK,
+        // A safety net too, should the turn message be lost with the pub/sub connection up
+        // (a failover between the PUBLISH and its delivery, queue keys evicted): the lock
+        // would lie free until then. It only fires under a holder that keeps the lock
+        // beyond it (0.5 s growing to 5 s), one queued attempt each time.
+        (Some(Place { position: 0, .. }), Some(left)) => {
+            (left + EXPIRY_SLACK).min(backoff.next(None))
+        }
         // Next after a head that has the lock reserved: our turn if it does not claim it.
         (
             Some(Place {
