@@ -171,17 +171,21 @@
 //!    one looks at the queue and the release channel. `lockctl watch` marks the value too,
 //!    so that the release it watches for is announced.
 //! 4. Timers cover what no message announces: the head sleeps until the holder's TTL runs
-//!    out (a crashed holder), the next in line until the claim window (or the holder's TTL
-//!    plus one window) ends, the rest until a safety-net pause (0.5 s growing to 5 s); none
-//!    past its own deadline.
+//!    out (a crashed holder) or its safety-net pause (0.5 s growing to 5 s, for a turn
+//!    message lost while the pub/sub connection stayed up) ends, whichever is first; the
+//!    next in line until the claim window (or the holder's TTL plus one window) ends, the
+//!    rest until a safety-net pause; none past its own deadline.
 //!
 //! Failure cases, all with tests against real `redis-server` processes:
 //!
 //! - A waiter that dies, is paused (SIGSTOP, a GC pause) or is cut from Redis while queued
 //!   is skipped: when its turn comes nobody claims it, and the next in line takes over one
 //!   claim window later. An entry whose request has given up expires on its own; a request
-//!   that times out (or is dropped) leaves the queue and passes on a reservation it did not
-//!   claim.
+//!   that times out (or is dropped, at any point: with its queued attempt in flight, or
+//!   together with its `Locker`'s other requests for the name) leaves the queue and passes
+//!   on a reservation it did not claim, unless another request of its `Locker` still waits
+//!   for the name and keeps the place. A new request of that `Locker` queues only once
+//!   that leave has landed, so the leave cannot take the new request's place.
 //! - A holder that crashes: the head wakes at the holder's TTL and takes the lock. If the
 //!   head is gone too, the next one takes over one claim window later, or at its safety net.
 //! - Lost messages (the pub/sub connection dropped, `CLIENT KILL`, a restart): every waiter

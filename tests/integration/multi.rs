@@ -13,6 +13,7 @@ use lock_tests::{RedisCluster, RedisServer};
 use crate::harness::Harness;
 
 const SECOND: Duration = Duration::from_secs(1);
+const MS: Duration = Duration::from_millis(1);
 
 fn int_reply(reply: &str) -> i64 {
     reply.trim().trim_start_matches(':').parse().unwrap_or(-99)
@@ -313,4 +314,92 @@ async fn a_waiting_multi_lock_hears_the_release_of_the_busy_lock() {
         released.elapsed()
     );
     assert!(lease.is_held().await.expect("held"));
+}
+
+/// Two Lockers (as two processes would have) loop on the same two names in opposite orders
+/// for `run`, each request waiting up to `wait`: the lock changes hands hundreds of times,
+/// and each waiting side must hear every release while it waits. Returns, per side, how
+/// often it got in and how often it timed out.
+async fn opposite_loops(
+    lockers: [Locker; 2],
+    [x, y]: [&str; 2],
+    run: Duration,
+    wait: Duration,
+) -> [(u64, u64); 2] {
+    let stop = std::time::Instant::now() + run;
+    let mut sides = Vec::new();
+    for (locker, names) in lockers.into_iter().zip([[x, y], [y, x]]) {
+        let names = names.map(str::to_owned);
+        sides.push(tokio::spawn(async move {
+            let (mut got, mut timed_out) = (0u64, 0u64);
+            while std::time::Instant::now() < stop {
+                match locker
+                    .lock_all(names.clone())
+                    .ttl(10 * SECOND)
+                    .wait(wait)
+                    .await
+                {
+                    Ok(lease) => {
+                        got += 1;
+                        lease.release().await.expect("release");
+                    }
+                    Err(LockError::Timeout { .. }) => timed_out += 1,
+                    Err(err) => panic!("unexpected error: {err}"),
+                }
+            }
+            (got, timed_out)
+        }));
+    }
+    let mut counts = [(0, 0); 2];
+    for (count, side) in counts.iter_mut().zip(sides) {
+        *count = side.await.expect("side");
+    }
+    counts
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn opposite_multi_lock_loops_both_get_in_while_the_lock_changes_hands() {
+    let server = RedisServer::start();
+    let one = || Locker::from_url(&server.url()).expect("locker");
+    let mut timeouts = 0;
+    let mut report = Vec::new();
+    for _ in 0..4 {
+        let counts = opposite_loops([one(), one()], ["x", "y"], 2500 * MS, 2 * SECOND).await;
+        timeouts += counts[0].1 + counts[1].1;
+        report.push(counts);
+    }
+    eprintln!("(acquisitions, timeouts) per side and round: {report:?}");
+    assert_eq!(
+        timeouts, 0,
+        "a waiting side timed out while the other kept getting in: {report:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn opposite_multi_lock_loops_both_get_in_on_a_cluster_across_slots() {
+    let cluster = RedisCluster::start(3, 0);
+    // Two names on different masters: the locks are taken one by one.
+    let x_master = cluster.master_of("lock:{x}");
+    let y = (0..1000)
+        .map(|i| format!("y{i}"))
+        .find(|y| cluster.master_of(&format!("lock:{{{y}}}")) != x_master)
+        .expect("a name on another master");
+    let one = || {
+        Locker::builder()
+            .cluster(cluster.urls())
+            .build()
+            .expect("cluster locker")
+    };
+    let mut timeouts = 0;
+    let mut report = Vec::new();
+    for _ in 0..3 {
+        let counts = opposite_loops([one(), one()], ["x", &y], 2500 * MS, 2 * SECOND).await;
+        timeouts += counts[0].1 + counts[1].1;
+        report.push(counts);
+    }
+    eprintln!("(acquisitions, timeouts) per side and round: {report:?}");
+    assert_eq!(
+        timeouts, 0,
+        "a waiting side timed out while the other kept getting in: {report:?}"
+    );
 }

@@ -125,11 +125,14 @@ impl LockerBuilder {
     fn build_cluster(&self, seeds: &[String], settings: Settings) -> Result<Locker, LockError> {
         self.scripts_only("a Redis Cluster")?;
         // PUBLISH reaches every node of a cluster, so one node's subscription hears all
-        // releases; if that node goes, waiters fall back to timed retries.
+        // releases; if that node goes, waiters fall back to timed retries. The release
+        // script cannot see that subscription from the key's node (`PUBSUB NUMSUB` is
+        // per node), so a marked release is announced without asking.
         let (client, dial) = connect::cluster(seeds, self.command_timeout, &self.tls)?;
         let notifier = dial.map(|dial| Notifier::new(dial, own_channel(&settings)));
         let conn = SharedConnection::new(Source::Cluster(Box::new(client)), self.command_timeout);
-        let backend = AnyBackend::Scripted(Scripted::new(conn, self.script_mode));
+        let backend =
+            AnyBackend::Scripted(Scripted::new(conn, self.script_mode).announcing_across_nodes());
         Ok(assemble(backend, settings, notifier, true))
     }
 

@@ -209,8 +209,14 @@ pub(super) async fn acquire_queued(
 /// Which releases take the release script's full path (waiter queue, release channel).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Announce {
-    /// Only releases of a value marked as listened for (see `scripts/queue.lua`).
+    /// Only releases of a value marked as listened for (see `scripts/queue.lua`); on the
+    /// release channel only when this server has subscribers to it.
     WhenListened,
+    /// Only releases of a value marked as listened for, on the release channel whether or
+    /// not this node has subscribers: a Cluster, whose `PUBSUB NUMSUB` counts only the
+    /// node's own subscribers while waiters subscribe on another node.
+    #[cfg_attr(not(feature = "cluster"), allow(dead_code))]
+    WhenListenedAnywhere,
     /// Every release.
     Always,
 }
@@ -225,6 +231,7 @@ pub(super) async fn release_script(
 ) -> redis::RedisResult<i64> {
     let announce_flag: &[u8] = match announce {
         Announce::WhenListened => b"0",
+        Announce::WhenListenedAnywhere => b"2",
         Announce::Always => b"1",
     };
     // The queue's keys are declared although only a release of a marked value reads them:

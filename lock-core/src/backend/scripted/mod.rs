@@ -39,6 +39,15 @@ impl Scripted {
         }
     }
 
+    /// Announces the release of a marked value on the lock's release channel whether or not
+    /// the node it runs on has subscribers (a Cluster: waiters subscribe on one node, and
+    /// `PUBSUB NUMSUB` counts only the node's own).
+    #[cfg(feature = "cluster")]
+    pub fn announcing_across_nodes(mut self) -> Scripted {
+        self.announce = Announce::WhenListenedAnywhere;
+        self
+    }
+
     /// Announces every release on the lock's release channel (for Redlock nodes).
     pub fn announcing_every_release(mut self) -> Scripted {
         self.announce = Announce::Always;

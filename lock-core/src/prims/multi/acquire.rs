@@ -23,7 +23,7 @@ use crate::engine::local::NameRef;
 use crate::key::LockKeys;
 use crate::prims::env::Env;
 use crate::signal::Wake;
-use crate::token::{decode_value, new_value};
+use crate::token::{decode_value, new_value, LISTENED_MARK};
 use crate::wait::Backoff;
 use crate::LockError;
 
@@ -36,6 +36,8 @@ struct Busy {
     name: String,
     holder: Option<String>,
     remaining: Option<Duration>,
+    /// The holder's value carries the listened-for mark: its release is announced.
+    marked: bool,
 }
 
 /// Gives back, in the background, what an attempt may have taken, unless disarmed.
@@ -104,6 +106,16 @@ pub(super) async fn acquire(
     // signal), and whether its release channel was subscribed to (`None`: not tried yet).
     let mut listening: Option<(String, NameRef, Option<Option<Subscription>>)> = None;
     loop {
+        // Armed before the attempt, so that a release of the lock waited for that lands
+        // between the attempt and the wait still wakes this request.
+        let signal = listening
+            .as_ref()
+            .map(|(name, local, _)| (name.clone(), Arc::clone(&local.released)));
+        let armed = signal.as_ref().map(|(_, signal)| signal.notified());
+        tokio::pin!(armed);
+        if let Some(armed) = armed.as_mut().as_pin_mut() {
+            armed.enable();
+        }
         let started = Instant::now();
         let value = new_value(&keys[0].name, env.label())?;
         let give_back = GiveBack {
@@ -167,9 +179,12 @@ pub(super) async fn acquire(
         let Some((_, local, subscribed)) = listening.as_mut() else {
             continue;
         };
-        let notified = local.released.notified();
-        tokio::pin!(notified);
-        notified.as_mut().enable();
+        // The signal armed before the attempt, if it was this lock's; a fresh one otherwise
+        // (a lock not waited for before is subscribed to and looked at again first).
+        let fresh = local.released.notified();
+        tokio::pin!(fresh);
+        fresh.as_mut().enable();
+        let armed_here = signal.as_ref().is_some_and(|(name, _)| *name == busy.name);
         if subscribed.is_none() {
             let subscription = subscribe(env, &busy.name, &local.released, deadline).await;
             let now_listening = subscription.is_some();
@@ -179,15 +194,34 @@ pub(super) async fn acquire(
                 // A release during the subscription went unseen: look again now.
                 continue;
             }
+        } else if matches!(subscribed, Some(Some(_))) && !busy.marked {
+            // One Redis or a Cluster announce only the release of a marked value, and every
+            // new holder's value starts unmarked: mark the one holding it now, whoever it
+            // is, so that this release too wakes us. Marking each holder, not only the one
+            // seen when subscribing, keeps a waiter from sleeping through releases once
+            // the lock changes hands. Freed since the attempt (a release that went
+            // unannounced): look again now.
+            if let Some(server) = env.server() {
+                if mark(&server, env, &busy.name).await == Some(FREE) {
+                    continue;
+                }
+            }
         }
         let pause = match busy.remaining {
             Some(left) => backoff.next(Some(left + SLACK)),
             None => backoff.next(None),
         };
         let until = (Instant::now() + pause).min(deadline);
-        tokio::select! {
-            () = notified => {}
-            () = tokio::time::sleep_until(until.into()) => {}
+        match armed.as_mut().as_pin_mut().filter(|_| armed_here) {
+            Some(armed) => tokio::select! {
+                () = armed => {}
+                () = fresh => {}
+                () = tokio::time::sleep_until(until.into()) => {}
+            },
+            None => tokio::select! {
+                () = fresh => {}
+                () = tokio::time::sleep_until(until.into()) => {}
+            },
         }
         if Instant::now() >= deadline {
             return Err(timeout(busy, begun, transient));
@@ -195,10 +229,14 @@ pub(super) async fn acquire(
     }
 }
 
-/// Subscribes `signal` to the release channel of lock `name` and, on one Redis or a
-/// Cluster (which announce only releases of a value marked as listened for; Redlock and
-/// WATCH/MULTI announce every release), marks the holder's value. `None` when nothing will
-/// announce the release (no pub/sub connection, or it failed): timers only then.
+/// What `mark_listened.lua` answers for a lock that is free (the PTTL of a missing key).
+const FREE: i64 = -2;
+
+/// Subscribes `signal` to the release channel of lock `name`. `None` when nothing will
+/// announce the release (no pub/sub connection, or it failed): timers only then. On one
+/// Redis or a Cluster (which announce only releases of a value marked as listened for;
+/// Redlock and WATCH/MULTI announce every release) the caller then marks each holder's
+/// value it finds (see [`mark`]).
 async fn subscribe(
     env: &Env,
     name: &str,
@@ -209,19 +247,27 @@ async fn subscribe(
     let keys = LockKeys::new(env.prefix(), name.to_owned()).ok()?;
     let channel = keys.channel();
     let subscribing = notifier.subscribe(&channel, signal);
-    let subscription = tokio::time::timeout_at(deadline.into(), subscribing)
+    tokio::time::timeout_at(deadline.into(), subscribing)
         .await
         .ok()?
-        .ok()?;
-    if let Some(server) = env.server() {
-        let marked = server
-            .run::<i64>(&MARK_LISTENED, name, &[&keys.lock], &[])
-            .await;
-        if let Err(err) = marked {
+        .ok()
+}
+
+/// Marks the value now on lock `name` as listened for, so that its release is announced;
+/// the lock's remaining TTL in ms, [`FREE`] when nobody holds it. `None` when the mark
+/// failed (logged: the waiter falls back on its timers).
+async fn mark(server: &Server, env: &Env, name: &str) -> Option<i64> {
+    let keys = LockKeys::new(env.prefix(), name.to_owned()).ok()?;
+    let marked = server
+        .run::<i64>(&MARK_LISTENED, name, &[&keys.lock], &[])
+        .await;
+    match marked {
+        Ok(pttl) => Some(pttl),
+        Err(err) => {
             tracing::debug!(%name, %err, "cannot mark the lock as listened for; its release may go unannounced");
+            None
         }
     }
-    Some(subscription)
 }
 
 fn timeout(busy: Busy, begun: Instant, transient: Option<LockError>) -> LockError {
@@ -262,6 +308,7 @@ async fn one_script(
         name: busy_key.name.clone(),
         holder: decode_value(&holder).1.map(str::to_owned),
         remaining: crate::backend::remaining_from_pttl(pttl),
+        marked: is_marked(&holder),
     }))
 }
 
@@ -293,6 +340,7 @@ async fn one_by_one(
                     .and_then(|v| decode_value(v).1)
                     .map(str::to_owned),
                 remaining,
+                marked: holder_value.as_deref().is_some_and(is_marked),
             },
             Err(err) => {
                 // The failed key may have been taken before the connection broke.
@@ -314,4 +362,9 @@ async fn one_by_one(
         return Ok(Some(busy));
     }
     Ok(None)
+}
+
+/// Whether a stored value carries the listened-for mark.
+fn is_marked(value: &str) -> bool {
+    value.as_bytes().first() == Some(&LISTENED_MARK)
 }
