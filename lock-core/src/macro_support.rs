@@ -173,6 +173,18 @@ pub fn locker_of<L: AsLocker + ?Sized>(locker: &L) -> Locker {
     locker.as_locker().clone()
 }
 
+/// The annotated function's body as an async block whose output is the declared return
+/// type `T`: the bound tells the compiler the block's type, so that `?` and `return` in the
+/// body convert to it (an async block's output is otherwise inferred from its own returns,
+/// and `?` alone leaves it open: "type annotations needed"). Generated code calls it as
+/// `body::<ReturnType, _>(async move { .. })`, which needs no unreachable code nor any
+/// `#[allow(..)]`.
+#[doc(hidden)]
+#[inline(always)]
+pub fn body<T, F: Future<Output = T>>(body: F) -> F {
+    body
+}
+
 /// Runs `body` while holding the lock `spec` describes, on `locker` or the default locker.
 ///
 /// - The body never runs if the lock cannot be had: the error becomes `Err(E::from(..))`.
