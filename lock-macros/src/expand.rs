@@ -36,7 +36,7 @@ pub(crate) fn redis_locked(args: TokenStream, item: TokenStream) -> TokenStream 
     let names = bindings::bound_names(&function.sig);
     let parser = |input: ParseStream<'_>| Args::parse_for(input, Some(&names));
     let args = parser.parse2(args).map_err(|err| errors.push(err)).ok();
-    errors.extend(signature::check(&function.sig));
+    errors.extend(signature::check(&function.sig, &function.attrs));
     match (errors.finish(), args) {
         (None, Some(args)) => generate(&args, function),
         (Some(err), _) => with_original(&err, item),
