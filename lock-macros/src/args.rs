@@ -214,7 +214,7 @@ impl Partial<'_> {
     fn accept(&mut self, name: &Ident, value: Expr) -> syn::Result<()> {
         // A value passed through `macro_rules!` (`key = $key` with `$key:literal` or
         // `$key:expr`) arrives wrapped in an invisible group.
-        let value = ungroup(value);
+        let value = crate::ungroup::ungroup(value);
         let text = name.to_string();
         if !NAMES.contains(&text.as_str()) {
             let hint = closest(&text, NAMES)
@@ -288,18 +288,6 @@ impl Partial<'_> {
             _ => unreachable!("NAMES lists every argument"),
         }
         Ok(())
-    }
-}
-
-/// `value` without the invisible groups `macro_rules!` puts around a `$x:literal` or
-/// `$x:expr` (and without parentheses around a literal: `key = ($key)`).
-pub(crate) fn ungroup(value: Expr) -> Expr {
-    match value {
-        Expr::Group(group) => ungroup(*group.expr),
-        Expr::Paren(paren) if matches!(*paren.expr, Expr::Lit(_) | Expr::Group(_)) => {
-            ungroup(*paren.expr)
-        }
-        other => other,
     }
 }
 

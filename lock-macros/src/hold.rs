@@ -105,7 +105,7 @@ pub(crate) fn keys(value: &Expr, names: Option<&[Ident]>) -> syn::Result<Vec<Tem
     let mut templates = Vec::with_capacity(elems.len());
     let mut errors: Option<syn::Error> = None;
     for elem in elems {
-        let elem = crate::args::ungroup(elem.clone());
+        let elem = crate::ungroup::ungroup(elem.clone());
         let template = match &elem {
             Expr::Lit(ExprLit {
                 lit: Lit::Str(lit), ..
