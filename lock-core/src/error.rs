@@ -161,6 +161,17 @@ pub enum LockError {
         name: String,
     },
 
+    /// A plain [`lock`](crate::Locker::lock) (or `try_lock`) of a lock that this task
+    /// already holds on its call stack: inside a `#[redis_locked]` function, `using` closure
+    /// or `LockLayer`-guarded handler holding it. A lock is not reentrant through `lock()`:
+    /// the request could only succeed after the enclosing body released the lock, which it
+    /// does only once this request ends, so it fails at once instead of waiting its wait out.
+    #[error("lock `{name}` is already held by this task (an enclosing #[redis_locked] function, `using` closure or LockLayer handler holds it), and lock() is not reentrant: call a #[redis_locked] function or `using` for the nested part, which reuses the enclosing lease, or use lock_core::current_lease()")]
+    HeldByThisTask {
+        /// The lock name.
+        name: String,
+    },
+
     /// The operating system's random number generator failed, so no safe token could be made.
     #[error("cannot draw a random token for lock `{name}`: {reason}")]
     Entropy {
@@ -194,6 +205,7 @@ impl LockError {
             | LockError::InvalidName { name, .. }
             | LockError::InvalidDuration { name, .. }
             | LockError::NoDefaultLocker { name }
+            | LockError::HeldByThisTask { name }
             | LockError::Entropy { name, .. }
             | LockError::NoQuorum { name, .. } => name,
             LockError::Config(_) => return None,

@@ -173,15 +173,30 @@ pub fn locker_of<L: AsLocker + ?Sized>(locker: &L) -> Locker {
     locker.as_locker().clone()
 }
 
+/// The annotated function's body as an async block whose output is the declared return
+/// type `T`: the bound tells the compiler the block's type, so that `?` and `return` in the
+/// body convert to it (an async block's output is otherwise inferred from its own returns,
+/// and `?` alone leaves it open: "type annotations needed"). Generated code calls it as
+/// `body::<ReturnType, _>(async move { .. })`, which needs no unreachable code nor any
+/// `#[allow(..)]`.
+#[doc(hidden)]
+#[inline(always)]
+pub fn body<T, F: Future<Output = T>>(body: F) -> F {
+    body
+}
+
 /// Runs `body` while holding the lock `spec` describes, on `locker` or the default locker.
 ///
 /// - The body never runs if the lock cannot be had: the error becomes `Err(E::from(..))`.
 /// - A nested call for the same lock on the same locker, from inside the body on the same
-///   task, runs without acquiring again (reentrancy), so it cannot deadlock on itself. It
-///   first makes sure the enclosing lease is still held (locally, then by asking Redis);
-///   if it is lost, the nested body does not run and the call returns
-///   `Err(LockError::Lost)`. Reentrancy does not cross `tokio::spawn`: a spawned task is
-///   another holder and waits for the lock like any other.
+///   task, runs without acquiring again (reentrancy), so it cannot deadlock on itself. The
+///   enclosing lease is lent to one nested call at a time: sibling nested calls (`join!`,
+///   `select!`, `join_all`) take turns within their `wait`, and at wait zero the ones that
+///   find it lent out are `Busy`. A nested call first makes sure the enclosing lease is
+///   still held (locally, then by asking Redis); if it is lost, the nested body does not
+///   run and the call returns `Err(LockError::Lost)`. Reentrancy does not cross
+///   `tokio::spawn`: a spawned task is another holder and waits for the lock like any
+///   other.
 /// - The lock is released on every exit of the body; a panic is resumed after the release.
 /// - The lease is auto-renewed unless `spec` says otherwise.
 /// - If the lease was lost while the body ran, its result stands and the loss is reported
@@ -245,7 +260,11 @@ where
         };
     }
     if let Some(enclosing) = enclosing_lease(locker.engine(), &spec.key) {
-        return reenter(enclosing, spec.key, |_| body).await;
+        let wait = spec
+            .wait
+            .or(handler_wait)
+            .unwrap_or(locker.engine().settings().default_wait);
+        return reenter(enclosing, spec.key, wait, |_| body).await;
     }
     let mut request = locker.lock(spec.key);
     if let Some(ttl) = spec.ttl {

@@ -5,6 +5,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::current::held_by_this_task;
 use crate::engine::acquire::{acquire, Spec};
 use crate::engine::held::Renewal;
 use crate::engine::Engine;
@@ -130,10 +131,28 @@ impl LockRequest {
         &self.spec.name
     }
 
+    /// This request's wait, or the locker's default.
+    pub(crate) fn resolved_wait(&self) -> Duration {
+        self.spec
+            .wait
+            .unwrap_or(self.engine.settings().default_wait)
+    }
+
     /// The acquisition itself, without the box `.await` on the request puts it in (the
     /// `IntoFuture` type must be nameable). `try_lock` and `#[redis_locked]` call this.
+    // The async block is the point (see `engine::acquire::run`).
+    #[allow(clippy::manual_async_fn)]
     pub(crate) fn acquire(self) -> impl Future<Output = Result<Lease, LockError>> + Send {
-        acquire(self.engine, self.spec, Lease::new)
+        // Checked when first polled, on the task that awaits the request (a spawned
+        // request is another task's). An async block, not an async fn: see `acquire`.
+        async move {
+            if held_by_this_task(&self.engine, &self.spec.name) {
+                return Err(LockError::HeldByThisTask {
+                    name: self.spec.name,
+                });
+            }
+            acquire(self.engine, self.spec, Lease::new).await
+        }
     }
 }
 

@@ -212,6 +212,9 @@ fn argument_name(input: ParseStream<'_>) -> syn::Result<Ident> {
 impl Partial<'_> {
     /// Checks and stores one `name = value`.
     fn accept(&mut self, name: &Ident, value: Expr) -> syn::Result<()> {
+        // A value passed through `macro_rules!` (`key = $key` with `$key:literal` or
+        // `$key:expr`) arrives wrapped in an invisible group.
+        let value = crate::ungroup::ungroup(value);
         let text = name.to_string();
         if !NAMES.contains(&text.as_str()) {
             let hint = closest(&text, NAMES)
@@ -232,9 +235,12 @@ impl Partial<'_> {
         match text.as_str() {
             "key" => {
                 let lit = string_literal(&value, "key")?;
-                let template = Template::scan(&lit)?;
+                let mut template = Template::scan(&lit)?;
                 if let Some(err) = self.names.and_then(|names| template.check_names(names)) {
                     return Err(err);
+                }
+                if let Some(names) = self.names {
+                    template.bind(names);
                 }
                 self.key = Some(template);
                 self.key_span = Some(name.span());

@@ -133,6 +133,7 @@ impl ErrorResponses {
             | LockError::InvalidDuration { .. }
             | LockError::Config(_)
             | LockError::NoDefaultLocker { .. }
+            | LockError::HeldByThisTask { .. }
             | LockError::Entropy { .. } => Problem::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "the request could not be guarded because of a server-side problem",
