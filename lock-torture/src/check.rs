@@ -42,6 +42,9 @@
 //!   trust had ended, and its body ran anyway ([`nested`]).
 //! - `leftover-after-error`: an acquire that failed with `WrongType` left its value on a
 //!   node ([`leftover`]).
+//! - `unseen-grant`: on a replicated deployment, a lease that no server's `MONITOR` stream
+//!   showed being granted: its origin is unknown, so the failover rules cannot judge it
+//!   ([`failover`]).
 //!
 //! # What a restart is allowed to break
 //!
@@ -159,6 +162,11 @@ pub struct Report {
     /// Read-write locks: the most readers of one name trusted at once, and how many write
     /// sides were granted; `None` without read-write acquisitions.
     pub peak_readers: Option<(u64, u64)>,
+    /// Replicated deployments (Cluster, Sentinel): leases that no server's `MONITOR` stream
+    /// showed being granted. Every unseen grant is a lease the failover rules cannot judge,
+    /// so a replicated run with any fails (rule `unseen-grant`); `None` on the deployments
+    /// that are not watched (one server, Redlock).
+    pub unseen_grants: Option<u64>,
 }
 
 impl Report {
@@ -217,8 +225,11 @@ impl Report {
         if let Some((readers, writes)) = self.peak_readers {
             prims.push_str(&format!(" peak_readers={readers} writes={writes}"));
         }
+        let unseen = self
+            .unseen_grants
+            .map_or_else(|| "-".to_owned(), |n| n.to_string());
         format!(
-            "acquisitions={} faults={} violations={} expected={expected}{prims} stale_writes_rejected={} \
+            "acquisitions={} faults={} violations={} expected={expected}{prims} unseen_grants={unseen} stale_writes_rejected={} \
              lost_leases_detected={} late_writes={} writes_accepted={} \
              writes_fenced_out_after_reset={} paused_holders={} paused_holders_told_lost={} \
              paused_writes_rejected={} released={} \
@@ -468,6 +479,7 @@ pub fn check(history: &History, nodes: usize) -> Report {
     for acq in &acqs {
         check_grant(acq, nodes, &downs, &foreign, &mut report);
     }
+    replication.check_seen(&acqs, &mut report);
     check_writes(&writes, &index, &acqs, &reset, history, &mut report);
     writes::check_work(&works, &index, &acqs, &mut report);
     count_paused_holders(&acqs, &pauses, &writes, &mut report);

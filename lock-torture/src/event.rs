@@ -12,6 +12,15 @@ use serde::{Deserialize, Serialize};
 
 use crate::clock::Nanos;
 
+/// The lease token in a stored lock value: `<token>:<holder label>`, with lock-core's
+/// hand-over mark `~` in front while someone is queued for (or listens to) the lock. A token
+/// alone (hex, no label, no mark) is returned as it is, so that tokens read by older
+/// versions of the harness, which kept the mark, are normalised too.
+pub fn lease_token(value: &str) -> &str {
+    let value = value.strip_prefix('~').unwrap_or(value);
+    value.split_once(':').map_or(value, |(token, _)| token)
+}
+
 /// One line of a log.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "ev", rename_all = "snake_case")]

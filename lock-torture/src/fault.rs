@@ -12,12 +12,11 @@ mod server;
 
 use std::time::Duration;
 
-use rustix::process::{kill_process, Pid, Signal};
-
 use crate::clock::{self, Nanos};
 use crate::event::{Event, Log};
 use crate::mode::Mode;
 use crate::rig::Rig;
+pub use crate::spawn::signal;
 use crate::BoxError;
 
 /// Applies faults of one mode until a deadline.
@@ -120,16 +119,6 @@ impl Injector<'_> {
         picked.sort_unstable();
         picked
     }
-}
-
-/// SIGSTOP (`stop`) or SIGCONT of a process.
-pub fn signal(pid: u32, stop: bool) -> Result<(), BoxError> {
-    let pid = i32::try_from(pid)
-        .ok()
-        .and_then(Pid::from_raw)
-        .ok_or("not a process id")?;
-    kill_process(pid, if stop { Signal::STOP } else { Signal::CONT })?;
-    Ok(())
 }
 
 /// Sleeps for `d`, or until `until` if that comes first.

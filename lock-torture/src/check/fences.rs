@@ -30,7 +30,11 @@ pub(super) fn check_fences<'a>(
             report.violations.push(Violation {
                 rule: "fence-order",
                 name: name.to_owned(),
-                detail: format!("{} asked for fencing and got no token", acq.a.id),
+                detail: format!(
+                    "{} asked for fencing and got no token{}",
+                    acq.a.id,
+                    replication.origins(&[acq])
+                ),
             });
             continue;
         };
@@ -103,13 +107,14 @@ pub(super) fn check_fences<'a>(
                             rule: "fence-order",
                             name: name.to_owned(),
                             detail: format!(
-                                "{} began at {} after {} was granted at {} with token {}, yet drew the smaller token {}",
+                                "{} began at {} after {} was granted at {} with token {}, yet drew the smaller token {}{}",
                                 acq.a.id,
                                 acq.a.attempt_start,
                                 larger.a.id,
                                 larger.a.acquired,
                                 larger.a.fence.unwrap_or(0),
-                                fence
+                                fence,
+                                replication.origins(&[larger, acq])
                             ),
                         });
                     }
