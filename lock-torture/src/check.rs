@@ -62,7 +62,9 @@
 mod deadline;
 mod failover;
 mod fences;
+mod ghost;
 mod leftover;
+pub mod liveness;
 mod nested;
 mod permits;
 mod revival;
@@ -154,6 +156,10 @@ pub struct Report {
     pub nested_refused: u64,
     /// Looks at the lock's key on every node after a `WrongType` error.
     pub foreign_probes: u64,
+    /// Looks at a lock's key after a cancelled request ([`Event::CancelProbe`]).
+    pub cancel_probes: u64,
+    /// Requests dropped by the cancellation fault.
+    pub cancelled: u64,
     /// Whether locks were granted again after the last fault healed (true without faults).
     pub resumed: bool,
     /// Semaphores: the most permits of one name trusted at once (the rule `permits` bites
@@ -235,7 +241,7 @@ impl Report {
              paused_writes_rejected={} released={} \
              release_not_held={} release_errors={} expected_restart_overlaps={} \
              fence_resets={} contention={} max_wait_overrun_ms={:.1} client_hiccups={} nested_ran={} \
-             nested_refused={} foreign_probes={} acquire_errors={} resumed={}",
+             nested_refused={} foreign_probes={} cancelled={} cancel_probes={} acquire_errors={} resumed={}",
             self.acquisitions,
             self.faults,
             self.violations.len(),
@@ -258,6 +264,8 @@ impl Report {
             self.nested_ran,
             self.nested_refused,
             self.foreign_probes,
+            self.cancelled,
+            self.cancel_probes,
             errors,
             if self.resumed { "yes" } else { "NO" },
         )
@@ -303,6 +311,11 @@ struct Down {
 
 /// Checks a history. `nodes` is the number of lock servers (1, or several for Redlock).
 pub fn check(history: &History, nodes: usize) -> Report {
+    let expanded = expand_multi(&history.events);
+    let history = &History {
+        events: expanded,
+        store: history.store.clone(),
+    };
     let mut report = Report::default();
     let mut acqs: Vec<Acq> = Vec::new();
     let mut index: HashMap<String, usize> = HashMap::new();
@@ -443,7 +456,9 @@ pub fn check(history: &History, nodes: usize) -> Report {
             | Event::Probe { .. }
             | Event::Topology { .. }
             | Event::Failover(_)
+            | Event::CancelProbe { .. }
             | Event::Granted { .. } => {}
+            Event::Cancelled { .. } => report.cancelled += 1,
         }
     }
     downs.sort_by_key(|d| d.start);
@@ -487,7 +502,65 @@ pub fn check(history: &History, nodes: usize) -> Report {
     revival::check(&history.events, &index, &acqs, &mut report);
     nested::check(&history.events, &index, &acqs, &mut report);
     leftover::check(&history.events, &mut report);
+    nested::check_siblings(&history.events, &mut report);
+    liveness::check(&history.events, &acqs, &mut report);
+    ghost::check(&history.events, &mut report);
     report
+}
+
+/// A multi-lock is logged as one acquisition with every name of its set; the rules judge
+/// each name: one acquisition per name (`<id>/<name>`), and every event about the lease
+/// once for each of them.
+fn expand_multi(events: &[Event]) -> Vec<Event> {
+    let sets: HashMap<&str, &[String]> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Acquired(a) => a.set.as_deref().map(|set| (a.id.as_str(), set)),
+            _ => None,
+        })
+        .collect();
+    if sets.is_empty() {
+        return events.to_vec();
+    }
+    let mut out = Vec::with_capacity(events.len());
+    for event in events {
+        let id = match event {
+            Event::Acquired(a) => Some(&a.id),
+            Event::Extended { id, .. }
+            | Event::Observed { id, .. }
+            | Event::LostDetected { id, .. }
+            | Event::Work { id, .. }
+            | Event::Write { id, .. }
+            | Event::Releasing { id, .. }
+            | Event::Release { id, .. } => Some(id),
+            _ => None,
+        };
+        let Some(set) = id.and_then(|id| sets.get(id.as_str())) else {
+            out.push(event.clone());
+            continue;
+        };
+        for name in *set {
+            let mut one = event.clone();
+            match &mut one {
+                Event::Acquired(a) => {
+                    a.id = format!("{}/{name}", a.id);
+                    a.name = name.clone();
+                }
+                Event::Work { id, name: n, .. } | Event::Write { id, name: n, .. } => {
+                    *id = format!("{id}/{name}");
+                    *n = name.clone();
+                }
+                Event::Extended { id, .. }
+                | Event::Observed { id, .. }
+                | Event::LostDetected { id, .. }
+                | Event::Releasing { id, .. }
+                | Event::Release { id, .. } => *id = format!("{id}/{name}"),
+                _ => {}
+            }
+            out.push(one);
+        }
+    }
+    out
 }
 
 /// The GC-pause scenario: holders stopped past the end of their validity.

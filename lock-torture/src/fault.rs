@@ -71,7 +71,8 @@ impl Injector<'_> {
     /// in the state the fault needs right now).
     fn inject(&mut self, fault: Mode, until: Nanos) -> Result<bool, BoxError> {
         match fault {
-            Mode::None | Mode::Mixed | Mode::All => Ok(false),
+            // Cancellation is the clients' own doing (`client --cancel`).
+            Mode::None | Mode::Cancel | Mode::Mixed | Mode::All => Ok(false),
             Mode::Pause | Mode::PauseWaiter | Mode::KillWaiter | Mode::KillWokenHead => {
                 self.client_fault(fault)
             }

@@ -19,6 +19,8 @@
 
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 #![warn(missing_docs)]
+// The client task's future (rounds of every kind, nested annotated calls) is deep.
+#![recursion_limit = "256"]
 
 pub mod check;
 pub mod client;
