@@ -502,7 +502,7 @@ pub fn check(history: &History, nodes: usize) -> Report {
     revival::check(&history.events, &index, &acqs, &mut report);
     nested::check(&history.events, &index, &acqs, &mut report);
     leftover::check(&history.events, &mut report);
-    nested::check_siblings(&history.events, &mut report);
+    nested::check_siblings(&history.events, &index, &acqs, &mut report);
     liveness::check(&history.events, &acqs, &mut report);
     ghost::check(&history.events, &mut report);
     report

@@ -61,7 +61,8 @@ pub enum Mode {
     PauseMaster,
     /// Client-side cancellation: one request in three is dropped at a random point (a
     /// timeout around it, or two tasks sharing one Locker aborted together); nothing may
-    /// be left behind (rules `ghost-grant`, `liveness`). Not part of `all` or `mixed` yet.
+    /// be left behind (rules `ghost-grant`, `liveness`). One server only (the probe after a
+    /// cancellation reads one node); not drawn by `mixed`.
     Cancel,
     /// A random mix of the faults of the deployment, with delayed restarts.
     Mixed,

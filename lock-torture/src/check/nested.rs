@@ -63,7 +63,12 @@ pub(super) fn check(
 /// body (`join!`, `select!`, a spawned task) may reuse the enclosing lease one at a time,
 /// but two of their bodies never run at once: the attribute promises that no two bodies of
 /// one key overlap.
-pub(super) fn check_siblings(events: &[Event], report: &mut Report) {
+pub(super) fn check_siblings(
+    events: &[Event],
+    index: &HashMap<String, usize>,
+    acqs: &[Acq],
+    report: &mut Report,
+) {
     let mut bodies: BTreeMap<&str, Vec<(Nanos, Nanos, &str)>> = BTreeMap::new();
     for event in events {
         if let Event::Nested {
@@ -87,9 +92,10 @@ pub(super) fn check_siblings(events: &[Event], report: &mut Report) {
         for pair in list.windows(2) {
             let ((s1, e1, how), (s2, _, _)) = (pair[0], pair[1]);
             if s2 < e1 {
+                let name = index.get(id).map_or(id, |&i| acqs[i].a.name.as_str());
                 report.violations.push(Violation {
                     rule: "sibling-overlap",
-                    name: id.to_owned(),
+                    name: name.to_owned(),
                     detail: format!(
                         "two sibling calls ({how}) of one key inside {id}'s locked body ran at once: one from {s1} to {e1}, the other from {s2} ({} before the first ended)",
                         ms(e1 - s2)
