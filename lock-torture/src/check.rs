@@ -42,6 +42,13 @@
 //!   trust had ended, and its body ran anyway ([`nested`]).
 //! - `leftover-after-error`: an acquire that failed with `WrongType` left its value on a
 //!   node ([`leftover`]).
+//! - `liveness`: a request was left waiting while what it waits for was free, longer than
+//!   the claim window allows, or timed out while it was free for most of its wait
+//!   ([`liveness`]).
+//! - `ghost-grant`: after a request was cancelled, the lock's key carried its client's
+//!   never-granted value while that client had no live request for it ([`ghost`]).
+//! - `sibling-overlap`: two concurrent sibling calls of one key inside a `#[redis_locked]`
+//!   body ran their bodies at once ([`nested`]).
 //! - `unseen-grant`: on a replicated deployment, a lease that no server's `MONITOR` stream
 //!   showed being granted: its origin is unknown, so the failover rules cannot judge it
 //!   ([`failover`]).

@@ -10,7 +10,9 @@
 //! killed and restarted empty, clients stopped with SIGSTOP, latency, dropped connections and
 //! partitions through the proxies, `SCRIPT FLUSH`, `CLIENT KILL`, pool exhaustion, foreign
 //! values on lock keys, servers stalled with `DEBUG SLEEP`. Some rounds take the lock through
-//! a `#[redis_locked]` function whose critical section is a nested annotated call. Afterwards [`check::check`] merges the logs and verifies the rules
+//! a `#[redis_locked]` function whose critical section is a nested annotated call, or two
+//! concurrent sibling calls; `--primitive multi` takes several names at once, and `--mode
+//! cancel` drops requests at random points. Afterwards [`check::check`] merges the logs and verifies the rules
 //! listed in [`check`], and one summary line per run is printed. The exit code is non-zero on
 //! any violation.
 //!
