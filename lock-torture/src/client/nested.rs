@@ -9,7 +9,7 @@
 //! so a body that ran on a lost lease shows up in the history as a `Nested` event with a
 //! body stamp, and its write as any other write.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use lock_core::{current_lease, redis_locked, LeaseHandle, LockError};
@@ -33,7 +33,7 @@ struct Trace {
 
 /// One round: call the outer function on `torture:{index}` and log what happened.
 pub(super) async fn round(
-    ctx: &Ctx,
+    ctx: &Arc<Ctx>,
     rng: &mut fastrand::Rng,
     task: u32,
     seq: &mut u64,
@@ -51,9 +51,13 @@ pub(super) async fn round(
     let mut trace = Trace::default();
     // Half the rounds call two siblings of one key concurrently instead of the single
     // nested call (rule `sibling-overlap`).
-    let siblings = match rng.u8(0..4) {
-        0 => Some(Siblings::Join),
-        1 => Some(Siblings::Select),
+    let siblings = match rng.u8(0..6) {
+        0 | 1 => Some(Siblings::Join),
+        2 => Some(Siblings::Select),
+        // A spawned sibling only on a lease well inside its validity: it is another task,
+        // not reentrant, and must be refused while the lock is held; past the validity it
+        // could rightly get the lock.
+        3 if hold < Duration::from_millis(ttl_ms / 2) => Some(Siblings::Spawn),
         _ => None,
     };
     let call_start = clock::now();
@@ -106,7 +110,7 @@ pub(super) async fn round(
 
 /// Holds `torture:{index}` for `hold`, then runs the critical section nested.
 #[redis_locked(key = "torture:{round.index}", wait = "150ms", renew = false, locker = ctx.locker)]
-async fn outer(ctx: &Ctx, round: Round<'_>, trace: &mut Trace) -> Result<(), LockError> {
+async fn outer(ctx: &Arc<Ctx>, round: Round<'_>, trace: &mut Trace) -> Result<(), LockError> {
     let Round {
         index,
         call_start,
@@ -188,6 +192,9 @@ enum Siblings {
     Join,
     /// `tokio::select!`: the first to finish wins, the other is dropped.
     Select,
+    /// One sibling in a spawned task (not reentrant: it must be refused as busy), one in
+    /// the body, joined.
+    Spawn,
 }
 
 /// When a sibling's body ran.
@@ -198,10 +205,19 @@ struct Body {
 }
 
 /// Two sibling calls of the enclosing key, concurrently; logs a `Nested` event for each.
-async fn run_siblings(ctx: &Ctx, index: u32, id: &str, how: Siblings) {
-    let (a, b) = (Mutex::new(Body::default()), Mutex::new(Body::default()));
+async fn run_siblings(ctx: &Arc<Ctx>, index: u32, id: &str, how: Siblings) {
+    let (a, b) = (
+        Mutex::new(Body::default()),
+        Arc::new(Mutex::new(Body::default())),
+    );
     let t_call = clock::now();
     let (ra, rb) = match how {
+        Siblings::Spawn => {
+            let spawned = tokio::spawn(spawned_sibling(Arc::clone(ctx), index, Arc::clone(&b)));
+            let (x, y) = tokio::join!(sibling(ctx, index, &a), spawned);
+            // A spawned task that panicked or was cancelled ran nothing we can judge.
+            (Some(x), y.ok())
+        }
         Siblings::Join => {
             let (x, y) = tokio::join!(sibling(ctx, index, &a), sibling(ctx, index, &b));
             (Some(x), Some(y))
@@ -215,6 +231,15 @@ async fn run_siblings(ctx: &Ctx, index: u32, id: &str, how: Siblings) {
     let how = match how {
         Siblings::Join => "join",
         Siblings::Select => "select",
+        Siblings::Spawn => "spawn",
+    };
+    // The spawned task has finished (joined): its copy of the stamps is the only other.
+    let b = {
+        let body = b.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        Mutex::new(Body {
+            start: body.start,
+            end: body.end,
+        })
     };
     for (body, result) in [(a, ra), (b, rb)] {
         let body = body
@@ -252,6 +277,15 @@ async fn sibling(ctx: &Ctx, index: u32, body: &Mutex<Body>) -> Result<(), LockEr
     tokio::time::sleep(Duration::from_millis(fastrand::u64(5..20))).await;
     stamp(&|b| b.end = Some(clock::now()));
     Ok(())
+}
+
+/// The sibling run in a task of its own (owns what it uses).
+async fn spawned_sibling(
+    ctx: Arc<Ctx>,
+    index: u32,
+    body: Arc<Mutex<Body>>,
+) -> Result<(), LockError> {
+    sibling(&ctx, index, &body).await
 }
 
 /// The critical section: a fenced write, reached only through the reentrant path.
