@@ -92,6 +92,7 @@ fn run_one(
             format!("rwlock-{}", mode.name()),
             " primitive=rwlock".into(),
         ),
+        Primitive::Multi => (format!("multi-{}", mode.name()), " primitive=multi".into()),
         Primitive::Mutex | Primitive::All => (mode.name().to_owned(), String::new()),
     };
     let (dir, temp) = match &args.logs {

@@ -78,6 +78,12 @@ pub fn start_rig(
             s.permits.to_string(),
         ]);
     }
+    if primitive == Primitive::Multi {
+        common.extend(["--primitive".to_owned(), primitive.name().to_owned()]);
+    }
+    if mode == Mode::Cancel {
+        common.push("--cancel".to_owned());
+    }
     if mode == Mode::Pool {
         // Many tasks on one pooled connection, with a short deadline for a checkout.
         for arg in [
