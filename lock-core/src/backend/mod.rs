@@ -60,6 +60,11 @@ pub(crate) struct Place {
 pub(crate) enum AttemptKind<'a> {
     /// One try; a busy answer says how long the holder has left.
     Try,
+    /// A try by a waiter that learns of releases on the lock's release channel rather than
+    /// through the waiter queue (WATCH/MULTI): a busy answer also marks the holder's value
+    /// as listened for (see `scripts/queue.lua`), so that its release is announced there
+    /// whichever protocol its holder uses. Otherwise a [`AttemptKind::Try`].
+    Listening,
     /// The first try of a request that queues next if the lock is busy (the queued attempt
     /// will tell the holder's TTL, so a busy answer need not).
     BeforeQueueing,

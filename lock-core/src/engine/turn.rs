@@ -168,8 +168,18 @@ pub(super) async fn wait_for_turn(
                     local.may_be_in_redis_queue();
                     acq.attempt(bound, AttemptKind::Queued(&waiter)).await
                 }
-                (Listening::Broadcast { .. } | Listening::Polling, _)
-                | (Listening::Queue { .. }, None) => acq.attempt(bound, AttemptKind::Try).await,
+                // Told of releases on the release channel (or about to be): a busy answer
+                // marks the holder's value, so that its release is announced whatever
+                // protocol its holder uses (an unmarked release is a silent delete).
+                (Listening::Broadcast { .. }, _) => {
+                    acq.attempt(bound, AttemptKind::Listening).await
+                }
+                (Listening::Polling, _) if subscribe_pending => {
+                    acq.attempt(bound, AttemptKind::Listening).await
+                }
+                (Listening::Polling, _) | (Listening::Queue { .. }, None) => {
+                    acq.attempt(bound, AttemptKind::Try).await
+                }
             };
             let tried = match tried {
                 Ok(tried) => {

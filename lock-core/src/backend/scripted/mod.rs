@@ -180,7 +180,7 @@ impl Backend for Scripted {
         });
         let waiter = match kind {
             AttemptKind::Queued(waiter) => Some(waiter),
-            AttemptKind::Try | AttemptKind::BeforeQueueing => None,
+            AttemptKind::Try | AttemptKind::Listening | AttemptKind::BeforeQueueing => None,
         };
         let mut use_set_get = !fencing && waiter.is_none() && self.set_get.load(Ordering::Relaxed);
         // Only the uncontended SET is awaited inline; the scripts are boxed, so that the
@@ -230,7 +230,7 @@ impl Backend for Scripted {
                 remaining: None,
                 holder_value,
                 place,
-            } if use_set_get && matches!(kind, AttemptKind::Try) => {
+            } if use_set_get && matches!(kind, AttemptKind::Try | AttemptKind::Listening) => {
                 // Within the attempt's one command timeout: a try ends by then (the engine
                 // counts on it), and the lock is busy whatever this says. Without an answer
                 // in time, the holder's TTL is simply not known.
