@@ -70,6 +70,10 @@ impl Lease {
     /// Gives the lock back. `Ok(true)` if we still held it and it is now free; `Ok(false)` if
     /// it had already expired or been taken over, in which case nothing was deleted: the
     /// current holder's lock is left alone.
+    ///
+    /// A lease taken with [`hold_at_least`](crate::LockRequest::hold_at_least) whose
+    /// minimum hold is not over is given back without freeing the lock: `Ok(true)` then
+    /// means the lock is left to expire at the hold's end.
     pub async fn release(mut self) -> Result<bool, LockError> {
         self.released = true;
         let LeaseHandle { engine, held } = self.handle.clone();

@@ -279,6 +279,7 @@ pub mod metrics;
 mod prims;
 mod redact;
 mod request;
+mod schedule;
 mod signal;
 mod token;
 mod using;
@@ -303,6 +304,7 @@ pub use prims::{
     PermitRequest, RwLease, RwLock, RwRequest, Semaphore, MAX_PERMITS,
 };
 pub use request::LockRequest;
+pub use schedule::Tick;
 pub use token::MAX_LABEL_LEN;
 pub use using::{OnLost, UsingRequest};
 

@@ -14,6 +14,7 @@ mod redis_only;
 mod redlock;
 mod reentrancy;
 mod rwlock;
+mod schedule;
 mod security;
 mod semaphore;
 mod sentinel;
