@@ -185,6 +185,16 @@ impl LeaseHandle {
         self.held.is_held(self.engine.backend()).await
     }
 
+    /// The value stored on the lock (`token[:label]`), for scripts that check ownership.
+    pub(crate) fn stored_value(&self) -> &str {
+        &self.held.value
+    }
+
+    /// The engine the lease was taken through.
+    pub(crate) fn engine(&self) -> &Arc<Engine> {
+        &self.engine
+    }
+
     /// True when this is a lease on `name` taken through `engine` (a clone of one Locker).
     pub(crate) fn same_lock(&self, engine: &Arc<Engine>, name: &str) -> bool {
         Arc::ptr_eq(&self.engine, engine) && self.held.keys.name == name

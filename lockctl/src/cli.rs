@@ -109,7 +109,13 @@ must reject stale writers).
 With --permits N the command takes one of N permits of the name's semaphore instead of its \
 lock: at most N such commands run at once (the semaphore's key is LOCKCTL_KEY).
 
-Example: lockctl run --key nightly-report --ttl 1m --renew -- ./report.sh --full";
+With --hold-at-least D (a scheduled job run from cron or a timer on every host) the lock is \
+held at least D from the start even when the command ends sooner: its release leaves the key \
+to expire then, so hosts whose timer fires a little later find it taken and skip the run. A \
+skipped run exits with --conflict-exit-code (give 0 to count it as a success).
+
+Example: lockctl run --key nightly-report --ttl 1m --renew -- ./report.sh --full
+Example: lockctl run --key hourly-digest --hold-at-least 5m --conflict-exit-code 0 -- ./digest.sh";
 
 /// `lockctl run`.
 #[derive(Debug, Args)]
@@ -158,6 +164,11 @@ pub struct RunArgs {
     /// commands run at once, fleet-wide.
     #[arg(long, value_name = "N", conflicts_with = "fencing", value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     pub permits: Option<u64>,
+
+    /// Hold the lock at least this long from the start, even when the command ends sooner
+    /// (a scheduled job: hosts that fire a little later skip the run).
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION", conflicts_with = "permits")]
+    pub hold_at_least: Option<Duration>,
 
     /// The command and its arguments (after `--`).
     #[arg(

@@ -133,6 +133,9 @@ async fn acquire(
         if args.fencing {
             request = request.fencing();
         }
+        if let Some(hold) = args.hold_at_least {
+            request = request.hold_at_least(hold);
+        }
         request.await.map(Held::Lease)
     };
     let result = tokio::select! {

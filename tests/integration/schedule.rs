@@ -222,3 +222,34 @@ async fn locker_run_once_and_tick_helpers() {
     });
     assert!(Tick::from_result(lost).is_err());
 }
+
+/// `#[redis_locked(hold_at_least = "..")]` on real Redis: the first replica runs, the
+/// second (another Locker, as another process) gets `Busy` at once without running the
+/// body, and the lock stays until the hold's end although the body ended at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_macro_holds_at_least_and_skips_without_waiting() {
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    #[lock_core::redis_locked(key = "jobs:macro", hold_at_least = "3s", locker = locker)]
+    async fn job(locker: &Locker, runs: &AtomicU32) -> Result<(), LockError> {
+        runs.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+
+    let h = Harness::scripts();
+    let other = h.second_locker();
+    let runs = AtomicU32::new(0);
+    assert_eq!(Tick::from_result(job(&h.locker, &runs).await).expect("run"), Tick::Ran(()));
+    let second = job(&other, &runs).await;
+    // `Busy`, not `Timeout`: a taken tick is not waited for (the locker's wait is 10 s).
+    assert!(matches!(second, Err(LockError::Busy { .. })), "{second:?}");
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    let remaining = h
+        .locker
+        .inspect("jobs:macro")
+        .await
+        .expect("inspect")
+        .and_then(|info| info.remaining)
+        .expect("left to expire");
+    assert!(remaining <= 3 * SECOND, "{remaining:?}");
+}
