@@ -131,7 +131,10 @@ impl Election {
             }
         };
         let term = lease.fencing_token().ok_or_else(|| {
-            LockError::connection(&self.name, "the election's lock came without a fencing token")
+            LockError::connection(
+                &self.name,
+                "the election's lock came without a fencing token",
+            )
         })?;
         let label = self.locker.engine().settings().label.clone();
         let since = board::proclaim(
@@ -248,7 +251,11 @@ impl Leadership {
     /// candidate in line at once. `Ok(true)` if this was still the leader.
     pub async fn resign(self) -> Result<bool, LockError> {
         let Leadership {
-            lease, keys, term, label, ..
+            lease,
+            keys,
+            term,
+            label,
+            ..
         } = self;
         let engine = std::sync::Arc::clone(lease.engine());
         let announced = board::proclaim(

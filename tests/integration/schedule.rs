@@ -239,7 +239,10 @@ async fn the_macro_holds_at_least_and_skips_without_waiting() {
     let h = Harness::scripts();
     let other = h.second_locker();
     let runs = AtomicU32::new(0);
-    assert_eq!(Tick::from_result(job(&h.locker, &runs).await).expect("run"), Tick::Ran(()));
+    assert_eq!(
+        Tick::from_result(job(&h.locker, &runs).await).expect("run"),
+        Tick::Ran(())
+    );
     let second = job(&other, &runs).await;
     // `Busy`, not `Timeout`: a taken tick is not waited for (the locker's wait is 10 s).
     assert!(matches!(second, Err(LockError::Busy { .. })), "{second:?}");

@@ -46,7 +46,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let held = with_hold.get(&tick).cloned().unwrap_or_default();
         let bare = without.get(&tick).cloned().unwrap_or_default();
         once &= held.len() == 1;
-        println!("{tick:>4} | {:<32} | {}", format!("{held:?}"), format!("{bare:?}"));
+        println!(
+            "{tick:>4} | {:<32} | {}",
+            format!("{held:?}"),
+            format!("{bare:?}")
+        );
     }
     if once {
         println!("\nwith the minimum hold, every tick ran exactly once");
@@ -84,7 +88,11 @@ async fn schedule(
                 let outcome = request
                     .run_once(|_lease| async move {
                         tokio::time::sleep(JOB_TAKES).await;
-                        runs.lock().map_err(|_| poisoned(job))?.entry(tick).or_default().push(replica);
+                        runs.lock()
+                            .map_err(|_| poisoned(job))?
+                            .entry(tick)
+                            .or_default()
+                            .push(replica);
                         Ok::<_, LockError>(())
                     })
                     .await;
@@ -107,5 +115,7 @@ async fn schedule(
 }
 
 fn poisoned(job: &str) -> LockError {
-    LockError::Config(format!("the record of `{job}`'s runs was poisoned by a panic"))
+    LockError::Config(format!(
+        "the record of `{job}`'s runs was poisoned by a panic"
+    ))
 }

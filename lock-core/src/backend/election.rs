@@ -130,9 +130,9 @@ pub(crate) async fn proclaim(
                 return Ok(None);
             }
             let now = SystemTime::now();
-            let ms = now
-                .duration_since(UNIX_EPOCH)
-                .map_or(0, |since| u64::try_from(since.as_millis()).unwrap_or(u64::MAX));
+            let ms = now.duration_since(UNIX_EPOCH).map_or(0, |since| {
+                u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
+            });
             memory
                 .elections()
                 .write(&record_key(keys), Record::render(elected, term, ms, label));
