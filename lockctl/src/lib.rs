@@ -9,6 +9,8 @@
 //! lockctl list [--match PATTERN] [--json]
 //! lockctl release NAME --force
 //! lockctl watch NAME [--interval 50ms] [--count N] [--json]
+//! lockctl elect --name NAME [--lease 15s] -- COMMAND ARGS...
+//! lockctl leader NAME [--watch] [--count N]
 //! ```
 //!
 //! Every command takes `--url` (default `$REDIS_URL`, else `redis://127.0.0.1:6379/`),
@@ -70,6 +72,7 @@ pub mod exit;
 mod held;
 pub mod holder;
 mod inspect;
+mod leader;
 mod output;
 mod permits;
 mod run;
@@ -137,6 +140,8 @@ async fn dispatch(cli: Cli) -> Result<u8, Failure> {
         Command::List(args) => inspect::list(&target, &args).await,
         Command::Release(args) => inspect::release(&target, &args).await,
         Command::Watch(args) => watch::watch(&target, &args).await,
+        Command::Elect(args) => run::run(&target, cli::RunArgs::election(args)).await,
+        Command::Leader(args) => leader::leader(&target, &args).await,
     }
 }
 

@@ -138,8 +138,19 @@ async fn acquire(
         }
         request.await.map(Held::Lease)
     };
+    let campaign = async {
+        if !args.elect {
+            return request.await;
+        }
+        locker
+            .election(args.key.as_str())
+            .lease(args.ttl)
+            .campaign()
+            .await
+            .map(Held::Leadership)
+    };
     let result = tokio::select! {
-        result = request => result,
+        result = campaign => result,
         caught = signals.recv() => {
             // Dropping the request abandons it; lock-core cleans up what it may have taken.
             return Err(Failure::new(
@@ -183,6 +194,12 @@ fn spawn(
         Some(token) => command.env("LOCKCTL_FENCING_TOKEN", token.to_string()),
         None => command.env_remove("LOCKCTL_FENCING_TOKEN"),
     };
+    if args.elect {
+        let term = lease.fencing_token().unwrap_or_default().to_string();
+        command
+            .env("LOCKCTL_ELECTION", &args.key)
+            .env("LOCKCTL_TERM", term);
+    }
     command.spawn().map_err(|err| {
         let code = if err.kind() == std::io::ErrorKind::NotFound {
             NOT_FOUND

@@ -391,6 +391,7 @@ fn hold_at_least_runs_a_scheduled_job_once_across_hosts() {
     let pttl: i64 = server
         .command(&["PTTL", "lock:{hourly digest}"])
         .trim()
+        .trim_start_matches(':')
         .parse()
         .unwrap();
     assert!(
