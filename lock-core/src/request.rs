@@ -129,6 +129,10 @@ impl LockRequest {
     /// `lockAtLeastFor`): replicas whose schedule fires a little later, their clocks a
     /// little off, find the lock taken and skip the tick the first one ran. More than zero,
     /// at most [`MAX_TTL`](crate::MAX_TTL); no default (a release frees the lock at once).
+    /// The hold is measured from the start of the attempt that took the lock, by this
+    /// process's clock, and set as the key's remaining TTL at the release, so it ends by the
+    /// server's clock no earlier than that. Requests that wait for the lock learn of its end
+    /// from their timers, not from a release message.
     ///
     /// See [`LockRequest::run_once`], which runs a job once per tick with it.
     ///

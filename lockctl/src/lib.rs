@@ -37,6 +37,17 @@
 //! If lockctl itself is killed with SIGKILL the command goes on running, and its lock frees
 //! itself after at most one TTL: keep `--ttl` short with `--renew` for long jobs.
 //!
+//! # `elect` and `leader`
+//!
+//! `lockctl elect --name NAME -- COMMAND` runs the command as the fleet's leader (lock-core's
+//! `Election`): it waits in line for leadership, starts the command once elected with
+//! `LOCKCTL_ELECTION` and `LOCKCTL_TERM` (also `LOCKCTL_FENCING_TOKEN`) in its environment,
+//! renews the lease (`--lease`, default 15 s) every third of it, stops the command when
+//! leadership is lost (as `run` does on a lost lease, exit 79), and resigns when it exits.
+//! `--hold-at-least` on `run` holds a lock at least that long from the start, for jobs run
+//! from cron on every host. `lockctl leader NAME` shows who leads (label, term, since when);
+//! `--watch` prints each change, once and in order, until Ctrl-C or `--count` changes.
+//!
 //! # Exit codes
 //!
 //! | code | meaning |

@@ -46,11 +46,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let held = with_hold.get(&tick).cloned().unwrap_or_default();
         let bare = without.get(&tick).cloned().unwrap_or_default();
         once &= held.len() == 1;
-        println!(
-            "{tick:>4} | {:<32} | {}",
-            format!("{held:?}"),
-            format!("{bare:?}")
-        );
+        let (held_text, bare_text) = (format!("{held:?}"), format!("{bare:?}"));
+        println!("{tick:>4} | {held_text:<32} | {bare_text}");
     }
     if once {
         println!("\nwith the minimum hold, every tick ran exactly once");

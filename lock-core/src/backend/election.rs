@@ -240,7 +240,22 @@ impl Feed {
 /// The in-memory store's records and announcement channels.
 #[derive(Default)]
 pub(crate) struct MemoryBoard {
-    records: Mutex<HashMap<String, (Option<String>, broadcast::Sender<String>)>>,
+    records: Mutex<HashMap<String, Slot>>,
+}
+
+/// One election's record (if written yet) and its announcements.
+struct Slot {
+    record: Option<String>,
+    announce: broadcast::Sender<String>,
+}
+
+impl Slot {
+    fn new() -> Slot {
+        Slot {
+            record: None,
+            announce: broadcast::channel(MEMORY_BACKLOG).0,
+        }
+    }
 }
 
 /// How many announcements an in-memory observer may fall behind before it reads again.
@@ -249,25 +264,23 @@ const MEMORY_BACKLOG: usize = 256;
 impl MemoryBoard {
     fn write(&self, key: &str, record: String) {
         let mut records = self.records.lock().unwrap_or_else(PoisonError::into_inner);
-        let entry = records
-            .entry(key.to_owned())
-            .or_insert_with(|| (None, broadcast::channel(MEMORY_BACKLOG).0));
-        entry.0 = Some(record.clone());
+        let slot = records.entry(key.to_owned()).or_insert_with(Slot::new);
+        slot.record = Some(record.clone());
         // No receiver is fine: nobody observes.
-        let _ = entry.1.send(record);
+        let _ = slot.announce.send(record);
     }
 
     fn read(&self, key: &str) -> Option<String> {
         let records = self.records.lock().unwrap_or_else(PoisonError::into_inner);
-        records.get(key).and_then(|(record, _)| record.clone())
+        records.get(key).and_then(|slot| slot.record.clone())
     }
 
     fn subscribe(&self, key: &str) -> broadcast::Receiver<String> {
         let mut records = self.records.lock().unwrap_or_else(PoisonError::into_inner);
         records
             .entry(key.to_owned())
-            .or_insert_with(|| (None, broadcast::channel(MEMORY_BACKLOG).0))
-            .1
+            .or_insert_with(Slot::new)
+            .announce
             .subscribe()
     }
 }

@@ -92,15 +92,9 @@ fn a_killed_leader_is_replaced_and_watchers_see_each_term_once() {
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines.len(), 3, "{out}");
     assert!(lines[0].ends_with("no leader"), "{out}");
-    assert!(
-        lines[1].contains(&format!("elected   leader first@")),
-        "{out}"
-    );
+    assert!(lines[1].contains("elected   leader first@"), "{out}");
     assert!(lines[1].contains(&format!("term {}", terms[0].1)), "{out}");
-    assert!(
-        lines[2].contains(&format!("elected   leader second@")),
-        "{out}"
-    );
+    assert!(lines[2].contains("elected   leader second@"), "{out}");
     assert!(lines[2].contains(&format!("term {}", terms[1].1)), "{out}");
 
     signal(&second, Signal::TERM);
