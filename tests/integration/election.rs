@@ -338,3 +338,22 @@ async fn elections_on_memory_and_refused_where_there_is_no_ordered_record() {
         "{err}"
     );
 }
+
+/// The public types can cross threads: leadership and views are `Send + Sync`, an observer
+/// is `Send` (one task reads it), and a campaign can be spawned.
+#[test]
+fn election_and_schedule_types_cross_threads() {
+    fn shared<T: Send + Sync>() {}
+    fn sent<T: Send>() {}
+    shared::<lock_core::Election>();
+    shared::<lock_core::Leadership>();
+    shared::<lock_core::Leader>();
+    shared::<LeaderChange>();
+    shared::<lock_core::Tick<String>>();
+    sent::<lock_core::Observer>();
+    fn spawnable<F: std::future::Future + Send + 'static>(_: F) {}
+    let locker = Locker::memory();
+    let election = locker.election("x");
+    spawnable(async move { election.campaign().await.map(|l| l.term()) });
+    spawnable(async move { locker.election("x").observe().await.map(|_| ()) });
+}
