@@ -338,9 +338,10 @@ impl Observer {
         let leader = current(&self.locker, &self.keys).await?;
         let seen = match &leader {
             Some(leader) => Some((leader.term, if leader.since.is_some() { 1 } else { 0 })),
+            // Nobody leads: the last term resigned, or its leader is gone unannounced.
             None => board::record(engine.backend(), &self.keys)
                 .await?
-                .map(|record| (record.term, 2)),
+                .map(|record| (record.term, if record.elected { 1 } else { 2 })),
         };
         self.current = leader;
         self.seen = self.seen.max(seen);

@@ -262,7 +262,7 @@ async fn supervise(
                 let why = if !handle.expires_in().is_zero() {
                     "it was removed (Redis says it is no longer ours)".to_owned()
                 } else if args.renew {
-                    "it could not be renewed: Redis was unreachable for a whole TTL".to_owned()
+                    "it was not renewed within its TTL (Redis unreachable, or lockctl paused)".to_owned()
                 } else {
                     format!(
                         "it outlived --ttl {} (use --renew to keep the lock while it runs)",
