@@ -100,6 +100,16 @@ impl Lease {
         }
     }
 
+    /// The value stored on the lock (`token[:label]`), for scripts that check ownership.
+    pub(crate) fn stored_value(&self) -> &str {
+        &self.held.value
+    }
+
+    /// The engine the lease was taken through.
+    pub(crate) fn engine(&self) -> &Arc<Engine> {
+        &self.engine
+    }
+
     /// A cloneable view of this lease (for a watchdog, a log line, or a task that must stop
     /// when the lease is lost).
     pub fn handle(&self) -> LeaseHandle {
@@ -109,6 +119,10 @@ impl Lease {
     /// Gives the lock back. `Ok(true)` if we still held it and it is now free; `Ok(false)` if
     /// it had already expired or been taken over, in which case nothing was deleted: the
     /// current holder's lock is left alone.
+    ///
+    /// A lease taken with [`hold_at_least`](crate::LockRequest::hold_at_least) whose
+    /// minimum hold is not over is given back without freeing the lock: `Ok(true)` then
+    /// means the lock is left to expire at the hold's end.
     pub async fn release(mut self) -> Result<bool, LockError> {
         self.released = true;
         let (engine, held) = (Arc::clone(&self.engine), Arc::clone(&self.held));

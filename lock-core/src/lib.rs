@@ -96,6 +96,8 @@
 //! | HTTP handler | `#[redis_locked]` on an axum handler, `LockLayer` | locker's (30 s) | none: 409 with `Retry-After` at once | on | response stands, loss reported |
 //! | imperative | [`Locker::lock`] | locker's (30 s) | locker's (10 s) | off ([`LockRequest::auto_renew`]) | the holder watches [`LeaseHandle::lost`] |
 //! | try once | [`Locker::try_lock`] | given | none | off | the holder watches [`LeaseHandle::lost`] |
+//! | scheduled run | [`LockRequest::run_once`], `#[redis_locked(hold_at_least = "..")]` | locker's (30 s); minimum hold: none unless given | none: the tick is skipped ([`Tick::Skipped`], `Err(Busy)` from the macro) | on | result stands, loss reported |
+//! | leader election | [`Election::campaign`] | the election's lease, 15 s ([`Election::lease`]) | until elected (FIFO) | on (every 5 s) | [`Leadership::is_leader`] turns false, [`Leadership::lost`] fires |
 //!
 //! Why:
 //!
@@ -116,6 +118,55 @@
 //!   on the lease the work sees): turning finished work into an error invites a retry that
 //!   does it twice. `on_lost = "error"` / [`OnLost::Error`] and `"cancel"` /
 //!   [`OnLost::Cancel`] are the opt-ins.
+//! - **Scheduled runs and elections.** A replica whose timer finds the tick taken has nothing
+//!   to wait for: the tick ran elsewhere, so `run_once` and `hold_at_least` functions skip at
+//!   once. A candidate has nothing better to do than wait, so a campaign waits until
+//!   elected. The election's 15 s lease is Kubernetes' `leaseDuration`: a dead leader is
+//!   replaced within 15 s, and a leader renews three times per lease.
+//!
+//! # Scheduled jobs and leader election
+//!
+//! - **Once per tick across a fleet** (ShedLock's model): [`LockRequest::run_once`] runs a
+//!   job unless another replica holds the tick ([`Tick::Ran`] / [`Tick::Skipped`], not an
+//!   error), and [`LockRequest::hold_at_least`] keeps the lock until a minimum time from
+//!   the start even when the job ended sooner (the release sets what is left of it as the
+//!   key's TTL, by the server's clock, instead of deleting the key), so replicas whose
+//!   clocks fire a little later skip the same tick. The TTL bounds a dead replica's hold;
+//!   renewal keeps a live one's, and `max_hold` caps a hung one.
+//!   `#[redis_locked(hold_at_least = "5m")]` and `lockctl run --hold-at-least 5m` do the
+//!   same; `examples/scheduled-jobs` runs four replicas with offset timers.
+//! - **One leader, watched by all** (etcd's election API, Kubernetes' lease election):
+//!   [`Locker::election`] gives an [`Election`]. [`Election::campaign`] waits in FIFO order
+//!   (the lock's waiter queue) until this process leads, and returns a [`Leadership`]: its
+//!   term (the election lock's fencing token, strictly increasing), renewed in the
+//!   background, with [`Leadership::lost`] and [`Leadership::is_leader`] (false by the
+//!   local clock once the lease has run out, so a leader resumed after a pause knows before
+//!   acting; hand the term to stores that refuse stale writers). [`Leadership::resign`]
+//!   announces the end and hands leadership to the next candidate at once.
+//!   [`Election::leader`] reads who leads (label, term, since when by the server's clock),
+//!   and [`Election::observe`] follows every change once and in order over pub/sub.
+//!   Elections need one Redis (or Sentinel, a Cluster) with scripts, or memory.
+//!
+//! ```
+//! use lock_core::{Locker, LockError, Tick};
+//! use std::time::Duration;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), LockError> {
+//! let locker = Locker::memory();
+//! let tick = locker
+//!     .lock("jobs:digest")
+//!     .hold_at_least(Duration::from_secs(50))
+//!     .run_once(|_| async { Ok::<_, LockError>(12) })
+//!     .await?;
+//! assert_eq!(tick, Tick::Ran(12));
+//!
+//! let leadership = locker.election("scheduler").campaign().await?;
+//! assert!(leadership.is_leader());
+//! leadership.resign().await?;
+//! # Ok(())
+//! # }
+//! ```
 //!
 //! # Guarantees
 //!
@@ -225,7 +276,8 @@
 //!
 //! A lock named `N` lives at `<prefix>{N}` (default prefix `lock:`), its fencing counter at
 //! `<prefix>{N}:fence`, and its waiter queue, while someone waits, at `<prefix>{N}:q` and
-//! `<prefix>{N}:qe`. The braces are a Redis Cluster hash tag: every key of a lock shares a
+//! `<prefix>{N}:qe`; an election named `N` keeps its record at `<prefix>{N}:leader` (and
+//! announces it on a channel of that name). The braces are a Redis Cluster hash tag: every key of a lock shares a
 //! slot, and no lock name can collide with another lock's keys. Any name works, whatever
 //! bytes it and the prefix hold: a name that begins with `}` (its hash tag would be empty,
 //! and Redis would hash each key whole) or with a NUL byte is stored after a NUL byte, and a
@@ -275,6 +327,7 @@ mod current;
 mod deadline;
 mod defaults;
 mod duration;
+mod election;
 mod engine;
 mod error;
 mod holder;
@@ -287,6 +340,7 @@ pub mod metrics;
 mod prims;
 mod redact;
 mod request;
+mod schedule;
 mod signal;
 mod token;
 mod using;
@@ -300,6 +354,7 @@ pub use builder::{LockerBuilder, Protocol, DEFAULT_REDIS_URL, REDIS_URL_ENV};
 pub use connection::tls::TlsConfig;
 pub use current::current_lease;
 pub use duration::{parse_duration, DurationError};
+pub use election::{Election, Leader, LeaderChange, Leadership, Observer};
 pub use error::LockError;
 pub use holder::Holder;
 pub use key::{KeyLayout, MAX_NAME_LEN, MAX_TTL, MAX_WAIT, MIN_TTL, NAME_ESCAPE};
@@ -311,6 +366,7 @@ pub use prims::{
     PermitRequest, RwLease, RwLock, RwRequest, Semaphore, MAX_PERMITS,
 };
 pub use request::LockRequest;
+pub use schedule::Tick;
 pub use token::MAX_LABEL_LEN;
 pub use using::{OnLost, UsingRequest};
 

@@ -50,6 +50,8 @@ pub struct LockSpec {
     /// A semaphore permit, a read-write lock side or a multi-lock instead of a lock.
     hold: Option<crate::macro_held::Hold>,
     http_handler: bool,
+    /// A scheduled run's minimum hold (`hold_at_least = ".."`).
+    hold_at_least: Option<Duration>,
 }
 
 impl LockSpec {
@@ -65,6 +67,7 @@ impl LockSpec {
             error_on_lost: false,
             hold: None,
             http_handler: false,
+            hold_at_least: None,
         }
     }
 
@@ -126,6 +129,14 @@ impl LockSpec {
 
     pub fn wait(mut self, wait: Duration) -> LockSpec {
         self.wait = Some(wait);
+        self
+    }
+
+    /// A scheduled run (`hold_at_least = ".."`): the lock is held at least this long from
+    /// the start, and without a `wait` of its own a busy lock is not waited for (the tick
+    /// is taken: `Err(LockError::Busy)`).
+    pub fn hold_at_least(mut self, hold: Duration) -> LockSpec {
+        self.hold_at_least = Some(hold);
         self
     }
 }
@@ -270,8 +281,13 @@ where
     if let Some(ttl) = spec.ttl {
         request = request.ttl(ttl);
     }
-    if let Some(wait) = spec.wait.or(handler_wait) {
+    // A scheduled run does not wait for a tick another replica took.
+    let schedule_wait = spec.hold_at_least.map(|_| Duration::ZERO);
+    if let Some(wait) = spec.wait.or(handler_wait).or(schedule_wait) {
         request = request.wait(wait);
+    }
+    if let Some(hold) = spec.hold_at_least {
+        request = request.hold_at_least(hold);
     }
     if spec.renew {
         request = request.auto_renew();

@@ -47,6 +47,7 @@ impl LockRequest {
                 wait: None,
                 fencing: None,
                 renew: None,
+                hold_at_least: None,
             },
         }
     }
@@ -121,6 +122,44 @@ impl LockRequest {
             .get_or_insert(Renewal { max_hold: None })
             .max_hold = Some(max_hold);
         self
+    }
+
+    /// Holds the lock at least this long from the start of the acquisition, even when it is
+    /// released (or dropped) sooner: the release then leaves the lock to expire at that
+    /// point, by the server's clock, instead of deleting it. For scheduled jobs (ShedLock's
+    /// `lockAtLeastFor`): replicas whose schedule fires a little later, their clocks a
+    /// little off, find the lock taken and skip the tick the first one ran. More than zero,
+    /// at most [`MAX_TTL`](crate::MAX_TTL); no default (a release frees the lock at once).
+    /// The hold is measured from the start of the attempt that took the lock, by this
+    /// process's clock, and set as the key's remaining TTL at the release, so it ends by the
+    /// server's clock no earlier than that. Requests that wait for the lock learn of its end
+    /// from their timers, not from a release message.
+    ///
+    /// See [`LockRequest::run_once`], which runs a job once per tick with it.
+    ///
+    /// ```
+    /// # use lock_core::{Locker, LockError};
+    /// # use std::time::Duration;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), LockError> {
+    /// let locker = Locker::memory();
+    /// let lease = locker
+    ///     .lock("jobs:hourly-digest")
+    ///     .hold_at_least(Duration::from_secs(30))
+    ///     .await?;
+    /// assert!(lease.release().await?); // given back, but held until 30 s after the start
+    /// assert!(locker.try_lock("jobs:hourly-digest", Duration::from_secs(1)).await.is_err());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn hold_at_least(mut self, hold: Duration) -> Self {
+        self.spec.hold_at_least = Some(hold);
+        self
+    }
+
+    /// Whether a `wait` was given (otherwise the locker's default applies).
+    pub(crate) fn has_wait(&self) -> bool {
+        self.spec.wait.is_some()
     }
 
     pub(crate) fn engine(&self) -> &Arc<Engine> {

@@ -119,6 +119,10 @@ impl LockRequest {
 }
 
 impl UsingRequest {
+    pub(crate) fn into_parts(self) -> (LockRequest, OnLost) {
+        (self.request, self.on_lost)
+    }
+
     /// [`LockRequest::using`] with this request's [`OnLost`] rule.
     pub async fn using<F, Fut, T, E>(self, work: F) -> Result<T, E>
     where

@@ -138,6 +138,10 @@ fn generate(args: &Args, function: ItemFn) -> TokenStream {
         let millis = Literal::u64_unsuffixed(millis(wait));
         spec = quote!(#spec.wait(#private::Duration::from_millis(#millis)));
     }
+    if let Some(hold) = args.hold_at_least {
+        let millis = Literal::u64_unsuffixed(millis(hold));
+        spec = quote!(#spec.hold_at_least(#private::Duration::from_millis(#millis)));
+    }
     if handler::is_http_handler(&sig) {
         // lock_core applies the web default (no waiting, as LockLayer: one table there)
         // unless `wait` says otherwise, and answers refused `permits` as a limit (429).

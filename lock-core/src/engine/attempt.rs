@@ -45,6 +45,7 @@ pub(super) struct Acquire<'a> {
     pub last_busy: Busy,
     pub fencing_token: Option<u64>,
     pub renew: Option<Renewal>,
+    pub hold_at_least: Option<Duration>,
     /// Set when a grant arrived too late to be of use (how long it took).
     pub expired_grant: Option<Duration>,
     /// The error of the last attempt, when it failed with a transient error: what the
@@ -138,6 +139,7 @@ impl Acquire<'_> {
             ttl: self.ttl,
             local,
             renew: self.renew,
+            hold_at_least: self.hold_at_least,
         })
     }
 
