@@ -3,6 +3,7 @@
 mod behaviour;
 mod cluster;
 mod contention;
+mod failover;
 mod fast_path;
 mod fencing;
 mod harness;

@@ -141,7 +141,7 @@ impl LockerBuilder {
         settings: Settings,
     ) -> Result<Locker, LockError> {
         self.scripts_only("Sentinel")?;
-        let client = connect::sentinel(sentinels, master, &self.tls)?;
+        let client = connect::sentinel(sentinels, master.clone(), &self.tls)?;
         let config = redis::AsyncConnectionConfig::new()
             .set_connection_timeout(Some(self.command_timeout))
             .set_response_timeout(Some(self.command_timeout));
@@ -154,6 +154,7 @@ impl LockerBuilder {
         let source = Source::Sentinel {
             client,
             config: Box::new(config),
+            switches: crate::connection::sentinel::Switches::new(master),
         };
         let conn = SharedConnection::new(source, self.command_timeout);
         let backend = AnyBackend::Scripted(Scripted::new(conn, self.script_mode));
