@@ -278,6 +278,7 @@ mod macro_support;
 pub mod metrics;
 mod prims;
 mod redact;
+mod replication;
 mod request;
 mod signal;
 mod token;
@@ -302,6 +303,7 @@ pub use prims::{
     GuardHandle, HoldMode, MultiLease, MultiRequest, Permit, PermitHolder, PermitHolders,
     PermitRequest, RwLease, RwLock, RwRequest, Semaphore, MAX_PERMITS,
 };
+pub use replication::ReplicaSync;
 pub use request::LockRequest;
 pub use token::MAX_LABEL_LEN;
 pub use using::{OnLost, UsingRequest};
