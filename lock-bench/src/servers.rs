@@ -58,8 +58,7 @@ pub fn start_sentinel() -> Result<(Servers, String), String> {
     std::panic::set_hook(Box::new(|_| {}));
     let started = std::panic::catch_unwind(|| {
         let master = RedisServer::start();
-        let replica =
-            RedisServer::start_with(&[&format!("replicaof 127.0.0.1 {}", master.port())]);
+        let replica = RedisServer::start_with(&[&format!("replicaof 127.0.0.1 {}", master.port())]);
         until_settled(&master);
         let sentinel = RedisServer::start_sentinel("bench", master.port());
         let url = sentinel.url();

@@ -457,3 +457,47 @@ async fn on_a_cluster_a_grant_no_replica_has_is_not_given() {
     }
     let _second = second.expect("the promoted replica grants the lock to the next client");
 }
+
+/// Issue 25: `inspect` (and `lockctl status`, which prints it) says how many replicas
+/// have a lock's current value.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_says_whether_the_replicas_have_the_value() {
+    let master = RedisServer::start();
+    let replica = RedisServer::start_with(&[&format!("replicaof 127.0.0.1 {}", master.port())]);
+    until_replica_online(&master);
+    let on_master = |sync| {
+        Locker::builder()
+            .url(master.url())
+            .command_timeout(SECOND)
+            .replica_sync(sync)
+            .build()
+            .expect("locker")
+    };
+    let (checked, unchecked) = (
+        on_master(ReplicaSync::default()),
+        on_master(ReplicaSync::Off),
+    );
+    let _held = checked.try_lock("a", 30 * SECOND).await.expect("acquire");
+    let info = checked.inspect("a").await.expect("inspect").expect("held");
+    assert_eq!(info.on_replicas, Some(1), "{info:?}");
+    // Without the check, nothing is counted.
+    let info = unchecked
+        .inspect("a")
+        .await
+        .expect("inspect")
+        .expect("held");
+    assert_eq!(info.on_replicas, None, "{info:?}");
+
+    // A lock taken without the check while the replica is stopped: not on the replica.
+    signal(&replica, "-STOP");
+    let _unreplicated = unchecked.try_lock("b", 30 * SECOND).await.expect("acquire");
+    let info = checked.inspect("b").await.expect("inspect").expect("held");
+    signal(&replica, "-CONT");
+    assert_eq!(info.on_replicas, Some(0), "{info:?}");
+    let info = checked.inspect("b").await.expect("inspect").expect("held");
+    assert_eq!(
+        info.on_replicas,
+        Some(1),
+        "once the replica caught up: {info:?}"
+    );
+}

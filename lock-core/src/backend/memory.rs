@@ -130,6 +130,7 @@ impl Backend for Memory {
             value,
             remaining,
             fencing_counter,
+            on_replicas: None,
         })
     }
 }

@@ -100,6 +100,7 @@ struct Slot {
     conn: Conn,
     generation: u64,
     /// The Sentinel failovers announced before it was opened (0 for other sources).
+    #[cfg_attr(not(feature = "sentinel"), allow(dead_code))]
     switches: u64,
 }
 

@@ -415,10 +415,15 @@ impl Backend for Scripted {
                 }
                 LockError::from_redis(&keys.name, &keys.lock, err)
             })?;
+        let on_replicas = match (&self.replicated, &value) {
+            (Some(replicated), Some(value)) => replicated.replicas_having(keys, value).await,
+            _ => None,
+        };
         Ok(RawState {
             value: value.map(|v| String::from_utf8_lossy(&v).into_owned()),
             remaining: remaining_from_pttl(pttl),
             fencing_counter: fence,
+            on_replicas,
         })
     }
 }

@@ -16,6 +16,16 @@ use crate::key::LockKeys;
 use crate::replication::SyncRule;
 use crate::LockError;
 
+/// Rewrites a lock's value as it is, keeping its TTL, if it is still `ARGV[1]`: a write
+/// after the value's own in the replication stream, for `WAIT` to count the replicas that
+/// have it. A plain script (not of the lock library): only inspections run it.
+static REWRITE: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
+    redis::Script::new(
+        "if redis.call('GET', KEYS[1]) == ARGV[1] then \
+           redis.call('SET', KEYS[1], ARGV[1], 'KEEPTTL', 'XX') return 1 end return 0",
+    )
+});
+
 /// Dedicated connections for the writes that wait for replicas.
 pub(crate) const CONNECTIONS: usize = 4;
 
@@ -136,6 +146,35 @@ impl Replicated {
             required: self.rule.replicas,
             timeout: self.rule.timeout,
         })
+    }
+
+    /// How many replicas have `value` on the lock's key (at least; up to the required
+    /// number, `WAIT` stops counting there), or `None` when the check is off for this
+    /// master, the value changed meanwhile or the master could not be asked. The value is
+    /// written again as it is (same TTL) from a dedicated connection, and `WAIT` on that
+    /// connection tells how many replicas have everything up to that write.
+    pub async fn replicas_having(&self, keys: &LockKeys, value: &[u8]) -> Option<u32> {
+        let shared = self.connection();
+        let lent = shared.get(&keys.name).await.ok()?;
+        let mut conn = lent.conn.clone();
+        if !self.is_on() && !self.required(&mut conn, keys).await {
+            return None;
+        }
+        let same: i64 = REWRITE
+            .key(&keys.lock)
+            .arg(value)
+            .invoke_async(&mut conn)
+            .await
+            .inspect_err(|err| {
+                if crate::connection::shared::is_connection_failure(err) {
+                    shared.retire(&lent);
+                }
+            })
+            .ok()?;
+        if same != 1 {
+            return None;
+        }
+        self.wait(&mut conn, keys).await.ok()
     }
 
     /// `WAIT numreplicas timeout` on `conn`: how many replicas acknowledged its writes.
