@@ -113,8 +113,9 @@ impl Replicated {
             Ok((_, redis::Role::Primary { replicas, .. })) => replicas.len(),
             Ok(_) => 0,
             Err(err) => {
-                tracing::debug!(%err, "cannot ask the master for its replicas; asking again at the next write");
-                self.probed_at.store(0, Ordering::Relaxed);
+                // Asked again in a few seconds (a user without `+role` is refused each
+                // time: the check stays off for it).
+                tracing::debug!(%err, "cannot ask the master for its replicas; asking again in a few seconds");
                 return false;
             }
         };
