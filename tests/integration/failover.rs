@@ -501,3 +501,62 @@ async fn inspect_says_whether_the_replicas_have_the_value() {
         "once the replica caught up: {info:?}"
     );
 }
+
+/// Issue 25: an extension no replica acknowledged does not extend the lease (its validity
+/// stays where it was), and an acquisition no replica acknowledged is undone on the master
+/// (the next client finds the lock free once the replica is back).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unacknowledged_extensions_and_acquisitions_do_not_count() {
+    let master = RedisServer::start();
+    let replica = RedisServer::start_with(&[&format!("replicaof 127.0.0.1 {}", master.port())]);
+    until_replica_online(&master);
+    let locker = Locker::builder()
+        .url(master.url())
+        .command_timeout(SECOND)
+        .sync_timeout(Duration::from_millis(200))
+        .build()
+        .expect("locker");
+    let lease = locker.try_lock("a", 5 * SECOND).await.expect("acquire");
+    let before = lease.expires_in();
+
+    signal(&replica, "-STOP");
+    let extended = lease.extend(60 * SECOND).await;
+    let refused = locker.try_lock("b", 60 * SECOND).await;
+    // A waiting request retries within its wait, then says why.
+    let waited = locker
+        .lock("c")
+        .ttl(60 * SECOND)
+        .wait(Duration::from_millis(700))
+        .await;
+    let b_on_master = master.command(&["EXISTS", "lock:{b}"]);
+    signal(&replica, "-CONT");
+
+    assert!(
+        matches!(extended, Err(LockError::NotReplicated { .. })),
+        "{extended:?}"
+    );
+    assert!(
+        lease.expires_in() <= before,
+        "the lease's validity was not extended: {:?} then {:?}",
+        before,
+        lease.expires_in()
+    );
+    assert!(
+        matches!(refused, Err(LockError::NotReplicated { .. })),
+        "{refused:?}"
+    );
+    assert!(
+        matches!(waited, Err(LockError::NotReplicated { .. })),
+        "{waited:?}"
+    );
+    assert!(
+        b_on_master.starts_with(":0"),
+        "the unacknowledged acquisition was undone: {b_on_master}"
+    );
+    let _b = locker
+        .lock("b")
+        .ttl(60 * SECOND)
+        .wait(5 * SECOND)
+        .await
+        .expect("free once the replica is back");
+}

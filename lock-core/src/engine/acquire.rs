@@ -78,6 +78,7 @@ pub(crate) fn acquire<L>(
             renew,
             expired_grant: None,
             transient: None,
+            not_replicated: None,
         };
         let result = run(acquisition, wait).instrument(span.clone()).await;
         let outcome = match &result {
