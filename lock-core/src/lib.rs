@@ -269,8 +269,15 @@
 //!   data; they are not a consensus protocol.
 //! - **Cluster**: each lock lives in one slot (hash tag), so it has the guarantees of one
 //!   Redis per shard; resharding is followed transparently.
-//! - **Sentinel**: like one Redis, plus the failover caveat: replication is asynchronous,
-//!   so a lock acknowledged by a master that dies before replicating it is lost.
+//! - **Sentinel**: like one Redis; connections follow the master the Sentinels name (a
+//!   connect is checked with them again once open, and their `+switch-master` retires
+//!   connections to the deposed master).
+//! - **Replicas** (Sentinel, Cluster, one master with replicas): replication is
+//!   asynchronous, so a grant the master did not pass on before it died is lost in the
+//!   failover. The replica acknowledgement check ([`ReplicaSync`], on by default where the
+//!   master has replicas) counts an acquisition or extension only once `WAIT` reports that
+//!   enough replicas have it; a deposed master, whose replicas left it, therefore grants
+//!   nothing. An acknowledged write is still lost if every replica that has it fails too.
 //!
 //! # Keys
 //!
@@ -339,6 +346,7 @@ mod macro_support;
 pub mod metrics;
 mod prims;
 mod redact;
+mod replication;
 mod request;
 mod schedule;
 mod signal;
@@ -365,6 +373,7 @@ pub use prims::{
     GuardHandle, HoldMode, MultiLease, MultiRequest, Permit, PermitHolder, PermitHolders,
     PermitRequest, RwLease, RwLock, RwRequest, Semaphore, MAX_PERMITS,
 };
+pub use replication::ReplicaSync;
 pub use request::LockRequest;
 pub use schedule::Tick;
 pub use token::MAX_LABEL_LEN;

@@ -24,6 +24,7 @@ use crate::event::{Acquired, Event, FailKind, HoldKind, Log, ReleaseOutcome, Wri
 use crate::primitive::{Primitive, DEFAULT_PERMITS, WRITER_ODDS};
 use crate::profile::Profile;
 use crate::resource::FencedStore;
+use crate::settings::ReplicaSyncArg;
 use crate::BoxError;
 use guard::Guard;
 
@@ -96,6 +97,9 @@ pub struct ClientArgs {
     /// Command timeout of the locker, in milliseconds.
     #[arg(long, default_value_t = 1000)]
     pub command_timeout_ms: u64,
+    /// The locker's replica acknowledgement check.
+    #[arg(long, value_enum, default_value_t = ReplicaSyncArg::Auto)]
+    pub replica_sync: ReplicaSyncArg,
     /// Random seed.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -173,6 +177,9 @@ pub fn build_locker(args: &ClientArgs) -> Result<Locker, LockError> {
         });
     if let Some(size) = args.pool_size {
         builder = builder.pool_size(size);
+    }
+    if args.replica_sync == ReplicaSyncArg::Off {
+        builder = builder.replica_sync(lock_core::ReplicaSync::Off);
     }
     builder = match (
         args.cluster,
@@ -627,6 +634,7 @@ pub fn fail_kind(err: &LockError) -> FailKind {
         LockError::Busy { .. } | LockError::Timeout { .. } => FailKind::Contention,
         LockError::Connection { .. } => FailKind::Connection,
         LockError::NoQuorum { .. } => FailKind::NoQuorum,
+        LockError::NotReplicated { .. } => FailKind::NotReplicated,
         LockError::WrongType { .. } => FailKind::WrongType,
         LockError::Redis { .. } => FailKind::Redis,
         _ => FailKind::Other,

@@ -425,6 +425,8 @@ pub enum FailKind {
     NoQuorum,
     /// A foreign value sat on the key.
     WrongType,
+    /// Too few replicas acknowledged the grant in time (lock-core's replica check): undone.
+    NotReplicated,
     /// Any other Redis error.
     Redis,
     /// Anything else.

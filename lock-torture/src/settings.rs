@@ -89,6 +89,29 @@ pub struct RunArgs {
     /// The run must then fail.
     #[arg(long, default_value_t = 0)]
     pub sabotage_ms: u64,
+    /// The clients' replica acknowledgement check (`auto`: lock-core's default; `off`:
+    /// grants count once the master wrote them, the behaviour before the check).
+    #[arg(long, value_enum, default_value_t = ReplicaSyncArg::Auto)]
+    pub replica_sync: ReplicaSyncArg,
+}
+
+/// The clients' `ReplicaSync`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ReplicaSyncArg {
+    /// lock-core's default: one replica must acknowledge, where the master has replicas.
+    Auto,
+    /// No check.
+    Off,
+}
+
+impl ReplicaSyncArg {
+    /// Its name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            ReplicaSyncArg::Auto => "auto",
+            ReplicaSyncArg::Off => "off",
+        }
+    }
 }
 
 /// The arguments of a run with every default filled in and checked.
@@ -118,6 +141,8 @@ pub struct Settings {
     pub settle_seconds: f64,
     /// Checker self-test.
     pub sabotage_ms: u64,
+    /// The clients' replica acknowledgement check.
+    pub replica_sync: ReplicaSyncArg,
     /// The primitives, one run each per mode (`all` expanded).
     pub primitives: Vec<Primitive>,
     /// Permits per name of the semaphore workload.
@@ -188,6 +213,7 @@ impl Settings {
             seconds: args.seconds,
             settle_seconds: args.settle_seconds,
             sabotage_ms: args.sabotage_ms,
+            replica_sync: args.replica_sync,
             primitives,
             permits: args.permits,
         };

@@ -65,6 +65,8 @@ pub fn start_rig(
         s.profile.name().into(),
         "--sabotage-ms".into(),
         s.sabotage_ms.to_string(),
+        "--replica-sync".into(),
+        s.replica_sync.name().into(),
         // A safety net only (clients stop when their standard input closes): past the
         // whole run.
         "--max-seconds".into(),

@@ -136,6 +136,7 @@ impl Backend for Memory {
             value,
             remaining,
             fencing_counter,
+            on_replicas: None,
         })
     }
 }

@@ -94,6 +94,9 @@ pub(crate) struct RawState {
     pub value: Option<String>,
     pub remaining: Option<Duration>,
     pub fencing_counter: Option<u64>,
+    /// How many replicas acknowledged the current value, when the replica check is on and
+    /// a value is there.
+    pub on_replicas: Option<u32>,
 }
 
 /// One way of storing locks. Implementations must make `acquire`, `release` and `extend`

@@ -116,6 +116,7 @@ impl Transactional {
             value: value.map(|v| String::from_utf8_lossy(&v).into_owned()),
             remaining: remaining_from_pttl(pttl),
             fencing_counter: fence,
+            on_replicas: None,
         })
     }
 }

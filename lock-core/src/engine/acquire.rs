@@ -86,6 +86,7 @@ pub(crate) fn acquire<L>(
             hold_at_least,
             expired_grant: None,
             transient: None,
+            not_replicated: None,
         };
         let result = run(acquisition, wait).instrument(span.clone()).await;
         let outcome = match &result {
