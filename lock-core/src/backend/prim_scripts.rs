@@ -7,7 +7,7 @@ use std::sync::LazyLock;
 use redis::FromRedisValue;
 
 use crate::backend::lua::{self, Lua, ScriptMode};
-use crate::connection::shared::{is_connection_failure, SharedConnection};
+use crate::connection::shared::{is_connection_failure, Conn, SharedConnection};
 use crate::LockError;
 
 const LIBRARY_NAME: &str = "lockcore_prims_v3";
@@ -103,12 +103,41 @@ impl Server {
         keys: &[&str],
         args: &[&[u8]],
     ) -> redis::RedisResult<T> {
+        self.run_raw_noting(script, name, keys, args, |_| ()).await
+    }
+
+    /// [`Server::run`], first handing `sent_on` the connection the script goes out on, so
+    /// that whatever must reach Redis after it (a give-back of what it may have taken,
+    /// should its answer never come) can be queued behind it on the same socket: on a
+    /// connection opened later, it could reach a stalled server first, or not at all.
+    pub async fn run_noting<T: FromRedisValue>(
+        &self,
+        script: &Lua,
+        name: &str,
+        keys: &[&str],
+        args: &[&[u8]],
+        sent_on: impl FnOnce(&Conn),
+    ) -> Result<T, LockError> {
+        self.run_raw_noting(script, name, keys, args, sent_on)
+            .await
+            .map_err(|err| LockError::from_redis(name, keys.first().copied().unwrap_or(""), err))
+    }
+
+    async fn run_raw_noting<T: FromRedisValue>(
+        &self,
+        script: &Lua,
+        name: &str,
+        keys: &[&str],
+        args: &[&[u8]],
+        sent_on: impl FnOnce(&Conn),
+    ) -> redis::RedisResult<T> {
         let lent = self.conn.get(name).await.map_err(|err| {
             redis::RedisError::from(std::io::Error::new(
                 std::io::ErrorKind::NotConnected,
                 err.to_string(),
             ))
         })?;
+        sent_on(&lent.conn);
         let mut conn = lent.conn.clone();
         let reply = script.run(self.mode, &mut conn, keys, args).await;
         if let Err(err) = &reply {

@@ -173,6 +173,24 @@ impl Scripted {
     pub(crate) fn mode(&self) -> ScriptMode {
         self.mode
     }
+
+    /// Compare-and-deletes `value` on `conn`, the connection an abandoned attempt sent its
+    /// commands on (a multi-lock's give-back): a multiplexed connection keeps request
+    /// order, so the delete reaches Redis after the attempt, even when the shared
+    /// connection was retired meanwhile (as [`Backend::acquire`]'s own undo does). The
+    /// connection is not retired on failure: it may already have been replaced.
+    pub(crate) async fn release_on(
+        &self,
+        conn: &Conn,
+        keys: &LockKeys,
+        value: &str,
+    ) -> Result<bool, LockError> {
+        let mut conn = conn.clone();
+        release_script(self.mode, self.announce, &mut conn, keys, value)
+            .await
+            .map(|n| n == 1)
+            .map_err(|err| LockError::from_redis(&keys.name, &keys.lock, err))
+    }
 }
 
 impl Backend for Scripted {

@@ -11,7 +11,7 @@
 //! never delete what a later one took. A request dropped at any point gives back, in the
 //! background, whatever its attempt in flight may have taken; the TTL covers a crash.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
@@ -19,6 +19,7 @@ use futures_util::future::join_all;
 use crate::backend::prim_scripts::{Server, MARK_LISTENED, MULTI_ACQUIRE};
 use crate::backend::{Attempt, AttemptKind, Backend as _};
 use crate::connection::notifier::Subscription;
+use crate::connection::shared::Conn;
 use crate::engine::local::NameRef;
 use crate::key::LockKeys;
 use crate::prims::env::Env;
@@ -45,11 +46,35 @@ struct GiveBack<'a> {
     env: &'a Env,
     keys: Vec<LockKeys>,
     value: String,
+    route: Route,
+}
+
+/// Which connection a give-back goes out on. It must reach Redis after the attempt it
+/// undoes: on a connection other than the attempt's (the shared one is replaced after a
+/// response timeout, or when a Sentinel's master may have changed), it could reach a
+/// server that stalled with the attempt unread before that attempt, or not reach it at
+/// all, and leave the locks held by nobody until their TTL.
+enum Route {
+    /// The one script's connection, noted before the script is sent; `None`: never sent,
+    /// nothing to give back.
+    SentOn(Mutex<Option<Conn>>),
+    /// The backend's release of each key (one by one). Every acquire whose answer is
+    /// missing is undone by the backend itself, on that acquire's own connection
+    /// (`Backend::acquire`'s undo); the others were answered, so nothing is left in
+    /// flight for a give-back to overtake.
+    Backend,
 }
 
 impl GiveBack<'_> {
     fn disarm(mut self) {
         self.keys.clear();
+    }
+
+    /// The one script goes out on `conn`.
+    fn sent_on(&self, conn: &Conn) {
+        if let Route::SentOn(sent) = &self.route {
+            *sent.lock().unwrap_or_else(PoisonError::into_inner) = Some(conn.clone());
+        }
     }
 }
 
@@ -58,20 +83,38 @@ impl Drop for GiveBack<'_> {
         if self.keys.is_empty() {
             return;
         }
-        release_in_background(self.env, std::mem::take(&mut self.keys), &self.value);
+        let sent_on = match &self.route {
+            Route::SentOn(sent) => {
+                match sent.lock().unwrap_or_else(PoisonError::into_inner).take() {
+                    Some(conn) => Some(conn),
+                    None => return,
+                }
+            }
+            Route::Backend => None,
+        };
+        release_in_background(
+            self.env,
+            std::mem::take(&mut self.keys),
+            &self.value,
+            sent_on,
+        );
     }
 }
 
-/// Compare-and-deletes `value` from every key (nobody else's lock is touched); the TTL
-/// frees them if this fails.
-pub(super) fn release_in_background(env: &Env, keys: Vec<LockKeys>, value: &str) {
+/// Compare-and-deletes `value` from every key (nobody else's lock is touched), on
+/// `sent_on` when given (the connection of the attempt that may have taken them, see
+/// [`Route`]); the TTL frees them if this fails.
+pub(super) fn release_in_background(
+    env: &Env,
+    keys: Vec<LockKeys>,
+    value: &str,
+    sent_on: Option<Conn>,
+) {
     let (worker, value) = (env.clone(), value.to_owned());
     env.spawn_background(async move {
-        let backend = worker.backend();
-        let released = join_all(
-            keys.iter()
-                .map(|k| worker.run(&k.name, backend.release(k, &value))),
-        )
+        let released = join_all(keys.iter().map(|k| {
+            worker.run(&k.name, worker.give_back(sent_on.as_ref(), k, &value))
+        }))
         .await;
         if let Some(Err(err)) = released.into_iter().find(Result::is_err) {
             tracing::debug!(%err, "giving back a multi-lock attempt failed; the TTL will free the locks");
@@ -122,10 +165,16 @@ pub(super) async fn acquire(
             env,
             keys: keys.to_vec(),
             value: value.clone(),
+            route: match server {
+                Some(_) => Route::SentOn(Mutex::new(None)),
+                None => Route::Backend,
+            },
         };
         let attempt = async {
             match &server {
-                Some(server) => one_script(server, keys, &value, ttl).await,
+                Some(server) => {
+                    one_script(server, keys, &value, ttl, |conn| give_back.sent_on(conn)).await
+                }
                 None => one_by_one(env, keys, &value, ttl).await,
             }
         };
@@ -285,15 +334,17 @@ async fn one_script(
     keys: &[LockKeys],
     value: &str,
     ttl: Duration,
+    sent_on: impl FnOnce(&Conn),
 ) -> Result<Option<Busy>, LockError> {
     let lock_keys: Vec<&str> = keys.iter().map(|k| k.lock.as_str()).collect();
     let ttl = crate::backend::millis(ttl).to_string();
     let (taken, index, pttl, holder): (i64, i64, i64, Vec<u8>) = server
-        .run(
+        .run_noting(
             &MULTI_ACQUIRE,
             &keys[0].name,
             &lock_keys,
             &[value.as_bytes(), ttl.as_bytes()],
+            sent_on,
         )
         .await?;
     if taken == 1 {
@@ -344,7 +395,7 @@ async fn one_by_one(
             },
             Err(err) => {
                 // The failed key may have been taken before the connection broke.
-                release_in_background(env, keys[..=taken].to_vec(), value);
+                release_in_background(env, keys[..=taken].to_vec(), value, None);
                 return Err(err);
             }
         };
@@ -357,7 +408,7 @@ async fn one_by_one(
         )
         .await;
         if released.iter().any(Result::is_err) {
-            release_in_background(env, keys[..taken].to_vec(), value);
+            release_in_background(env, keys[..taken].to_vec(), value, None);
         }
         return Ok(Some(busy));
     }
