@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use lock_core::Locker;
+use lock_core::{Locker, ReplicaSync};
 
 use crate::contenders::annotated::Annotated;
 use crate::contenders::core::Core;
@@ -43,8 +43,12 @@ pub struct Endpoints {
     pub single: String,
     /// Independent masters for S4 (5, or none when they could not be started).
     pub masters: Vec<String>,
-    /// Seeds of a 3-master Redis Cluster for S4, when one could be started.
+    /// Seeds of a 3-master Redis Cluster (one replica each) for S4, when one could be
+    /// started.
     pub cluster: Vec<String>,
+    /// A Sentinel watching a master with one replica (its URL and the master's name), for
+    /// S4, when one could be started.
+    pub sentinel: Option<(String, String)>,
 }
 
 /// Keeps the contenders whose label contains one of `only` (all when `only` is empty).
@@ -248,14 +252,22 @@ pub async fn redlock(endpoints: &Endpoints, filter: &Filter) -> Result<Vec<Confi
             }
         }
     }
-    // lock-core on a 3-master cluster: each lock lives on one master, so this measures the
-    // cluster client's routing, not a quorum.
-    if !endpoints.cluster.is_empty() {
-        let label = format!("{CORE}, cluster-3");
+    // lock-core on a 3-master cluster (one replica each): each lock lives on one master,
+    // so this measures the cluster client's routing, not a quorum; with the replica
+    // acknowledgement check (the default there) and without it.
+    for (sync, suffix) in [
+        (ReplicaSync::default(), ", replica check"),
+        (ReplicaSync::Off, ", check off"),
+    ] {
+        if endpoints.cluster.is_empty() {
+            break;
+        }
+        let label = format!("{CORE}, cluster-3+1{suffix}");
         if filter.keeps(&label) {
             let locker = Locker::builder()
                 .prefix("core:")
                 .cluster(endpoints.cluster.iter().cloned())
+                .replica_sync(sync)
                 .build()
                 .map_err(|err| format!("cannot build a cluster locker: {err}"))?;
             configs.push(Config {
@@ -263,6 +275,28 @@ pub async fn redlock(endpoints: &Endpoints, filter: &Filter) -> Result<Vec<Confi
                 nodes: endpoints.cluster.len(),
                 contender: Arc::new(Any::Core(Core::new(locker, false, label))),
             });
+        }
+    }
+    // lock-core on the master a Sentinel names (one replica), with and without the check.
+    if let Some((sentinel, master)) = &endpoints.sentinel {
+        for (sync, suffix) in [
+            (ReplicaSync::default(), ", replica check"),
+            (ReplicaSync::Off, ", check off"),
+        ] {
+            let label = format!("{CORE}, sentinel 1+1{suffix}");
+            if filter.keeps(&label) {
+                let locker = Locker::builder()
+                    .prefix("core:")
+                    .sentinel([sentinel.clone()], master.clone())
+                    .replica_sync(sync)
+                    .build()
+                    .map_err(|err| format!("cannot build a sentinel locker: {err}"))?;
+                configs.push(Config {
+                    library: "lock-core".into(),
+                    nodes: 2,
+                    contender: Arc::new(Any::Core(Core::new(locker, false, label))),
+                });
+            }
         }
     }
     Ok(configs)

@@ -33,7 +33,7 @@ use machine::Machine;
 use probe::Probe;
 use report::{Report, RunSettings};
 use scenarios::{renewal, s1_latency, s2_throughput, s3_hot, s4_redlock, s5_overrun, s6_permits};
-use servers::{start_cluster, start_servers};
+use servers::{start_cluster, start_sentinel, start_servers};
 
 /// Why the run stopped.
 enum Failure {
@@ -110,10 +110,23 @@ async fn run(args: Args) -> Result<(), Failure> {
     } else {
         (None, Vec::new())
     };
+    // And the master a Sentinel names, with one replica.
+    let (_sentinel_servers, sentinel) = if args.runs(Scenario::S4) {
+        match start_sentinel() {
+            Ok((servers, url)) => (Some(servers), Some((url, "bench".to_owned()))),
+            Err(err) => {
+                eprintln!("S4 without the sentinel rows: {err}");
+                (None, None)
+            }
+        }
+    } else {
+        (None, None)
+    };
     let endpoints = Endpoints {
         single,
         masters,
         cluster,
+        sentinel,
     };
     let probe = Probe::connect(&endpoints.single)
         .await

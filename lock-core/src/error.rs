@@ -110,6 +110,23 @@ pub enum LockError {
         reason: String,
     },
 
+    /// Fewer replicas than required acknowledged the write within the sync timeout (see
+    /// [`ReplicaSync`](crate::ReplicaSync)): a failover could lose it, so it was not granted
+    /// (an acquisition was undone; an extension did not extend the lease's validity). A
+    /// waiting request retries within its wait. Persistent: a replica is down or lagging,
+    /// or the master was deposed.
+    #[error("lock `{name}`: only {acknowledged} of the {required} required replicas acknowledged the write within {timeout:?}, so it was not granted (a failover could lose it); check the replicas (down, lagging, or the master was deposed), raise sync_timeout, or turn the check off with ReplicaSync::Off")]
+    NotReplicated {
+        /// The lock name.
+        name: String,
+        /// Replicas that acknowledged the write in time.
+        acknowledged: u32,
+        /// Replicas required.
+        required: u32,
+        /// How long the check waited.
+        timeout: Duration,
+    },
+
     /// Something that is not a lock (a hash, a list, ...) sits on the lock's key.
     #[error("key `{key}` of lock `{name}` holds a non-string value (WRONGTYPE); another part of the system writes to it: change the lock's prefix or name")]
     WrongType {
@@ -177,6 +194,17 @@ pub enum LockError {
         name: String,
     },
 
+    /// A plain [`lock`](crate::Locker::lock) (or `try_lock`) of a lock that this task
+    /// already holds on its call stack: inside a `#[redis_locked]` function, `using` closure
+    /// or `LockLayer`-guarded handler holding it. A lock is not reentrant through `lock()`:
+    /// the request could only succeed after the enclosing body released the lock, which it
+    /// does only once this request ends, so it fails at once instead of waiting its wait out.
+    #[error("lock `{name}` is already held by this task (an enclosing #[redis_locked] function, `using` closure or LockLayer handler holds it), and lock() is not reentrant: call a #[redis_locked] function or `using` for the nested part, which reuses the enclosing lease, or use lock_core::current_lease()")]
+    HeldByThisTask {
+        /// The lock name.
+        name: String,
+    },
+
     /// The operating system's random number generator failed, so no safe token could be made.
     #[error("cannot draw a random token for lock `{name}`: {reason}")]
     Entropy {
@@ -211,8 +239,10 @@ impl LockError {
             | LockError::InvalidName { name, .. }
             | LockError::InvalidDuration { name, .. }
             | LockError::NoDefaultLocker { name }
+            | LockError::HeldByThisTask { name }
             | LockError::Entropy { name, .. }
-            | LockError::NoQuorum { name, .. } => name,
+            | LockError::NoQuorum { name, .. }
+            | LockError::NotReplicated { name, .. } => name,
             LockError::Config(_) => return None,
         };
         (!name.is_empty()).then_some(name.as_str())
@@ -260,7 +290,9 @@ impl LockError {
     pub(crate) fn is_transient(&self) -> bool {
         matches!(
             self,
-            LockError::Connection { .. } | LockError::NoQuorum { .. }
+            LockError::Connection { .. }
+                | LockError::NoQuorum { .. }
+                | LockError::NotReplicated { .. }
         )
     }
 

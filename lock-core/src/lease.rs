@@ -6,6 +6,7 @@ use std::ops::Deref;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures_util::future::BoxFuture;
 use tracing::Instrument as _;
 
 use crate::engine::held::Held;
@@ -41,24 +42,72 @@ use crate::LockError;
 /// ```
 #[must_use = "a lock is released as soon as its Lease is dropped; bind it: `let _lease = ...`"]
 pub struct Lease {
+    engine: Arc<Engine>,
+    held: Arc<Held>,
+    /// The same lease as a view (`Deref`, [`Lease::handle`]).
     handle: LeaseHandle,
     released: bool,
 }
 
 /// A cheap, cloneable view of a lease: who, until when, and whether it was lost. It does not
 /// keep the lock held and cannot release it.
+///
+/// [`current_lease`](crate::current_lease) inside a `#[redis_locked]` function with
+/// `permits`, `mode` or `keys` returns a view of that hold (a semaphore permit, a read-write
+/// lock side, a multi-lock) in this type too: its name, token, validity and loss signal;
+/// it has no fencing token, and [`key`](LeaseHandle::key) is its name.
 #[derive(Clone)]
 pub struct LeaseHandle {
-    engine: Arc<Engine>,
-    held: Arc<Held>,
+    of: Of,
+}
+
+#[derive(Clone)]
+enum Of {
+    /// A lock's lease.
+    Lock {
+        engine: Arc<Engine>,
+        held: Arc<Held>,
+    },
+    /// Another hold: a permit, a read-write lock side, a multi-lock.
+    Hold(Arc<dyn HoldView>),
+}
+
+/// What a [`LeaseHandle`] reads from a hold that is not a lock (implemented by the
+/// primitives' guard handle), so that `current_lease()` can be the innermost hold.
+pub(crate) trait HoldView: Send + Sync {
+    fn name(&self) -> &str;
+    fn token(&self) -> &str;
+    fn acquired_at(&self) -> Instant;
+    fn expires_in(&self) -> Duration;
+    fn is_lost(&self) -> bool;
+    fn lost(&self) -> BoxFuture<'_, ()>;
+    fn is_held(&self) -> BoxFuture<'_, Result<bool, LockError>>;
 }
 
 impl Lease {
     pub(crate) fn new(engine: Arc<Engine>, held: Arc<Held>) -> Lease {
+        let handle = LeaseHandle {
+            of: Of::Lock {
+                engine: Arc::clone(&engine),
+                held: Arc::clone(&held),
+            },
+        };
         Lease {
-            handle: LeaseHandle { engine, held },
+            engine,
+            held,
+            handle,
             released: false,
         }
+    }
+
+    /// The value stored on the lock (`token[:label]`), for scripts that check ownership.
+    pub(crate) fn stored_value(&self) -> &str {
+        &self.held.value
+    }
+
+    /// The engine the lease was taken through.
+    pub(crate) fn engine(&self) -> &Arc<Engine> {
+        &self.engine
     }
 
     /// A cloneable view of this lease (for a watchdog, a log line, or a task that must stop
@@ -70,9 +119,13 @@ impl Lease {
     /// Gives the lock back. `Ok(true)` if we still held it and it is now free; `Ok(false)` if
     /// it had already expired or been taken over, in which case nothing was deleted: the
     /// current holder's lock is left alone.
+    ///
+    /// A lease taken with [`hold_at_least`](crate::LockRequest::hold_at_least) whose
+    /// minimum hold is not over is given back without freeing the lock: `Ok(true)` then
+    /// means the lock is left to expire at the hold's end.
     pub async fn release(mut self) -> Result<bool, LockError> {
         self.released = true;
-        let LeaseHandle { engine, held } = self.handle.clone();
+        let (engine, held) = (Arc::clone(&self.engine), Arc::clone(&self.held));
         let span = tracing::debug_span!(
             "lock.release",
             name = %held.keys.name,
@@ -96,8 +149,7 @@ impl Lease {
     /// Resets the TTL to `ttl` from now. Fails with [`LockError::Lost`] if the lock is no
     /// longer ours (it expired or was removed); the lease is then marked lost.
     pub async fn extend(&self, ttl: Duration) -> Result<(), LockError> {
-        let handle = &self.handle;
-        handle.held.extend(handle.engine.backend(), ttl).await
+        self.held.extend(self.engine.backend(), ttl).await
     }
 }
 
@@ -114,7 +166,7 @@ impl Drop for Lease {
         if self.released {
             return;
         }
-        let LeaseHandle { engine, held } = &self.handle;
+        let (engine, held) = (&self.engine, &self.held);
         held.finish();
         let releasing = Arc::clone(held);
         let owner = Arc::clone(engine);
@@ -131,59 +183,101 @@ impl Drop for Lease {
 }
 
 impl LeaseHandle {
-    /// The lock name.
-    pub fn name(&self) -> &str {
-        &self.held.keys.name
+    /// A view of a hold that is not a lock, for `current_lease()`.
+    pub(crate) fn of_hold(hold: Arc<dyn HoldView>) -> LeaseHandle {
+        LeaseHandle { of: Of::Hold(hold) }
     }
 
-    /// The Redis key that holds the lock.
+    /// The lock name.
+    pub fn name(&self) -> &str {
+        match &self.of {
+            Of::Lock { held, .. } => &held.keys.name,
+            Of::Hold(hold) => hold.name(),
+        }
+    }
+
+    /// The Redis key that holds the lock (for a permit, read-write lock or multi-lock
+    /// hold, which spans several keys: its name).
     pub fn key(&self) -> &str {
-        &self.held.keys.lock
+        match &self.of {
+            Of::Lock { held, .. } => &held.keys.lock,
+            Of::Hold(hold) => hold.name(),
+        }
     }
 
     /// The 128-bit random token (32 hex digits) that proves ownership.
     pub fn token(&self) -> &str {
-        self.held.token()
+        match &self.of {
+            Of::Lock { held, .. } => held.token(),
+            Of::Hold(hold) => hold.token(),
+        }
     }
 
     /// The fencing token drawn at acquire time, when fencing was on: strictly increasing per
     /// lock name, so a store can reject writes from a holder older than the last one it saw.
     pub fn fencing_token(&self) -> Option<u64> {
-        self.held.fencing_token
+        match &self.of {
+            Of::Lock { held, .. } => held.fencing_token,
+            Of::Hold(_) => None,
+        }
     }
 
     /// When the lock was acquired (the start of the successful attempt).
     pub fn acquired_at(&self) -> Instant {
-        self.held.acquired_at()
+        match &self.of {
+            Of::Lock { held, .. } => held.acquired_at(),
+            Of::Hold(hold) => hold.acquired_at(),
+        }
     }
 
     /// How long this lease is still valid by the local clock, with a margin for clock drift
     /// between this process and Redis. Zero once it has run out.
     pub fn expires_in(&self) -> Duration {
-        self.held.expires_in()
+        match &self.of {
+            Of::Lock { held, .. } => held.expires_in(),
+            Of::Hold(hold) => hold.expires_in(),
+        }
     }
 
     /// True once the lease is known to be lost: its validity ran out, or Redis said the lock
     /// is no longer ours. A cheap local check; [`LeaseHandle::is_held`] asks Redis.
     pub fn is_lost(&self) -> bool {
-        self.held.is_lost()
+        match &self.of {
+            Of::Lock { held, .. } => held.is_lost(),
+            Of::Hold(hold) => hold.is_lost(),
+        }
     }
 
     /// Completes when the lease is lost: at the end of its local validity (unless extended
     /// before, by hand or by auto-renewal), or as soon as an operation or the renewer learns
     /// that the lock is no longer ours.
     pub async fn lost(&self) {
-        self.held.lost().await;
+        match &self.of {
+            Of::Lock { held, .. } => held.lost().await,
+            Of::Hold(hold) => hold.lost().await,
+        }
     }
 
     /// Asks Redis whether the lock still holds this lease's token. Marks the lease lost if not.
     pub async fn is_held(&self) -> Result<bool, LockError> {
-        self.held.is_held(self.engine.backend()).await
+        match &self.of {
+            Of::Lock { engine, held } => held.is_held(engine.backend()).await,
+            Of::Hold(hold) => hold.is_held().await,
+        }
     }
 
-    /// True when this is a lease on `name` taken through `engine` (a clone of one Locker).
+    /// True when this is a lease on the lock `name` taken through `engine` (a clone of one
+    /// Locker); never for other holds.
     pub(crate) fn same_lock(&self, engine: &Arc<Engine>, name: &str) -> bool {
-        Arc::ptr_eq(&self.engine, engine) && self.held.keys.name == name
+        match &self.of {
+            Of::Lock { engine: ours, held } => Arc::ptr_eq(ours, engine) && held.keys.name == name,
+            Of::Hold(_) => false,
+        }
+    }
+
+    /// True for a lock's lease (which nested calls may borrow), false for other holds.
+    pub(crate) fn is_lock(&self) -> bool {
+        matches!(self.of, Of::Lock { .. })
     }
 }
 

@@ -96,6 +96,8 @@
 //! | HTTP handler | `#[redis_locked]` on an axum handler, `LockLayer` | locker's (30 s) | none: 409 with `Retry-After` at once | on | response stands, loss reported |
 //! | imperative | [`Locker::lock`] | locker's (30 s) | locker's (10 s) | off ([`LockRequest::auto_renew`]) | the holder watches [`LeaseHandle::lost`] |
 //! | try once | [`Locker::try_lock`] | given | none | off | the holder watches [`LeaseHandle::lost`] |
+//! | scheduled run | [`LockRequest::run_once`], `#[redis_locked(hold_at_least = "..")]` | locker's (30 s); minimum hold: none unless given | none: the tick is skipped ([`Tick::Skipped`], `Err(Busy)` from the macro) | on | result stands, loss reported |
+//! | leader election | [`Election::campaign`] | the election's lease, 15 s ([`Election::lease`]) | until elected (FIFO) | on (every 5 s) | [`Leadership::is_leader`] turns false, [`Leadership::lost`] fires |
 //!
 //! Why:
 //!
@@ -116,6 +118,55 @@
 //!   on the lease the work sees): turning finished work into an error invites a retry that
 //!   does it twice. `on_lost = "error"` / [`OnLost::Error`] and `"cancel"` /
 //!   [`OnLost::Cancel`] are the opt-ins.
+//! - **Scheduled runs and elections.** A replica whose timer finds the tick taken has nothing
+//!   to wait for: the tick ran elsewhere, so `run_once` and `hold_at_least` functions skip at
+//!   once. A candidate has nothing better to do than wait, so a campaign waits until
+//!   elected. The election's 15 s lease is Kubernetes' `leaseDuration`: a dead leader is
+//!   replaced within 15 s, and a leader renews three times per lease.
+//!
+//! # Scheduled jobs and leader election
+//!
+//! - **Once per tick across a fleet** (ShedLock's model): [`LockRequest::run_once`] runs a
+//!   job unless another replica holds the tick ([`Tick::Ran`] / [`Tick::Skipped`], not an
+//!   error), and [`LockRequest::hold_at_least`] keeps the lock until a minimum time from
+//!   the start even when the job ended sooner (the release sets what is left of it as the
+//!   key's TTL, by the server's clock, instead of deleting the key), so replicas whose
+//!   clocks fire a little later skip the same tick. The TTL bounds a dead replica's hold;
+//!   renewal keeps a live one's, and `max_hold` caps a hung one.
+//!   `#[redis_locked(hold_at_least = "5m")]` and `lockctl run --hold-at-least 5m` do the
+//!   same; `examples/scheduled-jobs` runs four replicas with offset timers.
+//! - **One leader, watched by all** (etcd's election API, Kubernetes' lease election):
+//!   [`Locker::election`] gives an [`Election`]. [`Election::campaign`] waits in FIFO order
+//!   (the lock's waiter queue) until this process leads, and returns a [`Leadership`]: its
+//!   term (the election lock's fencing token, strictly increasing), renewed in the
+//!   background, with [`Leadership::lost`] and [`Leadership::is_leader`] (false by the
+//!   local clock once the lease has run out, so a leader resumed after a pause knows before
+//!   acting; hand the term to stores that refuse stale writers). [`Leadership::resign`]
+//!   announces the end and hands leadership to the next candidate at once.
+//!   [`Election::leader`] reads who leads (label, term, since when by the server's clock),
+//!   and [`Election::observe`] follows every change once and in order over pub/sub.
+//!   Elections need one Redis (or Sentinel, a Cluster) with scripts, or memory.
+//!
+//! ```
+//! use lock_core::{Locker, LockError, Tick};
+//! use std::time::Duration;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), LockError> {
+//! let locker = Locker::memory();
+//! let tick = locker
+//!     .lock("jobs:digest")
+//!     .hold_at_least(Duration::from_secs(50))
+//!     .run_once(|_| async { Ok::<_, LockError>(12) })
+//!     .await?;
+//! assert_eq!(tick, Tick::Ran(12));
+//!
+//! let leadership = locker.election("scheduler").campaign().await?;
+//! assert!(leadership.is_leader());
+//! leadership.resign().await?;
+//! # Ok(())
+//! # }
+//! ```
 //!
 //! # Guarantees
 //!
@@ -171,17 +222,21 @@
 //!    one looks at the queue and the release channel. `lockctl watch` marks the value too,
 //!    so that the release it watches for is announced.
 //! 4. Timers cover what no message announces: the head sleeps until the holder's TTL runs
-//!    out (a crashed holder), the next in line until the claim window (or the holder's TTL
-//!    plus one window) ends, the rest until a safety-net pause (0.5 s growing to 5 s); none
-//!    past its own deadline.
+//!    out (a crashed holder) or its safety-net pause (0.5 s growing to 5 s, for a turn
+//!    message lost while the pub/sub connection stayed up) ends, whichever is first; the
+//!    next in line until the claim window (or the holder's TTL plus one window) ends, the
+//!    rest until a safety-net pause; none past its own deadline.
 //!
 //! Failure cases, all with tests against real `redis-server` processes:
 //!
 //! - A waiter that dies, is paused (SIGSTOP, a GC pause) or is cut from Redis while queued
 //!   is skipped: when its turn comes nobody claims it, and the next in line takes over one
 //!   claim window later. An entry whose request has given up expires on its own; a request
-//!   that times out (or is dropped) leaves the queue and passes on a reservation it did not
-//!   claim.
+//!   that times out (or is dropped, at any point: with its queued attempt in flight, or
+//!   together with its `Locker`'s other requests for the name) leaves the queue and passes
+//!   on a reservation it did not claim, unless another request of its `Locker` still waits
+//!   for the name and keeps the place. A new request of that `Locker` queues only once
+//!   that leave has landed, so the leave cannot take the new request's place.
 //! - A holder that crashes: the head wakes at the holder's TTL and takes the lock. If the
 //!   head is gone too, the next one takes over one claim window later, or at its safety net.
 //! - Lost messages (the pub/sub connection dropped, `CLIENT KILL`, a restart): every waiter
@@ -214,15 +269,27 @@
 //!   data; they are not a consensus protocol.
 //! - **Cluster**: each lock lives in one slot (hash tag), so it has the guarantees of one
 //!   Redis per shard; resharding is followed transparently.
-//! - **Sentinel**: like one Redis, plus the failover caveat: replication is asynchronous,
-//!   so a lock acknowledged by a master that dies before replicating it is lost.
+//! - **Sentinel**: like one Redis; connections follow the master the Sentinels name (a
+//!   connect is checked with them again once open, and their `+switch-master` retires
+//!   connections to the deposed master).
+//! - **Replicas** (Sentinel, Cluster, one master with replicas): replication is
+//!   asynchronous, so a grant the master did not pass on before it died is lost in the
+//!   failover. The replica acknowledgement check ([`ReplicaSync`], on by default where the
+//!   master has replicas) counts an acquisition or extension only once `WAIT` reports that
+//!   enough replicas have it; a deposed master, whose replicas left it, therefore grants
+//!   nothing. An acknowledged write is still lost if every replica that has it fails too.
 //!
 //! # Keys
 //!
 //! A lock named `N` lives at `<prefix>{N}` (default prefix `lock:`), its fencing counter at
 //! `<prefix>{N}:fence`, and its waiter queue, while someone waits, at `<prefix>{N}:q` and
-//! `<prefix>{N}:qe`. The braces are a Redis Cluster hash tag: every key of a lock shares a
-//! slot, and no lock name can collide with another lock's keys.
+//! `<prefix>{N}:qe`; an election named `N` keeps its record at `<prefix>{N}:leader` (and
+//! announces it on a channel of that name). The braces are a Redis Cluster hash tag: every key of a lock shares a
+//! slot, and no lock name can collide with another lock's keys. Any name works, whatever
+//! bytes it and the prefix hold: a name that begins with `}` (its hash tag would be empty,
+//! and Redis would hash each key whole) or with a NUL byte is stored after a NUL byte, and a
+//! prefix whose first `{` is directly followed by `}` gets a NUL byte between them;
+//! [`KeyLayout`] computes the keys, for tools that read them.
 //!
 //! # Inside
 //!
@@ -267,6 +334,7 @@ mod current;
 mod deadline;
 mod defaults;
 mod duration;
+mod election;
 mod engine;
 mod error;
 mod holder;
@@ -278,7 +346,9 @@ mod macro_support;
 pub mod metrics;
 mod prims;
 mod redact;
+mod replication;
 mod request;
+mod schedule;
 mod signal;
 mod token;
 mod using;
@@ -292,9 +362,10 @@ pub use builder::{LockerBuilder, Protocol, DEFAULT_REDIS_URL, REDIS_URL_ENV};
 pub use connection::tls::TlsConfig;
 pub use current::current_lease;
 pub use duration::{parse_duration, DurationError};
+pub use election::{Election, Leader, LeaderChange, Leadership, Observer};
 pub use error::LockError;
 pub use holder::Holder;
-pub use key::{MAX_NAME_LEN, MAX_TTL, MAX_WAIT, MIN_TTL};
+pub use key::{KeyLayout, MAX_NAME_LEN, MAX_TTL, MAX_WAIT, MIN_TTL, NAME_ESCAPE};
 pub use lease::{Lease, LeaseHandle};
 pub use locker::{LockInfo, Locker};
 pub use macro_support::{default_locker, set_default_locker};
@@ -302,7 +373,9 @@ pub use prims::{
     GuardHandle, HoldMode, MultiLease, MultiRequest, Permit, PermitHolder, PermitHolders,
     PermitRequest, RwLease, RwLock, RwRequest, Semaphore, MAX_PERMITS,
 };
+pub use replication::ReplicaSync;
 pub use request::LockRequest;
+pub use schedule::Tick;
 pub use token::MAX_LABEL_LEN;
 pub use using::{OnLost, UsingRequest};
 
@@ -316,7 +389,7 @@ pub use deadpool_redis;
 /// in any release.
 #[doc(hidden)]
 pub mod __private {
-    pub use crate::macro_support::{locker_of, run_locked, AsLocker, LockSpec};
+    pub use crate::macro_support::{body, locker_of, run_locked, AsLocker, LockSpec};
     pub use crate::{LockError, Locker};
     pub use core::time::Duration;
     pub use std::format;

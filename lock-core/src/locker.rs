@@ -87,6 +87,7 @@ impl Locker {
                 holder: holder.map(str::to_owned),
                 remaining: state.remaining,
                 fencing_counter: state.fencing_counter,
+                on_replicas: state.on_replicas,
             }
         }))
     }
@@ -193,4 +194,10 @@ pub struct LockInfo {
     pub remaining: Option<Duration>,
     /// The lock's fencing counter: the last fencing token handed out for this name.
     pub fencing_counter: Option<u64>,
+    /// With the replica acknowledgement check on ([`ReplicaSync`](crate::ReplicaSync)):
+    /// how many replicas had the lock's current value when it was inspected, counted by
+    /// `WAIT` up to the required number (within the sync timeout). `None` when the check is
+    /// off (or the master has no replicas), the value changed while it was counted, or
+    /// the master could not be asked.
+    pub on_replicas: Option<u32>,
 }

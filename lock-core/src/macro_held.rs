@@ -1,7 +1,7 @@
 //! `#[redis_locked]` with `permits = N`, `mode = "read"|"write"` or `keys = [..]`: the body
 //! runs under a semaphore permit, one side of a read-write lock, or a multi-lock, with the
-//! same release and loss policies as under a lock. Unlike a lock, these are not reentrant
-//! and do not show up in `current_lease()`.
+//! same release and loss policies as under a lock. Unlike a lock, these are not reentrant;
+//! inside the body, `current_lease()` is a view of the hold.
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use futures_util::FutureExt as _;
 
+use crate::current::with_current_lease;
 use crate::{GuardHandle, LockError, Locker, MultiLease, Permit, RwLease};
 
 /// What the body runs under, besides a plain lock.
@@ -106,7 +107,8 @@ where
     let held = acquire(&locker, key, hold, policy).await.map_err(E::from)?;
     let handle = held.handle();
     let name = handle.name().to_owned();
-    let guarded = AssertUnwindSafe(body).catch_unwind();
+    let current = crate::LeaseHandle::of_hold(std::sync::Arc::new(handle.clone()));
+    let guarded = AssertUnwindSafe(with_current_lease(current, body)).catch_unwind();
     let outcome = if policy.cancel_on_lost {
         tokio::select! {
             biased;

@@ -50,6 +50,8 @@ pub struct LockSpec {
     /// A semaphore permit, a read-write lock side or a multi-lock instead of a lock.
     hold: Option<crate::macro_held::Hold>,
     http_handler: bool,
+    /// A scheduled run's minimum hold (`hold_at_least = ".."`).
+    hold_at_least: Option<Duration>,
 }
 
 impl LockSpec {
@@ -65,6 +67,7 @@ impl LockSpec {
             error_on_lost: false,
             hold: None,
             http_handler: false,
+            hold_at_least: None,
         }
     }
 
@@ -128,6 +131,14 @@ impl LockSpec {
         self.wait = Some(wait);
         self
     }
+
+    /// A scheduled run (`hold_at_least = ".."`): the lock is held at least this long from
+    /// the start, and without a `wait` of its own a busy lock is not waited for (the tick
+    /// is taken: `Err(LockError::Busy)`).
+    pub fn hold_at_least(mut self, hold: Duration) -> LockSpec {
+        self.hold_at_least = Some(hold);
+        self
+    }
 }
 
 /// Anything a `locker = ..` argument may name: a `Locker`, a reference to one, or a smart
@@ -173,15 +184,30 @@ pub fn locker_of<L: AsLocker + ?Sized>(locker: &L) -> Locker {
     locker.as_locker().clone()
 }
 
+/// The annotated function's body as an async block whose output is the declared return
+/// type `T`: the bound tells the compiler the block's type, so that `?` and `return` in the
+/// body convert to it (an async block's output is otherwise inferred from its own returns,
+/// and `?` alone leaves it open: "type annotations needed"). Generated code calls it as
+/// `body::<ReturnType, _>(async move { .. })`, which needs no unreachable code nor any
+/// `#[allow(..)]`.
+#[doc(hidden)]
+#[inline(always)]
+pub fn body<T, F: Future<Output = T>>(body: F) -> F {
+    body
+}
+
 /// Runs `body` while holding the lock `spec` describes, on `locker` or the default locker.
 ///
 /// - The body never runs if the lock cannot be had: the error becomes `Err(E::from(..))`.
 /// - A nested call for the same lock on the same locker, from inside the body on the same
-///   task, runs without acquiring again (reentrancy), so it cannot deadlock on itself. It
-///   first makes sure the enclosing lease is still held (locally, then by asking Redis);
-///   if it is lost, the nested body does not run and the call returns
-///   `Err(LockError::Lost)`. Reentrancy does not cross `tokio::spawn`: a spawned task is
-///   another holder and waits for the lock like any other.
+///   task, runs without acquiring again (reentrancy), so it cannot deadlock on itself. The
+///   enclosing lease is lent to one nested call at a time: sibling nested calls (`join!`,
+///   `select!`, `join_all`) take turns within their `wait`, and at wait zero the ones that
+///   find it lent out are `Busy`. A nested call first makes sure the enclosing lease is
+///   still held (locally, then by asking Redis); if it is lost, the nested body does not
+///   run and the call returns `Err(LockError::Lost)`. Reentrancy does not cross
+///   `tokio::spawn`: a spawned task is another holder and waits for the lock like any
+///   other.
 /// - The lock is released on every exit of the body; a panic is resumed after the release.
 /// - The lease is auto-renewed unless `spec` says otherwise.
 /// - If the lease was lost while the body ran, its result stands and the loss is reported
@@ -245,14 +271,23 @@ where
         };
     }
     if let Some(enclosing) = enclosing_lease(locker.engine(), &spec.key) {
-        return reenter(enclosing, spec.key, |_| body).await;
+        let wait = spec
+            .wait
+            .or(handler_wait)
+            .unwrap_or(locker.engine().settings().default_wait);
+        return reenter(enclosing, spec.key, wait, |_| body).await;
     }
     let mut request = locker.lock(spec.key);
     if let Some(ttl) = spec.ttl {
         request = request.ttl(ttl);
     }
-    if let Some(wait) = spec.wait.or(handler_wait) {
+    // A scheduled run does not wait for a tick another replica took.
+    let schedule_wait = spec.hold_at_least.map(|_| Duration::ZERO);
+    if let Some(wait) = spec.wait.or(handler_wait).or(schedule_wait) {
         request = request.wait(wait);
+    }
+    if let Some(hold) = spec.hold_at_least {
+        request = request.hold_at_least(hold);
     }
     if spec.renew {
         request = request.auto_renew();

@@ -5,6 +5,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::current::held_by_this_task;
 use crate::engine::acquire::{acquire, Spec};
 use crate::engine::held::Renewal;
 use crate::engine::Engine;
@@ -46,6 +47,7 @@ impl LockRequest {
                 wait: None,
                 fencing: None,
                 renew: None,
+                hold_at_least: None,
             },
         }
     }
@@ -122,6 +124,44 @@ impl LockRequest {
         self
     }
 
+    /// Holds the lock at least this long from the start of the acquisition, even when it is
+    /// released (or dropped) sooner: the release then leaves the lock to expire at that
+    /// point, by the server's clock, instead of deleting it. For scheduled jobs (ShedLock's
+    /// `lockAtLeastFor`): replicas whose schedule fires a little later, their clocks a
+    /// little off, find the lock taken and skip the tick the first one ran. More than zero,
+    /// at most [`MAX_TTL`](crate::MAX_TTL); no default (a release frees the lock at once).
+    /// The hold is measured from the start of the attempt that took the lock, by this
+    /// process's clock, and set as the key's remaining TTL at the release, so it ends by the
+    /// server's clock no earlier than that. Requests that wait for the lock learn of its end
+    /// from their timers, not from a release message.
+    ///
+    /// See [`LockRequest::run_once`], which runs a job once per tick with it.
+    ///
+    /// ```
+    /// # use lock_core::{Locker, LockError};
+    /// # use std::time::Duration;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), LockError> {
+    /// let locker = Locker::memory();
+    /// let lease = locker
+    ///     .lock("jobs:hourly-digest")
+    ///     .hold_at_least(Duration::from_secs(30))
+    ///     .await?;
+    /// assert!(lease.release().await?); // given back, but held until 30 s after the start
+    /// assert!(locker.try_lock("jobs:hourly-digest", Duration::from_secs(1)).await.is_err());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn hold_at_least(mut self, hold: Duration) -> Self {
+        self.spec.hold_at_least = Some(hold);
+        self
+    }
+
+    /// Whether a `wait` was given (otherwise the locker's default applies).
+    pub(crate) fn has_wait(&self) -> bool {
+        self.spec.wait.is_some()
+    }
+
     pub(crate) fn engine(&self) -> &Arc<Engine> {
         &self.engine
     }
@@ -130,10 +170,28 @@ impl LockRequest {
         &self.spec.name
     }
 
+    /// This request's wait, or the locker's default.
+    pub(crate) fn resolved_wait(&self) -> Duration {
+        self.spec
+            .wait
+            .unwrap_or(self.engine.settings().default_wait)
+    }
+
     /// The acquisition itself, without the box `.await` on the request puts it in (the
     /// `IntoFuture` type must be nameable). `try_lock` and `#[redis_locked]` call this.
+    // The async block is the point (see `engine::acquire::run`).
+    #[allow(clippy::manual_async_fn)]
     pub(crate) fn acquire(self) -> impl Future<Output = Result<Lease, LockError>> + Send {
-        acquire(self.engine, self.spec, Lease::new)
+        // Checked when first polled, on the task that awaits the request (a spawned
+        // request is another task's). An async block, not an async fn: see `acquire`.
+        async move {
+            if held_by_this_task(&self.engine, &self.spec.name) {
+                return Err(LockError::HeldByThisTask {
+                    name: self.spec.name,
+                });
+            }
+            acquire(self.engine, self.spec, Lease::new).await
+        }
     }
 }
 

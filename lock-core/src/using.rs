@@ -8,7 +8,7 @@ use std::panic::AssertUnwindSafe;
 
 use futures_util::FutureExt as _;
 
-use crate::current::{enclosing_lease, with_current_lease};
+use crate::current::{enclosing_lease, with_current_lease, Enclosing};
 use crate::{Lease, LeaseHandle, LockError, LockRequest, Locker};
 
 /// What happens when the lease is lost while the work under it runs (its TTL ran out
@@ -119,6 +119,10 @@ impl LockRequest {
 }
 
 impl UsingRequest {
+    pub(crate) fn into_parts(self) -> (LockRequest, OnLost) {
+        (self.request, self.on_lost)
+    }
+
     /// [`LockRequest::using`] with this request's [`OnLost`] rule.
     pub async fn using<F, Fut, T, E>(self, work: F) -> Result<T, E>
     where
@@ -129,7 +133,8 @@ impl UsingRequest {
         let UsingRequest { request, on_lost } = self;
         if let Some(enclosing) = enclosing_lease(request.engine(), request.name()) {
             let name = request.name().to_owned();
-            return reenter(enclosing, name, work).await;
+            let wait = request.resolved_wait();
+            return reenter(enclosing, name, wait, work).await;
         }
         // Boxed (through IntoFuture): the acquisition would otherwise make every caller's
         // future several kilobytes larger.
@@ -165,12 +170,15 @@ impl Locker {
 }
 
 /// A nested call for a lock the task already holds: `work` runs with the enclosing lease,
-/// once Redis confirms the lease is still ours. Once it is lost another process may hold
-/// the lock, and the nested work must not run beside it; acquiring anew instead would
-/// hand the outer work, which believes it held the lock throughout, a gap it cannot see.
+/// once no other nested call of this task has it (lent to one at a time, waited for within
+/// `wait`), and once Redis confirms the lease is still ours. Once it is lost another
+/// process may hold the lock, and the nested work must not run beside it; acquiring anew
+/// instead would hand the outer work, which believes it held the lock throughout, a gap it
+/// cannot see.
 pub(crate) async fn reenter<F, Fut, T, E>(
-    enclosing: LeaseHandle,
+    enclosing: Enclosing,
     name: String,
+    wait: std::time::Duration,
     work: F,
 ) -> Result<T, E>
 where
@@ -178,13 +186,19 @@ where
     Fut: Future<Output = Result<T, E>>,
     E: From<LockError>,
 {
+    // Sibling futures of the holder (`join!`, `select!`, `join_all`) all see the enclosing
+    // lease: two of them must not run their bodies at once, so the lease is lent to one.
+    let (lease, _lent) = Box::pin(enclosing.borrow(&name, wait))
+        .await
+        .map_err(E::from)?;
     // The local check is free; the question to Redis (one round trip, as a fresh call
     // would make) catches a loss the renewer has not seen yet. Boxed: nesting is rare, and
     // inlining the inspection would grow every caller's future by kilobytes.
-    if enclosing.is_lost() || !Box::pin(enclosing.is_held()).await.map_err(E::from)? {
+    if lease.is_lost() || !Box::pin(lease.is_held()).await.map_err(E::from)? {
         return Err(E::from(LockError::Lost { name }));
     }
-    work(enclosing).await
+    // The nested call's own entry (with a fresh lending slot) for its own nested calls.
+    with_current_lease(lease.clone(), work(lease)).await
 }
 
 /// Runs `work` under `lease` (its `current_lease`), applies `on_lost`, releases the lease,

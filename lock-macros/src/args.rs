@@ -1,6 +1,6 @@
 //! The attribute's arguments: `key = ".."` (or `keys = [..]`), `ttl = "..", wait = "..",
 //! locker = <expr>, renew = <bool>, on_lost = "..", permits = N, mode = "..",
-//! crate = ".."`, parsed into one typed [`Args`].
+//! hold_at_least = "..", crate = ".."`, parsed into one typed [`Args`].
 //!
 //! Parsing goes on past a bad argument so that every independent problem is reported in one
 //! compile; only a syntax error (a missing `=` or `,`) stops it.
@@ -30,13 +30,24 @@ mod kw {
     syn::custom_keyword!(keys);
     syn::custom_keyword!(permits);
     syn::custom_keyword!(mode);
+    syn::custom_keyword!(hold_at_least);
 }
 
-const NAMES: [&str; 10] = [
-    "key", "keys", "ttl", "wait", "locker", "renew", "on_lost", "permits", "mode", "crate",
+const NAMES: [&str; 11] = [
+    "key",
+    "keys",
+    "ttl",
+    "wait",
+    "locker",
+    "renew",
+    "on_lost",
+    "permits",
+    "mode",
+    "hold_at_least",
+    "crate",
 ];
 const VALID: &str = "valid arguments are `key`, `keys`, `ttl`, `wait`, `locker`, `renew`, \
-     `on_lost`, `permits`, `mode` and `crate`";
+     `on_lost`, `permits`, `mode`, `hold_at_least` and `crate`";
 
 /// What happens when the lease is lost while the body runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,6 +74,8 @@ pub(crate) struct Args {
     /// `renew = false` turns auto-renewal off (it is on by default).
     pub renew: Option<bool>,
     pub on_lost: Option<OnLost>,
+    /// `hold_at_least = ".."`: a scheduled run's minimum hold (a plain lock only).
+    pub hold_at_least: Option<Duration>,
     /// `crate = ".."`: the path generated code uses instead of `::lock_core`.
     pub krate: Option<Path>,
 }
@@ -84,6 +97,7 @@ struct Partial<'a> {
     locker: Option<Expr>,
     renew: Option<bool>,
     on_lost: Option<OnLost>,
+    hold_at_least: Option<(Span, Duration)>,
     krate: Option<Path>,
     /// Names already given, to reject duplicates even when the first value was wrong.
     seen: Vec<String>,
@@ -141,6 +155,9 @@ impl Args {
             partial.permits,
             partial.mode,
         );
+        if let Some(err) = partial.hold_of_a_lock_only() {
+            errors.push(err);
+        }
         let held = held.map_err(|all| all.into_iter().for_each(|err| errors.push(err)));
         match (errors.finish(), keys, held) {
             (Some(err), _, _) => Err(err),
@@ -153,6 +170,7 @@ impl Args {
                 locker: partial.locker,
                 renew: partial.renew,
                 on_lost: partial.on_lost,
+                hold_at_least: partial.hold_at_least.map(|(_, hold)| hold),
                 krate: partial.krate,
             }),
         }
@@ -193,6 +211,8 @@ fn argument_name(input: ParseStream<'_>) -> syn::Result<Ident> {
         Ident::new("permits", input.parse::<kw::permits>()?.span)
     } else if input.peek(kw::mode) {
         Ident::new("mode", input.parse::<kw::mode>()?.span)
+    } else if input.peek(kw::hold_at_least) {
+        Ident::new("hold_at_least", input.parse::<kw::hold_at_least>()?.span)
     } else if input.peek(Token![crate]) {
         Ident::new("crate", input.parse::<Token![crate]>()?.span)
     } else if input.peek(Ident::peek_any) {
@@ -210,8 +230,29 @@ fn argument_name(input: ParseStream<'_>) -> syn::Result<Ident> {
 }
 
 impl Partial<'_> {
+    /// `hold_at_least` with `keys`, `permits` or `mode`: a minimum hold is for a plain lock.
+    fn hold_of_a_lock_only(&self) -> Option<syn::Error> {
+        let (span, _) = self.hold_at_least?;
+        let other = if self.keys_span.is_some() {
+            "keys"
+        } else if self.permits.is_some() {
+            "permits"
+        } else if self.mode.is_some() {
+            "mode"
+        } else {
+            return None;
+        };
+        Some(syn::Error::new(
+            span,
+            format!("`hold_at_least` is for a scheduled job under one lock (`key = \"..\"`), not with `{other}`; remove one of them"),
+        ))
+    }
+
     /// Checks and stores one `name = value`.
     fn accept(&mut self, name: &Ident, value: Expr) -> syn::Result<()> {
+        // A value passed through `macro_rules!` (`key = $key` with `$key:literal` or
+        // `$key:expr`) arrives wrapped in an invisible group.
+        let value = crate::ungroup::ungroup(value);
         let text = name.to_string();
         if !NAMES.contains(&text.as_str()) {
             let hint = closest(&text, NAMES)
@@ -232,9 +273,12 @@ impl Partial<'_> {
         match text.as_str() {
             "key" => {
                 let lit = string_literal(&value, "key")?;
-                let template = Template::scan(&lit)?;
+                let mut template = Template::scan(&lit)?;
                 if let Some(err) = self.names.and_then(|names| template.check_names(names)) {
                     return Err(err);
+                }
+                if let Some(names) = self.names {
+                    template.bind(names);
                 }
                 self.key = Some(template);
                 self.key_span = Some(name.span());
@@ -250,6 +294,10 @@ impl Partial<'_> {
             }
             "ttl" => self.ttl = Some(duration_value(&value, "ttl", duration::ttl)?),
             "wait" => self.wait = Some(duration_value(&value, "wait", duration::wait)?),
+            "hold_at_least" => {
+                let hold = duration_value(&value, "hold_at_least", duration::hold_at_least)?;
+                self.hold_at_least = Some((name.span(), hold));
+            }
             "locker" => self.locker = Some(value),
             "renew" => self.renew = Some(bool_literal(&value)?),
             "on_lost" => {
@@ -297,6 +345,7 @@ fn example(name: &str) -> &'static str {
         "locker" => "locker = self.locker",
         "renew" => "renew = false",
         "on_lost" => "on_lost = \"cancel\"",
+        "hold_at_least" => "hold_at_least = \"5m\"",
         "crate" => "crate = \"my_locks\"",
         _ => VALID,
     }

@@ -43,6 +43,23 @@ pub(crate) fn wait(text: &str) -> Result<Duration, String> {
     Ok(wait)
 }
 
+/// A `hold_at_least`: more than zero, at most 24h (the key's TTL at the release).
+pub(crate) fn hold_at_least(text: &str) -> Result<Duration, String> {
+    let hold = parse(text)?;
+    if hold.is_zero() {
+        return Err(
+            "`hold_at_least` must be more than zero (leave it out for no minimum hold); e.g. hold_at_least = \"5m\" for a job scheduled every few minutes"
+                .to_owned(),
+        );
+    }
+    if hold > MAX {
+        return Err(format!(
+            "`hold_at_least` {text:?} is longer than 24h (lock_core::MAX_TTL)"
+        ));
+    }
+    Ok(hold)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -59,6 +76,14 @@ mod tests {
         assert_eq!(ttl("24h"), Ok(MAX));
         assert!(ttl("24h1ms").unwrap_err().contains("24h"));
         assert!(ttl("25h").is_err());
+    }
+
+    #[test]
+    fn hold_at_least_range() {
+        assert!(hold_at_least("0s").unwrap_err().contains("more than zero"));
+        assert_eq!(hold_at_least("5m"), ms(300_000));
+        assert!(hold_at_least("25h").is_err());
+        assert!(hold_at_least("soon").is_err());
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //! { let __lock_key = format!("market:{}", item_id);          // before the body moves them
 //!   let __lock_locker = Some({ let r = &(expr); locker_of::<Locker>(r) }); // or None
 //!   run_locked(__lock_locker, LockSpec::new(__lock_key).ttl(..).wait(..),
-//!              async move { <fake return edge> <original body> }).await }
+//!              body::<ReturnType, _>(async move { <the body's statements> })).await }
 //! ```
 
 use proc_macro2::{Literal, Span, TokenStream};
@@ -36,7 +36,7 @@ pub(crate) fn redis_locked(args: TokenStream, item: TokenStream) -> TokenStream 
     let names = bindings::bound_names(&function.sig);
     let parser = |input: ParseStream<'_>| Args::parse_for(input, Some(&names));
     let args = parser.parse2(args).map_err(|err| errors.push(err)).ok();
-    errors.extend(signature::check(&function.sig));
+    errors.extend(signature::check(&function.sig, &function.attrs));
     match (errors.finish(), args) {
         (None, Some(args)) => generate(&args, function),
         (Some(err), _) => with_original(&err, item),
@@ -138,6 +138,10 @@ fn generate(args: &Args, function: ItemFn) -> TokenStream {
         let millis = Literal::u64_unsuffixed(millis(wait));
         spec = quote!(#spec.wait(#private::Duration::from_millis(#millis)));
     }
+    if let Some(hold) = args.hold_at_least {
+        let millis = Literal::u64_unsuffixed(millis(hold));
+        spec = quote!(#spec.hold_at_least(#private::Duration::from_millis(#millis)));
+    }
     if handler::is_http_handler(&sig) {
         // lock_core applies the web default (no waiting, as LockLayer: one table there)
         // unless `wait` says otherwise, and answers refused `permits` as a limit (429).
@@ -152,11 +156,23 @@ fn generate(args: &Args, function: ItemFn) -> TokenStream {
         Some(crate::args::OnLost::Report) | None => {}
     }
 
-    let edge = return_edge(&sig.output);
+    // The body's statements go straight into the async block: wrapping its braces in
+    // another block would make a one-line body `{ Ok(n) }` a block of unnecessary braces
+    // (`unused_braces`, which `cargo fix` then "fixes" into broken code).
+    let stmts = &block.stmts;
+    let body = quote_spanned!(block.brace_token.span.join()=> async move { #(#stmts)* });
+    // Typed as the declared return type (see `__private::body`), unless it mentions
+    // `impl Trait`, which a turbofish cannot name.
+    let body = match &sig.output {
+        ReturnType::Type(_, ty) if !signature::mentions_impl_trait(ty) => {
+            quote!(#private::body::<#ty, _>(#body))
+        }
+        _ => body,
+    };
     // Call and `.await` both spanned on the return type: each checks `E: From<LockError>`,
     // and rustc reports the two identical errors as one, where the user has to fix it.
     let call = quote_spanned!(return_span=>
-        #run_locked(#locker, #spec, async move { #edge #block }).await
+        #run_locked(#locker, #spec, #body).await
     );
     // syn keeps the body's inner attributes (`#![allow(..)]`) with the outer ones; they
     // belong inside the function's braces, where they still apply to the whole function.
@@ -176,34 +192,6 @@ fn generate(args: &Args, function: ItemFn) -> TokenStream {
 /// Durations were range-checked (at most 24h), so the milliseconds fit a `u64`.
 fn millis(duration: std::time::Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
-}
-
-/// A never-taken `return` of the declared type. Without it, `?` and `return` in the body
-/// would have to infer the async block's output type through `run_locked`'s generics, which
-/// fails ("type annotations needed"). Left out when the type mentions `impl Trait`, which a
-/// `let` cannot name.
-fn return_edge(output: &ReturnType) -> TokenStream {
-    let ReturnType::Type(_, ty) = output else {
-        return TokenStream::new();
-    };
-    if signature::mentions_impl_trait(ty) {
-        return TokenStream::new();
-    }
-    let value = Ident::new("__lock_r", Span::mixed_site());
-    quote! {
-        #[allow(
-            unknown_lints,
-            unreachable_code,
-            clippy::diverging_sub_expression,
-            clippy::empty_loop,
-            clippy::needless_return,
-            clippy::unreachable
-        )]
-        if false {
-            let #value: #ty = loop {};
-            return #value;
-        }
-    }
 }
 
 #[cfg(test)]
@@ -233,12 +221,11 @@ mod tests {
         );
         assert!(out.contains("Duration :: from_millis (10000)) . wait (:: lock_core :: __private :: Duration :: from_millis (5000))"), "{out}");
         assert!(out.contains(":: core :: option :: Option :: None"), "{out}");
-        assert!(out.contains("async move { # [allow"), "{out}");
         assert!(
-            out.contains("let __lock_r : Result < bool , AppError > = loop { } ;"),
+            out.contains("__private :: body :: < Result < bool , AppError > , _ > (async move { Ok (true) })) . await }"),
             "{out}"
         );
-        assert!(out.ends_with("{ Ok (true) } }) . await }"), "{out}");
+        assert!(!out.contains("allow"), "{out}");
     }
 
     #[test]

@@ -105,13 +105,19 @@ pub(crate) fn keys(value: &Expr, names: Option<&[Ident]>) -> syn::Result<Vec<Tem
     let mut templates = Vec::with_capacity(elems.len());
     let mut errors: Option<syn::Error> = None;
     for elem in elems {
-        let template = match elem {
+        let elem = crate::ungroup::ungroup(elem.clone());
+        let template = match &elem {
             Expr::Lit(ExprLit {
                 lit: Lit::Str(lit), ..
-            }) => Template::scan(lit).and_then(|template| {
+            }) => Template::scan(lit).and_then(|mut template| {
                 match names.and_then(|names| template.check_names(names)) {
                     Some(err) => Err(err),
-                    None => Ok(template),
+                    None => {
+                        if let Some(names) = names {
+                            template.bind(names);
+                        }
+                        Ok(template)
+                    }
                 }
             }),
             other => Err(syn::Error::new(

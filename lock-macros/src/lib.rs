@@ -7,7 +7,7 @@
 //!
 //! # Inside the crate
 //!
-//! `args` parses the attribute, `template` reads the key, `duration` the `ttl`/`wait`
+//! `args` parses the attribute (`ungroup` sees through `macro_rules!` groups), `template` reads the key, `duration` the `ttl`/`wait`
 //! strings (with `grammar`, the same file as lock-core's duration parser), `bindings` collects the names parameters bind, `signature` checks the function's
 //! shape, `handler` tells HTTP handlers (axum extractor parameters) from business functions,
 //! and `expand` generates code that calls only `lock_core::__private`.
@@ -26,6 +26,7 @@ mod properties;
 mod signature;
 mod suggest;
 mod template;
+mod ungroup;
 
 use proc_macro::TokenStream;
 

@@ -5,7 +5,7 @@
 //! from other path types, so every path type passes and rustc checks the rest.
 
 use syn::visit::Visit;
-use syn::{ReturnType, Signature, Type, TypePath};
+use syn::{Attribute, ReturnType, Signature, Type, TypePath};
 
 use crate::errors::Errors;
 
@@ -18,10 +18,15 @@ const PRIMITIVES: [&str; 17] = [
     "i128", "isize", "f32", "f64",
 ];
 
-/// Errors for everything wrong with `sig`, together.
-pub(crate) fn check(sig: &Signature) -> Option<syn::Error> {
+/// Errors for everything wrong with `sig` (of a function carrying `attrs`), together.
+pub(crate) fn check(sig: &Signature, attrs: &[Attribute]) -> Option<syn::Error> {
     let mut errors = Errors::default();
     if sig.asyncness.is_none() {
+        // An attribute that expanded first may have turned the `async fn` into a plain
+        // one: then "write `async fn`" would be wrong advice.
+        if let Some(msg) = rewritten_by_another_attribute(sig, attrs) {
+            return Some(syn::Error::new(sig.fn_token.span, msg));
+        }
         errors.push(syn::Error::new(
             sig.fn_token.span,
             "#[redis_locked] requires an `async fn`: the lock is held while the body runs \
@@ -30,6 +35,42 @@ pub(crate) fn check(sig: &Signature) -> Option<syn::Error> {
     }
     errors.extend(check_return(&sig.output, sig));
     errors.finish()
+}
+
+/// What to say when the function is not `async` because another attribute rewrote it
+/// before `#[redis_locked]` ran: `#[tokio::test]` above it (the test becomes a plain `fn`
+/// marked `#[test]`), or `#[async_trait]` on the impl (the method returns a boxed future,
+/// with an `'async_trait` lifetime).
+fn rewritten_by_another_attribute(sig: &Signature, attrs: &[Attribute]) -> Option<&'static str> {
+    let is_test = attrs.iter().any(|attr| {
+        attr.path()
+            .segments
+            .last()
+            .is_some_and(|last| last.ident == "test")
+    });
+    if is_test {
+        return Some(
+            "this is no longer an `async fn`: an attribute above #[redis_locked] \
+             (`#[tokio::test]`) already turned it into a synchronous test; put \
+             #[redis_locked(..)] above #[tokio::test], so that it runs first and the test \
+             attribute wraps the locked `async fn`",
+        );
+    }
+    let async_trait = sig
+        .generics
+        .lifetimes()
+        .any(|lifetime| lifetime.lifetime.ident == "async_trait");
+    if async_trait {
+        return Some(
+            "this is no longer an `async fn`: another attribute (`#[async_trait]` on the \
+             impl, which expands before the attributes of its methods) rewrote it into a \
+             `fn` returning a boxed future before #[redis_locked] ran; no order of the two \
+             works: drop #[async_trait] where native `async fn` in traits will do (Rust \
+             1.75+), or put the locked work in an inherent #[redis_locked] `async fn` that \
+             the trait method calls",
+        );
+    }
+    None
 }
 
 fn check_return(output: &ReturnType, sig: &Signature) -> Option<syn::Error> {
@@ -136,7 +177,7 @@ mod tests {
     }
 
     fn error(text: &str) -> Option<String> {
-        check(&sig(text)).map(|err| err.to_string())
+        check(&sig(text), &[]).map(|err| err.to_string())
     }
 
     #[test]
@@ -188,7 +229,7 @@ mod tests {
 
     #[test]
     fn requires_async_and_reports_both_problems() {
-        let err = check(&sig("fn f() -> bool")).unwrap();
+        let err = check(&sig("fn f() -> bool"), &[]).unwrap();
         let all: Vec<String> = err.into_iter().map(|e| e.to_string()).collect();
         assert_eq!(all.len(), 2);
         assert!(all[0].contains("requires an `async fn`"));

@@ -107,6 +107,20 @@ impl Template {
         errors.finish()
     }
 
+    /// Gives each placeholder's first name the hygiene of the parameter it names (still
+    /// located at the template, for messages): a template passed through `macro_rules!`
+    /// carries the span of the macro's caller, while the parameters may come from the
+    /// macro's body, and a name resolves only in its own hygiene context.
+    pub fn bind(&mut self, names: &[Ident]) {
+        for piece in &mut self.pieces {
+            let Piece::Field(path) = piece else { continue };
+            if let Some(param) = names.iter().find(|name| **name == path.root) {
+                let at = path.root.span();
+                path.root.set_span(param.span().located_at(at));
+            }
+        }
+    }
+
     /// True when the key is all text: it needs no formatting.
     pub fn is_constant(&self) -> bool {
         self.placeholders().next().is_none()
@@ -223,7 +237,17 @@ fn placeholder(inner: &str, span: Span) -> Result<FieldPath, String> {
         if segment.contains(trivia) {
             return Err(invalid());
         }
-        let mut ident = syn::parse_str::<Ident>(segment).map_err(|_| invalid())?;
+        let mut ident = syn::parse_str::<Ident>(segment).map_err(|_| {
+            // `{type}` for a parameter `r#type`: a keyword is written raw.
+            if syn::parse_str::<Ident>(&format!("r#{segment}")).is_ok() {
+                format!(
+                    "`{{{inner}}}`: `{segment}` is a keyword; a parameter named `r#{segment}` is written `{{{}}}` in the key",
+                    inner.replacen(segment, &format!("r#{segment}"), 1)
+                )
+            } else {
+                invalid()
+            }
+        })?;
         ident.set_span(span);
         Ok(ident)
     };
@@ -334,7 +358,7 @@ mod tests {
             ("{a..b}", "is not a placeholder"),
             ("{a-b}", "is not a placeholder"),
             ("{a.self}", "is not a placeholder"),
-            ("{type}", "is not a placeholder"),
+            ("{type}", "a parameter named `r#type` is written `{r#type}`"),
             ("{Self}", "is not a placeholder"),
         ];
         for (template, expected) in cases {

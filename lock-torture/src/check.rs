@@ -42,6 +42,16 @@
 //!   trust had ended, and its body ran anyway ([`nested`]).
 //! - `leftover-after-error`: an acquire that failed with `WrongType` left its value on a
 //!   node ([`leftover`]).
+//! - `liveness`: a request was left waiting while what it waits for was free, longer than
+//!   the claim window allows, or timed out while it was free for most of its wait
+//!   ([`liveness`]).
+//! - `ghost-grant`: after a request was cancelled, the lock's key carried its client's
+//!   never-granted value while that client had no live request for it ([`ghost`]).
+//! - `sibling-overlap`: two concurrent sibling calls of one key inside a `#[redis_locked]`
+//!   body ran their bodies at once ([`nested`]).
+//! - `unseen-grant`: on a replicated deployment, a lease that no server's `MONITOR` stream
+//!   showed being granted: its origin is unknown, so the failover rules cannot judge it
+//!   ([`failover`]).
 //!
 //! # What a restart is allowed to break
 //!
@@ -59,7 +69,9 @@
 mod deadline;
 mod failover;
 mod fences;
+mod ghost;
 mod leftover;
+pub mod liveness;
 mod nested;
 mod permits;
 mod revival;
@@ -151,6 +163,10 @@ pub struct Report {
     pub nested_refused: u64,
     /// Looks at the lock's key on every node after a `WrongType` error.
     pub foreign_probes: u64,
+    /// Looks at a lock's key after a cancelled request ([`Event::CancelProbe`]).
+    pub cancel_probes: u64,
+    /// Requests dropped by the cancellation fault.
+    pub cancelled: u64,
     /// Whether locks were granted again after the last fault healed (true without faults).
     pub resumed: bool,
     /// Semaphores: the most permits of one name trusted at once (the rule `permits` bites
@@ -159,6 +175,11 @@ pub struct Report {
     /// Read-write locks: the most readers of one name trusted at once, and how many write
     /// sides were granted; `None` without read-write acquisitions.
     pub peak_readers: Option<(u64, u64)>,
+    /// Replicated deployments (Cluster, Sentinel): leases that no server's `MONITOR` stream
+    /// showed being granted. Every unseen grant is a lease the failover rules cannot judge,
+    /// so a replicated run with any fails (rule `unseen-grant`); `None` on the deployments
+    /// that are not watched (one server, Redlock).
+    pub unseen_grants: Option<u64>,
 }
 
 impl Report {
@@ -217,14 +238,17 @@ impl Report {
         if let Some((readers, writes)) = self.peak_readers {
             prims.push_str(&format!(" peak_readers={readers} writes={writes}"));
         }
+        let unseen = self
+            .unseen_grants
+            .map_or_else(|| "-".to_owned(), |n| n.to_string());
         format!(
-            "acquisitions={} faults={} violations={} expected={expected}{prims} stale_writes_rejected={} \
+            "acquisitions={} faults={} violations={} expected={expected}{prims} unseen_grants={unseen} stale_writes_rejected={} \
              lost_leases_detected={} late_writes={} writes_accepted={} \
              writes_fenced_out_after_reset={} paused_holders={} paused_holders_told_lost={} \
              paused_writes_rejected={} released={} \
              release_not_held={} release_errors={} expected_restart_overlaps={} \
              fence_resets={} contention={} max_wait_overrun_ms={:.1} client_hiccups={} nested_ran={} \
-             nested_refused={} foreign_probes={} acquire_errors={} resumed={}",
+             nested_refused={} foreign_probes={} cancelled={} cancel_probes={} acquire_errors={} resumed={}",
             self.acquisitions,
             self.faults,
             self.violations.len(),
@@ -247,6 +271,8 @@ impl Report {
             self.nested_ran,
             self.nested_refused,
             self.foreign_probes,
+            self.cancelled,
+            self.cancel_probes,
             errors,
             if self.resumed { "yes" } else { "NO" },
         )
@@ -292,6 +318,11 @@ struct Down {
 
 /// Checks a history. `nodes` is the number of lock servers (1, or several for Redlock).
 pub fn check(history: &History, nodes: usize) -> Report {
+    let expanded = expand_multi(&history.events);
+    let history = &History {
+        events: expanded,
+        store: history.store.clone(),
+    };
     let mut report = Report::default();
     let mut acqs: Vec<Acq> = Vec::new();
     let mut index: HashMap<String, usize> = HashMap::new();
@@ -432,7 +463,9 @@ pub fn check(history: &History, nodes: usize) -> Report {
             | Event::Probe { .. }
             | Event::Topology { .. }
             | Event::Failover(_)
+            | Event::CancelProbe { .. }
             | Event::Granted { .. } => {}
+            Event::Cancelled { .. } => report.cancelled += 1,
         }
     }
     downs.sort_by_key(|d| d.start);
@@ -468,6 +501,7 @@ pub fn check(history: &History, nodes: usize) -> Report {
     for acq in &acqs {
         check_grant(acq, nodes, &downs, &foreign, &mut report);
     }
+    replication.check_seen(&acqs, &mut report);
     check_writes(&writes, &index, &acqs, &reset, history, &mut report);
     writes::check_work(&works, &index, &acqs, &mut report);
     count_paused_holders(&acqs, &pauses, &writes, &mut report);
@@ -475,7 +509,65 @@ pub fn check(history: &History, nodes: usize) -> Report {
     revival::check(&history.events, &index, &acqs, &mut report);
     nested::check(&history.events, &index, &acqs, &mut report);
     leftover::check(&history.events, &mut report);
+    nested::check_siblings(&history.events, &index, &acqs, &mut report);
+    liveness::check(&history.events, &acqs, &mut report);
+    ghost::check(&history.events, &mut report);
     report
+}
+
+/// A multi-lock is logged as one acquisition with every name of its set; the rules judge
+/// each name: one acquisition per name (`<id>/<name>`), and every event about the lease
+/// once for each of them.
+fn expand_multi(events: &[Event]) -> Vec<Event> {
+    let sets: HashMap<&str, &[String]> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Acquired(a) => a.set.as_deref().map(|set| (a.id.as_str(), set)),
+            _ => None,
+        })
+        .collect();
+    if sets.is_empty() {
+        return events.to_vec();
+    }
+    let mut out = Vec::with_capacity(events.len());
+    for event in events {
+        let id = match event {
+            Event::Acquired(a) => Some(&a.id),
+            Event::Extended { id, .. }
+            | Event::Observed { id, .. }
+            | Event::LostDetected { id, .. }
+            | Event::Work { id, .. }
+            | Event::Write { id, .. }
+            | Event::Releasing { id, .. }
+            | Event::Release { id, .. } => Some(id),
+            _ => None,
+        };
+        let Some(set) = id.and_then(|id| sets.get(id.as_str())) else {
+            out.push(event.clone());
+            continue;
+        };
+        for name in *set {
+            let mut one = event.clone();
+            match &mut one {
+                Event::Acquired(a) => {
+                    a.id = format!("{}/{name}", a.id);
+                    a.name = name.clone();
+                }
+                Event::Work { id, name: n, .. } | Event::Write { id, name: n, .. } => {
+                    *id = format!("{id}/{name}");
+                    *n = name.clone();
+                }
+                Event::Extended { id, .. }
+                | Event::Observed { id, .. }
+                | Event::LostDetected { id, .. }
+                | Event::Releasing { id, .. }
+                | Event::Release { id, .. } => *id = format!("{id}/{name}"),
+                _ => {}
+            }
+            out.push(one);
+        }
+    }
+    out
 }
 
 /// The GC-pause scenario: holders stopped past the end of their validity.

@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+mod cancel;
 mod guard;
 mod hiccup;
 mod holding;
@@ -23,6 +24,7 @@ use crate::event::{Acquired, Event, FailKind, HoldKind, Log, ReleaseOutcome, Wri
 use crate::primitive::{Primitive, DEFAULT_PERMITS, WRITER_ODDS};
 use crate::profile::Profile;
 use crate::resource::FencedStore;
+use crate::settings::ReplicaSyncArg;
 use crate::BoxError;
 use guard::Guard;
 
@@ -77,6 +79,9 @@ pub struct ClientArgs {
     /// Number of lock names to pick from.
     #[arg(long, default_value_t = 3)]
     pub names: u32,
+    /// Which names (see [`crate::names`]).
+    #[arg(long, value_enum, default_value_t = crate::names::NameKind::Plain)]
+    pub name_kind: crate::names::NameKind,
     /// Lease TTL in milliseconds.
     #[arg(long, default_value_t = 200)]
     pub ttl_ms: u64,
@@ -92,6 +97,9 @@ pub struct ClientArgs {
     /// Command timeout of the locker, in milliseconds.
     #[arg(long, default_value_t = 1000)]
     pub command_timeout_ms: u64,
+    /// The locker's replica acknowledgement check.
+    #[arg(long, value_enum, default_value_t = ReplicaSyncArg::Auto)]
+    pub replica_sync: ReplicaSyncArg,
     /// Random seed.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -109,6 +117,10 @@ pub struct ClientArgs {
     /// Permits per name, for `--primitive semaphore`.
     #[arg(long, default_value_t = DEFAULT_PERMITS)]
     pub permits: u64,
+    /// The cancellation fault: one round in three drops its request at a random point (a
+    /// timeout around it, or two tasks sharing this Locker aborted together).
+    #[arg(long)]
+    pub cancel: bool,
 }
 
 /// What every task of a client shares.
@@ -165,6 +177,9 @@ pub fn build_locker(args: &ClientArgs) -> Result<Locker, LockError> {
         });
     if let Some(size) = args.pool_size {
         builder = builder.pool_size(size);
+    }
+    if args.replica_sync == ReplicaSyncArg::Off {
+        builder = builder.replica_sync(lock_core::ReplicaSync::Off);
     }
     builder = match (
         args.cluster,
@@ -232,14 +247,22 @@ async fn task_loop(ctx: Arc<Ctx>, task: u32) {
     let mut seq = 0u64;
     while !ctx.stopped() {
         let index = rng.u32(0..ctx.args.names.max(1));
-        let name = format!("torture:{index}");
+        let name = crate::names::name(index, ctx.args.name_kind);
         let profile = ctx.args.profile;
         let primitive = ctx.args.primitive;
         // Annotated functions with `permits` or `mode` do not expose their guard to the
         // body (no `current_lease()`): the other primitives' rounds are all imperative.
-        if primitive == Primitive::Mutex && profile.annotated_round(&mut rng) {
+        // Hostile names take no annotated rounds: their key template is `torture:{index}`.
+        if primitive == Primitive::Mutex
+            && ctx.args.name_kind == crate::names::NameKind::Plain
+            && profile.annotated_round(&mut rng)
+        {
             // One round in five goes through a `#[redis_locked]` function instead.
             nested::round(&ctx, &mut rng, task, &mut seq, index).await;
+            continue;
+        }
+        if primitive == Primitive::Mutex && ctx.args.cancel && rng.u8(0..3) == 0 {
+            cancel::round(&ctx, &mut rng, task, &mut seq, name).await;
             continue;
         }
         let ttl = ctx.ttl();
@@ -256,8 +279,32 @@ async fn task_loop(ctx: Arc<Ctx>, task: u32) {
                 }
             }};
         }
+        // A multi-lock round takes two or three of the names, in either order (the library
+        // sorts them); the other rounds take one of the same names alone.
+        let set = (primitive == Primitive::Multi && rng.bool()).then(|| {
+            let mut all: Vec<String> = (0..ctx.args.names.max(2))
+                .map(|i| format!("torture:{i}"))
+                .collect();
+            rng.shuffle(&mut all);
+            all.truncate(rng.usize(2..=all.len().min(3)));
+            all
+        });
+        let name = set.as_ref().map_or(name, |set| set.join("+"));
+        let hold_kind = match primitive {
+            Primitive::Semaphore => HoldKind::Permit,
+            Primitive::Rwlock => HoldKind::Read,
+            _ => HoldKind::Lock,
+        };
         let call_start = clock::now();
         let result = match primitive {
+            Primitive::Multi => match &set {
+                Some(set) => configured!(ctx.locker.lock_all(set.clone()))
+                    .await
+                    .map(Guard::Multi),
+                None => configured!(ctx.locker.lock(name.clone()).fencing())
+                    .await
+                    .map(Guard::Lock),
+            },
             Primitive::Semaphore => {
                 let semaphore = ctx.locker.semaphore(name.clone(), ctx.args.permits);
                 configured!(semaphore.acquire()).await.map(Guard::Permit)
@@ -291,21 +338,44 @@ async fn task_loop(ctx: Arc<Ctx>, task: u32) {
                 };
                 hold(&ctx, &mut rng, lease, held).await;
             }
-            Err(err) => failed(&ctx, &mut rng, name, call_start, wait, &err).await,
+            Err(err) => {
+                let request = Request {
+                    name,
+                    call_start,
+                    wait,
+                    hold: hold_kind,
+                    set,
+                };
+                failed(&ctx, &mut rng, request, &err).await;
+            }
+        }
+        if primitive == Primitive::Multi {
+            // Room between rounds, so that a name is free now and then: a waiter must not
+            // sleep through it.
+            tokio::time::sleep(Duration::from_millis(rng.u64(0..ctx.args.ttl_ms / 2))).await;
         }
     }
 }
 
-/// Logs a failed acquire, looks for leftovers after a `WrongType`, and backs off after
-/// anything but contention.
-async fn failed(
-    ctx: &Ctx,
-    rng: &mut fastrand::Rng,
+/// A request that failed, for the log.
+struct Request {
     name: String,
     call_start: Nanos,
     wait: Duration,
-    err: &LockError,
-) {
+    hold: HoldKind,
+    set: Option<Vec<String>>,
+}
+
+/// Logs a failed acquire, looks for leftovers after a `WrongType`, and backs off after
+/// anything but contention.
+async fn failed(ctx: &Ctx, rng: &mut fastrand::Rng, request: Request, err: &LockError) {
+    let Request {
+        name,
+        call_start,
+        wait,
+        hold,
+        set,
+    } = request;
     let t_end = clock::now();
     let kind = fail_kind(err);
     ctx.log(&Event::AcquireFailed {
@@ -320,6 +390,8 @@ async fn failed(
             err.to_string()
         },
         wait_ms: Some(millis(wait)),
+        hold,
+        set,
     });
     // The probe reads the lock's key on every node (a Redlock attempt's leftovers); a
     // semaphore or read-write lock runs on one server, in one script per attempt.
@@ -383,6 +455,7 @@ async fn hold(ctx: &Ctx, rng: &mut fastrand::Rng, lease: Guard, held: Held) {
         annotated: false,
         kind,
         permits: (kind == HoldKind::Permit).then_some(ctx.args.permits),
+        set: lease.set(),
     }));
     let _ = ctx.store.progress().await;
 
@@ -473,7 +546,7 @@ async fn hold(ctx: &Ctx, rng: &mut fastrand::Rng, lease: Guard, held: Held) {
         if auto_renew && !lost_reported {
             observe(ctx, &lease, &id, t_sent, sabotage);
         }
-        if kind == HoldKind::Lock {
+        if kind == HoldKind::Lock && fence.is_some() {
             fenced_write(ctx, &id, &name, fence, t_sent, lost_reported).await;
         } else {
             // No fencing token to write with: the work is the look at `is_lost()`.
@@ -563,6 +636,7 @@ pub fn fail_kind(err: &LockError) -> FailKind {
         }
         LockError::Connection { .. } => FailKind::Connection,
         LockError::NoQuorum { .. } => FailKind::NoQuorum,
+        LockError::NotReplicated { .. } => FailKind::NotReplicated,
         LockError::WrongType { .. } => FailKind::WrongType,
         LockError::Redis { .. } => FailKind::Redis,
         _ => FailKind::Other,

@@ -12,6 +12,15 @@ use serde::{Deserialize, Serialize};
 
 use crate::clock::Nanos;
 
+/// The lease token in a stored lock value: `<token>:<holder label>`, with lock-core's
+/// hand-over mark `~` in front while someone is queued for (or listens to) the lock. A token
+/// alone (hex, no label, no mark) is returned as it is, so that tokens read by older
+/// versions of the harness, which kept the mark, are normalised too.
+pub fn lease_token(value: &str) -> &str {
+    let value = value.strip_prefix('~').unwrap_or(value);
+    value.split_once(':').map_or(value, |(token, _)| token)
+}
+
 /// One line of a log.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "ev", rename_all = "snake_case")]
@@ -50,6 +59,44 @@ pub enum Event {
         /// The wait the request asked for (absent in logs written before it was recorded).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         wait_ms: Option<u64>,
+        /// What the request was for (a lock unless said otherwise).
+        #[serde(default, skip_serializing_if = "HoldKind::is_lock")]
+        hold: HoldKind,
+        /// A multi-lock request (`Locker::lock_all`): every name of its set (`name` is
+        /// them joined with `+`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        set: Option<Vec<String>>,
+    },
+    /// A request dropped before it returned (the cancellation fault: its future was
+    /// dropped, by a timeout or an aborted task). The library promises that it leaves
+    /// nothing behind: no place in the lock's queue, no lock.
+    Cancelled {
+        /// Client number.
+        client: u32,
+        /// Lock name.
+        name: String,
+        /// Before the request was made.
+        t_start: Nanos,
+        /// Just after it was dropped.
+        t_end: Nanos,
+        /// The wait it asked for.
+        wait_ms: u64,
+        /// `timeout` (one request under a random timeout) or `abort` (two tasks sharing one
+        /// Locker, aborted together).
+        how: String,
+    },
+    /// After a request of this client for `name` was cancelled, and no other request of it
+    /// was live: the lock key's values seen over the time the dropped request's queue
+    /// place could have lived (rule `ghost-grant`).
+    CancelProbe {
+        /// Client number.
+        client: u32,
+        /// Lock name.
+        name: String,
+        /// When the request was dropped.
+        t_cancel: Nanos,
+        /// The looks, in order.
+        looks: Vec<Look>,
     },
     /// The holder asked Redis to extend the lease.
     Extended {
@@ -178,6 +225,13 @@ pub enum Event {
         t_return: Nanos,
         /// `ok`, `lost`, or the error kind.
         outcome: String,
+        /// When the body ended, if it ran (absent in logs written before it was recorded).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        t_body_end: Option<Nanos>,
+        /// For concurrent sibling calls of one body (`join`, `select`, `spawn`): how they
+        /// were run; absent for the single nested call.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        sibling: Option<String>,
     },
     /// A client's runtime did not run from `t_start` to `t_end` (its process was not
     /// scheduled, or a synchronous step held its thread): nothing it awaited could complete.
@@ -317,6 +371,11 @@ pub struct Acquired {
     /// For a semaphore permit: how many permits the request asked to share.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub permits: Option<u64>,
+    /// Taken by a multi-lock (`Locker::lock_all`): every name of its set. A multi-lock is
+    /// logged as one acquisition per name (`<id>/<name>`), all with the same stamps; it
+    /// has no fencing token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub set: Option<Vec<String>>,
 }
 
 /// What an acquisition holds.
@@ -366,6 +425,8 @@ pub enum FailKind {
     NoQuorum,
     /// A foreign value sat on the key.
     WrongType,
+    /// Too few replicas acknowledged the grant in time (lock-core's replica check): undone.
+    NotReplicated,
     /// Any other Redis error.
     Redis,
     /// Anything else.

@@ -12,12 +12,11 @@ mod server;
 
 use std::time::Duration;
 
-use rustix::process::{kill_process, Pid, Signal};
-
 use crate::clock::{self, Nanos};
 use crate::event::{Event, Log};
 use crate::mode::Mode;
 use crate::rig::Rig;
+pub use crate::spawn::signal;
 use crate::BoxError;
 
 /// Applies faults of one mode until a deadline.
@@ -72,7 +71,8 @@ impl Injector<'_> {
     /// in the state the fault needs right now).
     fn inject(&mut self, fault: Mode, until: Nanos) -> Result<bool, BoxError> {
         match fault {
-            Mode::None | Mode::Mixed | Mode::All => Ok(false),
+            // Cancellation is the clients' own doing (`client --cancel`).
+            Mode::None | Mode::Cancel | Mode::Mixed | Mode::All => Ok(false),
             Mode::Pause | Mode::PauseWaiter | Mode::KillWaiter | Mode::KillWokenHead => {
                 self.client_fault(fault)
             }
@@ -120,16 +120,6 @@ impl Injector<'_> {
         picked.sort_unstable();
         picked
     }
-}
-
-/// SIGSTOP (`stop`) or SIGCONT of a process.
-pub fn signal(pid: u32, stop: bool) -> Result<(), BoxError> {
-    let pid = i32::try_from(pid)
-        .ok()
-        .and_then(Pid::from_raw)
-        .ok_or("not a process id")?;
-    kill_process(pid, if stop { Signal::STOP } else { Signal::CONT })?;
-    Ok(())
 }
 
 /// Sleeps for `d`, or until `until` if that comes first.

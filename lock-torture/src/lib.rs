@@ -10,7 +10,9 @@
 //! killed and restarted empty, clients stopped with SIGSTOP, latency, dropped connections and
 //! partitions through the proxies, `SCRIPT FLUSH`, `CLIENT KILL`, pool exhaustion, foreign
 //! values on lock keys, servers stalled with `DEBUG SLEEP`. Some rounds take the lock through
-//! a `#[redis_locked]` function whose critical section is a nested annotated call. Afterwards [`check::check`] merges the logs and verifies the rules
+//! a `#[redis_locked]` function whose critical section is a nested annotated call, or two
+//! concurrent sibling calls; `--primitive multi` takes several names at once, and `--mode
+//! cancel` drops requests at random points. Afterwards [`check::check`] merges the logs and verifies the rules
 //! listed in [`check`], and one summary line per run is printed. The exit code is non-zero on
 //! any violation.
 //!
@@ -19,6 +21,8 @@
 
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 #![warn(missing_docs)]
+// The client task's future (rounds of every kind, nested annotated calls) is deep.
+#![recursion_limit = "256"]
 
 pub mod check;
 pub mod client;
@@ -27,6 +31,7 @@ pub mod event;
 pub mod fault;
 pub mod ha;
 pub mod mode;
+pub mod names;
 pub mod primitive;
 pub mod profile;
 pub mod resource;

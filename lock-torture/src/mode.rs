@@ -59,6 +59,11 @@ pub enum Mode {
     /// the failover; Sentinel: until a replica is promoted. Then SIGCONT: the old master
     /// comes back as a replica.
     PauseMaster,
+    /// Client-side cancellation: one request in three is dropped at a random point (a
+    /// timeout around it, or two tasks sharing one Locker aborted together); nothing may
+    /// be left behind (rules `ghost-grant`, `liveness`). One server only (the probe after a
+    /// cancellation reads one node); not drawn by `mixed`.
+    Cancel,
     /// A random mix of the faults of the deployment, with delayed restarts.
     Mixed,
     /// Every mode of the deployment in turn, one run each.
@@ -90,6 +95,7 @@ impl Mode {
             Mode::Failover => "failover",
             Mode::Reshard => "reshard",
             Mode::PauseMaster => "pause-master",
+            Mode::Cancel => "cancel",
             Mode::Mixed => "mixed",
             Mode::All => "all",
         }

@@ -18,6 +18,10 @@ pub enum Primitive {
     Semaphore,
     /// A read-write lock (`Locker::rwlock`): readers, and one writer in four.
     Rwlock,
+    /// The multi-lock (`Locker::lock_all`): half the rounds take two or three of the names
+    /// in a random order, the others one of the same names alone (with fencing); a pause of
+    /// up to half a TTL between rounds leaves the names free now and then.
+    Multi,
     /// Every primitive in turn, one run each.
     All,
 }
@@ -35,20 +39,26 @@ impl Primitive {
             Primitive::Mutex => "mutex",
             Primitive::Semaphore => "semaphore",
             Primitive::Rwlock => "rwlock",
+            Primitive::Multi => "multi",
             Primitive::All => "all",
         }
     }
 
     /// The primitives `all` stands for.
-    pub fn each() -> [Primitive; 3] {
-        [Primitive::Mutex, Primitive::Semaphore, Primitive::Rwlock]
+    pub fn each() -> [Primitive; 4] {
+        [
+            Primitive::Mutex,
+            Primitive::Semaphore,
+            Primitive::Rwlock,
+            Primitive::Multi,
+        ]
     }
 
     /// The suffix of the key that holds this primitive's holders (`lock:{name}<suffix>`):
     /// the lock's own key, or the semaphore's and read-write lock's sorted set of holders.
     pub fn key_suffix(self) -> &'static str {
         match self {
-            Primitive::Mutex | Primitive::All => "",
+            Primitive::Mutex | Primitive::Multi | Primitive::All => "",
             Primitive::Semaphore => ":sem",
             Primitive::Rwlock => ":rw",
         }
@@ -56,7 +66,7 @@ impl Primitive {
 
     /// The key holding `name`'s holders: a string (the lock) or a sorted set.
     pub fn holders_key(self, name: &str) -> String {
-        format!("lock:{{{name}}}{}", self.key_suffix())
+        format!("{}{}", crate::names::lock_key(name), self.key_suffix())
     }
 
     /// Whether the holders key is a sorted set of `<weight> <token>:<label>` members.
@@ -69,6 +79,11 @@ impl Primitive {
         match (self, topology) {
             (Primitive::Mutex | Primitive::All, _) => Ok(()),
             (_, Topology::Single) => Ok(()),
+            (Primitive::Multi, _) => Err(
+                "--primitive multi runs on one server only in the torture (lock-core's \
+                 multi-lock needs every name on one Redis); use --topology single"
+                    .to_owned(),
+            ),
             (_, Topology::Redlock) => Err(format!(
                 "--primitive {} does not run on Redlock: lock-core refuses semaphores and \
                  read-write locks there (N permits on each node do not bound a majority's \

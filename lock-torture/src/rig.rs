@@ -44,6 +44,8 @@ pub struct Rig {
     pub clients: Vec<ClientProc>,
     /// How many lock names the clients use.
     pub names: u32,
+    /// Which names (plain, or hostile to key layouts).
+    pub name_kind: crate::names::NameKind,
     /// What the clients take on those names (a lock, a semaphore's permits, a read-write
     /// lock's sides): which keys the faults look at.
     pub primitive: Primitive,
@@ -59,7 +61,12 @@ pub struct Rig {
 impl Rig {
     /// The lock names.
     pub fn name_list(&self) -> Vec<String> {
-        (0..self.names).map(|i| format!("torture:{i}")).collect()
+        crate::names::list(self.names, self.name_kind)
+    }
+
+    /// The `index`-th lock name.
+    pub fn name(&self, index: u32) -> String {
+        crate::names::name(index, self.name_kind)
     }
 
     /// The port of the server that holds `name`'s lock now (the first node for Redlock).

@@ -92,6 +92,7 @@ fn run_one(
             format!("rwlock-{}", mode.name()),
             " primitive=rwlock".into(),
         ),
+        Primitive::Multi => (format!("multi-{}", mode.name()), " primitive=multi".into()),
         Primitive::Mutex | Primitive::All => (mode.name().to_owned(), String::new()),
     };
     let (dir, temp) = match &args.logs {
@@ -151,7 +152,7 @@ fn run_one(
     save_store(&dir.join("store.json"), &history.store)?;
     let report = check(&history, s.nodes as usize);
     let line = format!(
-        "topology={} mode={}{what} profile={} nodes={} clients={} tasks={} names={} ttl_ms={} seconds={} seed={} {}",
+        "topology={} mode={}{what} profile={} nodes={} clients={} tasks={} names={}{} ttl_ms={} seconds={} seed={} {}",
         s.topology.name(),
         mode.name(),
         s.profile.name(),
@@ -159,6 +160,10 @@ fn run_one(
         s.clients,
         s.tasks,
         s.names,
+        match s.name_kind {
+            crate::names::NameKind::Plain => "",
+            crate::names::NameKind::Hostile => " name_kind=hostile",
+        },
         s.ttl_ms,
         s.seconds,
         seed,

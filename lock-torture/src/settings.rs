@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 use crate::mode::Mode;
+use crate::names::NameKind;
 use crate::primitive::{Primitive, DEFAULT_PERMITS};
 use crate::profile::Profile;
 use crate::topology::Topology;
@@ -58,6 +59,12 @@ pub struct RunArgs {
     /// Lock names the clients contend for (default: 3; 64 with `--profile throughput`).
     #[arg(long)]
     pub names: Option<u32>,
+    /// Which names: `plain` (`torture:<i>`) or `hostile` (braces, key suffixes, spaces,
+    /// non-ASCII text, NUL bytes, long names: every key of a name must still share one
+    /// Cluster slot). Hostile runs take no `#[redis_locked]` rounds (their key template
+    /// is `torture:{index}`).
+    #[arg(long, value_enum, default_value_t = NameKind::Plain)]
+    pub name_kind: NameKind,
     /// Lease TTL in milliseconds (default: 200; 100 with `--profile throughput`).
     #[arg(long)]
     pub ttl_ms: Option<u64>,
@@ -82,6 +89,29 @@ pub struct RunArgs {
     /// The run must then fail.
     #[arg(long, default_value_t = 0)]
     pub sabotage_ms: u64,
+    /// The clients' replica acknowledgement check (`auto`: lock-core's default; `off`:
+    /// grants count once the master wrote them, the behaviour before the check).
+    #[arg(long, value_enum, default_value_t = ReplicaSyncArg::Auto)]
+    pub replica_sync: ReplicaSyncArg,
+}
+
+/// The clients' `ReplicaSync`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ReplicaSyncArg {
+    /// lock-core's default: one replica must acknowledge, where the master has replicas.
+    Auto,
+    /// No check.
+    Off,
+}
+
+impl ReplicaSyncArg {
+    /// Its name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            ReplicaSyncArg::Auto => "auto",
+            ReplicaSyncArg::Off => "off",
+        }
+    }
 }
 
 /// The arguments of a run with every default filled in and checked.
@@ -99,6 +129,8 @@ pub struct Settings {
     pub tasks: u32,
     /// Lock names.
     pub names: u32,
+    /// Which names.
+    pub name_kind: NameKind,
     /// Lease TTL in ms.
     pub ttl_ms: u64,
     /// Protocol choice.
@@ -109,6 +141,8 @@ pub struct Settings {
     pub settle_seconds: f64,
     /// Checker self-test.
     pub sabotage_ms: u64,
+    /// The clients' replica acknowledgement check.
+    pub replica_sync: ReplicaSyncArg,
     /// The primitives, one run each per mode (`all` expanded).
     pub primitives: Vec<Primitive>,
     /// Permits per name of the semaphore workload.
@@ -169,6 +203,7 @@ impl Settings {
             clients: args.clients.unwrap_or(p.clients()),
             tasks: args.tasks.unwrap_or(p.tasks()),
             names: args.names.unwrap_or(p.names()),
+            name_kind: args.name_kind,
             ttl_ms: args.ttl_ms.unwrap_or(p.ttl_ms()),
             protocol: args.protocol.unwrap_or(if p.scripts_only() {
                 Protocols::Scripts
@@ -178,6 +213,7 @@ impl Settings {
             seconds: args.seconds,
             settle_seconds: args.settle_seconds,
             sabotage_ms: args.sabotage_ms,
+            replica_sync: args.replica_sync,
             primitives,
             permits: args.permits,
         };

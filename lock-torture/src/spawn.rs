@@ -7,6 +7,8 @@ use std::fs::File;
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, Stdio};
 
+use rustix::process::{kill_process, Pid, Signal};
+
 use crate::BoxError;
 
 /// A running client process.
@@ -69,4 +71,16 @@ impl Spawner {
         let pid = i32::try_from(child.id())?;
         Ok(ClientProc { child, pid, stdin })
     }
+}
+
+/// SIGSTOP (`stop`) or SIGCONT of a process (a client, or a server of a replicated
+/// deployment). It lives here, with the processes, so that the deployments (`ha`) need not
+/// reach up into the fault injector that drives them.
+pub fn signal(pid: u32, stop: bool) -> Result<(), BoxError> {
+    let pid = i32::try_from(pid)
+        .ok()
+        .and_then(Pid::from_raw)
+        .ok_or("not a process id")?;
+    kill_process(pid, if stop { Signal::STOP } else { Signal::CONT })?;
+    Ok(())
 }

@@ -29,7 +29,7 @@ pub fn start_rig(
     dir: &Path,
 ) -> Result<Rig, BoxError> {
     let store = RedisServer::start();
-    let names: Vec<String> = (0..s.names).map(|i| format!("torture:{i}")).collect();
+    let names: Vec<String> = crate::names::list(s.names, s.name_kind);
     let (nodes, ha) = match s.topology {
         Topology::Single | Topology::Redlock => {
             let mut nodes = Vec::new();
@@ -57,12 +57,16 @@ pub fn start_rig(
         store.url(),
         "--names".into(),
         s.names.to_string(),
+        "--name-kind".into(),
+        s.name_kind.name().into(),
         "--ttl-ms".into(),
         s.ttl_ms.to_string(),
         "--profile".into(),
         s.profile.name().into(),
         "--sabotage-ms".into(),
         s.sabotage_ms.to_string(),
+        "--replica-sync".into(),
+        s.replica_sync.name().into(),
         // A safety net only (clients stop when their standard input closes): past the
         // whole run.
         "--max-seconds".into(),
@@ -75,6 +79,12 @@ pub fn start_rig(
             "--permits".to_owned(),
             s.permits.to_string(),
         ]);
+    }
+    if primitive == Primitive::Multi {
+        common.extend(["--primitive".to_owned(), primitive.name().to_owned()]);
+    }
+    if mode == Mode::Cancel {
+        common.push("--cancel".to_owned());
     }
     if mode == Mode::Pool {
         // Many tasks on one pooled connection, with a short deadline for a checkout.
@@ -135,6 +145,7 @@ pub fn start_rig(
         store,
         clients: Vec::new(),
         names: s.names,
+        name_kind: s.name_kind,
         primitive,
         spawner,
         reseed_fences: s.profile == Profile::Throughput,

@@ -71,6 +71,7 @@ impl Topology {
                 Mode::PauseWaiter,
                 Mode::KillWaiter,
                 Mode::KillWokenHead,
+                Mode::Cancel,
                 Mode::Mixed,
             ],
             Topology::Redlock => &[

@@ -40,7 +40,9 @@ Environment:
     long_about = "Run commands under a fleet-wide Redis lock (like flock(1) across machines), and \
                   see and act on the locks that the lock-core library takes: who holds them, \
                   for how long, and what happens to them.\n\n\
-                  A lock named N is the Redis key <prefix>{N} holding <token>:<holder label>.",
+                  A lock named N is the Redis key <prefix>{N} holding <token>:<holder label> \
+                  (with a NUL byte before N when N begins with } or NUL, so that a Redis \
+                  Cluster keeps all of the lock's keys in one slot).",
     after_help = EXIT_CODES,
     arg_required_else_help = true
 )]
@@ -93,6 +95,67 @@ pub enum Command {
     Release(ReleaseArgs),
     /// Print acquire and release events of a lock as they happen, until Ctrl-C.
     Watch(WatchArgs),
+    /// Run a command as the fleet's leader: started once elected, stopped when leadership
+    /// is lost, resigned when it exits.
+    #[command(after_help = ELECT_HELP)]
+    Elect(ElectArgs),
+    /// Show who leads an election (label, term, since when); --watch follows every change.
+    Leader(LeaderArgs),
+}
+
+const ELECT_HELP: &str = "\
+Candidates wait in line (FIFO) for the election's lock; the one holding it leads. Its lease \
+is renewed every lease/3 while the command runs. The command sees LOCKCTL_ELECTION and \
+LOCKCTL_TERM (strictly increasing across leaders: pass it to storage that must refuse a \
+leader whose term ended; also as LOCKCTL_FENCING_TOKEN). If leadership is lost (Redis \
+unreachable for a whole lease, the lock removed), the command gets SIGTERM, then SIGKILL \
+after --kill-after, and lockctl exits with 79. When the command exits, lockctl resigns: the \
+next candidate leads at once. A leader killed outright is replaced when its lease runs out.
+
+Example: lockctl elect --name billing-scheduler --lease 15s -- ./scheduler";
+
+/// `lockctl elect`.
+#[derive(Debug, Args)]
+pub struct ElectArgs {
+    /// Name of the election (its lock has the same name).
+    #[arg(long, short = 'n', value_name = "NAME")]
+    pub name: String,
+
+    /// The leader's lease: a dead leader is replaced this long after its last renewal.
+    #[arg(long, default_value = "15s", value_parser = parse_duration, value_name = "DURATION")]
+    pub lease: Duration,
+
+    /// After SIGTERM on a lost leadership, wait this long before SIGKILL.
+    #[arg(long, default_value = "10s", value_parser = parse_duration, value_name = "DURATION")]
+    pub kill_after: Duration,
+
+    /// Application name in the leader's label (default: lockctl/<command name>).
+    #[arg(long, value_name = "NAME")]
+    pub app_name: Option<String>,
+
+    /// The command and its arguments (after `--`).
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "COMMAND"
+    )]
+    pub command: Vec<OsString>,
+}
+
+/// `lockctl leader`.
+#[derive(Debug, Args)]
+pub struct LeaderArgs {
+    /// Name of the election.
+    pub name: String,
+
+    /// Print the leader, then every change of leadership as it happens, until Ctrl-C.
+    #[arg(long)]
+    pub watch: bool,
+
+    /// With --watch: exit after this many changes.
+    #[arg(long, value_name = "N")]
+    pub count: Option<u64>,
 }
 
 const RUN_HELP: &str = "\
@@ -119,7 +182,13 @@ must reject stale writers).
 With --permits N the command takes one of N permits of the name's semaphore instead of its \
 lock: at most N such commands run at once (the semaphore's key is LOCKCTL_KEY).
 
-Example: lockctl run --key nightly-report --ttl 1m -- ./report.sh --full";
+With --hold-at-least D (a scheduled job run from cron or a timer on every host) the lock is \
+held at least D from the start even when the command ends sooner: its release leaves the key \
+to expire then, so hosts whose timer fires a little later find it taken and skip the run. A \
+skipped run exits with --conflict-exit-code (give 0 to count it as a success).
+
+Example: lockctl run --key nightly-report --ttl 1m -- ./report.sh --full
+Example: lockctl run --key hourly-digest --hold-at-least 5m --conflict-exit-code 0 -- ./digest.sh";
 
 /// `lockctl run`.
 #[derive(Debug, Args)]
@@ -180,6 +249,11 @@ pub struct RunArgs {
     #[arg(long, value_name = "N", conflicts_with = "fencing", value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     pub permits: Option<u64>,
 
+    /// Hold the lock at least this long from the start, even when the command ends sooner
+    /// (a scheduled job: hosts that fire a little later skip the run).
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION", conflicts_with = "permits")]
+    pub hold_at_least: Option<Duration>,
+
     /// The command and its arguments (after `--`).
     #[arg(
         required = true,
@@ -188,6 +262,34 @@ pub struct RunArgs {
         value_name = "COMMAND"
     )]
     pub command: Vec<OsString>,
+
+    /// Set by `lockctl elect`: campaign in the election `key` instead of taking the lock.
+    #[arg(skip)]
+    pub elect: bool,
+}
+
+impl RunArgs {
+    /// `lockctl elect` as a run: the lease is the election's, renewed, never waited out.
+    pub fn election(args: ElectArgs) -> RunArgs {
+        RunArgs {
+            key: args.name,
+            ttl: args.lease,
+            wait: Duration::ZERO,
+            no_renew: false,
+            renew: true,
+            conflict_exit_code: crate::exit::CONFLICT,
+            quiet: false,
+            on_lost: OnLost::Kill,
+            lost_exit_code: crate::exit::LOST,
+            kill_after: args.kill_after,
+            app_name: args.app_name,
+            fencing: false,
+            permits: None,
+            hold_at_least: None,
+            command: args.command,
+            elect: true,
+        }
+    }
 }
 
 impl RunArgs {

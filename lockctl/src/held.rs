@@ -3,11 +3,13 @@
 
 use std::time::Duration;
 
-use lock_core::{GuardHandle, Lease, LeaseHandle, LockError, Permit};
+use lock_core::{GuardHandle, Leadership, Lease, LeaseHandle, LockError, Permit};
 
 pub enum Held {
     Lease(Lease),
     Permit(Permit),
+    /// `lockctl elect`: the election's lock, released by resigning.
+    Leadership(Leadership),
 }
 
 /// A view of what is held, for the supervisor.
@@ -23,6 +25,7 @@ impl Held {
         match self {
             Held::Lease(lease) => lease.fencing_token(),
             Held::Permit(_) => None,
+            Held::Leadership(leadership) => Some(leadership.term()),
         }
     }
 
@@ -30,6 +33,7 @@ impl Held {
         match self {
             Held::Lease(lease) => Watch::Lease(lease.handle()),
             Held::Permit(permit) => Watch::Permit(permit.handle()),
+            Held::Leadership(leadership) => Watch::Lease(leadership.handle()),
         }
     }
 
@@ -37,6 +41,7 @@ impl Held {
         match self {
             Held::Lease(lease) => lease.release().await,
             Held::Permit(permit) => permit.release().await,
+            Held::Leadership(leadership) => leadership.resign().await,
         }
     }
 }

@@ -9,7 +9,8 @@ use crate::output::{line, lock_json, or_dash, table, ttl_text};
 use crate::permits::{self, PermitRow};
 use crate::store::Target;
 
-/// `lockctl status NAME`: held or free, holder (label, app, host, pid), remaining TTL and
+/// `lockctl status NAME`: held or free, holder (label, app, host, pid), remaining TTL,
+/// how many replicas acknowledged the lock's value (where the master has replicas) and
 /// fencing counter. Exits 0 when the lock, or a permit or lease of the name's semaphore or
 /// read-write lock, is held, and [`FREE`] when nothing of the name is.
 pub async fn status(target: &Target, args: &StatusArgs) -> Result<u8, Failure> {
@@ -50,6 +51,8 @@ pub async fn status(target: &Target, args: &StatusArgs) -> Result<u8, Failure> {
             fencing_counter,
             held,
         );
+        // How many replicas had the lock's value (null: no replica check, no replicas).
+        value["on_replicas"] = info.as_ref().and_then(|i| i.on_replicas).into();
         value["permits"] = permits.iter().map(permit_json).collect();
         value["waiting"] = waiting.into();
         line(&value.to_string())?;
@@ -72,6 +75,15 @@ pub async fn status(target: &Target, args: &StatusArgs) -> Result<u8, Failure> {
             }
         }
         rows.push(("ttl left", ttl_text(remaining)));
+        // Whether a failover would keep this lock: replicas that acknowledged its value.
+        let replicas = match info.as_ref().and_then(|i| i.on_replicas) {
+            Some(0) => {
+                "0: no replica has acknowledged this value; a failover now would lose it".to_owned()
+            }
+            Some(n) => format!("{n} acknowledged this value"),
+            None => "not checked (no replicas, or the check is off)".to_owned(),
+        };
+        rows.push(("replicas", replicas));
     }
     rows.push((
         "fencing",

@@ -9,6 +9,8 @@
 //! lockctl list [--match PATTERN] [--json]
 //! lockctl release NAME --force
 //! lockctl watch NAME [--interval 50ms] [--count N] [--json]
+//! lockctl elect --name NAME [--lease 15s] -- COMMAND ARGS...
+//! lockctl leader NAME [--watch] [--count N]
 //! ```
 //!
 //! Every command takes `--url` (default `$REDIS_URL`, else `redis://127.0.0.1:6379/`),
@@ -50,6 +52,17 @@
 //! 1 ([`exit::FREE`]) when nothing is, so that scripts can write
 //! `if lockctl status deploy; then ...`.
 //!
+//! # `elect` and `leader`
+//!
+//! `lockctl elect --name NAME -- COMMAND` runs the command as the fleet's leader (lock-core's
+//! `Election`): it waits in line for leadership, starts the command once elected with
+//! `LOCKCTL_ELECTION` and `LOCKCTL_TERM` (also `LOCKCTL_FENCING_TOKEN`) in its environment,
+//! renews the lease (`--lease`, default 15 s) every third of it, stops the command when
+//! leadership is lost (as `run` does on a lost lease, exit 79), and resigns when it exits.
+//! `--hold-at-least` on `run` holds a lock at least that long from the start, for jobs run
+//! from cron on every host. `lockctl leader NAME` shows who leads (label, term, since when);
+//! `--watch` prints each change, once and in order, until Ctrl-C or `--count` changes.
+//!
 //! # Exit codes
 //!
 //! | code | meaning |
@@ -86,6 +99,7 @@ pub mod exit;
 mod held;
 pub mod holder;
 mod inspect;
+mod leader;
 mod output;
 mod permits;
 mod run;
@@ -153,6 +167,8 @@ async fn dispatch(cli: Cli) -> Result<u8, Failure> {
         Command::List(args) => inspect::list(&target, &args).await,
         Command::Release(args) => inspect::release(&target, &args).await,
         Command::Watch(args) => watch::watch(&target, &args).await,
+        Command::Elect(args) => run::run(&target, cli::RunArgs::election(args)).await,
+        Command::Leader(args) => leader::leader(&target, &args).await,
     }
 }
 

@@ -1,5 +1,5 @@
 //! Semaphores and read-write locks in `status` and `list`: every holder of a name's
-//! semaphore (`<prefix>{name}:sem`) and read-write lock (`<prefix>{name}:rw`), read through
+//! semaphore (its lock key and `:sem`) and read-write lock (`:rw`), read through
 //! lock-core (`holders()`, judged by the server's clock).
 
 use std::time::Duration;
@@ -37,7 +37,7 @@ pub async fn of_name(
         for holder in holders.holders {
             rows.push(PermitRow {
                 name: name.to_owned(),
-                key: format!("{}{{{name}}}:{suffix}", target.prefix),
+                key: format!("{}:{suffix}", target.layout.lock_key(name)),
                 kind: match holder.mode {
                     HoldMode::Read => "read",
                     HoldMode::Write => "write",
@@ -69,25 +69,25 @@ pub async fn matching(
             ))
         })?
         .map_err(fail)?;
-    let lead = format!("{}{{", target.prefix);
     let mut names = Vec::new();
-    for suffix in ["}:sem", "}:rw"] {
-        let scan = format!("{}{pattern}{suffix}", crate::store::glob_escape(&lead));
-        let mut keys = conn.scan_match::<_, Vec<u8>>(&scan).await.map_err(fail)?;
-        let mut found = Vec::new();
-        while let Some(key) = futures_util::StreamExt::next(&mut keys).await {
-            found.push(key.map_err(fail)?);
-        }
-        drop(keys);
-        for key in found {
-            let Ok(key) = String::from_utf8(key) else {
-                continue;
-            };
-            if let Some(name) = key
-                .strip_prefix(lead.as_str())
-                .and_then(|rest| rest.strip_suffix(suffix))
-            {
-                names.push(name.to_owned());
+    for suffix in [":sem", ":rw"] {
+        for scan in crate::store::scans(&target.layout, pattern, suffix) {
+            let mut keys = conn
+                .scan_match::<_, Vec<u8>>(scan.pattern.as_bytes())
+                .await
+                .map_err(fail)?;
+            let mut found = Vec::new();
+            while let Some(key) = futures_util::StreamExt::next(&mut keys).await {
+                found.push(key.map_err(fail)?);
+            }
+            drop(keys);
+            for key in found {
+                let Ok(key) = String::from_utf8(key) else {
+                    continue;
+                };
+                if let Some(name) = scan.name_of(&target.layout, &key) {
+                    names.push(name.to_owned());
+                }
             }
         }
     }

@@ -62,7 +62,7 @@ pub async fn run(target: &Target, args: RunArgs) -> Result<u8, Failure> {
     let lease = acquire(&locker, target, &args, &mut signals).await?;
 
     let key = match args.permits {
-        Some(_) => format!("{}{{{}}}:sem", target.prefix, args.key),
+        Some(_) => format!("{}:sem", target.keys(&args.key)?.lock),
         None => target.keys(&args.key)?.lock,
     };
     let mut child = match spawn(program, program_args, &args, &key, &lease) {
@@ -133,10 +133,24 @@ async fn acquire(
         if args.fencing {
             request = request.fencing();
         }
+        if let Some(hold) = args.hold_at_least {
+            request = request.hold_at_least(hold);
+        }
         request.await.map(Held::Lease)
     };
+    let campaign = async {
+        if !args.elect {
+            return request.await;
+        }
+        locker
+            .election(args.key.as_str())
+            .lease(args.ttl)
+            .campaign()
+            .await
+            .map(Held::Leadership)
+    };
     let result = tokio::select! {
-        result = request => result,
+        result = campaign => result,
         caught = signals.recv() => {
             // Dropping the request abandons it; lock-core cleans up what it may have taken.
             return Err(Failure::new(
@@ -208,6 +222,12 @@ fn spawn(
         Some(token) => command.env("LOCKCTL_FENCING_TOKEN", token.to_string()),
         None => command.env_remove("LOCKCTL_FENCING_TOKEN"),
     };
+    if args.elect {
+        let term = lease.fencing_token().unwrap_or_default().to_string();
+        command
+            .env("LOCKCTL_ELECTION", &args.key)
+            .env("LOCKCTL_TERM", term);
+    }
     command.spawn().map_err(|err| {
         let code = if err.kind() == std::io::ErrorKind::NotFound {
             NOT_FOUND
@@ -270,7 +290,7 @@ async fn supervise(
                 let why = if !handle.expires_in().is_zero() {
                     "it was removed (Redis says it is no longer ours)".to_owned()
                 } else if args.renews() {
-                    "it could not be renewed: Redis was unreachable for a whole TTL".to_owned()
+                    "it was not renewed within its TTL (Redis unreachable, or lockctl paused)".to_owned()
                 } else {
                     format!(
                         "it outlived --ttl {} (drop --no-renew to keep the lock while it runs)",

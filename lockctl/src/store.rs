@@ -1,13 +1,15 @@
 //! What lockctl asks Redis directly, where lock-core has no API: listing locks with SCAN,
 //! reading a lock's raw state, deleting a lock whoever holds it, and the release channel.
 //!
-//! The key layout is lock-core's: a lock named `N` is `<prefix>{N}` holding
-//! `<token>[:<label>]` with a PX TTL, its fencing counter is `<prefix>{N}:fence`, and releases
-//! are published on `<prefix>{N}:released`.
+//! The key layout is lock-core's ([`lock_core::KeyLayout`]): a lock named `N` is
+//! `<prefix>{N}` holding `<token>[:<label>]` with a PX TTL (with a NUL byte before `N` when
+//! `N` begins with `}` or NUL, so that the Cluster hash tag is never empty), its fencing
+//! counter is that key and `:fence`, and releases are published on that key and
+//! `:released`.
 
 use std::time::Duration;
 
-use lock_core::MAX_NAME_LEN;
+use lock_core::{KeyLayout, MAX_NAME_LEN, NAME_ESCAPE};
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client, Value};
 
@@ -33,6 +35,8 @@ pub struct Target {
     pub shown_url: String,
     /// The key prefix.
     pub prefix: String,
+    /// lock-core's key layout under that prefix.
+    pub layout: KeyLayout,
     /// Connect and per-command deadline.
     pub timeout: Duration,
 }
@@ -60,6 +64,7 @@ impl Target {
             url: url.to_owned(),
             shown_url,
             prefix: prefix.to_owned(),
+            layout: KeyLayout::new(prefix),
             timeout,
         })
     }
@@ -72,7 +77,7 @@ impl Target {
     /// The Redis keys of lock `name`, after checking the name as lock-core does.
     pub fn keys(&self, name: &str) -> Result<LockKeys, Failure> {
         check_name(name)?;
-        let lock = format!("{}{{{name}}}", self.prefix);
+        let lock = self.layout.lock_key(name);
         Ok(LockKeys {
             fence: format!("{lock}:fence"),
             channel: format!("{lock}:released"),
@@ -113,11 +118,11 @@ impl Target {
 /// The keys of one lock.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LockKeys {
-    /// `<prefix>{<name>}`
+    /// `<prefix>{<name>}` (see [`KeyLayout`])
     pub lock: String,
-    /// `<prefix>{<name>}:fence`
+    /// `<lock>:fence`
     pub fence: String,
-    /// `<prefix>{<name>}:released`
+    /// `<lock>:released`
     pub channel: String,
 }
 
@@ -219,32 +224,32 @@ impl Store {
 
     /// All held locks whose name matches the glob `pattern`, walking the keyspace with SCAN.
     pub async fn list(&mut self, pattern: &str) -> Result<Listing, Failure> {
-        let lead = format!("{}{{", self.target.prefix);
-        let scan_pattern = format!("{}{pattern}}}", glob_escape(&lead));
         let mut listing = Listing::default();
-        let mut cursor: u64 = 0;
-        loop {
-            let (next, keys): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(&scan_pattern)
-                .arg("COUNT")
-                .arg(SCAN_COUNT)
-                .query_async(&mut self.conn)
-                .await
-                .map_err(|err| self.fail(&err))?;
-            let names: Vec<(String, String)> = keys
-                .iter()
-                .filter_map(|key| {
-                    let key = std::str::from_utf8(key).ok()?;
-                    let name = key.strip_prefix(lead.as_str())?.strip_suffix('}')?;
-                    Some((name.to_owned(), key.to_owned()))
-                })
-                .collect();
-            self.read_page(names, &mut listing).await?;
-            cursor = next;
-            if cursor == 0 {
-                break;
+        for scan in scans(&self.target.layout, pattern, "") {
+            let mut cursor: u64 = 0;
+            loop {
+                let (next, keys): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
+                    .arg(cursor)
+                    .arg("MATCH")
+                    .arg(scan.pattern.as_bytes())
+                    .arg("COUNT")
+                    .arg(SCAN_COUNT)
+                    .query_async(&mut self.conn)
+                    .await
+                    .map_err(|err| self.fail(&err))?;
+                let names: Vec<(String, String)> = keys
+                    .iter()
+                    .filter_map(|key| {
+                        let key = std::str::from_utf8(key).ok()?;
+                        let name = scan.name_of(&self.target.layout, key)?;
+                        Some((name.to_owned(), key.to_owned()))
+                    })
+                    .collect();
+                self.read_page(names, &mut listing).await?;
+                cursor = next;
+                if cursor == 0 {
+                    break;
+                }
             }
         }
         listing.locks.sort_by(|a, b| a.name.cmp(&b.name));
@@ -431,6 +436,48 @@ fn check_name(name: &str) -> Result<(), Failure> {
     Ok(())
 }
 
+/// One SCAN of [`scans`]: its MATCH pattern, and which stored names it may report.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Scan {
+    /// The MATCH pattern.
+    pub pattern: String,
+    /// `Some(true)`: only names stored after lock-core's NUL byte; `Some(false)`: only the
+    /// others; `None`: every name (the pattern matches all).
+    escaped: Option<bool>,
+    suffix: &'static str,
+}
+
+impl Scan {
+    /// The name whose key (the lock key and the suffix) is `key`, if this scan reports it.
+    pub fn name_of<'k>(&self, layout: &KeyLayout, key: &'k str) -> Option<&'k str> {
+        let lock = key.strip_suffix(self.suffix)?;
+        let name = layout.name_of(lock)?;
+        let escaped = lock[layout.lead().len()..].starts_with(NAME_ESCAPE);
+        match self.escaped {
+            Some(wanted) if wanted != escaped => None,
+            _ => Some(name),
+        }
+    }
+}
+
+/// The SCANs that find the keys (`<lock key><suffix>`) of every name matching the glob
+/// `pattern`. lock-core stores a name that begins with `}` or NUL after a NUL byte (see
+/// [`KeyLayout`]), so a pattern other than `*` takes two: one over the names as they are,
+/// one over the names after the NUL byte; each reports only its own kind, so that the
+/// pattern applies to the names, not to the bytes stored.
+pub(crate) fn scans(layout: &KeyLayout, pattern: &str, suffix: &'static str) -> Vec<Scan> {
+    let lead = glob_escape(layout.lead());
+    let scan = |escape: &str, escaped| Scan {
+        pattern: format!("{lead}{escape}{pattern}}}{}", glob_escape(suffix)),
+        escaped,
+        suffix,
+    };
+    if pattern == "*" {
+        return vec![scan("", None)];
+    }
+    vec![scan("", Some(false)), scan("\0", Some(true))]
+}
+
 /// Escapes the glob metacharacters of a literal (the prefix), so only the user's pattern
 /// matches anything.
 pub(crate) fn glob_escape(literal: &str) -> String {
@@ -457,6 +504,36 @@ mod tests {
         assert_eq!(keys.channel, "lock:{a b ü}:released");
         assert!(target.keys("").is_err());
         assert!(target.keys(&"x".repeat(MAX_NAME_LEN + 1)).is_err());
+    }
+
+    #[test]
+    fn names_beginning_with_a_brace_get_lock_cores_keys() {
+        let target = Target::new("redis://127.0.0.1/", "lock:", Duration::from_secs(1)).unwrap();
+        let keys = target.keys("}job").unwrap();
+        assert_eq!(keys.lock, "lock:{\0}job}");
+        assert_eq!(keys.fence, "lock:{\0}job}:fence");
+        assert_eq!(keys.lock, KeyLayout::new("lock:").lock_key("}job"));
+        let braced = Target::new("redis://127.0.0.1/", "app{}:", Duration::from_secs(1)).unwrap();
+        assert_eq!(braced.keys("job").unwrap().lock, "app{\0}:{job}");
+    }
+
+    #[test]
+    fn scans_report_each_name_once_by_its_own_pattern() {
+        let layout = KeyLayout::new("lock:");
+        let all = scans(&layout, "*", "");
+        assert_eq!(all.len(), 1);
+        assert_eq!(all[0].pattern, "lock:{*}");
+        assert_eq!(all[0].name_of(&layout, "lock:{\0}job}"), Some("}job"));
+        assert_eq!(all[0].name_of(&layout, "lock:{job}"), Some("job"));
+        // An older version's key of `}job` is not a key of this layout.
+        assert_eq!(all[0].name_of(&layout, "lock:{}job}"), None);
+        let some = scans(&layout, "}j*", ":sem");
+        assert_eq!(some[0].pattern, "lock:{}j*}:sem");
+        assert_eq!(some[1].pattern, "lock:{\0}j*}:sem");
+        assert_eq!(some[1].name_of(&layout, "lock:{\0}job}:sem"), Some("}job"));
+        assert_eq!(some[0].name_of(&layout, "lock:{\0}job}:sem"), None);
+        assert_eq!(some[1].name_of(&layout, "lock:{jx}:sem"), None);
+        assert_eq!(some[0].name_of(&layout, "lock:{jx}:sem"), Some("jx"));
     }
 
     #[test]

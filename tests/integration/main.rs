@@ -1,11 +1,15 @@
 //! Integration tests against real redis-server processes started by `lock_tests`.
 
 mod behaviour;
+mod cancelled;
 mod cluster;
 mod contention;
+mod election;
+mod failover;
 mod fast_path;
 mod fencing;
 mod harness;
+mod hostile_names;
 mod loss;
 mod multi;
 mod notified;
@@ -14,6 +18,7 @@ mod redis_only;
 mod redlock;
 mod reentrancy;
 mod rwlock;
+mod schedule;
 mod security;
 mod semaphore;
 mod sentinel;

@@ -178,3 +178,40 @@ async fn waiters_recover_when_redis_forgets_scripts_connections_or_everything() 
     .await;
     waiter_recovers_from("a restart with no data", true, |server| server.restart()).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_head_waiter_finds_a_free_lock_when_its_turn_message_is_lost() {
+    // The pub/sub connection stays up, but the turn is never announced: the queue keys are
+    // gone when the holder releases (evicted under a `volatile-*` policy, or a failover
+    // between the PUBLISH and its delivery). The head must not sleep until the old
+    // holder's TTL (a minute here) while the lock lies free.
+    let server = RedisServer::start();
+    let all = lockers(&server, 2);
+    let holder = all[0]
+        .lock("lost-turn")
+        .ttl(60 * SECOND)
+        .await
+        .expect("holder");
+    let waiter = {
+        let locker = all[1].clone();
+        tokio::spawn(async move {
+            locker
+                .lock("lost-turn")
+                .ttl(10 * SECOND)
+                .wait(20 * SECOND)
+                .await
+        })
+    };
+    until("the waiter to queue", || queued(&server, "lost-turn") == 1).await;
+    server.command(&["DEL", "lock:{lost-turn}:q", "lock:{lost-turn}:qe"]);
+    assert!(holder.release().await.expect("release"));
+    assert!(
+        server.command(&["EXISTS", "lock:{lost-turn}"]).trim() == ":0",
+        "the lock is free, and nobody was told"
+    );
+    let lease = waiter
+        .await
+        .expect("join")
+        .expect("the head re-checked within its wait and found the lock free");
+    assert!(lease.release().await.expect("release"));
+}

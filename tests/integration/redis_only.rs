@@ -220,12 +220,12 @@ async fn the_functions_library_is_reloaded_and_replicated() {
         .expect("acquire");
     assert!(master
         .command(&["FUNCTION", "LIST"])
-        .contains("lockcore_v3"));
+        .contains("lockcore_v4"));
     // Replicated: a replica promoted after a failover already has the library.
     let started = Instant::now();
     while !replica
         .command(&["FUNCTION", "LIST"])
-        .contains("lockcore_v3")
+        .contains("lockcore_v4")
     {
         assert!(
             started.elapsed() < 10 * SECOND,
@@ -330,4 +330,52 @@ fn shutdown_waits_for_the_releases_of_dropped_leases() {
             "lock {i} left to its TTL"
         );
     }
+}
+
+/// A WATCH/MULTI waiter learns of releases on the lock's release channel, but a holder on
+/// Lua scripts releases an unmarked value with a silent compare-and-delete: the waiter
+/// slept until its backoff (up to 5 s) or the holder's TTL while the lock lay free (found
+/// by lock-torture's liveness rule in a mixed-protocol run). The waiter now marks the
+/// holder's value, so that the release is announced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transactions_waiter_is_told_of_a_scripts_holders_release() {
+    let server = RedisServer::start();
+    let holder = Harness::locker_for(&server, Protocol::Scripts);
+    let waiter = Harness::locker_for(&server, Protocol::Transactions);
+    let lease = holder.lock("mixed").ttl(60 * SECOND).await.expect("holder");
+    let waiting = {
+        let waiter = waiter.clone();
+        tokio::spawn(async move {
+            waiter
+                .lock("mixed")
+                .ttl(10 * SECOND)
+                .wait(30 * SECOND)
+                .await
+        })
+    };
+    let marked = || {
+        server
+            .command(&["GET", "lock:{mixed}"])
+            .lines()
+            .any(|line| line.starts_with('~'))
+    };
+    let subscribed = || {
+        server
+            .command(&["PUBSUB", "NUMSUB", "lock:{mixed}:released"])
+            .lines()
+            .last()
+            .is_some_and(|count| count.trim() != ":0" && count.trim() != "0")
+    };
+    crate::notified::until("the waiter to mark the holder's value", marked).await;
+    crate::notified::until("the waiter to subscribe to the release channel", subscribed).await;
+    assert!(
+        lease.release().await.expect("release"),
+        "still ours despite the mark"
+    );
+    let next = waiting
+        .await
+        .expect("join")
+        .expect("the waiter takes the lock");
+    assert!(next.release().await.expect("release"));
+    assert!(!server.command(&["EXISTS", "lock:{mixed}"]).contains(":1"));
 }

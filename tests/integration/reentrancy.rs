@@ -103,3 +103,299 @@ async fn a_nested_call_on_a_held_lease_is_reentrant() {
         .expect("inspect")
         .is_none());
 }
+
+/// How many `critical` bodies are inside at once, and the most ever seen.
+#[derive(Default)]
+struct Inside {
+    now: AtomicU32,
+    most: AtomicU32,
+    entered: AtomicU32,
+}
+
+impl Inside {
+    /// Enters, stays across a few awaits (so that a sibling future gets polled meanwhile),
+    /// and leaves.
+    async fn visit(&self) {
+        let now = self.now.fetch_add(1, Ordering::SeqCst) + 1;
+        self.most.fetch_max(now, Ordering::SeqCst);
+        self.entered.fetch_add(1, Ordering::SeqCst);
+        for _ in 0..5 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            tokio::task::yield_now().await;
+        }
+        self.now.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    fn most(&self) -> u32 {
+        self.most.load(Ordering::SeqCst)
+    }
+}
+
+#[redis_locked(key = "acct:{id}", wait = "0s", locker = locker)]
+async fn critical(locker: &Locker, id: u32, inside: &Inside) -> Result<(), LockError> {
+    inside.visit().await;
+    Ok(())
+}
+
+#[redis_locked(key = "acct:{id}", wait = "5s", locker = locker)]
+async fn critical_patient(locker: &Locker, id: u32, inside: &Inside) -> Result<(), LockError> {
+    inside.visit().await;
+    Ok(())
+}
+
+/// A nested call that itself nests: the lease it borrowed is lent on to its own nested call.
+#[redis_locked(key = "acct:{id}", wait = "0s", locker = locker)]
+async fn critical_nesting(locker: &Locker, id: u32, inside: &Inside) -> Result<(), LockError> {
+    critical(locker, id, inside).await
+}
+
+/// How the locked body calls its siblings.
+#[derive(Clone, Copy, Debug)]
+enum Siblings {
+    JoinTry,
+    JoinPatient,
+    Select,
+    JoinAll,
+    Unordered,
+    Nesting,
+}
+
+type Outcomes = Vec<Result<(), LockError>>;
+
+#[redis_locked(key = "acct:{id}", wait = "0s", locker = locker)]
+async fn account(
+    locker: &Locker,
+    id: u32,
+    how: Siblings,
+    inside: &Inside,
+) -> Result<Outcomes, LockError> {
+    use futures_util::stream::{FuturesUnordered, StreamExt as _};
+    Ok(match how {
+        Siblings::JoinTry => {
+            let (a, b) = tokio::join!(critical(locker, id, inside), critical(locker, id, inside));
+            vec![a, b]
+        }
+        Siblings::JoinPatient => {
+            let (a, b) = tokio::join!(
+                critical_patient(locker, id, inside),
+                critical_patient(locker, id, inside)
+            );
+            vec![a, b]
+        }
+        Siblings::Select => {
+            let first = tokio::select! {
+                a = critical_patient(locker, id, inside) => a,
+                b = critical_patient(locker, id, inside) => b,
+            };
+            vec![first]
+        }
+        Siblings::JoinAll => {
+            futures_util::future::join_all((0..3).map(|_| critical_patient(locker, id, inside)))
+                .await
+        }
+        Siblings::Unordered => {
+            let mut calls: FuturesUnordered<_> = (0..3)
+                .map(|_| critical_patient(locker, id, inside))
+                .collect();
+            let mut outcomes = Vec::new();
+            while let Some(outcome) = calls.next().await {
+                outcomes.push(outcome);
+            }
+            outcomes
+        }
+        Siblings::Nesting => {
+            let (a, b) = tokio::join!(
+                critical_nesting(locker, id, inside),
+                critical_patient(locker, id, inside)
+            );
+            vec![a, b]
+        }
+    })
+}
+
+/// Regression (issue 24, defect 1): reentrancy was decided per task, so every sibling future
+/// of the holder counted as the holder, and two nested calls of one key ran at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sibling_nested_calls_of_one_key_never_run_at_once() {
+    let server = RedisServer::start();
+    let locker = Locker::from_url(&server.url()).expect("locker");
+    for (id, how) in [
+        (1, Siblings::JoinTry),
+        (2, Siblings::JoinPatient),
+        (3, Siblings::Select),
+        (4, Siblings::JoinAll),
+        (5, Siblings::Unordered),
+        (6, Siblings::Nesting),
+    ] {
+        let inside = Inside::default();
+        let outcomes = account(&locker, id, how, &inside)
+            .await
+            .unwrap_or_else(|err| panic!("{how:?}: the outer call failed: {err}"));
+        assert_eq!(
+            inside.most(),
+            1,
+            "{how:?}: two nested bodies of `acct:{id}` ran at once ({outcomes:?})"
+        );
+        match how {
+            // At wait zero the sibling that finds the lease lent out is Busy, at once.
+            Siblings::JoinTry => {
+                assert!(outcomes[0].is_ok(), "{how:?}: {outcomes:?}");
+                match &outcomes[1] {
+                    Err(LockError::Busy { name, holder, .. }) => {
+                        assert_eq!(name, &format!("acct:{id}"));
+                        let holder = holder.as_deref().unwrap_or_default();
+                        assert!(holder.contains("this task"), "{holder}");
+                    }
+                    other => panic!("{how:?}: expected the second sibling Busy, got {other:?}"),
+                }
+            }
+            // The first of `select!` wins; the other is dropped, still waiting.
+            Siblings::Select => assert!(outcomes[0].is_ok(), "{how:?}: {outcomes:?}"),
+            // With a wait, each sibling takes its turn with the lease.
+            _ => {
+                assert!(outcomes.iter().all(Result::is_ok), "{how:?}: {outcomes:?}");
+                let expected = if matches!(how, Siblings::JoinPatient | Siblings::Nesting) {
+                    2
+                } else {
+                    3
+                };
+                assert_eq!(inside.entered.load(Ordering::SeqCst), expected, "{how:?}");
+            }
+        }
+        assert!(
+            locker
+                .inspect(&format!("acct:{id}"))
+                .await
+                .expect("inspect")
+                .is_none(),
+            "{how:?}: released after the outer body"
+        );
+    }
+}
+
+#[redis_locked(key = "acct:{id}", wait = "0s", locker = locker)]
+async fn account_spawning(locker: &Locker, id: u32) -> Result<Result<(), LockError>, LockError> {
+    let spawned = {
+        let locker = locker.clone();
+        tokio::spawn(async move {
+            let inside = Inside::default();
+            critical(&locker, id, &inside).await
+        })
+    };
+    Ok(spawned.await.expect("the spawned task ran"))
+}
+
+/// A spawned task is not the holder: it does not borrow the lease, it contends for the lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spawned_call_is_not_the_holder() {
+    let server = RedisServer::start();
+    let locker = Locker::from_url(&server.url()).expect("locker");
+    match account_spawning(&locker, 9).await.expect("outer") {
+        Err(LockError::Busy { name, .. }) => assert_eq!(name, "acct:9"),
+        other => panic!("expected the spawned call Busy on the held lock, got {other:?}"),
+    }
+}
+
+#[redis_locked(key = "stack:limit", permits = 2, wait = "0s", locker = locker)]
+async fn limited_inside(locker: &Locker) -> Result<Option<String>, LockError> {
+    Ok(current_lease().map(|lease| lease.name().to_owned()))
+}
+
+#[redis_locked(key = "stack:outer", wait = "0s", locker = locker)]
+async fn plain_around_limited(
+    locker: &Locker,
+) -> Result<(Option<String>, Option<String>), LockError> {
+    let inner = limited_inside(locker).await?;
+    Ok((inner, current_lease().map(|lease| lease.name().to_owned())))
+}
+
+#[redis_locked(key = "stack:upper", wait = "0s", locker = locker)]
+#[redis_locked(key = "stack:lower", wait = "0s", locker = locker)]
+async fn stacked(locker: &Locker) -> Result<Option<String>, LockError> {
+    Ok(current_lease().map(|lease| lease.name().to_owned()))
+}
+
+/// Regression (issue 24, defect 1): `current_lease()` inside a `permits` function nested in
+/// a plain lock returned the outer lease; it is the innermost hold, and the outer one again
+/// after the nested call. Two stacked attributes: the upper one is the inner hold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn current_lease_is_the_innermost_hold() {
+    let server = RedisServer::start();
+    let locker = Locker::from_url(&server.url()).expect("locker");
+    let (inner, after) = plain_around_limited(&locker).await.expect("both held");
+    assert_eq!(inner.as_deref(), Some("stack:limit"));
+    assert_eq!(after.as_deref(), Some("stack:outer"));
+    assert_eq!(
+        stacked(&locker).await.expect("both held").as_deref(),
+        Some("stack:upper")
+    );
+    // The lower attribute's lock is the outer one: taken first, so held while the upper
+    // one is refused.
+    let upper = locker
+        .try_lock("stack:upper", Duration::from_secs(5))
+        .await
+        .expect("take the upper lock");
+    match stacked(&locker).await {
+        Err(LockError::Busy { name, .. }) => assert_eq!(name, "stack:upper"),
+        other => panic!("expected Busy on the upper lock, got {other:?}"),
+    }
+    assert!(upper.release().await.expect("release"));
+}
+
+#[redis_locked(key = "twice:{id}", wait = "0s", locker = locker)]
+async fn locks_its_own_name_again(locker: &Locker, id: u32) -> Result<String, LockError> {
+    let again = locker
+        .lock(format!("twice:{id}"))
+        .wait(Duration::from_secs(3))
+        .await;
+    Ok(match again {
+        Ok(_) => "acquired a second time".to_owned(),
+        Err(err) => err.to_string(),
+    })
+}
+
+/// Regression (issue 27): a plain `lock()` of a name this task already holds through an
+/// enclosing body waited out its whole wait, then said "held by" our own process. It fails
+/// at once, saying that this task holds it and how to nest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plain_lock_of_a_name_this_task_holds_fails_at_once() {
+    let server = RedisServer::start();
+    let locker = Locker::from_url(&server.url()).expect("locker");
+    let said = locks_its_own_name_again(&locker, 1)
+        .await
+        .expect("the outer call");
+    assert!(said.contains("already held by this task"), "{said}");
+    assert!(
+        said.contains("#[redis_locked] function or `using`"),
+        "{said}"
+    );
+    // Through `using` too, and a try: the same error, not `Busy`.
+    let said = locker
+        .using("twice:2", |_| async {
+            let again = locker.try_lock("twice:2", Duration::from_secs(5)).await;
+            Ok::<_, LockError>(again.map(|_| ()).map_err(|err| err.to_string()))
+        })
+        .await
+        .expect("the using call");
+    let said = said.expect_err("the second lock is refused");
+    assert!(said.contains("already held by this task"), "{said}");
+    // A spawned task is another holder: it contends (Busy at wait zero), it is not refused
+    // as this task's.
+    let spawned = locker
+        .using("twice:3", |_| async {
+            let other = locker.clone();
+            let handle = tokio::spawn(async move {
+                other
+                    .try_lock("twice:3", Duration::from_secs(5))
+                    .await
+                    .map(|_| ())
+            });
+            Ok::<_, LockError>(handle.await.expect("spawned task"))
+        })
+        .await
+        .expect("the using call");
+    match spawned {
+        Err(LockError::Busy { name, .. }) => assert_eq!(name, "twice:3"),
+        other => panic!("expected the spawned request Busy, got {other:?}"),
+    }
+}

@@ -143,7 +143,7 @@ async fn the_name_without_the_token_is_not_enough_transactions() {
 /// The least a lock user needs: its keys and release channels, and these commands. The
 /// scripts run with the caller's permissions, so the commands they call are listed too.
 pub const LOCK_USER_ACL: &str = "on >s3cret resetkeys ~lock:* resetchannels &lock:* \
-    -@all +set +get +pttl +pexpire +incr +incrby +del +exists +publish +evalsha +eval +time +zadd +zrange +zrank +zrem +hget +hset +hdel +pubsub|numsub +subscribe \
+    -@all +set +get +pttl +pexpire +incr +incrby +del +exists +publish +evalsha +eval +time +zadd +zrange +zrank +zrem +hget +hset +hdel +pubsub|numsub +role +wait +subscribe \
     +unsubscribe +watch +unwatch +multi +exec +ping";
 
 /// The same user without scripting: only the WATCH/MULTI backend can work for it.
@@ -285,7 +285,9 @@ async fn hostile_names_round_trip_as_data(locker: &Locker, server: &RedisServer)
             .fencing()
             .await
             .unwrap_or_else(|err| panic!("{name:?}: {err}"));
-        let key = format!("lock:{{{name}}}");
+        // lock-core's key layout (a name beginning with `}` is stored after a NUL byte).
+        let key = lock_core::KeyLayout::new("lock:").lock_key(name);
+        assert_eq!(key, lease.key(), "{name:?}");
         let stored: Option<Vec<u8>> = redis::cmd("GET")
             .arg(key.as_bytes())
             .query_async(&mut conn)

@@ -81,6 +81,28 @@ impl RedisCluster {
         cluster
     }
 
+    /// Starts a cluster of one master that serves every slot (`redis-cli --cluster create`
+    /// wants three): keys of any slot meet on one node, so only Redis's own cross-slot
+    /// checks stand between a request and a CROSSSLOT error.
+    pub fn start_one_node() -> RedisCluster {
+        let node = RedisServer::start_with(&[
+            "cluster-enabled yes",
+            "cluster-config-file nodes.conf",
+            "cluster-node-timeout 1000",
+        ]);
+        let reply = node.command(&["CLUSTER", "ADDSLOTSRANGE", "0", "16383"]);
+        assert!(
+            reply.contains("OK"),
+            "CLUSTER ADDSLOTSRANGE answered {reply:?}"
+        );
+        let cluster = RedisCluster {
+            nodes: vec![node],
+            tls_ports: Vec::new(),
+        };
+        cluster.wait_until_ok();
+        cluster
+    }
+
     /// Seed URLs, one per node.
     pub fn urls(&self) -> Vec<String> {
         self.nodes.iter().map(RedisServer::url).collect()

@@ -17,6 +17,8 @@ pub(crate) struct Memory {
     state: Mutex<State>,
     /// Semaphores and read-write locks (`crate::prims`), kept apart from the locks.
     permits: std::sync::Arc<crate::backend::permits::memory::MemoryPermits>,
+    /// Elections' records and their announcements (`crate::backend::election`).
+    elections: crate::backend::election::MemoryBoard,
 }
 
 #[derive(Default)]
@@ -47,6 +49,10 @@ impl Memory {
 }
 
 impl Memory {
+    pub(crate) fn elections(&self) -> &crate::backend::election::MemoryBoard {
+        &self.elections
+    }
+
     pub(crate) fn permits(
         &self,
     ) -> &std::sync::Arc<crate::backend::permits::memory::MemoryPermits> {
@@ -130,6 +136,7 @@ impl Backend for Memory {
             value,
             remaining,
             fencing_counter,
+            on_replicas: None,
         })
     }
 }

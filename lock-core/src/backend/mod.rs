@@ -10,6 +10,7 @@ use std::time::Duration;
 use crate::key::LockKeys;
 use crate::LockError;
 
+pub(crate) mod election;
 pub(crate) mod lua;
 pub(crate) mod memory;
 pub(crate) mod permits;
@@ -60,6 +61,11 @@ pub(crate) struct Place {
 pub(crate) enum AttemptKind<'a> {
     /// One try; a busy answer says how long the holder has left.
     Try,
+    /// A try by a waiter that learns of releases on the lock's release channel rather than
+    /// through the waiter queue (WATCH/MULTI): a busy answer also marks the holder's value
+    /// as listened for (see `scripts/queue.lua`), so that its release is announced there
+    /// whichever protocol its holder uses. Otherwise a [`AttemptKind::Try`].
+    Listening,
     /// The first try of a request that queues next if the lock is busy (the queued attempt
     /// will tell the holder's TTL, so a busy answer need not).
     BeforeQueueing,
@@ -88,6 +94,9 @@ pub(crate) struct RawState {
     pub value: Option<String>,
     pub remaining: Option<Duration>,
     pub fencing_counter: Option<u64>,
+    /// How many replicas acknowledged the current value, when the replica check is on and
+    /// a value is there.
+    pub on_replicas: Option<u32>,
 }
 
 /// One way of storing locks. Implementations must make `acquire`, `release` and `extend`

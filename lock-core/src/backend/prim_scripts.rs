@@ -7,7 +7,7 @@ use std::sync::LazyLock;
 use redis::FromRedisValue;
 
 use crate::backend::lua::{self, Lua, ScriptMode};
-use crate::connection::shared::{is_connection_failure, SharedConnection};
+use crate::connection::shared::{is_connection_failure, Conn, SharedConnection};
 use crate::LockError;
 
 const LIBRARY_NAME: &str = "lockcore_prims_v3";
@@ -103,12 +103,41 @@ impl Server {
         keys: &[&str],
         args: &[&[u8]],
     ) -> redis::RedisResult<T> {
+        self.run_raw_noting(script, name, keys, args, |_| ()).await
+    }
+
+    /// [`Server::run`], first handing `sent_on` the connection the script goes out on, so
+    /// that whatever must reach Redis after it (a give-back of what it may have taken,
+    /// should its answer never come) can be queued behind it on the same socket: on a
+    /// connection opened later, it could reach a stalled server first, or not at all.
+    pub async fn run_noting<T: FromRedisValue>(
+        &self,
+        script: &Lua,
+        name: &str,
+        keys: &[&str],
+        args: &[&[u8]],
+        sent_on: impl FnOnce(&Conn),
+    ) -> Result<T, LockError> {
+        self.run_raw_noting(script, name, keys, args, sent_on)
+            .await
+            .map_err(|err| LockError::from_redis(name, keys.first().copied().unwrap_or(""), err))
+    }
+
+    async fn run_raw_noting<T: FromRedisValue>(
+        &self,
+        script: &Lua,
+        name: &str,
+        keys: &[&str],
+        args: &[&[u8]],
+        sent_on: impl FnOnce(&Conn),
+    ) -> redis::RedisResult<T> {
         let lent = self.conn.get(name).await.map_err(|err| {
             redis::RedisError::from(std::io::Error::new(
                 std::io::ErrorKind::NotConnected,
                 err.to_string(),
             ))
         })?;
+        sent_on(&lent.conn);
         let mut conn = lent.conn.clone();
         let reply = script.run(self.mode, &mut conn, keys, args).await;
         if let Err(err) = &reply {
@@ -136,4 +165,89 @@ impl Server {
             Ok(false)
         }
     }
+}
+
+/// Every script, lock and primitives: a script must declare in `KEYS` every key it touches
+/// (a Cluster routes a script by its declared keys and refuses keys of another slot; a key
+/// built inside the script escapes that check, and the key layout's tests). The one name a
+/// script may build from a key is the release channel, which is a pub/sub channel.
+#[cfg(test)]
+#[test]
+fn scripts_touch_only_declared_keys() {
+    let scripts = [
+        ("acquire.lua", include_str!("../scripts/acquire.lua")),
+        (
+            "acquire_queued.lua",
+            include_str!("../scripts/acquire_queued.lua"),
+        ),
+        ("extend.lua", include_str!("../scripts/extend.lua")),
+        (
+            "leave_queue.lua",
+            include_str!("../scripts/leave_queue.lua"),
+        ),
+        (
+            "mark_listened.lua",
+            include_str!("../scripts/mark_listened.lua"),
+        ),
+        (
+            "multi_acquire.lua",
+            include_str!("../scripts/multi_acquire.lua"),
+        ),
+        (
+            "permits_acquire.lua",
+            include_str!("../scripts/permits_acquire.lua"),
+        ),
+        (
+            "permits_extend.lua",
+            include_str!("../scripts/permits_extend.lua"),
+        ),
+        (
+            "permits_holders.lua",
+            include_str!("../scripts/permits_holders.lua"),
+        ),
+        (
+            "permits_lib.lua",
+            include_str!("../scripts/permits_lib.lua"),
+        ),
+        (
+            "permits_release.lua",
+            include_str!("../scripts/permits_release.lua"),
+        ),
+        ("queue.lua", include_str!("../scripts/queue.lua")),
+        (
+            "raise_fence.lua",
+            include_str!("../scripts/raise_fence.lua"),
+        ),
+        ("release.lua", include_str!("../scripts/release.lua")),
+        (
+            "release_listened.lua",
+            include_str!("../scripts/release_listened.lua"),
+        ),
+    ];
+    let mut found = Vec::new();
+    for (file, text) in scripts {
+        for (number, line) in text.lines().enumerate() {
+            let code = line.split("--").next().unwrap_or_default();
+            // A key name built by concatenation: `KEYS[1] .. ':q'`, or a key variable and a
+            // literal suffix (`lock .. ':fence'`).
+            let builds_from_key = code.contains("KEYS[")
+                && code.contains("..")
+                && code.split("KEYS[").skip(1).any(|after| {
+                    after
+                        .split_once(']')
+                        .is_some_and(|(_, rest)| rest.trim_start().starts_with(".."))
+                });
+            let suffixed = [":q'", ":qe'", ":fence'", ":sem'", ":rw'"]
+                .iter()
+                .any(|suffix| code.contains(&format!(".. '{}", &suffix[..])));
+            if (builds_from_key || suffixed) && !code.contains("':released'") {
+                found.push(format!("{file}:{}: {}", number + 1, line.trim()));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "scripts that build a key instead of declaring it in KEYS:\n{}",
+        found.join("\n")
+    );
 }

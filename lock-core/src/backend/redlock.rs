@@ -251,6 +251,7 @@ impl Backend for Redlock {
                     value: Some(candidate.clone()),
                     remaining: holding.iter().filter_map(|s| s.remaining).min(),
                     fencing_counter,
+                    on_replicas: None,
                 });
             }
         }
@@ -258,6 +259,7 @@ impl Backend for Redlock {
             value: None,
             remaining: None,
             fencing_counter,
+            on_replicas: None,
         })
     }
 }

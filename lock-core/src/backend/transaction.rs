@@ -11,7 +11,7 @@ use super::{millis, remaining_from_pttl, Attempt, AttemptKind, Backend, RawState
 use crate::connection::shared::checkout;
 use crate::deadline::within;
 use crate::key::LockKeys;
-use crate::token::is_ours;
+use crate::token::{is_ours, LISTENED_MARK};
 use crate::LockError;
 
 /// How often an operation re-runs after EXEC was aborted by a concurrent write. Every abort
@@ -43,7 +43,7 @@ impl Backend for Transactional {
         value: &str,
         ttl: Duration,
         fencing: bool,
-        _kind: AttemptKind<'_>,
+        kind: AttemptKind<'_>,
     ) -> Result<Attempt, LockError> {
         within(self.command_timeout, &keys.name, async {
             // The WATCH ... EXEC exchange runs in its own task so that a caller who gives up
@@ -54,6 +54,7 @@ impl Backend for Transactional {
             let task_keys = keys.clone();
             let task_value = value.to_owned();
             let address = self.address.clone();
+            let mark = matches!(kind, AttemptKind::Listening);
             tokio::spawn(async move {
                 let result = acquire_once(
                     (&pool, address.as_deref()),
@@ -61,6 +62,7 @@ impl Backend for Transactional {
                     &task_value,
                     ttl,
                     fencing,
+                    mark,
                 )
                 .await;
                 let undo = matches!(result, Ok(Attempt::Acquired { .. })).then(|| Undo {
@@ -126,6 +128,7 @@ impl Transactional {
             value: value.map(|v| String::from_utf8_lossy(&v).into_owned()),
             remaining: remaining_from_pttl(pttl),
             fencing_counter: fence,
+            on_replicas: None,
         })
     }
 }
@@ -136,10 +139,11 @@ async fn acquire_once(
     value: &str,
     ttl: Duration,
     fencing: bool,
+    mark: bool,
 ) -> Result<Attempt, LockError> {
     let redis_err = |err| LockError::from_redis(&keys.name, &keys.lock, err);
     let mut conn = checkout(pool, &keys.name, address).await?;
-    for _ in 0..MAX_OPTIMISTIC_RETRIES {
+    'look: for _ in 0..MAX_OPTIMISTIC_RETRIES {
         // WATCH and the look at the key travel together; GET raises WRONGTYPE on a foreign
         // value, so such a key is an error, never "free".
         let (current, pttl): (Option<Vec<u8>>, i64) = redis::pipe()
@@ -152,6 +156,32 @@ async fn acquire_once(
             .await
             .map_err(redis_err)?;
         if let Some(holder) = current {
+            if mark && holder.first() != Some(&LISTENED_MARK) {
+                // A waiter listening on the release channel: mark the holder's value (same
+                // TTL, only if it is still that value), so that its release is announced
+                // even by a holder on Lua scripts, whose unmarked release is a silent
+                // delete. EXEC answers nil if the key changed meanwhile: look again.
+                let mut marked = Vec::with_capacity(holder.len() + 1);
+                marked.push(LISTENED_MARK);
+                marked.extend_from_slice(&holder);
+                let mut tx = redis::pipe();
+                tx.atomic()
+                    .cmd("SET")
+                    .arg(&keys.lock)
+                    .arg(marked)
+                    .arg("XX")
+                    .arg("KEEPTTL")
+                    .ignore();
+                let executed: Option<()> = tx.query_async(&mut conn).await.map_err(redis_err)?;
+                if executed.is_none() {
+                    continue 'look;
+                }
+                return Ok(Attempt::Busy {
+                    remaining: remaining_from_pttl(pttl),
+                    holder_value: Some(String::from_utf8_lossy(&holder).into_owned()),
+                    place: None,
+                });
+            }
             redis::cmd("UNWATCH")
                 .query_async::<()>(&mut *conn)
                 .await

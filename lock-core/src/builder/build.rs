@@ -5,6 +5,7 @@ use deadpool_redis::Pool;
 use super::{Label, LockerBuilder, Protocol, Store, DEFAULT_REDIS_URL, REDIS_URL_ENV};
 use crate::backend::memory::Memory;
 use crate::backend::redlock::Redlock;
+use crate::backend::scripted::replicated::Replicated;
 use crate::backend::scripted::Scripted;
 use crate::backend::transaction::Transactional;
 use crate::backend::AnyBackend;
@@ -28,6 +29,7 @@ impl LockerBuilder {
                 "command_timeout must be above zero".into(),
             ));
         }
+        self.validate_sync_timeout()?;
         let settings = self.settings();
         let store = std::mem::replace(&mut self.store, Store::Env);
         // A pool built elsewhere may have no response timeout; WATCH/MULTI bounds each
@@ -73,10 +75,17 @@ impl LockerBuilder {
             }
         };
         let backend = match self.protocol {
-            Protocol::Scripts => AnyBackend::Scripted(Scripted::new(
-                SharedConnection::new(Source::Pool(pool), settings.command_timeout, address),
-                self.script_mode,
-            )),
+            Protocol::Scripts => {
+                let source = Source::Pool(pool);
+                let replicated = self.replicated(&source);
+                AnyBackend::Scripted(
+                    Scripted::new(
+                        SharedConnection::new(source, settings.command_timeout, address),
+                        self.script_mode,
+                    )
+                    .with_replica_sync(replicated),
+                )
+            }
             Protocol::Transactions => {
                 AnyBackend::Transaction(Transactional::new(pool, settings.command_timeout, address))
             }
@@ -132,15 +141,19 @@ impl LockerBuilder {
     fn build_cluster(&self, seeds: &[String], settings: Settings) -> Result<Locker, LockError> {
         self.scripts_only("a Redis Cluster")?;
         // PUBLISH reaches every node of a cluster, so one node's subscription hears all
-        // releases; if that node goes, waiters fall back to timed retries.
+        // releases; if that node goes, waiters fall back to timed retries. The release
+        // script cannot see that subscription from the key's node (`PUBSUB NUMSUB` is
+        // per node), so a marked release is announced without asking.
         let (client, dial) = connect::cluster(seeds, self.command_timeout, &self.tls)?;
         let notifier = dial.map(|dial| Notifier::new(dial, own_channel(&settings)));
-        let conn = SharedConnection::new(
-            Source::Cluster(Box::new(client)),
-            self.command_timeout,
-            None,
+        let source = Source::Cluster(Box::new(client));
+        let replicated = self.replicated(&source);
+        let conn = SharedConnection::new(source, self.command_timeout, None);
+        let backend = AnyBackend::Scripted(
+            Scripted::new(conn, self.script_mode)
+                .announcing_across_nodes()
+                .with_replica_sync(replicated),
         );
-        let backend = AnyBackend::Scripted(Scripted::new(conn, self.script_mode));
         Ok(assemble(backend, settings, notifier, true))
     }
 
@@ -152,7 +165,7 @@ impl LockerBuilder {
         settings: Settings,
     ) -> Result<Locker, LockError> {
         self.scripts_only("Sentinel")?;
-        let client = connect::sentinel(sentinels, master, &self.tls)?;
+        let client = connect::sentinel(sentinels, master.clone(), &self.tls)?;
         let config = redis::AsyncConnectionConfig::new()
             .set_connection_timeout(Some(self.command_timeout))
             .set_response_timeout(Some(self.command_timeout));
@@ -165,9 +178,13 @@ impl LockerBuilder {
         let source = Source::Sentinel {
             client,
             config: Box::new(config),
+            switches: crate::connection::sentinel::Switches::new(master),
         };
+        let replicated = self.replicated(&source);
         let conn = SharedConnection::new(source, self.command_timeout, None);
-        let backend = AnyBackend::Scripted(Scripted::new(conn, self.script_mode));
+        let backend = AnyBackend::Scripted(
+            Scripted::new(conn, self.script_mode).with_replica_sync(replicated),
+        );
         Ok(assemble(backend, settings, Some(notifier), true))
     }
 
@@ -186,11 +203,40 @@ impl LockerBuilder {
         assemble(AnyBackend::Memory(Memory::default()), settings, None, true)
     }
 
+    /// The sync timeout, checked against the command timeout (`WAIT` must answer within
+    /// the connection's response timeout, with the write before it).
+    fn sync_timeout_or_default(&self) -> std::time::Duration {
+        self.sync_timeout.unwrap_or_else(|| {
+            crate::replication::DEFAULT_SYNC_TIMEOUT.min(self.command_timeout / 2)
+        })
+    }
+
+    fn validate_sync_timeout(&self) -> Result<(), LockError> {
+        let timeout = self.sync_timeout_or_default();
+        if timeout.is_zero() || timeout >= self.command_timeout {
+            return Err(LockError::Config(format!(
+                "sync_timeout {timeout:?} must be above zero and under the command timeout ({:?}): WAIT answers on a connection whose every reply is bounded by it",
+                self.command_timeout
+            )));
+        }
+        Ok(())
+    }
+
+    /// The replica acknowledgement check's connections, when it is on.
+    fn replicated(&self, source: &Source) -> Option<Replicated> {
+        let rule = self.replica_sync.rule(self.sync_timeout_or_default())?;
+        Some(Replicated::new(source, self.command_timeout, rule))
+    }
+
     /// A locker on `pool` with these settings and no notifier: its waiters poll.
     pub(super) fn pool_locker(self, pool: Pool) -> Locker {
         let settings = self.settings();
-        let conn = SharedConnection::new(Source::Pool(pool), settings.command_timeout, None);
-        let backend = AnyBackend::Scripted(Scripted::new(conn, self.script_mode));
+        let source = Source::Pool(pool);
+        let replicated = self.replicated(&source);
+        let conn = SharedConnection::new(source, settings.command_timeout, None);
+        let backend = AnyBackend::Scripted(
+            Scripted::new(conn, self.script_mode).with_replica_sync(replicated),
+        );
         assemble(backend, settings, None, false)
     }
 

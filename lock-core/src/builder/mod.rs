@@ -123,6 +123,8 @@ pub struct LockerBuilder {
     script_mode: ScriptMode,
     tls: TlsSetting,
     pubsub_client: Option<redis::Client>,
+    replica_sync: crate::ReplicaSync,
+    sync_timeout: Option<Duration>,
 }
 
 #[derive(Clone)]
@@ -181,6 +183,8 @@ impl LockerBuilder {
             script_mode: ScriptMode::Eval,
             tls: TlsSetting::default(),
             pubsub_client: None,
+            replica_sync: crate::ReplicaSync::default(),
+            sync_timeout: None,
         }
     }
 
@@ -253,10 +257,12 @@ impl LockerBuilder {
     /// Sentinels' URLs). After a failover, the first failed command makes the locker ask
     /// the Sentinels again. Requires the `sentinel` feature.
     ///
-    /// Caveat: Redis replication is asynchronous. A lock written to a master that fails
-    /// before the write reached a replica is gone after the failover, and another client
-    /// can take it while the first still believes it holds it. Use fencing tokens where
-    /// that matters, or Redlock over independent masters.
+    /// Redis replication is asynchronous: a lock written to a master that fails before the
+    /// write reached a replica is gone after the failover. The replica acknowledgement check
+    /// (on by default when the master has replicas, see [`ReplicaSync`](crate::ReplicaSync))
+    /// grants a lock only once a replica has it; what it does not cover is said there. The
+    /// locker also follows the Sentinels' `+switch-master` announcements: connections to a
+    /// deposed master are retired at the switch.
     #[cfg(feature = "sentinel")]
     pub fn sentinel<I, S>(mut self, sentinels: I, master: impl Into<String>) -> Self
     where
@@ -283,7 +289,10 @@ impl LockerBuilder {
         self
     }
 
-    /// Prefix of every lock key (default `lock:`). Keys are `<prefix>{<name>}`.
+    /// Prefix of every lock key (default `lock:`). Keys are `<prefix>{<name>}` (see
+    /// [`KeyLayout`](crate::KeyLayout): a prefix whose first `{` is directly followed by `}`
+    /// is stored with a NUL byte between them, so that a Cluster hash tag is never empty; a
+    /// prefix with a complete hash tag, such as `{locks}:`, puts every lock in one slot).
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
         self.prefix = prefix.into();
         self
@@ -358,6 +367,34 @@ impl LockerBuilder {
     #[cfg(feature = "tls-rustls")]
     pub fn tls(mut self, config: crate::TlsConfig) -> Self {
         self.tls.config = Some(config);
+        self
+    }
+
+    /// The replica acknowledgement check (default [`ReplicaSync::Auto`](crate::ReplicaSync)
+    /// with 1 replica: on as soon as the master is seen with a connected replica). Applies to
+    /// the Lua-scripts backends on one Redis, a Cluster and Sentinel; not to Redlock (whose
+    /// nodes are independent masters) nor to [`Protocol::Transactions`].
+    ///
+    /// ```
+    /// use lock_core::{Locker, ReplicaSync};
+    /// // The behaviour before the check: a grant counts once the master wrote it.
+    /// let locker = Locker::builder()
+    ///     .url("redis://127.0.0.1:6379/")
+    ///     .replica_sync(ReplicaSync::Off)
+    ///     .build()?;
+    /// # drop(locker);
+    /// # Ok::<(), lock_core::LockError>(())
+    /// ```
+    pub fn replica_sync(mut self, sync: crate::ReplicaSync) -> Self {
+        self.replica_sync = sync;
+        self
+    }
+
+    /// How long the replica acknowledgement check waits for the replicas (`WAIT`'s timeout;
+    /// default 500 ms, or half the command timeout if that is shorter). Must be under the
+    /// command timeout.
+    pub fn sync_timeout(mut self, timeout: Duration) -> Self {
+        self.sync_timeout = Some(timeout);
         self
     }
 

@@ -4,12 +4,16 @@
 //!   deadpool pool, a Cluster client or a Sentinel-named master), reconnected on failure.
 //! - [`connect`]: turning URLs and TLS settings into pools, clients and dialers.
 //! - [`notifier`]: the one pub/sub connection per Locker that tells waiters their turn.
+//! - `sentinel`: connecting to the master the Sentinels name, and retiring connections to
+//!   a deposed one at the Sentinels' `+switch-master` (feature `sentinel`).
 //! - `tls`: [`TlsConfig`](crate::TlsConfig) (feature `tls-rustls`).
 //!
 //! Nothing here knows about locks beyond channel names; these modules import only leaves.
 
 pub(crate) mod connect;
 pub(crate) mod notifier;
+#[cfg(feature = "sentinel")]
+pub(crate) mod sentinel;
 pub(crate) mod shared;
 #[cfg(feature = "tls-rustls")]
 pub(crate) mod tls;

@@ -75,6 +75,12 @@ impl Notifier {
         }
     }
 
+    /// A pub/sub connection of its own, opened where this notifier's is (an election's
+    /// observer reads its messages in order, payloads included).
+    pub async fn open_pubsub(&self) -> redis::RedisResult<redis::aio::PubSub> {
+        self.inner.dial.pubsub().await
+    }
+
     /// This Locker's channel: the name it stands under in waiter queues.
     pub fn own_channel(&self) -> &str {
         &self.inner.own_channel

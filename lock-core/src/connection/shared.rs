@@ -20,6 +20,7 @@ use crate::deadline::within;
 use crate::LockError;
 
 /// Where the shared connection comes from.
+#[derive(Clone)]
 pub(crate) enum Source {
     /// One server, through a deadpool-redis pool.
     Pool(Pool),
@@ -32,6 +33,9 @@ pub(crate) enum Source {
     Sentinel {
         client: Arc<tokio::sync::Mutex<redis::sentinel::SentinelClient>>,
         config: Box<redis::AsyncConnectionConfig>,
+        /// The failovers announced so far: a connection opened before the latest one is
+        /// retired.
+        switches: Arc<crate::connection::sentinel::Switches>,
     },
 }
 
@@ -97,6 +101,9 @@ struct Inner {
 struct Slot {
     conn: Conn,
     generation: u64,
+    /// The Sentinel failovers announced before it was opened (0 for other sources).
+    #[cfg_attr(not(feature = "sentinel"), allow(dead_code))]
+    switches: u64,
 }
 
 /// A clone of the shared connection, remembering which one it was so that a failure can
@@ -167,13 +174,14 @@ impl SharedConnection {
                 generation: slot.generation,
             });
         }
-        let conn = within(self.inner.connect_timeout, name, self.open(name)).await?;
+        let (conn, switches) = within(self.inner.connect_timeout, name, self.open(name)).await?;
         let generation = {
             let mut current = write_ignoring_poison(&self.inner.current);
             let generation = current.as_ref().map_or(1, |s| s.generation + 1);
             *current = Some(Slot {
                 conn: conn.clone(),
                 generation,
+                switches,
             });
             generation
         };
@@ -203,38 +211,58 @@ impl SharedConnection {
         }
     }
 
-    async fn open(&self, name: &str) -> Result<Conn, LockError> {
+    async fn open(&self, name: &str) -> Result<(Conn, u64), LockError> {
         match &self.inner.source {
-            Source::Pool(pool) => Ok(Conn::Single(Connection::take(
-                checkout(pool, name, self.inner.address.as_deref()).await?,
-            ))),
+            Source::Pool(pool) => Ok((
+                Conn::Single(Connection::take(
+                    checkout(pool, name, self.inner.address.as_deref()).await?,
+                )),
+                0,
+            )),
             #[cfg(feature = "cluster")]
             Source::Cluster(client) => client
                 .get_async_connection()
                 .await
-                .map(Conn::Cluster)
+                .map(|conn| (Conn::Cluster(conn), 0))
                 .map_err(|err| cannot_connect(name, err)),
             #[cfg(feature = "sentinel")]
-            Source::Sentinel { client, config } => client
-                .lock()
+            Source::Sentinel {
+                client,
+                config,
+                switches,
+            } => crate::connection::sentinel::open_master(name, client, config, switches)
                 .await
-                .get_async_connection_with_config(config)
-                .await
-                .map(Conn::Single)
-                .map_err(|err| cannot_connect(name, err)),
+                .map(|(conn, epoch)| (Conn::Single(conn), epoch)),
         }
     }
 
+    /// The open connection, unless a Sentinel announced a failover since it was opened
+    /// (then it is retired: it leads to a deposed master).
     fn current(&self) -> Option<Slot> {
-        self.inner
+        let slot = self
+            .inner
             .current
             .read()
             .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+            .clone()?;
+        #[cfg(feature = "sentinel")]
+        if let Source::Sentinel { switches, .. } = &self.inner.source {
+            if switches.epoch() != slot.switches {
+                let mut current = write_ignoring_poison(&self.inner.current);
+                if current
+                    .as_ref()
+                    .is_some_and(|open| open.generation == slot.generation)
+                {
+                    *current = None;
+                }
+                return None;
+            }
+        }
+        Some(slot)
     }
 }
 
-#[cfg(any(feature = "cluster", feature = "sentinel"))]
+#[cfg(feature = "cluster")]
 fn cannot_connect(name: &str, err: redis::RedisError) -> LockError {
     LockError::Connection {
         name: name.to_owned(),

@@ -25,6 +25,9 @@ pub(crate) struct Spec {
     pub wait: Option<Duration>,
     pub fencing: Option<bool>,
     pub renew: Option<Renewal>,
+    /// A release before this long after the acquisition leaves the lock to expire then
+    /// (a scheduled run's minimum hold) instead of deleting it.
+    pub hold_at_least: Option<Duration>,
 }
 
 /// Takes the lock `spec` asks for through `engine`: `lease` of the engine and the fresh
@@ -45,6 +48,7 @@ pub(crate) fn acquire<L>(
             wait,
             fencing,
             renew,
+            hold_at_least,
         } = spec;
         let settings = engine.settings();
         let ttl = ttl.unwrap_or(settings.default_ttl);
@@ -53,6 +57,9 @@ pub(crate) fn acquire<L>(
         let keys = LockKeys::new(&settings.prefix, name)?;
         validate_ttl(&keys.name, ttl)?;
         validate_wait(&keys.name, wait)?;
+        if let Some(hold) = hold_at_least {
+            validate_hold_at_least(&keys.name, hold)?;
+        }
         let value = new_value(&keys.name, settings.label.as_deref())?;
         let span = tracing::debug_span!(
             "lock.acquire",
@@ -76,8 +83,10 @@ pub(crate) fn acquire<L>(
             last_busy: Busy::default(),
             fencing_token: None,
             renew,
+            hold_at_least,
             expired_grant: None,
             transient: None,
+            not_replicated: None,
         };
         let result = run(acquisition, wait).instrument(span.clone()).await;
         let outcome = match &result {
@@ -90,6 +99,23 @@ pub(crate) fn acquire<L>(
         family.acquire(outcome, begun.elapsed());
         result.map(|held| lease(engine, held))
     }
+}
+
+/// A minimum hold: more than zero, at most [`MAX_TTL`](crate::MAX_TTL) (the release sets
+/// what is left of it as the key's TTL).
+fn validate_hold_at_least(name: &str, hold: Duration) -> Result<(), LockError> {
+    if hold.is_zero() || hold > crate::MAX_TTL {
+        return Err(LockError::InvalidDuration {
+            name: name.to_owned(),
+            what: "hold_at_least",
+            value: hold,
+            reason: format!(
+                "it must be more than zero and at most {:?}; leave it out for no minimum hold",
+                crate::MAX_TTL
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// The fast path: one attempt straight away; then, unless it was a try, the slow path.

@@ -45,11 +45,16 @@ pub(super) struct Acquire<'a> {
     pub last_busy: Busy,
     pub fencing_token: Option<u64>,
     pub renew: Option<Renewal>,
+    pub hold_at_least: Option<Duration>,
     /// Set when a grant arrived too late to be of use (how long it took).
     pub expired_grant: Option<Duration>,
     /// The error of the last attempt, when it failed with a transient error: what the
     /// request reports if its wait runs out before an attempt succeeds.
     pub transient: Option<LockError>,
+    /// The last attempt was refused by the replica acknowledgement check: (acknowledged,
+    /// required, sync timeout). What a wait that runs out with an attempt in flight
+    /// reports, rather than a plain timeout, until an attempt answers otherwise.
+    pub not_replicated: Option<(u32, u32, Duration)>,
 }
 
 impl Acquire<'_> {
@@ -73,11 +78,29 @@ impl Acquire<'_> {
         let backend = self.engine.backend();
         let call = backend.acquire(&self.keys, &self.value, self.ttl, self.fencing, kind);
         let attempt = match bound {
-            None => call.await?,
+            None => call.await,
             Some(deadline) => match tokio::time::timeout_at(deadline.into(), call).await {
-                Ok(attempt) => attempt?,
+                Ok(attempt) => attempt,
                 Err(_) => return Ok(Tried::OutOfTime),
             },
+        };
+        let attempt = match attempt {
+            Ok(attempt) => {
+                self.not_replicated = None;
+                attempt
+            }
+            Err(err) => {
+                if let LockError::NotReplicated {
+                    acknowledged,
+                    required,
+                    timeout,
+                    ..
+                } = &err
+                {
+                    self.not_replicated = Some((*acknowledged, *required, *timeout));
+                }
+                return Err(err);
+            }
         };
         match attempt {
             Attempt::Acquired { fencing_token } => {
@@ -138,6 +161,7 @@ impl Acquire<'_> {
             ttl: self.ttl,
             local,
             renew: self.renew,
+            hold_at_least: self.hold_at_least,
         })
     }
 
@@ -171,6 +195,14 @@ impl Acquire<'_> {
         record(self.attempts, self.begun);
         if let Some(err) = self.transient {
             return err;
+        }
+        if let Some((acknowledged, required, timeout)) = self.not_replicated {
+            return LockError::NotReplicated {
+                name: self.keys.name,
+                acknowledged,
+                required,
+                timeout,
+            };
         }
         LockError::Timeout {
             name: self.keys.name,

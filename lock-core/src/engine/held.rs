@@ -32,6 +32,8 @@ pub(crate) struct Held {
     /// again.
     validity: Validity,
     pub local: NameRef,
+    /// A release before `acquired_at` plus this leaves the lock to expire then.
+    hold_at_least: Option<Duration>,
 }
 
 /// What the acquire loop knows about a fresh lease.
@@ -44,6 +46,8 @@ pub(crate) struct Grant {
     pub local: NameRef,
     /// Keep the lease alive until released, up to this long (`None`: no auto-renewal).
     pub renew: Option<Renewal>,
+    /// The minimum hold (see [`Held::release_now`]).
+    pub hold_at_least: Option<Duration>,
 }
 
 /// Auto-renewal settings of one lease.
@@ -69,6 +73,7 @@ impl Held {
             ttl: grant.ttl,
             validity: Validity::new(grant.attempt_started, grant.ttl),
             local: grant.local,
+            hold_at_least: grant.hold_at_least,
         })
     }
 
@@ -78,9 +83,17 @@ impl Held {
     }
 
     /// Deletes the lock if it is still ours (compare-and-delete); false if it was not.
+    ///
+    /// With a minimum hold not yet over, the lock is not deleted: its TTL is set to what is
+    /// left of the hold (compare-and-`PEXPIRE`, the extend script), so the key expires by
+    /// the server's clock no earlier than the hold's end, measured from the start of the
+    /// attempt that took it. Others skip or wait until then.
     pub async fn release_now(&self, backend: &AnyBackend) -> Result<bool, LockError> {
         self.finish();
-        let result = backend.release(&self.keys, &self.value).await;
+        let result = match self.hold_left() {
+            Some(left) => backend.extend(&self.keys, &self.value, left).await,
+            None => backend.release(&self.keys, &self.value).await,
+        };
         match result {
             Ok(true) => crate::metrics::released(&self.keys.name, self.acquired_at.elapsed()),
             Ok(false) => self.mark_lost(),
@@ -150,6 +163,19 @@ impl Held {
 
     pub fn acquired_at(&self) -> Instant {
         self.acquired_at
+    }
+
+    /// What is left of the minimum hold, if any (a whole millisecond at least: PEXPIRE's
+    /// unit, rounded up so the key never expires before the hold's end).
+    fn hold_left(&self) -> Option<Duration> {
+        let left = self
+            .hold_at_least?
+            .checked_sub(self.acquired_at.elapsed())
+            .filter(|left| !left.is_zero())?;
+        let millis = left.as_nanos().div_ceil(1_000_000);
+        Some(Duration::from_millis(
+            u64::try_from(millis).unwrap_or(u64::MAX),
+        ))
     }
 }
 

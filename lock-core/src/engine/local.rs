@@ -55,6 +55,45 @@ pub(crate) struct NameState {
     pub released: Arc<Wake>,
     /// The lease of this locker holding the name, if any: its serial and validity end.
     holder: Mutex<Option<(u64, Instant)>>,
+    /// This locker's place in the name's Redis-side waiter queue. Its lock also covers
+    /// leaving the local queue (`Queued::leave`), so that "the last local waiter left, and
+    /// the Redis place with it" is one step no newcomer can slip into.
+    place: Mutex<RedisPlace>,
+}
+
+/// This locker's place in a name's Redis-side waiter queue (one entry per locker: its
+/// channel), which its local waiters pass on to each other.
+#[derive(Default)]
+struct RedisPlace {
+    /// A queued attempt may have put this locker in the queue (it is set before the attempt
+    /// is sent), and no attempt has taken the lock since: the last local waiter to leave
+    /// without the lock must take the locker out.
+    queued: bool,
+    /// That leave, in flight: signalled when it ends. A newcomer's queued attempt waits for
+    /// it, or the leave could land after the attempt and remove the newcomer's entry.
+    leaving: Option<Arc<tokio::sync::Notify>>,
+}
+
+/// A leave of the Redis queue in flight (see [`Queued::leave`]); dropping it, once the leave
+/// has ended (or could not start), lets newcomers queue again.
+pub(crate) struct Leaving {
+    state: NameRef,
+    done: Arc<tokio::sync::Notify>,
+}
+
+impl Drop for Leaving {
+    fn drop(&mut self) {
+        let mut place = self.state.place();
+        if place
+            .leaving
+            .as_ref()
+            .is_some_and(|done| Arc::ptr_eq(done, &self.done))
+        {
+            place.leaving = None;
+        }
+        drop(place);
+        self.done.notify_waiters();
+    }
 }
 
 /// A counted reference to a name's state; the entry leaves the map with its last user.
@@ -119,6 +158,10 @@ impl Shard {
                 .holder
                 .get_mut()
                 .unwrap_or_else(PoisonError::into_inner) = None;
+            *state
+                .place
+                .get_mut()
+                .unwrap_or_else(PoisonError::into_inner) = RedisPlace::default();
             return spare;
         }
         Arc::new(NameState {
@@ -156,6 +199,14 @@ impl Drop for NameRef {
     }
 }
 
+impl NameRef {
+    /// Joins the name's local queue; the returned guard leaves it.
+    pub fn enqueue(&self) -> Queued<'_> {
+        self.queued.fetch_add(1, Ordering::AcqRel);
+        Queued(Some(self))
+    }
+}
+
 impl std::ops::Deref for NameRef {
     type Target = NameState;
 
@@ -165,9 +216,13 @@ impl std::ops::Deref for NameRef {
 }
 
 impl NameState {
-    /// Nobody queued and no holder: fit for reuse under another name.
+    /// Nobody queued, no holder and no place in the Redis queue: fit for reuse under another
+    /// name.
     fn is_idle(&self) -> bool {
+        let place = self.place();
         self.queued.load(Ordering::Acquire) == 0
+            && !place.queued
+            && place.leaving.is_none()
             && self
                 .holder
                 .lock()
@@ -175,21 +230,53 @@ impl NameState {
                 .is_none()
     }
 
+    fn place(&self) -> MutexGuard<'_, RedisPlace> {
+        self.place.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Records, before a queued attempt is sent, that it may put this locker in the Redis
+    /// queue (a request dropped with the attempt in flight must still take it out).
+    pub fn may_be_in_redis_queue(&self) {
+        self.place().queued = true;
+    }
+
+    /// Records that an attempt took the lock: a queued one took this locker out of the
+    /// Redis queue.
+    pub fn out_of_redis_queue(&self) {
+        self.place().queued = false;
+    }
+
+    /// Whether this locker may stand in the name's Redis queue (a waiter of this locker
+    /// queued there and none has taken the lock since).
+    pub fn in_redis_queue(&self) -> bool {
+        self.place().queued
+    }
+
+    /// Completes once no leave of the Redis queue by this locker is in flight for the name.
+    pub async fn no_leave_in_flight(&self) {
+        loop {
+            let Some(done) = self.place().leaving.clone() else {
+                return;
+            };
+            let ended = done.notified();
+            tokio::pin!(ended);
+            ended.as_mut().enable();
+            // Ended between the look and the arming: look again.
+            let same = self
+                .place()
+                .leaving
+                .as_ref()
+                .is_some_and(|now| Arc::ptr_eq(now, &done));
+            if same {
+                ended.await;
+            }
+        }
+    }
+
     /// True while some waiter of this locker is queued for the name: a newcomer must queue
     /// behind it instead of barging in.
     pub fn has_queue(&self) -> bool {
         self.queued.load(Ordering::Acquire) > 0
-    }
-
-    /// How many waiters of this locker are queued for the name (the caller included).
-    pub fn queued(&self) -> usize {
-        self.queued.load(Ordering::Acquire)
-    }
-
-    /// Joins the queue; the returned guard leaves it.
-    pub fn enqueue(&self) -> Queued<'_> {
-        self.queued.fetch_add(1, Ordering::AcqRel);
-        Queued(self)
     }
 
     /// Records that lease `serial` of this locker holds the name until `valid_until`.
@@ -217,12 +304,38 @@ impl NameState {
     }
 }
 
-/// A place in a name's queue.
-pub(crate) struct Queued<'a>(&'a NameState);
+/// A place in a name's local queue. Dropping it leaves the queue; [`Queued::leave`] does
+/// too, and says whether the Redis queue must be left as well.
+pub(crate) struct Queued<'a>(Option<&'a NameRef>);
+
+impl Queued<'_> {
+    /// Leaves the local queue. The last waiter to leave while this locker may still stand
+    /// in the Redis queue (a request that ends without the lock: timeout, error,
+    /// cancellation) gets the leave to run: the locker's place is given up at once, and
+    /// newcomers' queued attempts wait until the returned guard is dropped.
+    pub fn leave(mut self) -> Option<Leaving> {
+        let state = self.0.take()?;
+        let mut place = state.place();
+        let last = state.queued.fetch_sub(1, Ordering::AcqRel) == 1;
+        if !(last && place.queued) {
+            return None;
+        }
+        place.queued = false;
+        let done = Arc::new(tokio::sync::Notify::new());
+        place.leaving = Some(Arc::clone(&done));
+        drop(place);
+        Some(Leaving {
+            state: state.clone(),
+            done,
+        })
+    }
+}
 
 impl Drop for Queued<'_> {
     fn drop(&mut self) {
-        self.0.queued.fetch_sub(1, Ordering::AcqRel);
+        if let Some(state) = self.0 {
+            state.queued.fetch_sub(1, Ordering::AcqRel);
+        }
     }
 }
 

@@ -9,7 +9,7 @@ use crate::backend::{AttemptKind, Backend as _, Place, Waiter, CLAIM_WINDOW};
 use crate::connection::notifier::{Interest, Notifier, Subscription};
 use crate::engine::attempt::{Acquire, Busy, Tried};
 use crate::engine::held::Held;
-use crate::engine::local::NameRef;
+use crate::engine::local::{NameRef, Queued};
 use crate::engine::Engine;
 use crate::key::LockKeys;
 use crate::signal::Hint;
@@ -22,44 +22,45 @@ const EXPIRY_SLACK: Duration = Duration::from_millis(1);
 
 /// How a waiter learns that it may try again.
 enum Listening {
-    /// Told its turn in the lock's Redis-side queue, on the locker's own channel.
-    Queue {
-        /// Kept for its `Drop`, which stops routing the lock's messages here.
-        _interest: Interest,
-        spot: QueueSpot,
-    },
+    /// Told its turn in the lock's Redis-side queue, on the locker's own channel (kept for
+    /// its `Drop`, which stops routing the lock's messages here).
+    Queue { _interest: Interest },
     /// Woken by every release of the lock (its release channel; kept for its `Drop`).
     Broadcast { _subscription: Subscription },
     /// Nothing tells it: timed retries.
     Polling,
 }
 
-/// This locker's place in a lock's Redis-side queue, given up when the request ends without
-/// the lock (timeout, error, cancellation) and no other waiter of this locker follows.
-struct QueueSpot {
-    engine: Arc<Engine>,
-    keys: LockKeys,
-    channel: String,
-    local: NameRef,
-    /// Set once a queued attempt has (or may have) put us in the queue.
-    in_queue: bool,
+/// This request's place in the locker's local queue for the name. When the request ends
+/// without the lock (timeout, error, cancellation) and it is the last of the locker's
+/// waiters for the name, it also takes the locker out of the lock's Redis-side queue,
+/// whichever of the locker's waiters put it there: a place left behind would have the next
+/// release reserved for a locker that no longer wants the lock.
+struct InLine<'a> {
+    queued: Option<Queued<'a>>,
+    engine: &'a Arc<Engine>,
+    keys: &'a LockKeys,
+    /// The locker's channel: its name in the Redis queue (`None`: it never queues there).
+    channel: Option<&'a str>,
 }
 
-impl Drop for QueueSpot {
+impl Drop for InLine<'_> {
     fn drop(&mut self) {
-        // Another waiter of this locker inherits the place otherwise.
-        if !self.in_queue || self.local.queued() > 1 {
+        let Some(leaving) = self.queued.take().and_then(Queued::leave) else {
             return;
-        }
-        // Outside a runtime nothing runs: the entry expires with the request's wait.
-        let engine = Arc::clone(&self.engine);
+        };
+        let Some(channel) = self.channel else { return };
+        // Outside a runtime nothing runs (and `leaving`, dropped with the task, lets
+        // newcomers queue): the entry expires with the request's wait.
+        let engine = Arc::clone(self.engine);
         let keys = self.keys.clone();
-        let channel = std::mem::take(&mut self.channel);
+        let channel = channel.to_owned();
         self.engine.spawn_background(async move {
             let left = engine.backend().leave_queue(&keys, &channel).await;
             if let Err(err) = left {
                 tracing::debug!(name = %keys.name, %err, "leaving the waiter queue failed; the entry expires by itself");
             }
+            drop(leaving);
         });
     }
 }
@@ -76,7 +77,14 @@ pub(super) async fn wait_for_turn(
 ) -> Result<Arc<Held>, LockError> {
     // Slow path. Queue behind this locker's other waiters: only the head of the queue
     // talks to Redis, so N local waiters cost Redis what one does.
-    let queued = local.enqueue();
+    let engine = acq.engine;
+    let keys = acq.keys.clone();
+    let in_line = InLine {
+        queued: Some(local.enqueue()),
+        engine,
+        keys: &keys,
+        channel: queue.map(Notifier::own_channel),
+    };
     let Ok(turn) = tokio::time::timeout_at(deadline.into(), local.gate.lock()).await else {
         return Err(acq.timeout());
     };
@@ -87,16 +95,8 @@ pub(super) async fn wait_for_turn(
         let listen = notifier.listen(&acq.keys.lock, &local.released);
         match tokio::time::timeout_at(deadline.into(), listen).await {
             Ok(Ok(interest)) => {
-                let spot = QueueSpot {
-                    engine: Arc::clone(acq.engine),
-                    keys: acq.keys.clone(),
-                    channel: notifier.own_channel().to_owned(),
-                    local: local.clone(),
-                    in_queue: false,
-                };
                 listening = Listening::Queue {
                     _interest: interest,
-                    spot,
                 };
             }
             Ok(Err(err)) => {
@@ -141,8 +141,8 @@ pub(super) async fn wait_for_turn(
             plain_next = true;
             holder_until.min(deadline)
         } else {
-            let tried = match &listening {
-                Listening::Queue { spot, .. } if plain_next && !spot.in_queue => {
+            let tried = match (&listening, queue) {
+                (Listening::Queue { .. }, Some(_)) if plain_next && !local.in_redis_queue() => {
                     plain_next = false;
                     let tried = acq.attempt(bound, AttemptKind::BeforeQueueing).await;
                     if matches!(tried, Ok(Tried::NotYet)) {
@@ -150,14 +150,34 @@ pub(super) async fn wait_for_turn(
                     }
                     tried
                 }
-                Listening::Queue { spot, .. } => {
+                (Listening::Queue { .. }, Some(notifier)) => {
+                    // A leave of the queue by this locker's previous request may still be
+                    // on its way: landing after this attempt, it would take our new entry.
+                    if tokio::time::timeout_at(deadline.into(), local.no_leave_in_flight())
+                        .await
+                        .is_err()
+                    {
+                        return Err(acq.timeout());
+                    }
                     let waiter = Waiter {
-                        channel: &spot.channel,
+                        channel: notifier.own_channel(),
                         life: deadline.saturating_duration_since(Instant::now()),
                     };
+                    // Before it is sent: dropped with the attempt in flight, the request
+                    // must still leave the queue the attempt may have put it in.
+                    local.may_be_in_redis_queue();
                     acq.attempt(bound, AttemptKind::Queued(&waiter)).await
                 }
-                Listening::Broadcast { .. } | Listening::Polling => {
+                // Told of releases on the release channel (or about to be): a busy answer
+                // marks the holder's value, so that its release is announced whatever
+                // protocol its holder uses (an unmarked release is a silent delete).
+                (Listening::Broadcast { .. }, _) => {
+                    acq.attempt(bound, AttemptKind::Listening).await
+                }
+                (Listening::Polling, _) if subscribe_pending => {
+                    acq.attempt(bound, AttemptKind::Listening).await
+                }
+                (Listening::Polling, _) | (Listening::Queue { .. }, None) => {
                     acq.attempt(bound, AttemptKind::Try).await
                 }
             };
@@ -169,10 +189,6 @@ pub(super) async fn wait_for_turn(
                 Err(err) if err.is_transient() => {
                     tracing::debug!(name = %acq.keys.name, %err, "attempt failed; retrying within the wait");
                     acq.transient = Some(err);
-                    if let Listening::Queue { spot, .. } = &mut listening {
-                        // The attempt may have queued us before the connection broke.
-                        spot.in_queue = true;
-                    }
                     let now = Instant::now();
                     let pause_until = (now + retry.next(None)).min(deadline);
                     tokio::select! {
@@ -185,21 +201,16 @@ pub(super) async fn wait_for_turn(
             };
             match tried {
                 Tried::Acquired(started) => {
-                    // The queued attempt took us out of the queue. Record the new holder
+                    // A queued attempt took us out of the Redis queue. Record the new holder
                     // before leaving the local queue, so that the next in line waits for
                     // its release instead of asking Redis.
-                    if let Listening::Queue { spot, .. } = &mut listening {
-                        spot.in_queue = false;
-                    }
+                    local.out_of_redis_queue();
                     let held = acq.grant(started, local.clone());
-                    drop((turn, queued, listening));
+                    drop((turn, in_line, listening));
                     return Ok(held);
                 }
                 Tried::OutOfTime => return Err(acq.timeout()),
                 Tried::NotYet => {}
-            }
-            if let Listening::Queue { spot, .. } = &mut listening {
-                spot.in_queue = true;
             }
             if subscribe_pending {
                 // Held elsewhere: from now on, learn of its release by notification.
@@ -236,8 +247,13 @@ pub(super) async fn wait_for_turn(
             released.set(local.released.notified());
             released.as_mut().enable();
             match local.released.take_hint() {
-                Some(Hint::Standby(left) | Hint::Head(left)) => {
+                Some(Hint::Standby(left)) => {
                     pause_until = (Instant::now() + left + EXPIRY_SLACK).min(deadline);
+                }
+                Some(Hint::Head(left)) => {
+                    // First in line now: the holder's TTL, within the head's safety net.
+                    let pause = (left + EXPIRY_SLACK).min(backoff.next(None));
+                    pause_until = (Instant::now() + pause).min(deadline);
                 }
                 Some(Hint::Granted) | None => break,
             }
@@ -251,7 +267,13 @@ fn pause(acq: &Acquire<'_>, backoff: &mut Backoff, queued_in_redis: bool) -> Dur
     let place = acq.last_busy.place.filter(|_| queued_in_redis);
     match (place, remaining) {
         // First in line: the holder's lease ends then, should it never release (a crash).
-        (Some(Place { position: 0, .. }), Some(left)) => left + EXPIRY_SLACK,
+        // A safety net too, should the turn message be lost with the pub/sub connection up
+        // (a failover between the PUBLISH and its delivery, queue keys evicted): the lock
+        // would lie free until then. It only fires under a holder that keeps the lock
+        // beyond it (0.5 s growing to 5 s), one queued attempt each time.
+        (Some(Place { position: 0, .. }), Some(left)) => {
+            (left + EXPIRY_SLACK).min(backoff.next(None))
+        }
         // Next after a head that has the lock reserved: our turn if it does not claim it.
         (
             Some(Place {

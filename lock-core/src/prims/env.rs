@@ -8,10 +8,12 @@ use std::time::Duration;
 
 use crate::backend::permits::Store;
 use crate::backend::prim_scripts::Server;
-use crate::backend::AnyBackend;
+use crate::backend::{AnyBackend, Backend as _};
 use crate::connection::notifier::Notifier;
+use crate::connection::shared::Conn;
 use crate::engine::local::NameRef;
 use crate::engine::Engine;
+use crate::key::LockKeys;
 use crate::{LockError, Locker};
 
 /// A Locker's engine, seen from the primitives.
@@ -99,6 +101,23 @@ impl Env {
     /// Sharing it with the lock's own waiters keeps one subscription per name and Locker.
     pub fn name_signal(&self, name: &str) -> NameRef {
         self.engine.local().get(name)
+    }
+
+    /// Gives back `value` on lock `keys`: on `sent_on`, the connection the attempt that
+    /// may have taken it went out on, when there is one (the scripted backend; see
+    /// `Scripted::release_on`), else through the backend's own release.
+    pub async fn give_back(
+        &self,
+        sent_on: Option<&Conn>,
+        keys: &LockKeys,
+        value: &str,
+    ) -> Result<bool, LockError> {
+        match (self.engine.backend(), sent_on) {
+            (AnyBackend::Scripted(scripted), Some(conn)) => {
+                scripted.release_on(conn, keys, value).await
+            }
+            (backend, _) => backend.release(keys, value).await,
+        }
     }
 
     /// Runs `work` in the background, counted for `Locker::shutdown`.

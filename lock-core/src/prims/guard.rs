@@ -279,3 +279,35 @@ impl fmt::Debug for Guard {
             .finish()
     }
 }
+
+/// A permit's, read-write lock side's or multi-lock's view as a
+/// [`LeaseHandle`](crate::LeaseHandle), for `current_lease()` in annotated functions.
+impl crate::lease::HoldView for GuardHandle {
+    fn name(&self) -> &str {
+        GuardHandle::name(self)
+    }
+
+    fn token(&self) -> &str {
+        GuardHandle::token(self)
+    }
+
+    fn acquired_at(&self) -> Instant {
+        GuardHandle::acquired_at(self)
+    }
+
+    fn expires_in(&self) -> Duration {
+        GuardHandle::expires_in(self)
+    }
+
+    fn is_lost(&self) -> bool {
+        GuardHandle::is_lost(self)
+    }
+
+    fn lost(&self) -> BoxFuture<'_, ()> {
+        Box::pin(GuardHandle::lost(self))
+    }
+
+    fn is_held(&self) -> BoxFuture<'_, Result<bool, LockError>> {
+        Box::pin(GuardHandle::is_held(self))
+    }
+}

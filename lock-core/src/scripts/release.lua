@@ -3,9 +3,13 @@
 -- handed to the first live waiter, or deleted when nobody waits, and subscribers of
 -- `<lock key>:released` (Redlock and WATCH/MULTI waiters, `lockctl watch`) are told, only
 -- when there are any.
--- KEYS[1] lock key (its queue keys, `<lock key>:q` and `:qe`, share its hash tag)
+-- KEYS[1] lock key, KEYS[2] its queue (`<lock key>:q`), KEYS[3] the queue's entries
+-- (`<lock key>:qe`): declared, as every key a script touches must be on a Cluster, though
+-- only a release of a marked value reads them
 -- ARGV[1] value, ARGV[2] "1" to announce every release (Redlock nodes, whose waiters listen
--- on the release channel without marking the value), ARGV[3] claim window in ms
+-- on the release channel without marking the value), "2" to announce a marked release
+-- without asking PUBSUB NUMSUB (a Cluster's counts only the node's own subscribers),
+-- ARGV[3] claim window in ms
 -- Returns 1 when given up, 0 when the lock was no longer ours (nothing is touched then).
 -- This part runs first: the waiter-queue functions (queue.lua, then release_listened.lua)
 -- are only defined, at a cost, when a release gets past it.

@@ -1,11 +1,11 @@
 -- The rest of release.lua, for a release someone may listen for: hand over to the queue's
 -- first live waiter, or delete; then tell the release channel's subscribers, if any.
-local q, e = KEYS[1] .. ':q', KEYS[1] .. ':qe'
+local q, e = KEYS[2], KEYS[3]
 if redis.call('EXISTS', q) == 0 or not hand_over(KEYS[1], q, e, clock(), ARGV[3]) then
   redis.call('DEL', KEYS[1])
 end
 local channel = KEYS[1] .. ':released'
-if redis.call('PUBSUB', 'NUMSUB', channel)[2] > 0 then
+if ARGV[2] == '2' or redis.call('PUBSUB', 'NUMSUB', channel)[2] > 0 then
   redis.call('PUBLISH', channel, 'released')
 end
 return 1

@@ -23,7 +23,7 @@ static DEFAULT: RwLock<ErrorResponses> = RwLock::new(ErrorResponses::new());
 /// |---|---|---|
 /// | [`Busy`](LockError::Busy), [`Timeout`](LockError::Timeout) | `busy_status` (409 by default), with `Retry-After` | names the lock |
 /// | [`LimitReached`](LockError::LimitReached) (`#[redis_locked(permits = N)]` on a handler) | 429, with `Retry-After`, as `LockLayer::permits` | names the key and N |
-/// | [`Connection`](LockError::Connection), [`Redis`](LockError::Redis), [`NoQuorum`](LockError::NoQuorum) | 503 | generic: no URL, host or Redis error text |
+/// | [`Connection`](LockError::Connection), [`Redis`](LockError::Redis), [`NoQuorum`](LockError::NoQuorum), [`NotReplicated`](LockError::NotReplicated) | 503 | generic: no URL, host or Redis error text |
 /// | [`InvalidName`](LockError::InvalidName) (a key built from request data is empty or too long) | 400 | generic |
 /// | [`Lost`](LockError::Lost) and configuration errors | 500 | generic |
 ///
@@ -133,11 +133,15 @@ impl ErrorResponses {
             | LockError::InvalidDuration { .. }
             | LockError::Config(_)
             | LockError::NoDefaultLocker { .. }
+            | LockError::HeldByThisTask { .. }
             | LockError::Entropy { .. } => Problem::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "the request could not be guarded because of a server-side problem",
             ),
-            LockError::Connection { .. } | LockError::Redis { .. } | LockError::NoQuorum { .. } => {
+            LockError::Connection { .. }
+            | LockError::Redis { .. }
+            | LockError::NoQuorum { .. }
+            | LockError::NotReplicated { .. } => {
                 Problem::new(
                     StatusCode::SERVICE_UNAVAILABLE,
                     "the lock service is unavailable; retry later",

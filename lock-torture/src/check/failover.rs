@@ -24,11 +24,11 @@
 //! excuses nothing: the replica has caught up before it takes over. A lease whose granting
 //! server is unknown is never excused.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
-use super::Acq;
+use super::{Acq, Report, Violation};
 use crate::clock::Nanos;
-use crate::event::{Event, Failover};
+use crate::event::{lease_token, Event, Failover};
 
 /// Which anomaly is being explained.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,6 +45,9 @@ pub(super) struct Replication<'a> {
     failovers: Vec<&'a Failover>,
     /// Lease token -> (server port, when it executed the grant).
     granted: HashMap<&'a str, Vec<(u16, Nanos)>>,
+    /// Whether the servers' grants were watched (a replicated deployment): then every lease
+    /// must have been seen granted, and every anomaly's message names its servers.
+    watched: bool,
 }
 
 impl<'a> Replication<'a> {
@@ -54,11 +57,17 @@ impl<'a> Replication<'a> {
         for event in events {
             match event {
                 Event::Failover(f) => replication.failovers.push(f),
-                Event::Granted { node, t, token } => replication
-                    .granted
-                    .entry(token.as_str())
-                    .or_default()
-                    .push((*node, *t)),
+                Event::Granted { node, t, token } => {
+                    replication.watched = true;
+                    replication
+                        .granted
+                        .entry(lease_token(token))
+                        .or_default()
+                        .push((*node, *t));
+                }
+                Event::Topology { topology, .. } => {
+                    replication.watched |= matches!(topology.as_str(), "cluster" | "sentinel");
+                }
                 _ => {}
             }
         }
@@ -101,7 +110,8 @@ impl<'a> Replication<'a> {
                                 && c.name == name
                                 && match anomaly {
                                     Anomaly::Overlap => {
-                                        c.token.as_deref() != Some(earlier.a.token.as_str())
+                                        c.token.as_deref().map(lease_token)
+                                            != Some(earlier.a.token.as_str())
                                             || c.expires.is_none_or(|e| e < earlier.trusted_until())
                                     }
                                     Anomaly::Fence => {
@@ -119,10 +129,40 @@ impl<'a> Replication<'a> {
         None
     }
 
+    /// Rule `unseen-grant`: on a watched (replicated) run, counts the leases no server was
+    /// seen granting, and reports them per name (with the first few ids).
+    pub(super) fn check_seen(&self, acqs: &[Acq], report: &mut Report) {
+        if !self.watched {
+            return;
+        }
+        let mut unseen: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+        for acq in acqs {
+            if !self.granted.contains_key(acq.a.token.as_str()) {
+                unseen
+                    .entry(acq.a.name.as_str())
+                    .or_default()
+                    .push(&acq.a.id);
+            }
+        }
+        report.unseen_grants = Some(unseen.values().map(|ids| ids.len() as u64).sum());
+        for (name, ids) in unseen {
+            report.violations.push(Violation {
+                rule: "unseen-grant",
+                name: name.to_owned(),
+                detail: format!(
+                    "{} of the leases granted on this name were seen granted by no server's \
+                     MONITOR stream (first: {:?}): the failover rules cannot judge them",
+                    ids.len(),
+                    &ids[..ids.len().min(5)]
+                ),
+            });
+        }
+    }
+
     /// For a violation's detail: which server granted each of `acqs` (nothing when the run
-    /// recorded no grants: not a replicated deployment).
+    /// did not watch its servers: not a replicated deployment).
     pub(super) fn origins(&self, acqs: &[&Acq]) -> String {
-        if self.granted.is_empty() {
+        if !self.watched {
             return String::new();
         }
         let each: Vec<String> = acqs
@@ -169,6 +209,7 @@ mod tests {
             annotated: false,
             kind: crate::event::HoldKind::Lock,
             permits: None,
+            set: None,
         })
     }
 
@@ -251,8 +292,9 @@ mod tests {
         let mut events = split_brain("pause");
         events.pop();
         let report = run(events);
-        assert_eq!(rules(&report), ["overlap", "fence-order"]);
+        assert_eq!(rules(&report), ["overlap", "fence-order", "unseen-grant"]);
         assert!(report.violations[0].detail.contains("by no server seen"));
+        assert_eq!(report.unseen_grants, Some(1));
         // The old master granted `b` after it was a replica again.
         let mut events = split_brain("pause");
         events.pop();
@@ -284,6 +326,98 @@ mod tests {
         let report = run(events("kill"));
         assert!(report.passed(), "{:?}", report.violations);
         assert_eq!(report.expected.get("overlap/stale-master"), Some(&1));
+    }
+
+    /// lock-core marks a value `~<token>:<label>` while others are queued for the lock (a
+    /// lease claimed by a queued waiter is written marked). Such grants and replica copies
+    /// were read as the token `~<token>` and matched no lease (issue 25).
+    fn marked(event: Event) -> Event {
+        match event {
+            Event::Granted { node, t, token } => Event::Granted {
+                node,
+                t,
+                token: format!("~{token}"),
+            },
+            Event::Failover(mut f) => {
+                for c in &mut f.copies {
+                    c.token = c.token.take().map(|t| format!("~{t}"));
+                }
+                Event::Failover(f)
+            }
+            other => other,
+        }
+    }
+
+    #[test]
+    fn a_marked_grant_or_copy_is_the_lease_it_marks() {
+        // The split brain of a paused master, both grants recorded with the mark.
+        let report = run(split_brain("pause").into_iter().map(marked).collect());
+        assert!(report.passed(), "{:?}", report.violations);
+        assert_eq!(report.expected.get("overlap/stale-master"), Some(&1));
+        assert_eq!(report.unseen_grants, Some(0));
+        // The promoted replica had `a` (marked), valid past `a`'s trust, and the counter:
+        // nothing excuses the overlap (unmarked, the copy looked like another lease).
+        let events = vec![
+            acq("a", 10, 98, 190),
+            granted("a", OLD, 99),
+            marked(failover("kill", Some(("a", 400, 10)))),
+            acq("b", 11, 199, 190),
+            granted("b", NEW, 200),
+        ];
+        assert_eq!(rules(&run(events)), ["overlap"]);
+    }
+
+    #[test]
+    fn a_replicated_run_must_see_every_grant() {
+        let mut events = vec![Event::Topology {
+            topology: "sentinel".into(),
+            nodes: 1,
+        }];
+        events.extend(split_brain("pause"));
+        let report = run(events.clone());
+        assert!(report.passed(), "{:?}", report.violations);
+        assert_eq!(report.unseen_grants, Some(0));
+        // Nobody saw `b` granted: counted, and the run fails however it went otherwise.
+        events.push(acq("c", 12, 500, 50));
+        let report = run(events);
+        assert_eq!(report.unseen_grants, Some(1));
+        assert_eq!(rules(&report), ["unseen-grant"]);
+        assert!(
+            report.summary().contains("unseen_grants=1"),
+            "{}",
+            report.summary()
+        );
+        // A run on one server has no MONITOR: nothing is counted, nothing fails.
+        let report = run(vec![acq("a", 1, 0, 50)]);
+        assert_eq!(report.unseen_grants, None);
+        assert!(report.passed());
+        assert!(
+            report.summary().contains("unseen_grants=-"),
+            "{}",
+            report.summary()
+        );
+    }
+
+    #[test]
+    fn a_fence_order_message_names_the_granting_servers() {
+        // `b` began after `a` was granted and drew a smaller token: both origins named.
+        let events = vec![
+            Event::Topology {
+                topology: "cluster".into(),
+                nodes: 1,
+            },
+            acq("a", 10, 0, 50),
+            granted("a", OLD, 1),
+            acq("b", 9, 100, 50),
+            granted("b", NEW, 101),
+        ];
+        let report = run(events);
+        assert_eq!(rules(&report), ["fence-order"]);
+        let detail = &report.violations[0].detail;
+        assert!(
+            detail.contains("a by port 7000") && detail.contains("b by port 7001"),
+            "{detail}"
+        );
     }
 
     #[test]

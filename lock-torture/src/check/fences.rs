@@ -26,11 +26,18 @@ pub(super) fn check_fences<'a>(
 ) {
     let mut epochs: BTreeMap<usize, Vec<(&'a Acq, u64)>> = BTreeMap::new();
     for &acq in list {
+        if acq.a.set.is_some() {
+            continue; // a multi-lock draws no fencing token
+        }
         let Some(fence) = acq.a.fence else {
             report.violations.push(Violation {
                 rule: "fence-order",
                 name: name.to_owned(),
-                detail: format!("{} asked for fencing and got no token", acq.a.id),
+                detail: format!(
+                    "{} asked for fencing and got no token{}",
+                    acq.a.id,
+                    replication.origins(&[acq])
+                ),
             });
             continue;
         };
@@ -103,13 +110,14 @@ pub(super) fn check_fences<'a>(
                             rule: "fence-order",
                             name: name.to_owned(),
                             detail: format!(
-                                "{} began at {} after {} was granted at {} with token {}, yet drew the smaller token {}",
+                                "{} began at {} after {} was granted at {} with token {}, yet drew the smaller token {}{}",
                                 acq.a.id,
                                 acq.a.attempt_start,
                                 larger.a.id,
                                 larger.a.acquired,
                                 larger.a.fence.unwrap_or(0),
-                                fence
+                                fence,
+                                replication.origins(&[larger, acq])
                             ),
                         });
                     }

@@ -10,10 +10,10 @@
 //! still valid when the library looked may run out while the body starts, as any critical
 //! section may outlive its lease.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use super::{Acq, Report, Violation};
-use crate::clock::ms;
+use crate::clock::{ms, Nanos};
 use crate::event::Event;
 
 /// Checks every nested call, and counts how many ran and how many were refused.
@@ -55,6 +55,53 @@ pub(super) fn check(
                     ms(t_call - trusted_until)
                 ),
             });
+        }
+    }
+}
+
+/// Rule `sibling-overlap`: concurrent sibling calls of one key inside a `#[redis_locked]`
+/// body (`join!`, `select!`, a spawned task) may reuse the enclosing lease one at a time,
+/// but two of their bodies never run at once: the attribute promises that no two bodies of
+/// one key overlap.
+pub(super) fn check_siblings(
+    events: &[Event],
+    index: &HashMap<String, usize>,
+    acqs: &[Acq],
+    report: &mut Report,
+) {
+    let mut bodies: BTreeMap<&str, Vec<(Nanos, Nanos, &str)>> = BTreeMap::new();
+    for event in events {
+        if let Event::Nested {
+            id,
+            t_body: Some(start),
+            t_body_end,
+            t_return,
+            sibling: Some(how),
+            ..
+        } = event
+        {
+            bodies.entry(id.as_str()).or_default().push((
+                *start,
+                t_body_end.unwrap_or(*t_return),
+                how.as_str(),
+            ));
+        }
+    }
+    for (id, mut list) in bodies {
+        list.sort_unstable();
+        for pair in list.windows(2) {
+            let ((s1, e1, how), (s2, _, _)) = (pair[0], pair[1]);
+            if s2 < e1 {
+                let name = index.get(id).map_or(id, |&i| acqs[i].a.name.as_str());
+                report.violations.push(Violation {
+                    rule: "sibling-overlap",
+                    name: name.to_owned(),
+                    detail: format!(
+                        "two sibling calls ({how}) of one key inside {id}'s locked body ran at once: one from {s1} to {e1}, the other from {s2} ({} before the first ended)",
+                        ms(e1 - s2)
+                    ),
+                });
+            }
         }
     }
 }

@@ -26,6 +26,7 @@ fn grant(id: &str, name: &str, kind: HoldKind, start_ms: u64, valid_ms: u64) -> 
         annotated: false,
         kind,
         permits: (kind == HoldKind::Permit).then_some(2),
+        set: None,
     }
 }
 

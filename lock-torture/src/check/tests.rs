@@ -1,7 +1,7 @@
 //! The checker on synthetic histories: one or more per rule.
 
 use super::*;
-use crate::event::Look;
+use crate::event::{HoldKind, Look};
 
 const MS: u64 = 1_000_000;
 
@@ -23,6 +23,7 @@ fn acq(id: &str, name: &str, fence: u64, start_ms: u64, valid_ms: u64) -> Event 
         annotated: false,
         kind: crate::event::HoldKind::Lock,
         permits: None,
+        set: None,
     })
 }
 
@@ -65,6 +66,17 @@ fn run(events: Vec<Event>, store: &[(&str, u64, &str)]) -> Report {
 
 fn rules(report: &Report) -> Vec<&'static str> {
     report.violations.iter().map(|v| v.rule).collect()
+}
+
+/// The rules broken other than `liveness`: the deadline tests' requests wait for a name
+/// that nobody holds, which the liveness rule rightly reports (its own tests are below).
+fn rules_but_liveness(report: &Report) -> Vec<&'static str> {
+    report
+        .violations
+        .iter()
+        .map(|v| v.rule)
+        .filter(|r| *r != "liveness")
+        .collect()
 }
 
 #[test]
@@ -365,6 +377,8 @@ fn failed(client: u32, start_ms: u64, end_ms: u64, wait_ms: u64) -> Event {
         kind: FailKind::Contention,
         message: String::new(),
         wait_ms: Some(wait_ms),
+        hold: HoldKind::Lock,
+        set: None,
     }
 }
 
@@ -392,7 +406,10 @@ fn a_request_must_return_by_its_deadline_plus_the_slack() {
         ],
         &[],
     );
-    assert_eq!(rules(&report), ["wait-overrun", "wait-overrun"]);
+    assert_eq!(
+        rules_but_liveness(&report),
+        ["wait-overrun", "wait-overrun"]
+    );
     assert!(report.violations[0].detail.contains("wait 200"));
     assert!(report.violations[1].detail.contains("command timeout"));
     assert_eq!(report.max_wait_overrun, 60 * MS);
@@ -406,11 +423,15 @@ fn time_the_client_did_not_run_is_not_counted_against_its_deadline() {
         t_end: 180 * MS,
     };
     let report = run(vec![failed(0, 0, 300, 200), hiccup.clone()], &[]);
-    assert!(report.passed(), "{:?}", report.violations);
+    assert!(
+        rules_but_liveness(&report).is_empty(),
+        "{:?}",
+        report.violations
+    );
     assert_eq!(report.client_hiccups, 1);
     // Another client's hiccup excuses nothing.
     let report = run(vec![failed(1, 0, 300, 200), hiccup], &[]);
-    assert_eq!(rules(&report), ["wait-overrun"]);
+    assert_eq!(rules_but_liveness(&report), ["wait-overrun"]);
     // Nor is a stopped client judged.
     let pause = Event::Fault {
         kind: "pause".into(),
@@ -475,6 +496,8 @@ fn nested(id: &str, call_ms: u64, ran: bool) -> Event {
         t_body: ran.then_some((call_ms + 1) * MS),
         t_return: (call_ms + 2) * MS,
         outcome: if ran { "ok" } else { "lost" }.into(),
+        t_body_end: None,
+        sibling: None,
     }
 }
 
@@ -536,6 +559,8 @@ fn a_failed_acquire_must_not_leave_its_value_behind() {
         kind: FailKind::WrongType,
         message: String::new(),
         wait_ms: Some(0),
+        hold: HoldKind::Lock,
+        set: None,
     };
     let report = run(
         vec![error.clone(), probe([[ours, None], [ours, None]])],
@@ -572,4 +597,319 @@ fn a_failed_acquire_must_not_leave_its_value_behind() {
         &[],
     );
     assert!(report.passed(), "{:?}", report.violations);
+}
+
+// The rules of issue 24: liveness, multi-locks, cancellation, sibling calls.
+
+/// `acq` granted to `client` after waiting from `call_ms` with `wait_ms`.
+fn waited(event: Event, client: u32, call_ms: u64, wait_ms: u64) -> Event {
+    let Event::Acquired(mut a) = with_wait(event, call_ms, wait_ms) else {
+        unreachable!()
+    };
+    a.client = client;
+    Event::Acquired(a)
+}
+
+#[test]
+fn a_waiter_must_not_wait_while_the_lock_is_free() {
+    // `a` holds 0..100 and releases; `b`, waiting since 10 ms, is granted at 101: fine.
+    let quick = vec![
+        acq("a", "n", 1, 0, 190),
+        release("a", 100, ReleaseOutcome::Released, false),
+        waited(acq("b", "n", 2, 100, 190), 1, 10, 400),
+    ];
+    let report = run(quick.clone(), &[]);
+    assert!(report.passed(), "{:?}", report.violations);
+    // Granted only at 301: the lock was free for 200 ms while `b` waited.
+    let slow = vec![
+        acq("a", "n", 1, 0, 190),
+        release("a", 100, ReleaseOutcome::Released, false),
+        waited(acq("b", "n", 2, 300, 190), 1, 10, 400),
+    ];
+    let report = run(slow.clone(), &[]);
+    assert_eq!(rules(&report), ["liveness"]);
+    assert!(
+        report.violations[0].detail.contains("201.000ms"),
+        "{:?}",
+        report.violations
+    );
+    // A fault in that time excuses it (a stopped client may hold up the queue).
+    let mut faulted = slow;
+    faulted.push(Event::Fault {
+        kind: "pause-waiter".into(),
+        target: "client2".into(),
+        t_start: 120 * MS,
+        t_end: 150 * MS,
+    });
+    assert!(run(faulted, &[]).passed());
+}
+
+#[test]
+fn a_timeout_while_the_lock_was_mostly_free_is_a_violation() {
+    // Held 0..100, 140..200, 240..300 (gaps of 40 ms), then free: the request waited
+    // 0..400 and timed out; free 100+40+40 = 180 ms of 400, under half: fine...
+    let mut events = vec![
+        acq("a", "n", 1, 0, 100),
+        acq("b", "n", 2, 139, 61),
+        acq("c", "n", 3, 239, 61),
+        failed(5, 0, 400, 400),
+    ];
+    let report = run(events.clone(), &[]);
+    assert!(
+        !rules(&report).contains(&"liveness"),
+        "{:?}",
+        report.violations
+    );
+    // ...but with its last holder gone at 240, free 100+40+160 > 200 of a 400 ms wait
+    // (the longest stretch 160 ms also passes the threshold).
+    events[2] = acq("c", "n", 3, 239, 1);
+    let report = run(events, &[]);
+    assert_eq!(rules(&report), ["liveness"]);
+    // Fragmented: each gap under the threshold, 241 ms free in all of a 400 ms wait.
+    let events = vec![
+        acq("a", "n", 1, 0, 40),
+        acq("b", "n", 2, 119, 41),
+        acq("c", "n", 3, 239, 41),
+        acq("d", "n", 4, 359, 41),
+        failed(5, 0, 400, 400),
+    ];
+    let report = run(events, &[]);
+    assert_eq!(rules(&report), ["liveness"]);
+    assert!(
+        report.violations[0].detail.contains("timed out"),
+        "{:?}",
+        report.violations
+    );
+}
+
+#[test]
+fn a_semaphore_waiter_is_free_to_go_while_a_permit_is() {
+    let permit = |id: &str, start: u64, valid: u64| {
+        let Event::Acquired(mut a) = acq(id, "s", 0, start, valid) else {
+            unreachable!()
+        };
+        a.kind = HoldKind::Permit;
+        a.fence = None;
+        a.permits = Some(2);
+        Event::Acquired(a)
+    };
+    let failed_permit = |start: u64, end: u64| {
+        let Event::AcquireFailed {
+            client,
+            name,
+            t_start,
+            t_end,
+            kind,
+            message,
+            wait_ms,
+            ..
+        } = failed(3, start, end, end - start)
+        else {
+            unreachable!()
+        };
+        Event::AcquireFailed {
+            client,
+            name: if name == "n" { "s".into() } else { name },
+            t_start,
+            t_end,
+            kind,
+            message,
+            wait_ms,
+            hold: HoldKind::Permit,
+            set: None,
+        }
+    };
+    // Both permits taken all along: waiting is right.
+    let full = vec![
+        permit("a", 0, 199),
+        permit("b", 0, 199),
+        failed_permit(10, 200),
+    ];
+    let report = run(full, &[]);
+    assert!(
+        !rules(&report).contains(&"liveness"),
+        "{:?}",
+        report.violations
+    );
+    // One permit free from 100 on: the waiter should have had it.
+    let one_free = vec![
+        permit("a", 0, 199),
+        permit("b", 0, 40),
+        failed_permit(10, 200),
+    ];
+    assert_eq!(rules(&run(one_free, &[])), ["liveness"]);
+}
+
+/// A multi-lock of `set`, logged once, as the client does.
+fn multi(id: &str, set: &[&str], start_ms: u64, valid_ms: u64) -> Event {
+    let Event::Acquired(mut a) = acq(id, &set.join("+"), 0, start_ms, valid_ms) else {
+        unreachable!()
+    };
+    a.fence = None;
+    a.set = Some(set.iter().map(|s| (*s).to_owned()).collect());
+    Event::Acquired(a)
+}
+
+#[test]
+fn a_multi_lock_is_judged_per_name() {
+    // x+y held 0..100, then `x` alone 101..; no overlap, no token needed.
+    let report = run(
+        vec![
+            multi("m", &["x", "y"], 0, 100),
+            release("m", 100, ReleaseOutcome::Released, false),
+            acq("a", "x", 1, 100, 100),
+        ],
+        &[],
+    );
+    assert!(report.passed(), "{:?}", report.violations);
+    // `y` alone granted while the multi-lock held it: an overlap on `y`.
+    let report = run(
+        vec![multi("m", &["x", "y"], 0, 100), acq("b", "y", 1, 50, 100)],
+        &[],
+    );
+    assert_eq!(rules(&report), ["overlap"]);
+    assert_eq!(report.violations[0].name, "y");
+    // A multi-lock waiter for x+y while each was free at a different time only: fine;
+    // while both were free for 200 ms: a violation.
+    let request = |end: u64| Event::AcquireFailed {
+        client: 3,
+        name: "x+y".into(),
+        t_start: 0,
+        t_end: end * MS,
+        kind: FailKind::Contention,
+        message: String::new(),
+        wait_ms: Some(end),
+        hold: HoldKind::Lock,
+        set: Some(vec!["x".into(), "y".into()]),
+    };
+    let alternating = vec![
+        acq("a", "x", 1, 0, 200),
+        acq("b", "y", 1, 199, 201),
+        request(400),
+    ];
+    let report = run(alternating, &[]);
+    assert!(
+        !rules(&report).contains(&"liveness"),
+        "{:?}",
+        report.violations
+    );
+    let both_free = vec![
+        acq("a", "x", 1, 0, 100),
+        acq("b", "y", 1, 0, 100),
+        request(400),
+    ];
+    assert_eq!(rules(&run(both_free, &[])), ["liveness"]);
+}
+
+fn cancel_probe(client: u32, at_ms: u64, values: &[(u64, Option<&str>)]) -> Event {
+    Event::CancelProbe {
+        client,
+        name: "n".into(),
+        t_cancel: at_ms * MS,
+        looks: values
+            .iter()
+            .map(|&(t, v)| Look {
+                t: t * MS,
+                node: 0,
+                value: v.map(str::to_owned),
+            })
+            .collect(),
+    }
+}
+
+fn cancelled(client: u32, start_ms: u64, end_ms: u64) -> Event {
+    Event::Cancelled {
+        client,
+        name: "n".into(),
+        t_start: start_ms * MS,
+        t_end: end_ms * MS,
+        wait_ms: 300,
+        how: "abort".into(),
+    }
+}
+
+#[test]
+fn a_release_must_not_hand_the_lock_to_a_dropped_request() {
+    let ghost = Some("~t9:torture-c0@host:1");
+    let other = Some("t2:torture-c1@host:2");
+    // Dropped at 50; at 300 the key carries client 0's never-granted value: a ghost.
+    let report = run(
+        vec![
+            cancelled(0, 0, 50),
+            cancel_probe(0, 50, &[(60, other), (300, ghost), (310, ghost)]),
+        ],
+        &[],
+    );
+    assert_eq!(rules(&report), ["ghost-grant"]);
+    assert_eq!((report.cancelled, report.cancel_probes), (1, 1));
+    // Another client's value, or ours right after the drop (an attempt being undone), or
+    // while another request of ours was live: no ghost.
+    let report = run(
+        vec![
+            cancelled(0, 0, 50),
+            Event::AcquireFailed {
+                client: 0,
+                name: "n".into(),
+                t_start: 200 * MS,
+                t_end: 400 * MS,
+                kind: FailKind::Connection,
+                message: String::new(),
+                wait_ms: Some(0),
+                hold: HoldKind::Lock,
+                set: None,
+            },
+            cancel_probe(0, 50, &[(60, other), (80, ghost), (300, ghost)]),
+        ],
+        &[],
+    );
+    assert!(
+        !rules(&report).contains(&"ghost-grant"),
+        "{:?}",
+        report.violations
+    );
+}
+
+fn sibling(id: &str, body_ms: (u64, u64), how: &str) -> Event {
+    Event::Nested {
+        id: id.into(),
+        t_call: 40 * MS,
+        t_body: Some(body_ms.0 * MS),
+        t_return: 90 * MS,
+        outcome: "ok".into(),
+        t_body_end: Some(body_ms.1 * MS),
+        sibling: Some(how.into()),
+    }
+}
+
+#[test]
+fn two_sibling_bodies_of_one_key_must_not_run_at_once() {
+    let base = || vec![acq("a", "n", 1, 0, 190)];
+    // One after the other (the lease lent to one call at a time): fine.
+    let mut events = base();
+    events.extend([
+        sibling("a", (41, 50), "join"),
+        sibling("a", (50, 60), "join"),
+    ]);
+    let report = run(events, &[]);
+    assert!(report.passed(), "{:?}", report.violations);
+    // Both inside at once.
+    let mut events = base();
+    events.extend([
+        sibling("a", (41, 55), "join"),
+        sibling("a", (42, 56), "join"),
+    ]);
+    assert_eq!(rules(&run(events, &[])), ["sibling-overlap"]);
+    // A sibling refused (Busy, its body never ran) overlaps nothing.
+    let mut events = base();
+    events.push(sibling("a", (41, 55), "select"));
+    events.push(Event::Nested {
+        id: "a".into(),
+        t_call: 40 * MS,
+        t_body: None,
+        t_return: 41 * MS,
+        outcome: "contention".into(),
+        t_body_end: None,
+        sibling: Some("select".into()),
+    });
+    assert!(run(events, &[]).passed());
 }

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use lock_core::{Lease, LockError, Permit, RwLease};
+use lock_core::{Lease, LockError, MultiLease, Permit, RwLease};
 
 use crate::event::HoldKind;
 
@@ -17,13 +17,15 @@ pub(super) enum Guard {
     Permit(Permit),
     /// A read-write lock's read or write side.
     Rw(RwLease),
+    /// Several locks taken together (`Locker::lock_all`).
+    Multi(MultiLease),
 }
 
 impl Guard {
     /// What it holds.
     pub(super) fn kind(&self) -> HoldKind {
         match self {
-            Guard::Lock(_) => HoldKind::Lock,
+            Guard::Lock(_) | Guard::Multi(_) => HoldKind::Lock,
             Guard::Permit(_) => HoldKind::Permit,
             Guard::Rw(lease) if lease.mode() == lock_core::HoldMode::Write => HoldKind::Write,
             Guard::Rw(_) => HoldKind::Read,
@@ -36,6 +38,7 @@ impl Guard {
             Guard::Lock(lease) => lease.token(),
             Guard::Permit(permit) => permit.token(),
             Guard::Rw(lease) => lease.token(),
+            Guard::Multi(lease) => lease.token(),
         }
     }
 
@@ -45,6 +48,7 @@ impl Guard {
             Guard::Lock(lease) => lease.acquired_at(),
             Guard::Permit(permit) => permit.acquired_at(),
             Guard::Rw(lease) => lease.acquired_at(),
+            Guard::Multi(lease) => lease.acquired_at(),
         }
     }
 
@@ -52,7 +56,7 @@ impl Guard {
     pub(super) fn fencing_token(&self) -> Option<u64> {
         match self {
             Guard::Lock(lease) => lease.fencing_token(),
-            Guard::Permit(_) | Guard::Rw(_) => None,
+            Guard::Permit(_) | Guard::Rw(_) | Guard::Multi(_) => None,
         }
     }
 
@@ -62,6 +66,7 @@ impl Guard {
             Guard::Lock(lease) => lease.expires_in(),
             Guard::Permit(permit) => permit.expires_in(),
             Guard::Rw(lease) => lease.expires_in(),
+            Guard::Multi(lease) => lease.expires_in(),
         }
     }
 
@@ -71,6 +76,7 @@ impl Guard {
             Guard::Lock(lease) => lease.is_lost(),
             Guard::Permit(permit) => permit.is_lost(),
             Guard::Rw(lease) => lease.is_lost(),
+            Guard::Multi(lease) => lease.is_lost(),
         }
     }
 
@@ -80,6 +86,7 @@ impl Guard {
             Guard::Lock(lease) => lease.lost().await,
             Guard::Permit(permit) => permit.lost().await,
             Guard::Rw(lease) => lease.lost().await,
+            Guard::Multi(lease) => lease.lost().await,
         }
     }
 
@@ -89,6 +96,7 @@ impl Guard {
             Guard::Lock(lease) => lease.extend(ttl).await,
             Guard::Permit(permit) => permit.extend(ttl).await,
             Guard::Rw(lease) => lease.extend(ttl).await,
+            Guard::Multi(lease) => lease.extend(ttl).await,
         }
     }
 
@@ -98,6 +106,17 @@ impl Guard {
             Guard::Lock(lease) => lease.release().await,
             Guard::Permit(permit) => permit.release().await,
             Guard::Rw(lease) => lease.release().await,
+            Guard::Multi(lease) => lease.release().await,
+        }
+    }
+}
+
+impl Guard {
+    /// A multi-lock's names (their keys' order); `None` for the other primitives.
+    pub(super) fn set(&self) -> Option<Vec<String>> {
+        match self {
+            Guard::Multi(lease) => Some(lease.names().to_vec()),
+            _ => None,
         }
     }
 }

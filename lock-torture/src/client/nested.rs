@@ -9,6 +9,7 @@
 //! so a body that ran on a lost lease shows up in the history as a `Nested` event with a
 //! body stamp, and its write as any other write.
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use lock_core::{current_lease, redis_locked, LeaseHandle, LockError};
@@ -32,7 +33,7 @@ struct Trace {
 
 /// One round: call the outer function on `torture:{index}` and log what happened.
 pub(super) async fn round(
-    ctx: &Ctx,
+    ctx: &Arc<Ctx>,
     rng: &mut fastrand::Rng,
     task: u32,
     seq: &mut u64,
@@ -48,8 +49,27 @@ pub(super) async fn round(
     });
     let id = ctx.acq_id(task, *seq + 1);
     let mut trace = Trace::default();
+    // Half the rounds call two siblings of one key concurrently instead of the single
+    // nested call (rule `sibling-overlap`).
+    let siblings = match rng.u8(0..6) {
+        0 | 1 => Some(Siblings::Join),
+        2 => Some(Siblings::Select),
+        // A spawned sibling only on a lease well inside its validity: it is another task,
+        // not reentrant, and must be refused while the lock is held; past the validity it
+        // could rightly get the lock.
+        3 if hold < Duration::from_millis(ttl_ms / 2) => Some(Siblings::Spawn),
+        _ => None,
+    };
     let call_start = clock::now();
-    let result = outer(ctx, index, call_start, &id, task, hold, &mut trace).await;
+    let round = Round {
+        index,
+        call_start,
+        id: &id,
+        task,
+        hold,
+        siblings,
+    };
+    let result = outer(ctx, round, &mut trace).await;
     let t_return = clock::now();
     match (trace, result) {
         (
@@ -74,7 +94,14 @@ pub(super) async fn round(
             });
         }
         (Trace { id: None, .. }, Err(err)) => {
-            super::failed(ctx, rng, format!("torture:{index}"), call_start, WAIT, &err).await;
+            let request = super::Request {
+                name: format!("torture:{index}"),
+                call_start,
+                wait: WAIT,
+                hold: crate::event::HoldKind::Lock,
+                set: None,
+            };
+            super::failed(ctx, rng, request, &err).await;
         }
         // The body ran, so it recorded its id.
         (Trace { id: None, .. }, Ok(())) => {}
@@ -82,16 +109,16 @@ pub(super) async fn round(
 }
 
 /// Holds `torture:{index}` for `hold`, then runs the critical section nested.
-#[redis_locked(key = "torture:{index}", wait = "150ms", renew = false, locker = ctx.locker)]
-async fn outer(
-    ctx: &Ctx,
-    index: u32,
-    call_start: Nanos,
-    id: &str,
-    task: u32,
-    hold: Duration,
-    trace: &mut Trace,
-) -> Result<(), LockError> {
+#[redis_locked(key = "torture:{round.index}", wait = "150ms", renew = false, locker = ctx.locker)]
+async fn outer(ctx: &Arc<Ctx>, round: Round<'_>, trace: &mut Trace) -> Result<(), LockError> {
+    let Round {
+        index,
+        call_start,
+        id,
+        task,
+        hold,
+        siblings,
+    } = round;
     let Some(lease) = current_lease() else {
         panic!("harness bug: an annotated body runs without a current lease");
     };
@@ -100,6 +127,16 @@ async fn outer(
     let _ = ctx.store.progress().await;
     tokio::time::sleep(hold).await;
 
+    if let Some(how) = siblings {
+        run_siblings(ctx, index, id, how).await;
+        let t_end = clock::now();
+        trace.ended = Some((t_end, lease.is_lost()));
+        ctx.log(&Event::Releasing {
+            id: id.to_owned(),
+            t: t_end,
+        });
+        return Ok(());
+    }
     let mut ran = None;
     let t_call = clock::now();
     let nested = critical_section(ctx, index, id, &lease, &mut ran).await;
@@ -115,6 +152,8 @@ async fn outer(
         t_body: ran,
         t_return,
         outcome,
+        t_body_end: None,
+        sibling: None,
     });
     if matches!(nested, Err(LockError::Lost { .. })) {
         ctx.log(&Event::LostDetected {
@@ -133,6 +172,120 @@ async fn outer(
         t: t_end,
     });
     Ok(())
+}
+
+/// One annotated round's settings.
+#[derive(Debug, Clone, Copy)]
+struct Round<'a> {
+    index: u32,
+    call_start: Nanos,
+    id: &'a str,
+    task: u32,
+    hold: Duration,
+    siblings: Option<Siblings>,
+}
+
+/// How two sibling calls of one key run inside a locked body.
+#[derive(Debug, Clone, Copy)]
+enum Siblings {
+    /// `tokio::join!`: both to completion.
+    Join,
+    /// `tokio::select!`: the first to finish wins, the other is dropped.
+    Select,
+    /// One sibling in a spawned task (not reentrant: it must be refused as busy), one in
+    /// the body, joined.
+    Spawn,
+}
+
+/// When a sibling's body ran.
+#[derive(Debug, Default)]
+struct Body {
+    start: Option<Nanos>,
+    end: Option<Nanos>,
+}
+
+/// Two sibling calls of the enclosing key, concurrently; logs a `Nested` event for each.
+async fn run_siblings(ctx: &Arc<Ctx>, index: u32, id: &str, how: Siblings) {
+    let (a, b) = (
+        Mutex::new(Body::default()),
+        Arc::new(Mutex::new(Body::default())),
+    );
+    let t_call = clock::now();
+    let (ra, rb) = match how {
+        Siblings::Spawn => {
+            let spawned = tokio::spawn(spawned_sibling(Arc::clone(ctx), index, Arc::clone(&b)));
+            let (x, y) = tokio::join!(sibling(ctx, index, &a), spawned);
+            // A spawned task that panicked or was cancelled ran nothing we can judge.
+            (Some(x), y.ok())
+        }
+        Siblings::Join => {
+            let (x, y) = tokio::join!(sibling(ctx, index, &a), sibling(ctx, index, &b));
+            (Some(x), Some(y))
+        }
+        Siblings::Select => tokio::select! {
+            x = sibling(ctx, index, &a) => (Some(x), None),
+            y = sibling(ctx, index, &b) => (None, Some(y)),
+        },
+    };
+    let t_return = clock::now();
+    let how = match how {
+        Siblings::Join => "join",
+        Siblings::Select => "select",
+        Siblings::Spawn => "spawn",
+    };
+    // The spawned task has finished (joined): its copy of the stamps is the only other.
+    let b = {
+        let body = b.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        Mutex::new(Body {
+            start: body.start,
+            end: body.end,
+        })
+    };
+    for (body, result) in [(a, ra), (b, rb)] {
+        let body = body
+            .into_inner()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let outcome = match &result {
+            None => "dropped".to_owned(),
+            Some(Ok(())) => "ok".to_owned(),
+            Some(Err(LockError::Lost { .. })) => "lost".to_owned(),
+            Some(Err(err)) => format!("{:?}", fail_kind(err)).to_lowercase(),
+        };
+        ctx.log(&Event::Nested {
+            id: id.to_owned(),
+            t_call,
+            t_body: body.start,
+            t_return,
+            outcome,
+            // A body dropped by `select!` ran until the winner returned.
+            t_body_end: body.end.or(body.start.map(|_| t_return)),
+            sibling: Some(how.to_owned()),
+        });
+    }
+}
+
+/// A sibling critical section: stamps when its body runs, for a few milliseconds.
+#[redis_locked(key = "torture:{index}", wait = "0s", renew = false, locker = ctx.locker)]
+async fn sibling(ctx: &Ctx, index: u32, body: &Mutex<Body>) -> Result<(), LockError> {
+    let stamp = |f: &dyn Fn(&mut Body)| {
+        let mut b = body
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        f(&mut b);
+    };
+    stamp(&|b| b.start = Some(clock::now()));
+    tokio::time::sleep(Duration::from_millis(fastrand::u64(5..20))).await;
+    stamp(&|b| b.end = Some(clock::now()));
+    Ok(())
+}
+
+/// The sibling run in a task of its own (owns what it uses).
+async fn spawned_sibling(
+    ctx: Arc<Ctx>,
+    index: u32,
+    body: Arc<Mutex<Body>>,
+) -> Result<(), LockError> {
+    sibling(&ctx, index, &body).await
 }
 
 /// The critical section: a fenced write, reached only through the reentrant path.
@@ -191,5 +344,6 @@ fn granted(ctx: &Ctx, lease: &LeaseHandle, index: u32, call_start: Nanos, id: &s
         annotated: true,
         kind: crate::event::HoldKind::Lock,
         permits: None,
+        set: None,
     }));
 }

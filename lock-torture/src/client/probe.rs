@@ -14,7 +14,7 @@ use crate::event::{Event, Look};
 
 /// Reads `lock:{name}` on every node twice and logs what was there.
 pub(super) async fn after_wrong_type(ctx: &Ctx, name: &str, t_error: Nanos) {
-    let key = format!("lock:{{{name}}}");
+    let key = crate::names::lock_key(name);
     let limit = ctx.ttl();
     let mut conns = Vec::new();
     for url in &ctx.args.lock_urls {

@@ -163,9 +163,7 @@ impl Injector<'_> {
             self.rig.replace_client(client)?;
             // Killed before it claimed its turn (the lock still holds the reservation, the
             // value of its queue entry), or just after.
-            let name = lock_key
-                .strip_prefix("lock:{")
-                .and_then(|k| k.strip_suffix('}'))
+            let name = crate::names::name_of_key(&lock_key)
                 .unwrap_or_default()
                 .to_owned();
             let held = self.rig.ask_about(&name, &["GET", &lock_key]);
@@ -186,14 +184,13 @@ impl Injector<'_> {
     /// entry (which carries its holder label), and a new process in its place. `None` when
     /// the message was not for one of the run's names or its entry was gone already.
     fn kill_woken_permit_waiter(&mut self, key: &str) -> Result<Option<bool>, BoxError> {
-        let Some((holders, id)) = key.split_once('#') else {
+        let Some((holders, id)) = key.rsplit_once('#') else {
             return Ok(None);
         };
         let suffix = self.rig.primitive.key_suffix();
         let Some(name) = holders
-            .strip_prefix("lock:{")
-            .and_then(|k| k.strip_suffix(suffix))
-            .and_then(|k| k.strip_suffix('}'))
+            .strip_suffix(suffix)
+            .and_then(crate::names::name_of_key)
             .map(str::to_owned)
         else {
             return Ok(None);

@@ -125,7 +125,7 @@ impl Injector<'_> {
                 let names = self.rig.names.max(1);
                 // A lock's run draws its name first, as it always did (same seed, same run).
                 let drawn = (!self.rig.primitive.is_permit_set())
-                    .then(|| format!("torture:{}", self.rng.u32(..names)));
+                    .then(|| self.rig.name(self.rng.u32(..names)));
                 // With Redlock, half the time on one node only: the other nodes then take
                 // the attempt's value, which must be taken back when the attempt fails.
                 let n = self.rig.nodes.len();
@@ -156,7 +156,7 @@ impl Injector<'_> {
                     let mut found = (String::new(), 0);
                     while found.1 == 0 && clock::now() < give_up.min(until) {
                         for i in 0..names {
-                            let name = format!("torture:{i}");
+                            let name = self.rig.name(i);
                             let created = plant(&self.rig.primitive.holders_key(&name));
                             if created > 0 {
                                 found = (name, created);

@@ -176,7 +176,7 @@ impl ClusterHa {
             .and_then(|i| self.cluster.nodes[i].pid())
             .ok_or("the master has no process")?;
         let t_start = clock::now();
-        crate::fault::signal(pid, true)?;
+        crate::spawn::signal(pid, true)?;
         let copies = read_copies(replicas, &names, true);
         let promoted = match long {
             Some(extra) => {
@@ -189,7 +189,7 @@ impl ClusterHa {
                 None
             }
         };
-        crate::fault::signal(pid, false)?;
+        crate::spawn::signal(pid, false)?;
         // A short pause may still have set off a failover: look at the replicas.
         let promoted = promoted.or_else(|| {
             replicas
@@ -293,7 +293,7 @@ impl ClusterHa {
     pub fn resume_all(&self) {
         for node in &self.cluster.nodes {
             if let Some(pid) = node.pid() {
-                let _ = crate::fault::signal(pid, false);
+                let _ = crate::spawn::signal(pid, false);
             }
         }
     }

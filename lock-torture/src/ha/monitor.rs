@@ -220,6 +220,19 @@ mod tests {
     }
 
     #[test]
+    fn a_grant_with_the_hand_over_mark_is_the_lease_token() {
+        // A queued waiter claiming the lock while others wait writes `~<value>` (issue 25).
+        let mut script = Script::default();
+        let lines = [
+            r#"+1.000001 [0 127.0.0.1:5000] "evalsha" "abc" "4" "lock:{n}" "lock:{n}:fence" "lock:{n}:q" "lock:{n}:qe" "t1:x" "200" "1""#,
+            r#"+1.000002 [0 lua] "SET" "lock:{n}" "~t1:torture-c0@h:1" "PX" "200""#,
+            r#"+1.000003 [0 lua] "INCR" "lock:{n}:fence""#,
+        ];
+        let grants: Vec<_> = lines.iter().filter_map(|l| script.feed(l)).collect();
+        assert_eq!(grants, vec!["t1".to_owned()]);
+    }
+
+    #[test]
     fn a_busy_attempt_or_a_reservation_is_not_a_grant() {
         let mut script = Script::default();
         let lines = [

@@ -117,14 +117,16 @@ pub fn poll(limit: Duration, mut what: impl FnMut() -> bool) -> Option<Nanos> {
     }
 }
 
-/// A lock name's keys: `lock:{name}` and its fencing counter.
+/// A lock name's key (lock-core's layout; its fencing counter is this and `:fence`).
 pub fn lock_key(name: &str) -> String {
-    format!("lock:{{{name}}}")
+    crate::names::lock_key(name)
 }
 
-/// The lease token in a lock key's value (`<token>:<holder label>`).
+/// The lease token in a lock key's value (`[~]<token>:<holder label>`, see
+/// [`crate::event::lease_token`]): without the hand-over mark, or a lease claimed while
+/// others were queued matches no client's lease.
 pub fn token_of(value: &str) -> &str {
-    value.split_once(':').map_or(value, |(token, _)| token)
+    crate::event::lease_token(value)
 }
 
 /// What a replica holds for `name` right now: the lease token on the lock key, when that

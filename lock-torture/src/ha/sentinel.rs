@@ -154,11 +154,11 @@ impl SentinelHa {
         let replicas: Vec<u16> = self.ports().into_iter().filter(|&p| p != master).collect();
         let t_start = clock::now();
         self.last_failover = Some(t_start);
-        crate::fault::signal(pid, true)?;
+        crate::spawn::signal(pid, true)?;
         let copies = read_copies(&replicas, &names, false);
         let promoted = self.wait_promotion(master);
         std::thread::sleep(extra);
-        crate::fault::signal(pid, false)?;
+        crate::spawn::signal(pid, false)?;
         let t_end = if promoted.is_some() {
             demoted(master)
         } else {
@@ -185,7 +185,7 @@ impl SentinelHa {
     pub fn resume_all(&self) {
         for server in &self.data {
             if let Some(pid) = server.pid() {
-                let _ = crate::fault::signal(pid, false);
+                let _ = crate::spawn::signal(pid, false);
             }
         }
     }

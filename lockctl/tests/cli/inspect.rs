@@ -229,3 +229,70 @@ async fn release_force_removes_any_holders_lock_and_says_whose() {
     assert_clean_failure(&run(&server, &["release", "h", "--force"]), 70);
     assert!(exists(&server, "lock:{h}"));
 }
+
+/// Names that begin with `}` (stored by lock-core after a NUL byte, so that their Cluster
+/// hash tag is not empty) and names full of braces: lockctl finds them where lock-core put
+/// them, lists them under their own names, matches patterns against the names, and removes
+/// them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn names_with_braces_are_found_where_lock_core_keeps_them() {
+    const BRACED: [&str; 4] = ["}job", "}{x", "{}", "a}b{c"];
+    let server = RedisServer::start();
+    let locker = locker(&server);
+    let mut leases = Vec::new();
+    for name in BRACED {
+        leases.push(
+            locker
+                .lock(name)
+                .ttl(Duration::from_secs(30))
+                .fencing()
+                .await
+                .unwrap(),
+        );
+    }
+    let permit = locker
+        .semaphore("}sem", 2)
+        .try_acquire(Duration::from_secs(30))
+        .await
+        .unwrap();
+    for (name, lease) in BRACED.iter().zip(&leases) {
+        let value = json(&run(&server, &["status", name, "--json"]).stdout);
+        assert_eq!(value["held"], true, "{name:?}: {value}");
+        assert_eq!(value["key"].as_str(), Some(lease.key()), "{name:?}");
+        assert_eq!(value["fencing_counter"], 1, "{name:?}: {value}");
+    }
+    let listed = json(&run(&server, &["list", "--json"]).stdout);
+    let mut names: Vec<&str> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["name"].as_str().unwrap())
+        .collect();
+    names.sort_unstable();
+    let mut expected = BRACED.to_vec();
+    expected.push("}sem");
+    expected.sort_unstable();
+    assert_eq!(names, expected, "{listed}");
+    let matched = json(&run(&server, &["list", "--json", "--match", "}*"]).stdout);
+    let mut names: Vec<&str> = matched
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["name"].as_str().unwrap())
+        .collect();
+    names.sort_unstable();
+    assert_eq!(names, ["}job", "}sem", "}{x"], "{matched}");
+
+    let removed = run(&server, &["release", "}job", "--force"]);
+    assert_eq!(removed.code, Some(0), "{removed:#?}");
+    assert!(
+        removed.stdout.starts_with("removed lock `}job`"),
+        "{removed:#?}"
+    );
+    assert!(!exists(&server, leases[0].key()));
+    assert!(!leases[0].is_held().await.unwrap());
+    assert!(permit.release().await.unwrap());
+    for lease in leases.into_iter().skip(1) {
+        assert!(lease.release().await.unwrap());
+    }
+}

@@ -371,3 +371,44 @@ fn deleted_lock_is_noticed_without_renewal_too() {
     let stderr = std::io::read_to_string(child.stderr.take().unwrap()).unwrap();
     assert!(stderr.contains("it was removed"), "{stderr}");
 }
+
+/// `--hold-at-least`: four hosts run the same scheduled job one after another, as timers a
+/// little apart fire it; the job (much shorter than the gaps) runs once, the others skip with
+/// the conflict code (here 0: a skipped run is a success), and the lock is left to expire at
+/// the hold's end rather than deleted.
+#[test]
+fn hold_at_least_runs_a_scheduled_job_once_across_hosts() {
+    let server = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("log");
+    for host in 0..4 {
+        let ran = run(
+            &server,
+            &[
+                "run",
+                "--key",
+                "hourly digest",
+                "--hold-at-least",
+                "1m",
+                "--conflict-exit-code",
+                "0",
+                "--",
+                "sh",
+                "-c",
+                &format!("echo ran {host} >> \"{}\"", log.display()),
+            ],
+        );
+        assert_eq!(ran.code, Some(0), "host {host}: {}", ran.stderr);
+    }
+    assert_eq!(read(&log), "ran 0\n", "the job ran once");
+    let pttl: i64 = server
+        .command(&["PTTL", "lock:{hourly digest}"])
+        .trim()
+        .trim_start_matches(':')
+        .parse()
+        .unwrap();
+    assert!(
+        pttl > 0 && pttl <= 60_000,
+        "left to expire at the end of the hold: {pttl}"
+    );
+}

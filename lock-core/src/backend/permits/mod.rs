@@ -26,12 +26,13 @@ use crate::LockError;
 /// The capacity of a read-write lock: a writer weighs all of it, a reader one unit.
 pub(crate) const RW_CAPACITY: u64 = 1_000_000_000;
 
-/// The keys of one permit set, all under the name's hash tag.
+/// The keys of one permit set: the name's lock key and a suffix each, so all in the slot of
+/// the name's hash tag (see [`KeyLayout`](crate::KeyLayout)).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct PermitKeys {
     /// The name as the user gave it.
     pub name: String,
-    /// `<prefix>{<name>}:<kind>`: the holders (a sorted set).
+    /// `<lock key>:<kind>`: the holders (a sorted set).
     pub holders: String,
     /// `<holders>:q`: the waiters in arrival order.
     pub queue: String,
@@ -43,7 +44,9 @@ impl PermitKeys {
     /// `kind` tells semaphores (`sem`) and read-write locks (`rw`) of one name apart.
     pub fn new(prefix: &str, name: String, kind: &str) -> Result<PermitKeys, LockError> {
         crate::key::validate_name(&name)?;
-        let holders = format!("{prefix}{{{name}}}:{kind}");
+        let mut holders = crate::key::lock_key(prefix, &name);
+        holders.push(':');
+        holders.push_str(kind);
         Ok(PermitKeys {
             queue: format!("{holders}:q"),
             entries: format!("{holders}:qe"),
@@ -164,6 +167,27 @@ impl Store {
         match self {
             Store::Server(server) => redis::holders(server, keys).await,
             Store::Memory(memory) => Ok(memory.holders(keys)),
+        }
+    }
+}
+
+/// A permit set's keys are its name's lock key and a suffix each, so that they share the
+/// lock key's hash tag (key.rs's slot tests cover the lock keys and these suffixes).
+#[cfg(test)]
+#[test]
+fn permit_keys_are_the_lock_key_and_a_suffix() {
+    for (prefix, name) in [
+        ("lock:", "jobs"),
+        ("lock:", "}job"),
+        ("app{}:", "\0"),
+        ("{x}", "{}"),
+    ] {
+        let lock = crate::key::lock_key(prefix, name);
+        for kind in ["sem", "rw"] {
+            let keys = PermitKeys::new(prefix, name.to_owned(), kind).expect("a valid name");
+            assert_eq!(keys.holders, format!("{lock}:{kind}"));
+            assert_eq!(keys.queue, format!("{lock}:{kind}:q"));
+            assert_eq!(keys.entries, format!("{lock}:{kind}:qe"));
         }
     }
 }

@@ -83,7 +83,10 @@ static LIBRARY: LazyLock<String> = LazyLock::new(|| {
         ],
     )
 });
-const LIBRARY_NAME: &str = "lockcore_v3";
+/// Versioned: a script whose keys or arguments change gets a new library name, so that
+/// Lockers of different versions on one server each call their own (v4: `release` declares
+/// the queue's keys).
+const LIBRARY_NAME: &str = "lockcore_v4";
 
 fn library() -> &'static str {
     LIBRARY.as_str()
@@ -206,8 +209,14 @@ pub(super) async fn acquire_queued(
 /// Which releases take the release script's full path (waiter queue, release channel).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Announce {
-    /// Only releases of a value marked as listened for (see `scripts/queue.lua`).
+    /// Only releases of a value marked as listened for (see `scripts/queue.lua`); on the
+    /// release channel only when this server has subscribers to it.
     WhenListened,
+    /// Only releases of a value marked as listened for, on the release channel whether or
+    /// not this node has subscribers: a Cluster, whose `PUBSUB NUMSUB` counts only the
+    /// node's own subscribers while waiters subscribe on another node.
+    #[cfg_attr(not(feature = "cluster"), allow(dead_code))]
+    WhenListenedAnywhere,
     /// Every release.
     Always,
 }
@@ -222,15 +231,18 @@ pub(super) async fn release_script(
 ) -> redis::RedisResult<i64> {
     let announce_flag: &[u8] = match announce {
         Announce::WhenListened => b"0",
+        Announce::WhenListenedAnywhere => b"2",
         Announce::Always => b"1",
     };
-    // One key: the script derives the queue's keys (same hash tag) only when it needs them;
-    // every argument is work for the server on each release.
+    // The queue's keys are declared although only a release of a marked value reads them:
+    // a script must declare every key it touches (a Cluster checks that they share a slot,
+    // and routes by them).
+    let queue = keys.queue_keys();
     RELEASE
         .run::<i64>(
             mode,
             conn,
-            &[&keys.lock],
+            &[&keys.lock, queue.queue(), queue.entries()],
             &[value.as_bytes(), announce_flag, CLAIM_WINDOW_MS.as_bytes()],
         )
         .await

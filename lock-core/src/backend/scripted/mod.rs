@@ -1,6 +1,7 @@
 //! One Redis, Lua scripts: one round trip per operation. The default backend.
 
 mod calls;
+pub(crate) mod replicated;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -11,6 +12,7 @@ use self::calls::{
     acquire_queued, acquire_script, release_script, set_nx_get, Announce, CLAIM_WINDOW_MS, EXTEND,
     LEAVE_QUEUE, RAISE_FENCE,
 };
+use self::replicated::Replicated;
 use crate::backend::lua::{Lua, ScriptMode};
 use crate::backend::undo::Undo;
 use crate::backend::{millis, remaining_from_pttl, Attempt, AttemptKind, Backend, RawState};
@@ -27,6 +29,9 @@ pub(crate) struct Scripted {
     /// Whether the server accepts `SET .. NX .. GET` (Redis 7.0+); cleared on the first
     /// syntax error, after which acquires use the script.
     set_get: AtomicBool,
+    /// The replica acknowledgement check, when it is on: acquisitions and extensions run on
+    /// its connections and wait for replicas there.
+    replicated: Option<Replicated>,
 }
 
 impl Scripted {
@@ -36,7 +41,32 @@ impl Scripted {
             mode,
             announce: Announce::WhenListened,
             set_get: AtomicBool::new(true),
+            replicated: None,
         }
+    }
+
+    /// Grants only what replicas acknowledged (see [`Replicated`]).
+    pub fn with_replica_sync(mut self, replicated: Option<Replicated>) -> Scripted {
+        self.replicated = replicated;
+        self
+    }
+
+    /// Where the writes a holder relies on go: a connection of the replica check's when it
+    /// is on, the shared one otherwise.
+    fn writer(&self) -> &SharedConnection {
+        match &self.replicated {
+            Some(replicated) if replicated.is_on() => replicated.connection(),
+            _ => &self.conn,
+        }
+    }
+
+    /// Announces the release of a marked value on the lock's release channel whether or not
+    /// the node it runs on has subscribers (a Cluster: waiters subscribe on one node, and
+    /// `PUBSUB NUMSUB` counts only the node's own).
+    #[cfg(feature = "cluster")]
+    pub fn announcing_across_nodes(mut self) -> Scripted {
+        self.announce = Announce::WhenListenedAnywhere;
+        self
     }
 
     /// Announces every release on the lock's release channel (for Redlock nodes).
@@ -143,6 +173,24 @@ impl Scripted {
     pub(crate) fn mode(&self) -> ScriptMode {
         self.mode
     }
+
+    /// Compare-and-deletes `value` on `conn`, the connection an abandoned attempt sent its
+    /// commands on (a multi-lock's give-back): a multiplexed connection keeps request
+    /// order, so the delete reaches Redis after the attempt, even when the shared
+    /// connection was retired meanwhile (as [`Backend::acquire`]'s own undo does). The
+    /// connection is not retired on failure: it may already have been replaced.
+    pub(crate) async fn release_on(
+        &self,
+        conn: &Conn,
+        keys: &LockKeys,
+        value: &str,
+    ) -> Result<bool, LockError> {
+        let mut conn = conn.clone();
+        release_script(self.mode, self.announce, &mut conn, keys, value)
+            .await
+            .map(|n| n == 1)
+            .map_err(|err| LockError::from_redis(&keys.name, &keys.lock, err))
+    }
 }
 
 impl Backend for Scripted {
@@ -155,7 +203,8 @@ impl Backend for Scripted {
         kind: AttemptKind<'_>,
     ) -> Result<Attempt, LockError> {
         let started = Instant::now();
-        let lent = self.conn.get(&keys.name).await?;
+        let shared = self.writer();
+        let lent = shared.get(&keys.name).await?;
         let mut conn = lent.conn.clone();
         // A reply that never arrives (the caller dropped the future, or the command timed
         // out) may hide a SET that took the lock: undo it with a compare-and-delete on the
@@ -165,13 +214,13 @@ impl Backend for Scripted {
             spawn_release(self.mode, self.announce, &lent.conn, keys, value);
             // No answer (a stalled or partitioned server): behind a Sentinel, the next
             // operation asks where the master is now, or it could lock on a deposed one.
-            if self.conn.follows_master() {
-                self.conn.retire(&lent);
+            if shared.follows_master() {
+                shared.retire(&lent);
             }
         });
         let waiter = match kind {
             AttemptKind::Queued(waiter) => Some(waiter),
-            AttemptKind::Try | AttemptKind::BeforeQueueing => None,
+            AttemptKind::Try | AttemptKind::Listening | AttemptKind::BeforeQueueing => None,
         };
         let mut use_set_get = !fencing && waiter.is_none() && self.set_get.load(Ordering::Relaxed);
         // Only the uncontended SET is awaited inline; the scripts are boxed, so that the
@@ -207,11 +256,24 @@ impl Backend for Scripted {
                     undo.disarm();
                 }
                 if is_connection_failure(&err) {
-                    self.conn.retire(&lent);
+                    shared.retire(&lent);
                 }
                 return Err(LockError::from_redis(&keys.name, &keys.lock, err));
             }
         };
+        if matches!(attempt, Attempt::Acquired { .. }) {
+            if let Some(replicated) = &self.replicated {
+                // Granted only once replicas have it; otherwise undone (the armed undo, on
+                // this connection, after the write) and a failed attempt.
+                if let Err(err) = replicated.confirm(&mut conn, keys).await {
+                    if let LockError::Connection { .. } = err {
+                        shared.retire(&lent);
+                    }
+                    drop(undo);
+                    return Err(err);
+                }
+            }
+        }
         undo.disarm();
         match attempt {
             // SET ... GET does not say how long the holder has left; ask, on this
@@ -221,18 +283,18 @@ impl Backend for Scripted {
                 remaining: None,
                 holder_value,
                 place,
-            } if use_set_get && matches!(kind, AttemptKind::Try) => {
+            } if use_set_get && matches!(kind, AttemptKind::Try | AttemptKind::Listening) => {
                 // Within the attempt's one command timeout: a try ends by then (the engine
                 // counts on it), and the lock is busy whatever this says. Without an answer
                 // in time, the holder's TTL is simply not known.
                 let mut cmd = redis::cmd("PTTL");
                 let pttl = cmd.arg(&keys.lock).query_async::<i64>(&mut conn);
-                let until = started + self.conn.timeout();
+                let until = started + shared.timeout();
                 let remaining = match tokio::time::timeout_at(until.into(), Box::pin(pttl)).await {
                     Ok(Ok(pttl)) => remaining_from_pttl(pttl),
                     Ok(Err(err)) => {
                         if is_connection_failure(&err) {
-                            self.conn.retire(&lent);
+                            shared.retire(&lent);
                         }
                         None
                     }
@@ -276,9 +338,36 @@ impl Backend for Scripted {
 
     async fn extend(&self, keys: &LockKeys, value: &str, ttl: Duration) -> Result<bool, LockError> {
         let ttl = millis(ttl).to_string();
-        self.run::<i64>(&EXTEND, keys, &[value.as_bytes(), ttl.as_bytes()])
+        let Some(replicated) = &self.replicated else {
+            return self
+                .run::<i64>(&EXTEND, keys, &[value.as_bytes(), ttl.as_bytes()])
+                .await
+                .map(|n| n == 1);
+        };
+        let shared = self.writer();
+        let lent = shared.get(&keys.name).await?;
+        let mut conn = lent.conn.clone();
+        let extended = EXTEND
+            .run::<i64>(
+                self.mode,
+                &mut conn,
+                &[&keys.lock],
+                &[value.as_bytes(), ttl.as_bytes()],
+            )
             .await
-            .map(|n| n == 1)
+            .map_err(|err| {
+                if is_connection_failure(&err) {
+                    shared.retire(&lent);
+                }
+                LockError::from_redis(&keys.name, &keys.lock, err)
+            })?
+            == 1;
+        if extended {
+            // An extension no replica has is not counted: the lease's validity stays as it
+            // was (the TTL on the master is longer, which costs nobody safety).
+            replicated.confirm(&mut conn, keys).await?;
+        }
+        Ok(extended)
     }
 
     async fn extend_many(
@@ -288,7 +377,8 @@ impl Backend for Scripted {
         let Some((first, _, _)) = items.first() else {
             return Vec::new();
         };
-        let lent = match self.conn.get(&first.name).await {
+        let shared = self.writer();
+        let lent = match shared.get(&first.name).await {
             Ok(lent) => lent,
             Err(err) => return items.iter().map(|_| Err(clone_error(&err))).collect(),
         };
@@ -303,7 +393,27 @@ impl Backend for Scripted {
         }
         match pipe.query_async::<Vec<i64>>(&mut conn).await {
             Ok(replies) if replies.len() == items.len() => {
-                replies.into_iter().map(|n| Ok(n == 1)).collect()
+                let confirmed = match &self.replicated {
+                    // One WAIT covers every extension of the batch (all on this connection).
+                    Some(replicated) if replies.contains(&1) => {
+                        replicated.confirm(&mut conn, first).await
+                    }
+                    _ => Ok(()),
+                };
+                match confirmed {
+                    Ok(()) => replies.into_iter().map(|n| Ok(n == 1)).collect(),
+                    Err(err) => replies
+                        .into_iter()
+                        .zip(items)
+                        .map(|(n, (keys, _, _))| {
+                            if n == 1 {
+                                Err(not_replicated_for(&err, &keys.name))
+                            } else {
+                                Ok(false)
+                            }
+                        })
+                        .collect(),
+                }
             }
             Ok(_) | Err(_) => {
                 // NOSCRIPT (a restarted server) or a broken connection: one by one, which
@@ -332,11 +442,34 @@ impl Backend for Scripted {
                 }
                 LockError::from_redis(&keys.name, &keys.lock, err)
             })?;
+        let on_replicas = match (&self.replicated, &value) {
+            (Some(replicated), Some(value)) => replicated.replicas_having(keys, value).await,
+            _ => None,
+        };
         Ok(RawState {
             value: value.map(|v| String::from_utf8_lossy(&v).into_owned()),
             remaining: remaining_from_pttl(pttl),
             fencing_counter: fence,
+            on_replicas,
         })
+    }
+}
+
+/// The batch's replica check failure, for one of its leases.
+fn not_replicated_for(err: &LockError, name: &str) -> LockError {
+    match err {
+        LockError::NotReplicated {
+            acknowledged,
+            required,
+            timeout,
+            ..
+        } => LockError::NotReplicated {
+            name: name.to_owned(),
+            acknowledged: *acknowledged,
+            required: *required,
+            timeout: *timeout,
+        },
+        other => LockError::connection(name, other.to_string()),
     }
 }
 

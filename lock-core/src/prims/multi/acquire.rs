@@ -11,7 +11,7 @@
 //! never delete what a later one took. A request dropped at any point gives back, in the
 //! background, whatever its attempt in flight may have taken; the TTL covers a crash.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
@@ -19,11 +19,12 @@ use futures_util::future::join_all;
 use crate::backend::prim_scripts::{Server, MARK_LISTENED, MULTI_ACQUIRE};
 use crate::backend::{Attempt, AttemptKind, Backend as _};
 use crate::connection::notifier::Subscription;
+use crate::connection::shared::Conn;
 use crate::engine::local::NameRef;
 use crate::key::LockKeys;
 use crate::prims::env::Env;
 use crate::signal::Wake;
-use crate::token::{decode_value, new_value};
+use crate::token::{decode_value, new_value, LISTENED_MARK};
 use crate::wait::Backoff;
 use crate::LockError;
 
@@ -36,6 +37,8 @@ struct Busy {
     name: String,
     holder: Option<String>,
     remaining: Option<Duration>,
+    /// The holder's value carries the listened-for mark: its release is announced.
+    marked: bool,
 }
 
 /// Gives back, in the background, what an attempt may have taken, unless disarmed.
@@ -43,11 +46,35 @@ struct GiveBack<'a> {
     env: &'a Env,
     keys: Vec<LockKeys>,
     value: String,
+    route: Route,
+}
+
+/// Which connection a give-back goes out on. It must reach Redis after the attempt it
+/// undoes: on a connection other than the attempt's (the shared one is replaced after a
+/// response timeout, or when a Sentinel's master may have changed), it could reach a
+/// server that stalled with the attempt unread before that attempt, or not reach it at
+/// all, and leave the locks held by nobody until their TTL.
+enum Route {
+    /// The one script's connection, noted before the script is sent; `None`: never sent,
+    /// nothing to give back.
+    SentOn(Mutex<Option<Conn>>),
+    /// The backend's release of each key (one by one). Every acquire whose answer is
+    /// missing is undone by the backend itself, on that acquire's own connection
+    /// (`Backend::acquire`'s undo); the others were answered, so nothing is left in
+    /// flight for a give-back to overtake.
+    Backend,
 }
 
 impl GiveBack<'_> {
     fn disarm(mut self) {
         self.keys.clear();
+    }
+
+    /// The one script goes out on `conn`.
+    fn sent_on(&self, conn: &Conn) {
+        if let Route::SentOn(sent) = &self.route {
+            *sent.lock().unwrap_or_else(PoisonError::into_inner) = Some(conn.clone());
+        }
     }
 }
 
@@ -56,20 +83,38 @@ impl Drop for GiveBack<'_> {
         if self.keys.is_empty() {
             return;
         }
-        release_in_background(self.env, std::mem::take(&mut self.keys), &self.value);
+        let sent_on = match &self.route {
+            Route::SentOn(sent) => {
+                match sent.lock().unwrap_or_else(PoisonError::into_inner).take() {
+                    Some(conn) => Some(conn),
+                    None => return,
+                }
+            }
+            Route::Backend => None,
+        };
+        release_in_background(
+            self.env,
+            std::mem::take(&mut self.keys),
+            &self.value,
+            sent_on,
+        );
     }
 }
 
-/// Compare-and-deletes `value` from every key (nobody else's lock is touched); the TTL
-/// frees them if this fails.
-pub(super) fn release_in_background(env: &Env, keys: Vec<LockKeys>, value: &str) {
+/// Compare-and-deletes `value` from every key (nobody else's lock is touched), on
+/// `sent_on` when given (the connection of the attempt that may have taken them, see
+/// [`Route`]); the TTL frees them if this fails.
+pub(super) fn release_in_background(
+    env: &Env,
+    keys: Vec<LockKeys>,
+    value: &str,
+    sent_on: Option<Conn>,
+) {
     let (worker, value) = (env.clone(), value.to_owned());
     env.spawn_background(async move {
-        let backend = worker.backend();
-        let released = join_all(
-            keys.iter()
-                .map(|k| worker.run(&k.name, backend.release(k, &value))),
-        )
+        let released = join_all(keys.iter().map(|k| {
+            worker.run(&k.name, worker.give_back(sent_on.as_ref(), k, &value))
+        }))
         .await;
         if let Some(Err(err)) = released.into_iter().find(Result::is_err) {
             tracing::debug!(%err, "giving back a multi-lock attempt failed; the TTL will free the locks");
@@ -104,16 +149,32 @@ pub(super) async fn acquire(
     // signal), and whether its release channel was subscribed to (`None`: not tried yet).
     let mut listening: Option<(String, NameRef, Option<Option<Subscription>>)> = None;
     loop {
+        // Armed before the attempt, so that a release of the lock waited for that lands
+        // between the attempt and the wait still wakes this request.
+        let signal = listening
+            .as_ref()
+            .map(|(name, local, _)| (name.clone(), Arc::clone(&local.released)));
+        let armed = signal.as_ref().map(|(_, signal)| signal.notified());
+        tokio::pin!(armed);
+        if let Some(armed) = armed.as_mut().as_pin_mut() {
+            armed.enable();
+        }
         let started = Instant::now();
         let value = new_value(&keys[0].name, env.label())?;
         let give_back = GiveBack {
             env,
             keys: keys.to_vec(),
             value: value.clone(),
+            route: match server {
+                Some(_) => Route::SentOn(Mutex::new(None)),
+                None => Route::Backend,
+            },
         };
         let attempt = async {
             match &server {
-                Some(server) => one_script(server, keys, &value, ttl).await,
+                Some(server) => {
+                    one_script(server, keys, &value, ttl, |conn| give_back.sent_on(conn)).await
+                }
                 None => one_by_one(env, keys, &value, ttl).await,
             }
         };
@@ -167,9 +228,12 @@ pub(super) async fn acquire(
         let Some((_, local, subscribed)) = listening.as_mut() else {
             continue;
         };
-        let notified = local.released.notified();
-        tokio::pin!(notified);
-        notified.as_mut().enable();
+        // The signal armed before the attempt, if it was this lock's; a fresh one otherwise
+        // (a lock not waited for before is subscribed to and looked at again first).
+        let fresh = local.released.notified();
+        tokio::pin!(fresh);
+        fresh.as_mut().enable();
+        let armed_here = signal.as_ref().is_some_and(|(name, _)| *name == busy.name);
         if subscribed.is_none() {
             let subscription = subscribe(env, &busy.name, &local.released, deadline).await;
             let now_listening = subscription.is_some();
@@ -179,15 +243,34 @@ pub(super) async fn acquire(
                 // A release during the subscription went unseen: look again now.
                 continue;
             }
+        } else if matches!(subscribed, Some(Some(_))) && !busy.marked {
+            // One Redis or a Cluster announce only the release of a marked value, and every
+            // new holder's value starts unmarked: mark the one holding it now, whoever it
+            // is, so that this release too wakes us. Marking each holder, not only the one
+            // seen when subscribing, keeps a waiter from sleeping through releases once
+            // the lock changes hands. Freed since the attempt (a release that went
+            // unannounced): look again now.
+            if let Some(server) = env.server() {
+                if mark(&server, env, &busy.name).await == Some(FREE) {
+                    continue;
+                }
+            }
         }
         let pause = match busy.remaining {
             Some(left) => backoff.next(Some(left + SLACK)),
             None => backoff.next(None),
         };
         let until = (Instant::now() + pause).min(deadline);
-        tokio::select! {
-            () = notified => {}
-            () = tokio::time::sleep_until(until.into()) => {}
+        match armed.as_mut().as_pin_mut().filter(|_| armed_here) {
+            Some(armed) => tokio::select! {
+                () = armed => {}
+                () = fresh => {}
+                () = tokio::time::sleep_until(until.into()) => {}
+            },
+            None => tokio::select! {
+                () = fresh => {}
+                () = tokio::time::sleep_until(until.into()) => {}
+            },
         }
         if Instant::now() >= deadline {
             return Err(timeout(busy, begun, transient));
@@ -195,10 +278,14 @@ pub(super) async fn acquire(
     }
 }
 
-/// Subscribes `signal` to the release channel of lock `name` and, on one Redis or a
-/// Cluster (which announce only releases of a value marked as listened for; Redlock and
-/// WATCH/MULTI announce every release), marks the holder's value. `None` when nothing will
-/// announce the release (no pub/sub connection, or it failed): timers only then.
+/// What `mark_listened.lua` answers for a lock that is free (the PTTL of a missing key).
+const FREE: i64 = -2;
+
+/// Subscribes `signal` to the release channel of lock `name`. `None` when nothing will
+/// announce the release (no pub/sub connection, or it failed): timers only then. On one
+/// Redis or a Cluster (which announce only releases of a value marked as listened for;
+/// Redlock and WATCH/MULTI announce every release) the caller then marks each holder's
+/// value it finds (see [`mark`]).
 async fn subscribe(
     env: &Env,
     name: &str,
@@ -209,19 +296,27 @@ async fn subscribe(
     let keys = LockKeys::new(env.prefix(), name.to_owned()).ok()?;
     let channel = keys.channel();
     let subscribing = notifier.subscribe(&channel, signal);
-    let subscription = tokio::time::timeout_at(deadline.into(), subscribing)
+    tokio::time::timeout_at(deadline.into(), subscribing)
         .await
         .ok()?
-        .ok()?;
-    if let Some(server) = env.server() {
-        let marked = server
-            .run::<i64>(&MARK_LISTENED, name, &[&keys.lock], &[])
-            .await;
-        if let Err(err) = marked {
+        .ok()
+}
+
+/// Marks the value now on lock `name` as listened for, so that its release is announced;
+/// the lock's remaining TTL in ms, [`FREE`] when nobody holds it. `None` when the mark
+/// failed (logged: the waiter falls back on its timers).
+async fn mark(server: &Server, env: &Env, name: &str) -> Option<i64> {
+    let keys = LockKeys::new(env.prefix(), name.to_owned()).ok()?;
+    let marked = server
+        .run::<i64>(&MARK_LISTENED, name, &[&keys.lock], &[])
+        .await;
+    match marked {
+        Ok(pttl) => Some(pttl),
+        Err(err) => {
             tracing::debug!(%name, %err, "cannot mark the lock as listened for; its release may go unannounced");
+            None
         }
     }
-    Some(subscription)
 }
 
 fn timeout(busy: Busy, begun: Instant, transient: Option<LockError>) -> LockError {
@@ -239,15 +334,17 @@ async fn one_script(
     keys: &[LockKeys],
     value: &str,
     ttl: Duration,
+    sent_on: impl FnOnce(&Conn),
 ) -> Result<Option<Busy>, LockError> {
     let lock_keys: Vec<&str> = keys.iter().map(|k| k.lock.as_str()).collect();
     let ttl = crate::backend::millis(ttl).to_string();
     let (taken, index, pttl, holder): (i64, i64, i64, Vec<u8>) = server
-        .run(
+        .run_noting(
             &MULTI_ACQUIRE,
             &keys[0].name,
             &lock_keys,
             &[value.as_bytes(), ttl.as_bytes()],
+            sent_on,
         )
         .await?;
     if taken == 1 {
@@ -262,6 +359,7 @@ async fn one_script(
         name: busy_key.name.clone(),
         holder: decode_value(&holder).1.map(str::to_owned),
         remaining: crate::backend::remaining_from_pttl(pttl),
+        marked: is_marked(&holder),
     }))
 }
 
@@ -293,10 +391,11 @@ async fn one_by_one(
                     .and_then(|v| decode_value(v).1)
                     .map(str::to_owned),
                 remaining,
+                marked: holder_value.as_deref().is_some_and(is_marked),
             },
             Err(err) => {
                 // The failed key may have been taken before the connection broke.
-                release_in_background(env, keys[..=taken].to_vec(), value);
+                release_in_background(env, keys[..=taken].to_vec(), value, None);
                 return Err(err);
             }
         };
@@ -309,9 +408,14 @@ async fn one_by_one(
         )
         .await;
         if released.iter().any(Result::is_err) {
-            release_in_background(env, keys[..taken].to_vec(), value);
+            release_in_background(env, keys[..taken].to_vec(), value, None);
         }
         return Ok(Some(busy));
     }
     Ok(None)
+}
+
+/// Whether a stored value carries the listened-for mark.
+fn is_marked(value: &str) -> bool {
+    value.as_bytes().first() == Some(&LISTENED_MARK)
 }

@@ -32,9 +32,11 @@ impl Locker {
     ///   crashes half-way leaves only locks that expire with their TTL.
     ///
     /// Duplicate names count once. A waiting multi-lock does not stand in the locks'
-    /// waiter queues: it wakes at each release of the lock that was busy (or at its
-    /// holder's TTL) and tries again, so under a steady stream of single-lock waiters on
-    /// one of its names it can wait its whole `wait`.
+    /// waiter queues: it wakes at each release of the lock that was busy, whoever holds it
+    /// by then (it marks each holder's value it finds as listened for), or at its holder's
+    /// TTL, and tries again. So two multi-locks looping on the same names each get in,
+    /// but under a steady stream of single-lock waiters on one of its names (who are
+    /// handed the lock in turn, without a gap) it can wait its whole `wait`.
     ///
     /// ```
     /// use lock_core::Locker;

@@ -1,0 +1,284 @@
+//! Rule `liveness`: a waiter is not left waiting while what it waits for is free.
+//!
+//! A request that waits (a lock, a semaphore permit, a read-write lock's side, a multi-lock)
+//! must be granted soon after the name becomes free: the library wakes queued waiters on
+//! a release, reserves the lock for the head of the queue for at most its claim window
+//! ([`CLAIM_WINDOW`]), and wakes the head at the end of a holder's lease should it never
+//! release. So a request still waiting while the name has been free (no trusted holder;
+//! for a semaphore, fewer trusted holders than permits; for a multi-lock, every name of
+//! its set free at once) for longer than the claim window plus [`SLACK`] was left behind:
+//! a release it missed, a ghost reservation for a request that no longer exists. A request
+//! that timed out while the name was free for more than half of its wait (and longer than
+//! that threshold) is one too.
+//!
+//! Nothing is judged while a fault is active or soon after (one claim window and two TTLs
+//! after it healed): a stopped, killed or cut-off client or server legitimately holds up
+//! the queue. Time in which the waiting client did not run ([`Event::Hiccup`]) is not
+//! counted as free.
+
+use std::collections::HashMap;
+
+use super::{Acq, Report, Violation};
+use crate::clock::{ms, Nanos};
+use crate::event::{Event, FailKind, HoldKind};
+
+/// How long lock-core keeps a lock reserved for the head of its queue (lock-core's
+/// `CLAIM_WINDOW`).
+pub const CLAIM_WINDOW: Nanos = 100_000_000;
+
+/// Scheduling and round trips on a loaded machine, on top of the claim window.
+pub const SLACK: Nanos = 50_000_000;
+
+/// The longest a waiter may wait while what it waits for is free.
+pub const THRESHOLD: Nanos = CLAIM_WINDOW + SLACK;
+
+/// One request that waited.
+struct Request<'a> {
+    client: u32,
+    label: String,
+    family: &'static str,
+    names: Vec<&'a str>,
+    start: Nanos,
+    end: Nanos,
+    wait: Nanos,
+    timed_out: bool,
+}
+
+/// Checks every request of the history against the trusted intervals of `acqs`.
+pub(super) fn check(events: &[Event], acqs: &[Acq], report: &mut Report) {
+    let mut ttl: Nanos = 0;
+    let mut permits: HashMap<&str, u64> = HashMap::new();
+    // (family, name) -> trusted intervals.
+    let mut held: HashMap<(&str, &str), Vec<(Nanos, Nanos)>> = HashMap::new();
+    for acq in acqs {
+        ttl = ttl.max(acq.a.ttl_ms.saturating_mul(1_000_000));
+        if let Some(n) = acq.a.permits {
+            permits.insert(acq.a.name.as_str(), n);
+        }
+        let end = acq.trusted_until();
+        if end > acq.a.acquired {
+            held.entry((acq.a.kind.family(), acq.a.name.as_str()))
+                .or_default()
+                .push((acq.a.acquired, end));
+        }
+    }
+    let margin = CLAIM_WINDOW + 2 * ttl;
+    let mut excluded: Vec<(Nanos, Nanos)> = Vec::new();
+    let mut hiccups: HashMap<u32, Vec<(Nanos, Nanos)>> = HashMap::new();
+    let mut requests = Vec::new();
+    let mut seen_multi = std::collections::HashSet::new();
+    for event in events {
+        match event {
+            Event::Fault { t_start, t_end, .. } | Event::Down { t_start, t_end, .. } => {
+                excluded.push((*t_start, t_end.saturating_add(margin)));
+            }
+            Event::Failover(f) => excluded.push((f.t_start, f.t_end.saturating_add(margin))),
+            Event::Foreign { t_start, t_end, .. } => {
+                excluded.push((*t_start, t_end.saturating_add(margin)));
+            }
+            Event::Hiccup {
+                client,
+                t_start,
+                t_end,
+            } => hiccups.entry(*client).or_default().push((*t_start, *t_end)),
+            Event::Acquired(a) => {
+                let names = match &a.set {
+                    // A multi-lock is logged once per name: one request.
+                    Some(set) => {
+                        let base = a.id.split_once('/').map_or(a.id.as_str(), |(b, _)| b);
+                        if !seen_multi.insert(base) {
+                            continue;
+                        }
+                        set.iter().map(String::as_str).collect()
+                    }
+                    None => vec![a.name.as_str()],
+                };
+                requests.push(Request {
+                    client: a.client,
+                    label: a
+                        .id
+                        .split_once('/')
+                        .map_or(a.id.clone(), |(b, _)| b.to_owned()),
+                    family: a.kind.family(),
+                    names,
+                    start: a.call_start,
+                    end: a.acquired,
+                    wait: a.wait_ms.unwrap_or(0).saturating_mul(1_000_000),
+                    timed_out: false,
+                });
+            }
+            Event::AcquireFailed {
+                client,
+                name,
+                t_start,
+                t_end,
+                kind,
+                wait_ms,
+                hold,
+                set,
+                ..
+            } => requests.push(Request {
+                client: *client,
+                label: format!("client {client}'s request"),
+                family: hold.family(),
+                names: match set {
+                    Some(set) => set.iter().map(String::as_str).collect(),
+                    None => vec![name.as_str()],
+                },
+                start: *t_start,
+                end: *t_end,
+                wait: wait_ms.unwrap_or(0).saturating_mul(1_000_000),
+                timed_out: *kind == FailKind::Contention && wait_ms.unwrap_or(0) > 0,
+            }),
+            Event::Cancelled {
+                client,
+                name,
+                t_start,
+                t_end,
+                wait_ms,
+                ..
+            } => requests.push(Request {
+                client: *client,
+                label: format!("client {client}'s cancelled request"),
+                family: HoldKind::Lock.family(),
+                names: vec![name.as_str()],
+                start: *t_start,
+                end: *t_end,
+                wait: wait_ms.saturating_mul(1_000_000),
+                timed_out: false,
+            }),
+            _ => {}
+        }
+    }
+    for r in &requests {
+        if r.end <= r.start || r.end - r.start <= THRESHOLD {
+            continue;
+        }
+        // What keeps this request out: any name of its set held (for a semaphore, all its
+        // permits), a fault, or its own client not running.
+        let mut blocked: Vec<(Nanos, Nanos)> = Vec::new();
+        for name in &r.names {
+            let Some(list) = held.get(&(r.family, *name)) else {
+                continue;
+            };
+            match r.family {
+                "semaphore" => blocked.extend(full(list, permits.get(name).copied().unwrap_or(1))),
+                _ => blocked.extend(list.iter().copied()),
+            }
+        }
+        blocked.extend(excluded.iter().copied());
+        if let Some(h) = hiccups.get(&r.client) {
+            blocked.extend(h.iter().copied());
+        }
+        let free = free_stretches(r.start, r.end, blocked);
+        let longest = free.iter().map(|(s, e)| e - s).max().unwrap_or(0);
+        let total: Nanos = free.iter().map(|(s, e)| e - s).sum();
+        let what = r.names.join("+");
+        if longest > THRESHOLD {
+            let (s, e) = free
+                .iter()
+                .copied()
+                .max_by_key(|(s, e)| e - s)
+                .unwrap_or((0, 0));
+            report.violations.push(Violation {
+                rule: "liveness",
+                name: what,
+                detail: format!(
+                    "{} (client {}, {} from {} to {}) was still waiting while `{}` was free from {s} to {e} ({}; the claim window is {} and the allowance {})",
+                    r.label,
+                    r.client,
+                    r.family,
+                    r.start,
+                    r.end,
+                    r.names.join("+"),
+                    ms(e - s),
+                    ms(CLAIM_WINDOW),
+                    ms(SLACK),
+                ),
+            });
+        } else if r.timed_out && total > THRESHOLD && total * 2 > r.wait {
+            report.violations.push(Violation {
+                rule: "liveness",
+                name: what,
+                detail: format!(
+                    "{} (client {}, {} from {} to {}) timed out after waiting {}, of which `{}` was free for {}",
+                    r.label,
+                    r.client,
+                    r.family,
+                    r.start,
+                    r.end,
+                    ms(r.end - r.start),
+                    r.names.join("+"),
+                    ms(total),
+                ),
+            });
+        }
+    }
+}
+
+/// Where at least `permits` of the intervals overlap.
+fn full(list: &[(Nanos, Nanos)], permits: u64) -> Vec<(Nanos, Nanos)> {
+    let mut edges: Vec<(Nanos, i64)> = Vec::with_capacity(list.len() * 2);
+    for &(s, e) in list {
+        edges.push((s, 1));
+        edges.push((e, -1));
+    }
+    // Ends before starts at one instant.
+    edges.sort_unstable();
+    let mut count: i64 = 0;
+    let mut out = Vec::new();
+    let mut since = None;
+    let limit = i64::try_from(permits).unwrap_or(i64::MAX);
+    for (t, d) in edges {
+        count += d;
+        match (count >= limit, since) {
+            (true, None) => since = Some(t),
+            (false, Some(s)) => {
+                out.push((s, t));
+                since = None;
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// The stretches of `[start, end)` not covered by `blocked`.
+fn free_stretches(
+    start: Nanos,
+    end: Nanos,
+    mut blocked: Vec<(Nanos, Nanos)>,
+) -> Vec<(Nanos, Nanos)> {
+    blocked.retain(|&(s, e)| e > start && s < end);
+    blocked.sort_unstable();
+    let mut free = Vec::new();
+    let mut at = start;
+    for (s, e) in blocked {
+        if s > at {
+            free.push((at, s));
+        }
+        at = at.max(e);
+        if at >= end {
+            break;
+        }
+    }
+    if at < end {
+        free.push((at, end));
+    }
+    free
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Nanos = 1_000_000;
+
+    #[test]
+    fn free_stretches_and_full_sweeps() {
+        let free = free_stretches(0, 100, vec![(10, 20), (15, 30), (50, 60), (90, 200)]);
+        assert_eq!(free, vec![(0, 10), (30, 50), (60, 90)]);
+        assert_eq!(full(&[(0, 10), (5, 20), (8, 9)], 2), vec![(5, 10)]);
+        assert_eq!(free_stretches(0, 10 * MS, vec![]), vec![(0, 10 * MS)]);
+    }
+}

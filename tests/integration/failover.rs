@@ -1,0 +1,562 @@
+//! Issue 25: locks across a failover. A Sentinel locker follows the master the Sentinels
+//! name even when a connect spans a stall of the old master and when its connection was
+//! idle through the switch; the replica acknowledgement check (`WAIT`) refuses grants that
+//! no replica has, so a crashed master's last grant and a deposed master's grants are never
+//! given.
+
+use std::time::{Duration, Instant};
+
+use lock_core::{Lease, LockError, Locker, ReplicaSync};
+use lock_tests::{RedisCluster, RedisServer};
+
+const SECOND: Duration = Duration::from_secs(1);
+
+/// A master, one replica and one Sentinel that knows both.
+struct Sentinelled {
+    master: RedisServer,
+    replica: RedisServer,
+    sentinel: RedisServer,
+}
+
+impl Sentinelled {
+    fn start() -> Sentinelled {
+        Sentinelled::start_replicating(|master| master.port()).0
+    }
+
+    fn start_replicating<L: Link>(link: impl FnOnce(&RedisServer) -> L) -> (Sentinelled, L) {
+        let master = RedisServer::start();
+        let link = link(&master);
+        let replica = RedisServer::start_with(&[&format!("replicaof 127.0.0.1 {}", link.port())]);
+        let sentinel = RedisServer::start_sentinel("locks", master.port());
+        let started = Instant::now();
+        while !sentinel
+            .command(&["SENTINEL", "REPLICAS", "locks"])
+            .contains(&replica.port().to_string())
+        {
+            assert!(
+                started.elapsed() < 30 * SECOND,
+                "the sentinel found the replica"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        // Redis 7 starts a replica's full sync after a 5 s delay (diskless sync): until it
+        // is online, the master does not count it.
+        until_replica_online(&master);
+        (
+            Sentinelled {
+                master,
+                replica,
+                sentinel,
+            },
+            link,
+        )
+    }
+
+    /// A Sentinel locker with a command timeout of a second and `sync`.
+    fn locker(&self, sync: ReplicaSync) -> Locker {
+        self.builder()
+            .command_timeout(SECOND)
+            .replica_sync(sync)
+            .build()
+            .expect("sentinel locker")
+    }
+
+    fn builder(&self) -> lock_core::LockerBuilder {
+        Locker::builder().sentinel([self.sentinel.url()], "locks")
+    }
+
+    /// Sends `sig` (`-STOP`, `-CONT`) to the master.
+    fn signal_master(&self, sig: &str) {
+        signal(&self.master, sig);
+    }
+
+    async fn until_the_replica_is_named(&self) {
+        let started = Instant::now();
+        while !self
+            .sentinel
+            .command(&["SENTINEL", "GET-MASTER-ADDR-BY-NAME", "locks"])
+            .contains(&self.replica.port().to_string())
+        {
+            assert!(
+                started.elapsed() < 30 * SECOND,
+                "the Sentinel promoted the replica"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// Asserts that `key`'s value lives on the new master (the promoted replica), and says
+    /// what the deposed one holds otherwise.
+    fn assert_granted_by_the_new_master(&self, key: &str) {
+        let on_new_master = self.replica.command(&["GET", key]);
+        let on_old_master = self.master.command(&["GET", key]);
+        assert!(
+            !on_new_master.starts_with("$-1"),
+            "the lease was granted by the deposed master (it holds {on_old_master:?}), not by \
+             the one the Sentinel names ({on_new_master:?})"
+        );
+    }
+}
+
+/// Where a replica connects to replicate: the master's port or a proxy's.
+trait Link {
+    fn port(&self) -> u16;
+}
+
+impl Link for u16 {
+    fn port(&self) -> u16 {
+        *self
+    }
+}
+
+/// Waits until `master` has an online replica.
+fn until_replica_online(master: &RedisServer) {
+    let started = Instant::now();
+    while !master
+        .command(&["INFO", "replication"])
+        .contains("state=online")
+    {
+        assert!(
+            started.elapsed() < 30 * SECOND,
+            "the replica came online: {}",
+            master.command(&["INFO", "replication"])
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn signal(server: &RedisServer, sig: &str) {
+    let pid = server.pid().expect("server pid").to_string();
+    let status = std::process::Command::new("kill")
+        .args([sig, &pid])
+        .status()
+        .expect("run kill");
+    assert!(status.success(), "kill {sig} {pid}");
+}
+
+/// Issue 25, part 2 (found by `lock-torture run --topology sentinel --mode pause-master`):
+/// a request reconnects while the master is stopped; the Sentinels still name it, and the
+/// check of its role hangs on the stopped process. The Sentinels promote the replica
+/// meanwhile; when the old master resumes it answers the check as a master (it is demoted
+/// seconds later), and the locker used to take its locks there while every other client
+/// locked on the new master.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reconnect_across_a_pause_does_not_lock_on_the_deposed_master() {
+    let setup = Sentinelled::start();
+    // A connect budget long enough to span the whole failover.
+    let locker = setup
+        .builder()
+        .command_timeout(20 * SECOND)
+        .replica_sync(ReplicaSync::Off)
+        .build()
+        .expect("sentinel locker");
+    let lease = locker.try_lock("a", 30 * SECOND).await.expect("acquire");
+    assert!(lease.release().await.expect("release"));
+
+    // The Sentinel does not see the stop (down after a minute): the failover below is
+    // asked for, so that it happens while the master is stopped and still named.
+    let set = setup.sentinel.command(&[
+        "SENTINEL",
+        "SET",
+        "locks",
+        "down-after-milliseconds",
+        "60000",
+    ]);
+    assert!(set.starts_with("+OK"), "{set}");
+    setup.signal_master("-STOP");
+    // A request whose wait runs out on the stopped master: its connection is retired, so
+    // the next request reconnects.
+    let waited = locker
+        .lock("b")
+        .ttl(30 * SECOND)
+        .wait(Duration::from_millis(200))
+        .await;
+    assert!(waited.is_err(), "the stopped master does not answer");
+    // Reconnects, one after another: the Sentinel names the stopped master until it
+    // promotes the replica, and each check of the stopped master's role hangs until
+    // redis-rs gives up on it (500 ms). The master resumes as soon as the Sentinel names
+    // the replica, while a check is in flight: it answers as the master it still believes
+    // it is.
+    let reconnecting = {
+        let locker = locker.clone();
+        tokio::spawn(async move {
+            let started = Instant::now();
+            loop {
+                match locker.try_lock("c", 30 * SECOND).await {
+                    Ok(lease) => return lease,
+                    Err(err) => assert!(
+                        started.elapsed() < 60 * SECOND,
+                        "the locker found a master after the failover (last error: {err})"
+                    ),
+                }
+            }
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let failover = setup.sentinel.command(&["SENTINEL", "FAILOVER", "locks"]);
+    assert!(failover.starts_with("+OK"), "{failover}");
+    setup.until_the_replica_is_named().await;
+    setup.signal_master("-CONT");
+    let lease = reconnecting.await.expect("the request's task");
+    setup.assert_granted_by_the_new_master(lease.key());
+}
+
+/// Issue 25, part 2: a connection that was idle through the failover (no command failed on
+/// it) must not stay on the deposed master: the Sentinels' `+switch-master` retires it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_connection_is_retired_at_the_switch() {
+    let setup = Sentinelled::start();
+    let locker = setup.locker(ReplicaSync::Off);
+    let lease = locker.try_lock("a", 30 * SECOND).await.expect("acquire");
+    assert!(lease.release().await.expect("release"));
+
+    setup.signal_master("-STOP");
+    setup.until_the_replica_is_named().await;
+    // The Sentinel's announcement reaches the locker's subscription.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    setup.signal_master("-CONT");
+    // The old master still believes it is the master for a few seconds.
+    let lease = locker
+        .try_lock("c", 30 * SECOND)
+        .await
+        .expect("acquire after the failover");
+    setup.assert_granted_by_the_new_master(lease.key());
+}
+
+/// What happened to a grant made while the replica was stopped, once the master crashed
+/// and the replica took over: the first client's answer, and another client's afterwards.
+///
+/// A stopped replica still finds in its socket buffers what the master sent before it
+/// crashed: the test first fills them (32 MB of filler written to the master), so that the
+/// grant stays in the master's output buffer and dies with it, as on a busy link.
+async fn grant_then_crash(
+    sync: ReplicaSync,
+) -> (Result<Lease, LockError>, Result<Lease, LockError>) {
+    let mut setup = Sentinelled::start();
+    let locker = setup.locker(sync);
+    for _ in 0..6 {
+        let warm = locker.try_lock("warm", 30 * SECOND).await.expect("acquire");
+        assert!(warm.release().await.expect("release"));
+    }
+
+    signal(&setup.replica, "-STOP");
+    let client = redis::Client::open(setup.master.url()).expect("client");
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connection to the master");
+    let filler = vec![b'f'; 8 << 20];
+    for i in 0..4 {
+        let () = redis::cmd("SET")
+            .arg(format!("filler:{i}"))
+            .arg(&filler)
+            .query_async(&mut conn)
+            .await
+            .expect("filler");
+    }
+    let first = locker.try_lock("x", 60 * SECOND).await;
+    // The master crashes right after its answer: the grant never reached the replica.
+    setup.master.kill();
+    signal(&setup.replica, "-CONT");
+    setup.until_the_replica_is_named().await;
+    let other = setup.locker(ReplicaSync::default());
+    let second = other.lock("x").ttl(60 * SECOND).wait(10 * SECOND).await;
+    (first, second)
+}
+
+/// Issue 25: a master SIGKILLed right after a grant, while its only replica was stopped.
+/// Without the check (the old behaviour, `ReplicaSync::Off`) the grant is lost in the
+/// failover and the promoted replica grants the same lock again: two holders. With the
+/// default check the first grant was never given (no replica acknowledged it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_no_replica_has_is_not_given() {
+    let (first, second) = grant_then_crash(ReplicaSync::Off).await;
+    let first = first.expect("without the check, the master grants at once");
+    let second = second.expect("the promoted replica grants the lock");
+    assert_ne!(
+        first.token(),
+        second.token(),
+        "two holders of `x` at once: the anomaly the check removes"
+    );
+
+    let (first, second) = grant_then_crash(ReplicaSync::default()).await;
+    match first {
+        Err(LockError::NotReplicated {
+            acknowledged: 0,
+            required: 1,
+            ..
+        }) => {}
+        other => panic!("a grant no replica acknowledged was given: {other:?}"),
+    }
+    let _second = second.expect("the promoted replica grants the lock to the next client");
+}
+
+/// What a client still connected to the old master gets once it resumes after the
+/// failover, and what a Sentinel locker gets on the new master.
+async fn deposed_master_grants(
+    sync: ReplicaSync,
+) -> (Result<Lease, LockError>, Result<Lease, LockError>) {
+    let setup = Sentinelled::start();
+    // A client that talks to the old master's address (a stale configuration, a client
+    // that has not heard of the failover yet).
+    let stale = Locker::builder()
+        .url(setup.master.url())
+        .command_timeout(SECOND)
+        .replica_sync(sync)
+        .build()
+        .expect("locker on the master");
+    let warm = stale.try_lock("warm", 30 * SECOND).await.expect("acquire");
+    assert!(warm.release().await.expect("release"));
+
+    setup.signal_master("-STOP");
+    setup.until_the_replica_is_named().await;
+    setup.signal_master("-CONT");
+    // The resumed master still believes it is the master (the Sentinel demotes it seconds
+    // later); its replica now follows the new master.
+    let on_old = stale.try_lock("y", 60 * SECOND).await;
+    let locker = setup.locker(ReplicaSync::default());
+    let on_new = locker.lock("y").ttl(60 * SECOND).wait(10 * SECOND).await;
+    (on_old, on_new)
+}
+
+/// Issue 25: a master paused through the failover and resumed grants nothing with the
+/// check (its replica left it); without it (the old behaviour) it grants a lock that the
+/// new master grants too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deposed_master_grants_nothing() {
+    let (on_old, on_new) = deposed_master_grants(ReplicaSync::Off).await;
+    let on_old = on_old.expect("without the check, the deposed master grants");
+    let on_new = on_new.expect("the new master grants");
+    assert_ne!(
+        on_old.token(),
+        on_new.token(),
+        "two holders of `y` at once: the anomaly the check removes"
+    );
+
+    let (on_old, on_new) = deposed_master_grants(ReplicaSync::default()).await;
+    match on_old {
+        Err(LockError::NotReplicated {
+            acknowledged: 0, ..
+        }) => {}
+        other => panic!("the deposed master granted: {other:?}"),
+    }
+    let _on_new = on_new.expect("the new master grants");
+}
+
+/// The index of the node that replicates node `master` of `cluster`.
+fn replica_of(cluster: &RedisCluster, master: usize) -> usize {
+    let id = cluster.node_id(master);
+    let started = Instant::now();
+    let port = loop {
+        let nodes = cluster.nodes[master].command(&["CLUSTER", "NODES"]);
+        let found = nodes
+            .lines()
+            .map(|line| line.split(' ').collect::<Vec<_>>())
+            .find(|fields| fields.len() > 3 && fields[2].contains("slave") && fields[3] == id)
+            .and_then(|fields| fields[1].split(['@', ':']).nth(1)?.parse::<u16>().ok());
+        if let Some(port) = found {
+            break port;
+        }
+        assert!(
+            started.elapsed() < 30 * SECOND,
+            "no replica of node {master} in {nodes}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    cluster
+        .nodes
+        .iter()
+        .position(|node| node.port() == port)
+        .expect("the replica is one of the cluster's nodes")
+}
+
+/// [`grant_then_crash`] on a Cluster of 3 masters with a replica each: the master of the
+/// lock's slot crashes right after the grant, while its replica was stopped.
+async fn cluster_grant_then_crash(
+    sync: ReplicaSync,
+) -> (Result<Lease, LockError>, Result<Lease, LockError>) {
+    let mut cluster = RedisCluster::start(3, 1);
+    let urls = cluster.urls();
+    let on_cluster = |sync| {
+        Locker::builder()
+            .cluster(urls.clone())
+            .command_timeout(SECOND)
+            .replica_sync(sync)
+            .build()
+            .expect("cluster locker")
+    };
+    let key = "lock:{x}";
+    let master = cluster.master_of(key);
+    let replica = replica_of(&cluster, master);
+    until_replica_online(&cluster.nodes[master]);
+    let locker = on_cluster(sync);
+    // Warm: every connection the locker writes on is open (the check's, once it saw the
+    // replicas), so that the try below is no connect to a cluster with a stopped node.
+    for _ in 0..6 {
+        let warm = locker.try_lock("x", 30 * SECOND).await.expect("acquire");
+        assert_eq!(warm.key(), key);
+        assert!(warm.release().await.expect("release"));
+    }
+
+    signal(&cluster.nodes[replica], "-STOP");
+    let client = redis::Client::open(cluster.nodes[master].url()).expect("client");
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connection to the master");
+    let filler = vec![b'f'; 8 << 20];
+    for i in 0..4 {
+        // Same hash tag as the lock: the master of its slot takes it.
+        let () = redis::cmd("SET")
+            .arg(format!("{{x}}:filler:{i}"))
+            .arg(&filler)
+            .query_async(&mut conn)
+            .await
+            .expect("filler");
+    }
+    let first = locker.try_lock("x", 60 * SECOND).await;
+    cluster.nodes[master].kill();
+    signal(&cluster.nodes[replica], "-CONT");
+    let started = Instant::now();
+    while !(cluster.nodes[replica].command(&["ROLE"]).contains("master")
+        && cluster.nodes[replica]
+            .command(&["CLUSTER", "INFO"])
+            .contains("cluster_state:ok"))
+    {
+        assert!(
+            started.elapsed() < 30 * SECOND,
+            "the replica took over the slot"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let other = on_cluster(ReplicaSync::default());
+    let second = other.lock("x").ttl(60 * SECOND).wait(10 * SECOND).await;
+    (first, second)
+}
+
+/// Issue 25 on a Cluster: as [`a_grant_no_replica_has_is_not_given`].
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_a_grant_no_replica_has_is_not_given() {
+    let (first, second) = cluster_grant_then_crash(ReplicaSync::Off).await;
+    let first = first.expect("without the check, the master grants at once");
+    let second = second.expect("the promoted replica grants the lock");
+    assert_ne!(
+        first.token(),
+        second.token(),
+        "two holders of `x` at once: the anomaly the check removes"
+    );
+
+    let (first, second) = cluster_grant_then_crash(ReplicaSync::default()).await;
+    match first {
+        Err(LockError::NotReplicated {
+            acknowledged: 0,
+            required: 1,
+            ..
+        }) => {}
+        other => panic!("a grant no replica acknowledged was given: {other:?}"),
+    }
+    let _second = second.expect("the promoted replica grants the lock to the next client");
+}
+
+/// Issue 25: `inspect` (and `lockctl status`, which prints it) says how many replicas
+/// have a lock's current value.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_says_whether_the_replicas_have_the_value() {
+    let master = RedisServer::start();
+    let replica = RedisServer::start_with(&[&format!("replicaof 127.0.0.1 {}", master.port())]);
+    until_replica_online(&master);
+    let on_master = |sync| {
+        Locker::builder()
+            .url(master.url())
+            .command_timeout(SECOND)
+            .replica_sync(sync)
+            .build()
+            .expect("locker")
+    };
+    let (checked, unchecked) = (
+        on_master(ReplicaSync::default()),
+        on_master(ReplicaSync::Off),
+    );
+    let _held = checked.try_lock("a", 30 * SECOND).await.expect("acquire");
+    let info = checked.inspect("a").await.expect("inspect").expect("held");
+    assert_eq!(info.on_replicas, Some(1), "{info:?}");
+    // Without the check, nothing is counted.
+    let info = unchecked
+        .inspect("a")
+        .await
+        .expect("inspect")
+        .expect("held");
+    assert_eq!(info.on_replicas, None, "{info:?}");
+
+    // A lock taken without the check while the replica is stopped: not on the replica.
+    signal(&replica, "-STOP");
+    let _unreplicated = unchecked.try_lock("b", 30 * SECOND).await.expect("acquire");
+    let info = checked.inspect("b").await.expect("inspect").expect("held");
+    signal(&replica, "-CONT");
+    assert_eq!(info.on_replicas, Some(0), "{info:?}");
+    let info = checked.inspect("b").await.expect("inspect").expect("held");
+    assert_eq!(
+        info.on_replicas,
+        Some(1),
+        "once the replica caught up: {info:?}"
+    );
+}
+
+/// Issue 25: an extension no replica acknowledged does not extend the lease (its validity
+/// stays where it was), and an acquisition no replica acknowledged is undone on the master
+/// (the next client finds the lock free once the replica is back).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unacknowledged_extensions_and_acquisitions_do_not_count() {
+    let master = RedisServer::start();
+    let replica = RedisServer::start_with(&[&format!("replicaof 127.0.0.1 {}", master.port())]);
+    until_replica_online(&master);
+    let locker = Locker::builder()
+        .url(master.url())
+        .command_timeout(SECOND)
+        .sync_timeout(Duration::from_millis(200))
+        .build()
+        .expect("locker");
+    let lease = locker.try_lock("a", 5 * SECOND).await.expect("acquire");
+    let before = lease.expires_in();
+
+    signal(&replica, "-STOP");
+    let extended = lease.extend(60 * SECOND).await;
+    let refused = locker.try_lock("b", 60 * SECOND).await;
+    // A waiting request retries within its wait, then says why.
+    let waited = locker
+        .lock("c")
+        .ttl(60 * SECOND)
+        .wait(Duration::from_millis(700))
+        .await;
+    let b_on_master = master.command(&["EXISTS", "lock:{b}"]);
+    signal(&replica, "-CONT");
+
+    assert!(
+        matches!(extended, Err(LockError::NotReplicated { .. })),
+        "{extended:?}"
+    );
+    assert!(
+        lease.expires_in() <= before,
+        "the lease's validity was not extended: {:?} then {:?}",
+        before,
+        lease.expires_in()
+    );
+    assert!(
+        matches!(refused, Err(LockError::NotReplicated { .. })),
+        "{refused:?}"
+    );
+    assert!(
+        matches!(waited, Err(LockError::NotReplicated { .. })),
+        "{waited:?}"
+    );
+    assert!(
+        b_on_master.starts_with(":0"),
+        "the unacknowledged acquisition was undone: {b_on_master}"
+    );
+    let _b = locker
+        .lock("b")
+        .ttl(60 * SECOND)
+        .wait(5 * SECOND)
+        .await
+        .expect("free once the replica is back");
+}
