@@ -52,6 +52,9 @@
 //! - `unseen-grant`: on a replicated deployment, a lease that no server's `MONITOR` stream
 //!   showed being granted: its origin is unknown, so the failover rules cannot judge it
 //!   ([`failover`]).
+//! - `unexplained-error`: an acquire failed with a Redis error reply (or an error the
+//!   harness cannot classify) while no fault was under way, nor had ended in the last
+//!   five seconds ([`errors`]).
 //!
 //! # What a restart is allowed to break
 //!
@@ -67,6 +70,7 @@
 //! passes its old value (safe, but a loss of liveness).
 
 mod deadline;
+mod errors;
 mod failover;
 mod fences;
 mod ghost;
@@ -512,6 +516,7 @@ pub fn check(history: &History, nodes: usize) -> Report {
     nested::check_siblings(&history.events, &index, &acqs, &mut report);
     liveness::check(&history.events, &acqs, &mut report);
     ghost::check(&history.events, &mut report);
+    errors::check(&history.events, &mut report);
     report
 }
 

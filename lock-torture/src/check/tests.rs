@@ -913,3 +913,48 @@ fn two_sibling_bodies_of_one_key_must_not_run_at_once() {
     });
     assert!(run(events, &[]).passed());
 }
+
+#[test]
+fn a_redis_error_outside_every_fault_is_a_violation() {
+    let error = |kind: FailKind, start_ms: u64| Event::AcquireFailed {
+        client: 0,
+        name: "n".into(),
+        t_start: start_ms * MS,
+        t_end: (start_ms + 1) * MS,
+        kind,
+        message: "CROSSSLOT Keys in request don't hash to the same slot".into(),
+        wait_ms: Some(0),
+        hold: HoldKind::Lock,
+        set: None,
+    };
+    let fault = Event::Fault {
+        kind: "kill".into(),
+        target: "node0".into(),
+        t_start: 10_000 * MS,
+        t_end: 11_000 * MS,
+    };
+    // With no fault at all, a Redis error is unexplained; a connection error is not.
+    let unexplained = run(vec![error(FailKind::Redis, 100)], &[]);
+    assert_eq!(rules_but_liveness(&unexplained), ["unexplained-error"]);
+    let connection = run(vec![error(FailKind::Connection, 100)], &[]);
+    assert!(
+        rules_but_liveness(&connection).is_empty(),
+        "{:?}",
+        connection.violations
+    );
+    // During a fault, or while it settles, it is explained; long after, it is not.
+    let during = run(vec![fault.clone(), error(FailKind::Redis, 10_500)], &[]);
+    assert!(
+        rules_but_liveness(&during).is_empty(),
+        "{:?}",
+        during.violations
+    );
+    let settling = run(vec![fault.clone(), error(FailKind::Other, 14_000)], &[]);
+    assert!(
+        rules_but_liveness(&settling).is_empty(),
+        "{:?}",
+        settling.violations
+    );
+    let after = run(vec![fault, error(FailKind::Redis, 20_000)], &[]);
+    assert_eq!(rules_but_liveness(&after), ["unexplained-error"]);
+}
