@@ -2,12 +2,12 @@
 //! lease election on the locks of this crate: leadership is the election's lock, held with a
 //! fencing token (the term) and renewed; candidates queue for it in FIFO order; the record
 //! observers read is written and announced by the leader alone
-//! ([`backend::election`](crate::backend::election)).
+//! ([`backend::board`](crate::backend::board)).
 
 use std::fmt;
 use std::time::{Duration, SystemTime};
 
-use crate::backend::election::{self as board, Feed, Next, Record};
+use crate::backend::board::{self, Feed, Next, Record};
 use crate::key::LockKeys;
 use crate::token::decode_value;
 use crate::{Lease, LeaseHandle, LockError, Locker};

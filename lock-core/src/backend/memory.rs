@@ -17,8 +17,8 @@ pub(crate) struct Memory {
     state: Mutex<State>,
     /// Semaphores and read-write locks (`crate::prims`), kept apart from the locks.
     permits: std::sync::Arc<crate::backend::permits::memory::MemoryPermits>,
-    /// Elections' records and their announcements (`crate::backend::election`).
-    elections: crate::backend::election::MemoryBoard,
+    /// Elections' records and their announcements (`crate::backend::board`).
+    elections: crate::backend::board::MemoryBoard,
 }
 
 #[derive(Default)]
@@ -49,7 +49,7 @@ impl Memory {
 }
 
 impl Memory {
-    pub(crate) fn elections(&self) -> &crate::backend::election::MemoryBoard {
+    pub(crate) fn elections(&self) -> &crate::backend::board::MemoryBoard {
         &self.elections
     }
 

@@ -10,7 +10,7 @@ use std::time::Duration;
 use crate::key::LockKeys;
 use crate::LockError;
 
-pub(crate) mod election;
+pub(crate) mod board;
 pub(crate) mod lua;
 pub(crate) mod memory;
 pub(crate) mod permits;
