@@ -34,7 +34,11 @@ pub async fn status(target: &Target, args: &StatusArgs) -> Result<u8, Failure> {
         ),
     };
     let held = info.is_some();
-    let (permits, waiting) = permits::of_name(&locker, target, &args.name).await?;
+    let permits::NamePermits {
+        rows: permits,
+        waiting,
+        capacity,
+    } = permits::of_name(&locker, target, &args.name).await?;
     if args.json {
         let mut value = lock_json(
             &args.name,
@@ -46,6 +50,7 @@ pub async fn status(target: &Target, args: &StatusArgs) -> Result<u8, Failure> {
         );
         value["permits"] = permits.iter().map(permit_json).collect();
         value["waiting"] = waiting.into();
+        value["semaphore_permits"] = capacity.into();
         line(&value.to_string())?;
         return Ok(SUCCESS);
     }
@@ -71,6 +76,12 @@ pub async fn status(target: &Target, args: &StatusArgs) -> Result<u8, Failure> {
         "fencing",
         fencing_counter.map_or_else(|| "none".to_owned(), |c| c.to_string()),
     ));
+    if let Some(capacity) = capacity {
+        rows.push((
+            "permits",
+            format!("{capacity} (the semaphore's, as stored)"),
+        ));
+    }
     for row in &permits {
         let what = format!(
             "{} {} (ttl left {})",

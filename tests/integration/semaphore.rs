@@ -252,27 +252,108 @@ async fn cancelled_acquires_leave_nothing_held_in_memory() {
     cancellation_leaves_nothing(Locker::memory(), None).await;
 }
 
+/// Issue 24 defect 5: the capacity is stored with the semaphore, so a request from another
+/// process that asks for a different N is refused (typed error naming both) instead of
+/// being judged by its own N: never two holders of a one-permit semaphore.
+async fn a_disagreeing_capacity_is_refused(one: Locker, other: Locker) {
+    let small = one.semaphore("export", 1);
+    let big = other.semaphore("export", 2);
+    let held = small.try_acquire(10 * SECOND).await.expect("1 of 1");
+    let refused = big.try_acquire(10 * SECOND).await;
+    let holders = small.holders().await.expect("holders");
+    assert_eq!(
+        holders.holders.len(),
+        1,
+        "two holders of a one-permit semaphore"
+    );
+    let err = refused.expect_err("a request for 2 permits of a semaphore stored with 1");
+    assert!(
+        matches!(
+            err,
+            LockError::CapacityMismatch {
+                stored: 1,
+                asked: 2,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    let text = err.to_string();
+    assert!(
+        text.contains("1 permits stored") && text.contains("asked for 2"),
+        "{text}"
+    );
+    assert_eq!(holders.capacity, Some(1));
+    // A waiting request is refused at once too, not after its wait.
+    let begun = std::time::Instant::now();
+    let waited = big.acquire().ttl(10 * SECOND).wait(5 * SECOND).await;
+    assert!(
+        matches!(waited, Err(LockError::CapacityMismatch { .. })),
+        "{waited:?}"
+    );
+    assert!(begun.elapsed() < 4 * SECOND, "refused, not timed out");
+    held.release().await.expect("release");
+    // Idle: the next request's capacity is stored.
+    let a = big
+        .try_acquire(10 * SECOND)
+        .await
+        .expect("1 of 2 once idle");
+    let b = big.try_acquire(10 * SECOND).await.expect("2 of 2");
+    assert!(
+        small.try_acquire(10 * SECOND).await.is_err(),
+        "now stored with 2"
+    );
+    drop((a, b));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_limit_travels_with_each_request() {
+async fn a_disagreeing_capacity_is_refused_across_lockers() {
+    let server = RedisServer::start();
+    let mut both = lockers(&server, 2);
+    let other = both.pop().expect("two lockers");
+    let one = both.pop().expect("two lockers");
+    a_disagreeing_capacity_is_refused(one, other).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_disagreeing_capacity_is_refused_in_memory() {
+    let locker = Locker::memory();
+    a_disagreeing_capacity_is_refused(locker.clone(), locker).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_limit_is_stored_and_changes_once_idle() {
     let server = RedisServer::start();
     let locker = Locker::from_url(&server.url()).expect("locker");
     let two = locker.semaphore("pool", 2);
     let three = locker.semaphore("pool", 3);
+    assert_eq!(two.holders().await.expect("holders").capacity, None, "idle");
     let a = two.try_acquire(10 * SECOND).await.expect("1 of 2");
     let b = two.try_acquire(10 * SECOND).await.expect("2 of 2");
+    assert_eq!(three.holders().await.expect("holders").capacity, Some(2));
     assert!(two.try_acquire(10 * SECOND).await.is_err(), "2 of 2 held");
-    // Raised: admitted at once.
-    let c = three.try_acquire(10 * SECOND).await.expect("3 of 3");
-    // Lowered back: nothing revoked, newcomers wait until fewer than 2 are held.
-    assert_eq!(two.holders().await.expect("holders").holders.len(), 3);
+    // Raising it while in use is refused, with both numbers.
+    match three.try_acquire(10 * SECOND).await {
+        Err(LockError::CapacityMismatch {
+            stored: 2,
+            asked: 3,
+            ..
+        }) => {}
+        other => panic!("expected CapacityMismatch, got {other:?}"),
+    }
     a.release().await.expect("release");
-    assert!(two.try_acquire(10 * SECOND).await.is_err(), "2 still held");
+    assert!(
+        matches!(
+            three.try_acquire(10 * SECOND).await,
+            Err(LockError::CapacityMismatch { .. })
+        ),
+        "still in use by one holder"
+    );
     b.release().await.expect("release");
-    let d = two
-        .try_acquire(10 * SECOND)
-        .await
-        .expect("1 held, 2 allowed");
-    drop((c, d));
+    // Idle: the stored number went with the last holder; 3 now.
+    let c = three.try_acquire(10 * SECOND).await.expect("1 of 3");
+    assert_eq!(two.holders().await.expect("holders").capacity, Some(3));
+    drop(c);
     assert!(matches!(
         locker.semaphore("pool", 0).try_acquire(SECOND).await,
         Err(LockError::Config(_))
@@ -364,5 +445,5 @@ async fn semaphores_run_as_redis_functions_too() {
     assert!(permit.release().await.expect("release"));
     assert!(server
         .command(&["FUNCTION", "LIST"])
-        .contains("lockcore_prims_v3"));
+        .contains("lockcore_prims_v4"));
 }

@@ -5,8 +5,11 @@
 --   ends. A reservation for a waiter whose turn came is a holder whose score is the end of
 --   its claim window: it counts against the capacity, so nobody barges past the queue.
 -- q (ZSET): waiters in arrival order; member = waiter id, score = arrival (server us).
--- e (HASH): waiter id -> "<expiry ms> <capacity> <weight> <channel length> <channel><value>"
---   (until when the entry counts, the waiter's own capacity and weight, where to tell it).
+-- e (HASH): field "cap": the capacity stored with the name (set by the first request while
+--   it is idle; every request must agree with it while anyone holds or waits); and waiter
+--   id -> "<expiry ms> <capacity> <weight> <channel length> <channel><value>" (until when
+--   the entry counts, the waiter's capacity and weight, where to tell it). Waiter ids are
+--   hex tokens, never "cap". The hash lives as long as the last permit or queue entry.
 -- Times are the server's (TIME), never a client's clock.
 
 local function clock()
@@ -40,11 +43,14 @@ local function first_end(h, now)
   return -1
 end
 
--- The holders key lives as long as its last permit.
-local function keep_holders(h, now)
+-- The holders key, and the entries hash with the stored capacity, live as long as the last
+-- permit (the entries hash longer if a queue entry needs it).
+local function keep_holders(h, e, now)
   local last = redis.call('ZRANGE', h, -1, -1, 'WITHSCORES')
   if last[2] then
-    redis.call('PEXPIRE', h, num(math.max(tonumber(last[2]) - now, 1)))
+    local ms = math.max(tonumber(last[2]) - now, 1)
+    redis.call('PEXPIRE', h, num(ms))
+    if redis.call('PTTL', e) < ms then redis.call('PEXPIRE', e, num(ms)) end
   end
 end
 
@@ -85,7 +91,7 @@ end
 -- blocked waiter is told when to look again.
 -- Returns: whether `me` took its permit, `me`'s place among the blocked waiters (0 = first,
 -- -1 = not blocked), whether anyone is blocked, and the total weight held afterwards.
-local function admit(h, q, e, now, window, sum, me, ttl, announce)
+local function admit(h, q, e, now, window, sum, cap, me, ttl, announce)
   local blocked, place, taken, handed = nil, -1, false, false
   for _, id in ipairs(redis.call('ZRANGE', q, 0, -1)) do
     local ent = entry_of(e, id)
@@ -95,7 +101,7 @@ local function admit(h, q, e, now, window, sum, me, ttl, announce)
       local member = num(ent.weight) .. ' ' .. ent.value
       if redis.call('ZSCORE', h, member) then
         -- Reserved already (it counts in `sum`).
-      elseif blocked == nil and sum + ent.weight <= ent.cap then
+      elseif blocked == nil and sum + ent.weight <= (cap or ent.cap) then
         sum = sum + ent.weight
         handed = true
         if id == me then

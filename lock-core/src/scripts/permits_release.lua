@@ -10,9 +10,13 @@ local ours = held and tonumber(held) > now
 redis.call('ZREM', h, ARGV[1])
 if ARGV[3] ~= '' then dequeue(q, e, ARGV[3]) end
 local sum = load(h, now)
+local cap = tonumber(redis.call('HGET', e, 'cap'))
 if redis.call('EXISTS', q) == 1 then
-  admit(h, q, e, now, tonumber(ARGV[2]), sum, '', 0, true)
+  admit(h, q, e, now, tonumber(ARGV[2]), sum, cap, '', 0, true)
+elseif redis.call('EXISTS', h) == 0 then
+  -- Idle: the stored capacity goes with the last holder.
+  redis.call('DEL', e)
 end
-keep_holders(h, now)
+keep_holders(h, e, now)
 if ours then return 1 end
 return 0

@@ -93,6 +93,19 @@ pub(crate) enum Attempt {
         /// Our place among the blocked waiters (0 = first), for a queued attempt.
         place: Option<u64>,
     },
+    /// The name is in use with another capacity (stored with it): nothing was changed.
+    Mismatch {
+        stored: u64,
+    },
+}
+
+/// What `holders` reads: the live holders, how many requests wait, and the capacity stored
+/// with the name (`None` while it is idle).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct RawHolders {
+    pub holders: Vec<RawHolder>,
+    pub waiting: u64,
+    pub capacity: Option<u64>,
 }
 
 /// One holder, as listed by `holders`.
@@ -159,8 +172,8 @@ impl Store {
         }
     }
 
-    /// The live holders, and how many requests wait.
-    pub async fn holders(&self, keys: &PermitKeys) -> Result<(Vec<RawHolder>, u64), LockError> {
+    /// The live holders, how many requests wait, and the stored capacity.
+    pub async fn holders(&self, keys: &PermitKeys) -> Result<RawHolders, LockError> {
         match self {
             Store::Server(server) => redis::holders(server, keys).await,
             Store::Memory(memory) => Ok(memory.holders(keys)),
