@@ -122,7 +122,17 @@ async fn a_crashed_holders_permit_returns_at_its_ttl_by_the_servers_clock() {
         .nth(2)
         .and_then(|l| l.parse().ok())
         .expect("TIME");
-    let score = server.command(&["ZRANGE", "lock:{jobs}:sem", "0", "0", "WITHSCORES"]);
+    // (The set's state members have scores <= 0; holders' scores are their ends.)
+    let score = server.command(&[
+        "ZRANGEBYSCORE",
+        "lock:{jobs}:sem",
+        "(0",
+        "+inf",
+        "WITHSCORES",
+        "LIMIT",
+        "0",
+        "1",
+    ]);
     let end: i64 = score
         .lines()
         .nth(4)
@@ -184,6 +194,56 @@ async fn waiters_are_served_in_arrival_order_with_few_calls() {
     // safety-net look); a herd would wake every waiter at every release.
     let calls = script_calls(&server) - before;
     assert!(calls <= 8 * 5 + 2, "{calls} script calls for 8 waiters");
+}
+
+/// Every command the server executed so far (script bodies' calls included), but INFO.
+fn all_calls(server: &RedisServer) -> u64 {
+    server
+        .command(&["INFO", "commandstats"])
+        .lines()
+        .filter(|line| line.starts_with("cmdstat_") && !line.starts_with("cmdstat_info:"))
+        .filter_map(|line| {
+            line.split("calls=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
+}
+
+/// Redis calls of one try + release of a permit of `semaphore` (nobody waits).
+async fn cycle_calls(server: &RedisServer, semaphore: &lock_core::Semaphore) -> u64 {
+    let before = all_calls(server);
+    let permit = semaphore.try_acquire(10 * SECOND).await.expect("permit");
+    assert!(permit.release().await.expect("release"));
+    all_calls(server) - before
+}
+
+/// Issue 26: a permit costs a fixed number of Redis calls (scripts' own calls counted),
+/// however many others hold permits: nothing sums or walks the holders, and the
+/// uncontended cycle is at most 10 calls (it was 17: TIME twice, a sweep, a ZRANGE of every
+/// holder, queue look-ups, expiry re-arming).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permit_costs_the_same_calls_with_one_or_many_holders() {
+    let server = RedisServer::start();
+    let locker = Locker::from_url(&server.url()).expect("locker");
+    let alone = locker.semaphore("alone", 10_000);
+    cycle_calls(&server, &alone).await; // loads the scripts (NOSCRIPT, EVAL)
+    let idle = cycle_calls(&server, &alone).await;
+    assert!(idle <= 10, "{idle} Redis calls for an uncontended permit");
+    let crowded = locker.semaphore("crowded", 10_000);
+    let mut held = Vec::new();
+    for _ in 0..1_000 {
+        held.push(crowded.try_acquire(60 * SECOND).await.expect("permit"));
+    }
+    let busy = cycle_calls(&server, &crowded).await;
+    assert!(
+        busy <= idle,
+        "{busy} Redis calls with 1,000 holders, {idle} with none"
+    );
+    drop(held);
 }
 
 /// Drops acquires at random points (before, during and after the hand-off of a permit
