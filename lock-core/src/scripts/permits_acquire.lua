@@ -7,7 +7,8 @@
 -- window ms
 -- Returns {-1, the stored capacity, -1} when ARGV[3] disagrees with the capacity stored
 -- while the name is in use (nothing is changed), {1, 0, -1} when taken, {0, ms until the
--- first permit ends (-1: none), our place among the waiters (-1 for a plain try)} when not.
+-- first permit ends (-1: none, or not read for a waiter behind the first two), our place
+-- among the waiters (-1 for a plain try)} when not.
 local h, q, e = KEYS[1], KEYS[2], KEYS[3]
 local member, ttl = ARGV[1], tonumber(ARGV[2])
 local cap, weight = tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -47,6 +48,9 @@ local place = -1
 if me ~= '' then
   local expiry = now + tonumber(ARGV[7]) + window
   if redis.call('ZADD', q, 'NX', num(now_us), me) == 1 then
+    -- Everyone in the queue is blocked (the walk above stopped at its head): a newcomer's
+    -- place is the queue's size.
+    place = st.nq
     local ent = { cap = cap, weight = weight, channel = ARGV[6],
                   value = string.sub(member, #ARGV[4] + 2) }
     redis.call('HSET', e, me, encode(expiry, ent))
@@ -54,9 +58,15 @@ if me ~= '' then
     st.dirty = true
     if st.nq == 1 then st.rearm = true end
     keep(st, expiry, now)
+  else
+    place = redis.call('ZRANK', q, me) or -1
   end
-  place = redis.call('ZRANK', q, me) or -1
 end
-local left = first_end(h, st, now)
+-- The first end matters to a plain try (its Busy error says when to retry) and to the
+-- first two waiters (when to look again); the others wait for their turn message.
+local left = -1
+if me == '' or place <= 1 then
+  left = first_end(h, st, now)
+end
 save(h, q, e, st)
 return {0, left, place}

@@ -205,7 +205,13 @@ local function admit(h, q, e, st, now, window, me, ttl)
       end
     end
     if blocked and blocked.id ~= me then
-      tell(h, blocked.ent, blocked.id, 'h', first_end(h, st, now))
+      -- When to look again: by the first end if known, else by the bound on it (a lower
+      -- bound, never later than the true first end: at worst an early look), and at the
+      -- latest when the reservations just made lapse.
+      local at = now + window
+      if st.first then at = math.min(at, st.first)
+      elseif st.lo > now then at = math.min(at, st.lo) end
+      tell(h, blocked.ent, blocked.id, 'h', at - now)
     end
   end
   return taken
