@@ -26,6 +26,7 @@ st.cap = cap
 -- Reserved for us (or taken by an attempt whose reply was lost): claim it.
 if mine and mine > now then
   redis.call('ZADD', h, 'XX', num(now + ttl), member)
+  if me ~= '' then redis.call('HDEL', e, me) end
   keep(st, now + ttl, now)
   save(h, q, e, st)
   return {1, 0, -1}

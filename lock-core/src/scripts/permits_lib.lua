@@ -21,7 +21,9 @@
 -- q (ZSET): waiters not yet handed a permit, in arrival order; member = waiter id, score =
 --   arrival (server us). A waiter handed its permit leaves the queue.
 -- e (HASH): waiter id -> "<expiry ms> <capacity> <weight> <channel length> <channel><value>"
---   (until when the entry counts, the capacity it asked for, its weight, where to tell it).
+--   (until when the entry counts, the capacity it asked for, its weight, where to tell it),
+--   for every waiter in the queue and every reservation not claimed yet (whose waiter it
+--   is; gone at the claim, or with the keys once the name falls idle).
 -- Times are the server's (TIME), never a client's clock.
 
 local function clock()
@@ -160,11 +162,12 @@ local function admit(h, q, e, st, now, window, me, ttl)
       break
     end
     local raws = redis.call('HMGET', e, unpack(ids))
-    local gone = {}
+    local gone, dropped, reserved = {}, {}, {}
     for i, id in ipairs(ids) do
       local ent = entry_of(raws[i])
       if not ent or ent.expiry <= now then
         gone[#gone + 1] = id
+        dropped[#dropped + 1] = id
       elseif st.held + ent.weight <= st.cap then
         gone[#gone + 1] = id
         st.held = st.held + ent.weight
@@ -173,10 +176,15 @@ local function admit(h, q, e, st, now, window, me, ttl)
         if id == me then
           add(st, now + ttl, member)
           keep(st, now + ttl, now)
+          dropped[#dropped + 1] = id
           taken = true
         else
           add(st, now + window, member)
           keep(st, now + window, now)
+          -- The entry stays (not in the queue) until the claim, counting for the claim
+          -- window only: it says whose the reservation is.
+          reserved[#reserved + 1] = id
+          reserved[#reserved + 1] = encode(now + window, ent)
           tell(h, ent, id, 'g', window)
         end
       else
@@ -186,10 +194,11 @@ local function admit(h, q, e, st, now, window, me, ttl)
     end
     if #gone > 0 then
       redis.call('ZREM', q, unpack(gone))
-      redis.call('HDEL', e, unpack(gone))
       st.nq = st.nq - #gone
       st.dirty = true
     end
+    if #dropped > 0 then redis.call('HDEL', e, unpack(dropped)) end
+    if #reserved > 0 then redis.call('HSET', e, unpack(reserved)) end
     if not blocked and #ids < batch then
       -- The whole queue was read, and every entry left it.
       st.nq = 0

@@ -16,20 +16,23 @@ if mine then
   st.held = st.held - weight_of(member)
   st.dirty = true
 end
-if leaving ~= '' and st.nq > 0 and redis.call('ZREM', q, leaving) == 1 then
-  redis.call('HDEL', e, leaving)
-  st.nq = st.nq - 1
-  st.dirty = true
+if leaving ~= '' then
+  -- Its entry: in the queue, or beside a reservation it did not claim.
+  if redis.call('HDEL', e, leaving) == 1 and st.nq > 0 and redis.call('ZREM', q, leaving) == 1 then
+    st.nq = st.nq - 1
+    st.dirty = true
+  end
 end
 if st.held <= 0 and st.nq <= 0 then
-  -- Idle: the state (and the stored capacity) goes with the last holder.
-  redis.call('DEL', h)
+  -- Idle: the state (and the stored capacity) goes with the last holder, and with it any
+  -- entry of a reservation never claimed.
+  redis.call('DEL', h, e)
 else
   if mine then redis.call('ZREM', h, member) end
   sweep(h, st, now)
   if st.nq > 0 then admit(h, q, e, st, now, tonumber(ARGV[2]), '', 0) end
   if st.held <= 0 and st.nq <= 0 then
-    redis.call('DEL', h)
+    redis.call('DEL', h, e)
   else
     save(h, q, e, st)
   end
