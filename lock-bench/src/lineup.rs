@@ -35,6 +35,17 @@ pub const HOT_RSLOCK: &str = "rslock 0.10, N managers";
 pub const PERMITS_SHARED: &str = "lock-core semaphore, 1 locker (64 tasks)";
 pub const PERMITS_SEPARATE: &str = "lock-core semaphore, 64 lockers";
 pub const PERMITS_SHARDED: &str = "lock-core Locker, 8 names (8 tasks each), 1 locker";
+pub const PERMITS_FEW_WAITING: &str = "lock-core semaphore, 1 locker (16 tasks: 8 waiting)";
+pub const PERMITS_MANY_WAITING: &str = "lock-core semaphore, 1 locker (72 tasks: 64 waiting)";
+pub const PERMITS_HOLDERS: &str = "lock-core semaphore, try + release";
+
+/// S6's cost with many holders: one locker, or None when filtered out.
+pub fn permit_holders(endpoints: &Endpoints, filter: &Filter) -> Result<Option<Locker>, String> {
+    if !filter.keeps(PERMITS_HOLDERS) {
+        return Ok(None);
+    }
+    locker(std::slice::from_ref(&endpoints.single), "s6-many:").map(Some)
+}
 
 /// Where the contenders connect.
 #[derive(Debug, Clone)]
@@ -187,6 +198,26 @@ pub fn permits(endpoints: &Endpoints, filter: &Filter) -> Result<Vec<s6_permits:
             names: one_name,
             capacity: PERMITS,
         });
+    }
+    // The semaphore's cost per acquisition as its queue grows: 8 and 64 waiting (beside
+    // the 56 of the row above).
+    for (label, tasks) in [
+        (PERMITS_FEW_WAITING, 2 * PERMITS),
+        (PERMITS_MANY_WAITING, 9 * PERMITS),
+    ] {
+        if filter.keeps(label) {
+            let shared = Arc::new(Any::Semaphore(Semaphore::new(
+                locker(single, "s6-sem:")?,
+                PERMITS as u64,
+                label,
+            )));
+            groups.push(s6_permits::Group {
+                label: label.into(),
+                members: vec![shared; tasks],
+                names: vec![format!("s6-{tasks}")],
+                capacity: PERMITS,
+            });
+        }
     }
     if filter.keeps(PERMITS_SHARDED) {
         let shared = Arc::new(Any::Core(Core::new(

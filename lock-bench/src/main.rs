@@ -32,7 +32,9 @@ use lineup::{Endpoints, Filter};
 use machine::Machine;
 use probe::Probe;
 use report::{Report, RunSettings};
-use scenarios::{renewal, s1_latency, s2_throughput, s3_hot, s4_redlock, s5_overrun, s6_permits};
+use scenarios::{
+    renewal, s1_latency, s2_throughput, s3_hot, s4_redlock, s5_overrun, s6_holders, s6_permits,
+};
 use servers::{start_cluster, start_sentinel, start_servers};
 
 /// Why the run stopped.
@@ -271,6 +273,29 @@ async fn run(args: Args) -> Result<(), Failure> {
             }),
         );
         report.s6 = Some(table);
+        if let Some(locker) = lineup::permit_holders(&endpoints, &filter).map_err(Failure::Setup)? {
+            let table = s6_holders::run(
+                &locker,
+                lineup::PERMITS_HOLDERS,
+                settings.run_for,
+                settings.reps,
+                &probe,
+            )
+            .await;
+            print_section(&report::s6_holders_title(), &table.markdown());
+            report.check(
+                "S6",
+                table.rows.iter().map(|r| {
+                    (
+                        format!("{} with {} holders", table.label, r.holders),
+                        r.failures,
+                        r.first_error.clone(),
+                        r.cycles_per_s.median > 0.0,
+                    )
+                }),
+            );
+            report.s6_holders = Some(table);
+        }
     }
 
     if args.runs(Scenario::Renewal) {

@@ -8,11 +8,12 @@ use serde::Serialize;
 
 use crate::lineup::{
     CORE, CORE_RENEW, HOT_CORE_SEPARATE, HOT_CORE_SHARED, HOT_NAIVE, HOT_RSLOCK, MACRO_PLAIN,
-    MACRO_RENEW, PERMITS_SEPARATE, PERMITS_SHARED, RSLOCK, SEMAPHORE,
+    MACRO_RENEW, PERMITS_FEW_WAITING, PERMITS_MANY_WAITING, PERMITS_SEPARATE, PERMITS_SHARDED,
+    PERMITS_SHARED, RSLOCK, SEMAPHORE,
 };
 use crate::machine::Machine;
 use crate::scenarios::{
-    renewal, s1_latency, s2_throughput, s3_hot, s4_redlock, s5_overrun, s6_permits,
+    renewal, s1_latency, s2_throughput, s3_hot, s4_redlock, s5_overrun, s6_holders, s6_permits,
 };
 use crate::stats::{ratio, show_ratio, Spread};
 
@@ -33,6 +34,7 @@ pub struct Report {
     pub s4: Option<s4_redlock::Table>,
     pub s5: Option<s5_overrun::Table>,
     pub s6: Option<s6_permits::Table>,
+    pub s6_holders: Option<s6_holders::Table>,
     pub renewal: Option<renewal::Table>,
     pub targets: Vec<Target>,
     /// Runs that measured nothing, or failed operations.
@@ -59,6 +61,7 @@ impl Report {
             s4: None,
             s5: None,
             s6: None,
+            s6_holders: None,
             renewal: None,
             targets: Vec::new(),
             problems: Vec::new(),
@@ -140,6 +143,9 @@ impl Report {
         if let Some(t) = &self.s6 {
             sections.push((s6_title(), t.markdown()));
         }
+        if let Some(t) = &self.s6_holders {
+            sections.push((s6_holders_title(), t.markdown()));
+        }
         if let Some(t) = &self.renewal {
             sections.push((renewal_title(t), t.markdown()));
         }
@@ -183,9 +189,9 @@ impl Report {
             let semaphore = ratio(vs_raw(SEMAPHORE).median, vs_raw(CORE).median);
             targets.push(target(
                 "S1",
-                &format!("{SEMAPHORE} p50 vs {CORE} (shown beside)"),
+                &format!("{SEMAPHORE} p50 ≤ 1.10x {CORE}'s"),
                 show_ratio(semaphore),
-                None,
+                semaphore.is_finite().then_some(semaphore <= 1.10),
             ));
             for (macro_label, by_hand) in [(MACRO_RENEW, CORE_RENEW), (MACRO_PLAIN, CORE)] {
                 let r = ratio(vs_raw(macro_label).median, vs_raw(by_hand).median);
@@ -215,6 +221,43 @@ impl Report {
                 ),
                 core.median.is_finite().then_some(core.median >= 0.9),
             ));
+            let s2_row = |label: &str| s2.rows.iter().find(|r| r.contender == label);
+            if let (Some(sem), Some(lock)) = (s2_row(SEMAPHORE), s2_row(CORE)) {
+                let v = sem.vs_raw.median;
+                targets.push(target(
+                    "S2",
+                    &format!("{SEMAPHORE} at least 0.85x of raw"),
+                    sem.vs_raw.show_ratio(),
+                    v.is_finite().then_some(v >= 0.85),
+                ));
+                let calls = sem.redis_calls_per_cycle.median;
+                targets.push(target(
+                    "S2",
+                    &format!(
+                        "{SEMAPHORE}: uncontended cycle ≤ 6 Redis calls (scripts' calls included)"
+                    ),
+                    format!(
+                        "{calls:.2} (lock: {:.2})",
+                        lock.redis_calls_per_cycle.median
+                    ),
+                    calls.is_finite().then_some(calls <= 6.0),
+                ));
+                let cpu = ratio(
+                    sem.redis_cpu_us_per_cycle.median,
+                    lock.redis_cpu_us_per_cycle.median,
+                );
+                targets.push(target(
+                    "S2",
+                    &format!("{SEMAPHORE}: Redis CPU per cycle ≤ 1.5x the lock's"),
+                    format!(
+                        "{} ({:.1} vs {:.1} µs)",
+                        show_ratio(cpu),
+                        sem.redis_cpu_us_per_cycle.median,
+                        lock.redis_cpu_us_per_cycle.median
+                    ),
+                    cpu.is_finite().then_some(cpu <= 1.5),
+                ));
+            }
             for (macro_label, by_hand) in [(MACRO_RENEW, CORE_RENEW), (MACRO_PLAIN, CORE)] {
                 let r = ratio(vs_raw(macro_label).median, vs_raw(by_hand).median);
                 targets.push(target(
@@ -347,6 +390,69 @@ impl Report {
                 ));
             }
         }
+        if let Some(s6) = &self.s6 {
+            let row = |label: &str| s6.rows.iter().find(|r| r.contender == label);
+            for label in [PERMITS_SHARED, PERMITS_SEPARATE] {
+                let Some(found) = row(label) else { continue };
+                let occupancy = found.occupancy.median;
+                targets.push(target(
+                    "S6",
+                    &format!("{label}: occupancy ≥ 0.70"),
+                    format!(
+                        "{:.2} ({PERMITS_SHARDED}: {})",
+                        occupancy,
+                        row(PERMITS_SHARDED).map_or("–".into(), |r| r.occupancy.show(2))
+                    ),
+                    occupancy.is_finite().then_some(occupancy >= 0.70),
+                ));
+                let gap = found.handoff_p50_us.median;
+                targets.push(target(
+                    "S6",
+                    &format!("{label}: hand-off p50 ≤ 600 µs"),
+                    format!("{gap:.0}"),
+                    gap.is_finite().then_some(gap <= 600.0),
+                ));
+            }
+            let calls: Vec<(usize, f64)> =
+                [PERMITS_FEW_WAITING, PERMITS_SHARED, PERMITS_MANY_WAITING]
+                    .iter()
+                    .filter_map(|label| row(label))
+                    .map(|r| (r.tasks - r.capacity, r.redis_calls_per_acquisition.median))
+                    .collect();
+            if !calls.is_empty() {
+                let all_finite = calls.iter().all(|(_, c)| c.is_finite());
+                targets.push(target(
+                    "S6",
+                    "semaphore, 1 locker: ≤ 10 Redis calls per acquisition, 8 to 64 waiting",
+                    calls
+                        .iter()
+                        .map(|(w, c)| format!("{w} waiting: {c:.1}"))
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    all_finite.then(|| calls.iter().all(|(_, c)| *c <= 10.0)),
+                ));
+            }
+        }
+        if let Some(t) = &self.s6_holders {
+            for (what, spread) in [
+                ("p50", t.spread_of(|r| r.p50_us.median)),
+                (
+                    "Redis CPU per cycle",
+                    t.spread_of(|r| r.redis_cpu_us_per_cycle.median),
+                ),
+                (
+                    "Redis calls per cycle",
+                    t.spread_of(|r| r.redis_calls_per_cycle.median),
+                ),
+            ] {
+                targets.push(target(
+                    "S6",
+                    &format!("semaphore try + release with 1, 100, 10,000 holders: {what} flat within 1.5x"),
+                    format!("largest / smallest {}", show_ratio(spread)),
+                    spread.is_finite().then_some(spread <= 1.5),
+                ));
+            }
+        }
         self.targets = targets;
     }
 }
@@ -408,6 +514,10 @@ pub fn s6_title() -> String {
         s6_permits::TASKS,
         s6_permits::PERMITS
     )
+}
+
+pub fn s6_holders_title() -> String {
+    "S6, cost with many holders (one task: try + release of one permit while 0, 99 and 9,999 others are held)".into()
 }
 
 pub fn renewal_title(t: &renewal::Table) -> String {

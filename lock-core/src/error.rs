@@ -87,6 +87,22 @@ pub enum LockError {
         retry_after: Option<Duration>,
     },
 
+    /// A semaphore's number of permits is stored with it (in Redis, or in the in-memory
+    /// store) by the first request while it is idle, and every request must agree with it
+    /// while anyone holds a permit or waits: this one asked for a different number. Nothing
+    /// was taken and the request did not wait. Give every process the same number for a
+    /// name; to change it, let the semaphore fall idle (no holder, no waiter: the next
+    /// request stores its own number) or use another name.
+    #[error("semaphore `{name}` has {stored} permits stored (set by the requests that hold or wait on it), but this request asked for {asked}; use the same number of permits for this name in every process, or change it only once nobody holds or waits (then the next request stores its own number)")]
+    CapacityMismatch {
+        /// The semaphore's name.
+        name: String,
+        /// The number of permits stored with the semaphore.
+        stored: u64,
+        /// The number this request asked for.
+        asked: u64,
+    },
+
     /// The lease is no longer ours: it expired (the holder overran its TTL), was released,
     /// or was deleted by someone else. Work done under it may have overlapped another holder.
     #[error("lock `{name}` is no longer held by this lease (it expired or was removed); stop the work it guards, or use a longer TTL or auto-renewal")]
@@ -232,6 +248,7 @@ impl LockError {
             LockError::Busy { name, .. }
             | LockError::Timeout { name, .. }
             | LockError::LimitReached { name, .. }
+            | LockError::CapacityMismatch { name, .. }
             | LockError::Lost { name }
             | LockError::WrongType { name, .. }
             | LockError::Connection { name, .. }

@@ -113,6 +113,7 @@ impl Failure {
             ),
             LockError::InvalidName { .. }
             | LockError::InvalidDuration { .. }
+            | LockError::CapacityMismatch { .. }
             | LockError::Config(_) => Failure::usage(err.to_string()),
             other => Failure::internal(other.to_string()),
         }

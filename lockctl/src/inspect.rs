@@ -36,7 +36,11 @@ pub async fn status(target: &Target, args: &StatusArgs) -> Result<u8, Failure> {
         ),
     };
     let held = info.is_some();
-    let (permits, waiting) = permits::of_name(&locker, target, &args.name).await?;
+    let permits::NamePermits {
+        rows: permits,
+        waiting,
+        capacity,
+    } = permits::of_name(&locker, target, &args.name).await?;
     let code = if held || !permits.is_empty() {
         SUCCESS
     } else {
@@ -55,6 +59,7 @@ pub async fn status(target: &Target, args: &StatusArgs) -> Result<u8, Failure> {
         value["on_replicas"] = info.as_ref().and_then(|i| i.on_replicas).into();
         value["permits"] = permits.iter().map(permit_json).collect();
         value["waiting"] = waiting.into();
+        value["semaphore_permits"] = capacity.into();
         line(&value.to_string())?;
         return Ok(code);
     }
@@ -89,6 +94,12 @@ pub async fn status(target: &Target, args: &StatusArgs) -> Result<u8, Failure> {
         "fencing",
         fencing_counter.map_or_else(|| "none".to_owned(), |c| c.to_string()),
     ));
+    if let Some(capacity) = capacity {
+        rows.push((
+            "permits",
+            format!("{capacity} (the semaphore's, as stored)"),
+        ));
+    }
     for row in &permits {
         let what = format!(
             "{} {} (ttl left {})",

@@ -22,16 +22,25 @@ pub struct PermitRow {
     pub remaining: Duration,
 }
 
-/// Holders of `name`'s semaphore and read-write lock, and how many requests wait for them.
-pub async fn of_name(
-    locker: &Locker,
-    target: &Target,
-    name: &str,
-) -> Result<(Vec<PermitRow>, u64), Failure> {
+/// What `status` shows of a name's semaphore and read-write lock.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NamePermits {
+    /// Every holder of either.
+    pub rows: Vec<PermitRow>,
+    /// Requests waiting for either.
+    pub waiting: u64,
+    /// The semaphore's number of permits as stored with it (`None` while it is idle).
+    pub capacity: Option<u64>,
+}
+
+/// Holders of `name`'s semaphore and read-write lock, how many requests wait for them, and
+/// the semaphore's stored number of permits.
+pub async fn of_name(locker: &Locker, target: &Target, name: &str) -> Result<NamePermits, Failure> {
     let fail = |err: lock_core::LockError| Failure::from_lock_error(&err, &target.shown_url);
     let semaphore = locker.semaphore(name, 1).holders().await.map_err(fail)?;
     let rwlock = locker.rwlock(name).holders().await.map_err(fail)?;
     let waiting = semaphore.waiting + rwlock.waiting;
+    let capacity = semaphore.capacity;
     let mut rows = Vec::new();
     for (holders, suffix) in [(semaphore, "sem"), (rwlock, "rw")] {
         for holder in holders.holders {
@@ -48,7 +57,11 @@ pub async fn of_name(
             });
         }
     }
-    Ok((rows, waiting))
+    Ok(NamePermits {
+        rows,
+        waiting,
+        capacity,
+    })
 }
 
 /// Every holder of a semaphore or read-write lock whose name matches the glob `pattern`
@@ -95,7 +108,7 @@ pub async fn matching(
     names.dedup();
     let mut rows = Vec::new();
     for name in names {
-        rows.extend(of_name(locker, target, &name).await?.0);
+        rows.extend(of_name(locker, target, &name).await?.rows);
     }
     Ok(rows)
 }

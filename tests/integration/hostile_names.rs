@@ -135,7 +135,7 @@ async fn permits(locker: &Locker, other: &Locker, name: &str) -> Result<(), Stri
     )?;
     let third = semaphore.try_acquire(30 * SECOND).await;
     expect(
-        matches!(third, Err(LockError::Busy { .. })),
+        matches!(third, Err(LockError::LimitReached { .. })),
         "a third permit of two is busy",
         name,
     )?;

@@ -122,7 +122,17 @@ async fn a_crashed_holders_permit_returns_at_its_ttl_by_the_servers_clock() {
         .nth(2)
         .and_then(|l| l.parse().ok())
         .expect("TIME");
-    let score = server.command(&["ZRANGE", "lock:{jobs}:sem", "0", "0", "WITHSCORES"]);
+    // (The set's state members have scores <= 0; holders' scores are their ends.)
+    let score = server.command(&[
+        "ZRANGEBYSCORE",
+        "lock:{jobs}:sem",
+        "(0",
+        "+inf",
+        "WITHSCORES",
+        "LIMIT",
+        "0",
+        "1",
+    ]);
     let end: i64 = score
         .lines()
         .nth(4)
@@ -184,6 +194,56 @@ async fn waiters_are_served_in_arrival_order_with_few_calls() {
     // safety-net look); a herd would wake every waiter at every release.
     let calls = script_calls(&server) - before;
     assert!(calls <= 8 * 5 + 2, "{calls} script calls for 8 waiters");
+}
+
+/// Every command the server executed so far (script bodies' calls included), but INFO.
+fn all_calls(server: &RedisServer) -> u64 {
+    server
+        .command(&["INFO", "commandstats"])
+        .lines()
+        .filter(|line| line.starts_with("cmdstat_") && !line.starts_with("cmdstat_info:"))
+        .filter_map(|line| {
+            line.split("calls=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
+}
+
+/// Redis calls of one try + release of a permit of `semaphore` (nobody waits).
+async fn cycle_calls(server: &RedisServer, semaphore: &lock_core::Semaphore) -> u64 {
+    let before = all_calls(server);
+    let permit = semaphore.try_acquire(10 * SECOND).await.expect("permit");
+    assert!(permit.release().await.expect("release"));
+    all_calls(server) - before
+}
+
+/// Issue 26: a permit costs a fixed number of Redis calls (scripts' own calls counted),
+/// however many others hold permits: nothing sums or walks the holders, and the
+/// uncontended cycle is at most 10 calls (it was 17: TIME twice, a sweep, a ZRANGE of every
+/// holder, queue look-ups, expiry re-arming).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permit_costs_the_same_calls_with_one_or_many_holders() {
+    let server = RedisServer::start();
+    let locker = Locker::from_url(&server.url()).expect("locker");
+    let alone = locker.semaphore("alone", 10_000);
+    cycle_calls(&server, &alone).await; // loads the scripts (NOSCRIPT, EVAL)
+    let idle = cycle_calls(&server, &alone).await;
+    assert!(idle <= 10, "{idle} Redis calls for an uncontended permit");
+    let crowded = locker.semaphore("crowded", 10_000);
+    let mut held = Vec::new();
+    for _ in 0..1_000 {
+        held.push(crowded.try_acquire(60 * SECOND).await.expect("permit"));
+    }
+    let busy = cycle_calls(&server, &crowded).await;
+    assert!(
+        busy <= idle,
+        "{busy} Redis calls with 1,000 holders, {idle} with none"
+    );
+    drop(held);
 }
 
 /// Drops acquires at random points (before, during and after the hand-off of a permit
@@ -252,27 +312,108 @@ async fn cancelled_acquires_leave_nothing_held_in_memory() {
     cancellation_leaves_nothing(Locker::memory(), None).await;
 }
 
+/// Issue 24 defect 5: the capacity is stored with the semaphore, so a request from another
+/// process that asks for a different N is refused (typed error naming both) instead of
+/// being judged by its own N: never two holders of a one-permit semaphore.
+async fn a_disagreeing_capacity_is_refused(one: Locker, other: Locker) {
+    let small = one.semaphore("export", 1);
+    let big = other.semaphore("export", 2);
+    let held = small.try_acquire(10 * SECOND).await.expect("1 of 1");
+    let refused = big.try_acquire(10 * SECOND).await;
+    let holders = small.holders().await.expect("holders");
+    assert_eq!(
+        holders.holders.len(),
+        1,
+        "two holders of a one-permit semaphore"
+    );
+    let err = refused.expect_err("a request for 2 permits of a semaphore stored with 1");
+    assert!(
+        matches!(
+            err,
+            LockError::CapacityMismatch {
+                stored: 1,
+                asked: 2,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    let text = err.to_string();
+    assert!(
+        text.contains("1 permits stored") && text.contains("asked for 2"),
+        "{text}"
+    );
+    assert_eq!(holders.capacity, Some(1));
+    // A waiting request is refused at once too, not after its wait.
+    let begun = std::time::Instant::now();
+    let waited = big.acquire().ttl(10 * SECOND).wait(5 * SECOND).await;
+    assert!(
+        matches!(waited, Err(LockError::CapacityMismatch { .. })),
+        "{waited:?}"
+    );
+    assert!(begun.elapsed() < 4 * SECOND, "refused, not timed out");
+    held.release().await.expect("release");
+    // Idle: the next request's capacity is stored.
+    let a = big
+        .try_acquire(10 * SECOND)
+        .await
+        .expect("1 of 2 once idle");
+    let b = big.try_acquire(10 * SECOND).await.expect("2 of 2");
+    assert!(
+        small.try_acquire(10 * SECOND).await.is_err(),
+        "now stored with 2"
+    );
+    drop((a, b));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_limit_travels_with_each_request() {
+async fn a_disagreeing_capacity_is_refused_across_lockers() {
+    let server = RedisServer::start();
+    let mut both = lockers(&server, 2);
+    let other = both.pop().expect("two lockers");
+    let one = both.pop().expect("two lockers");
+    a_disagreeing_capacity_is_refused(one, other).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_disagreeing_capacity_is_refused_in_memory() {
+    let locker = Locker::memory();
+    a_disagreeing_capacity_is_refused(locker.clone(), locker).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_limit_is_stored_and_changes_once_idle() {
     let server = RedisServer::start();
     let locker = Locker::from_url(&server.url()).expect("locker");
     let two = locker.semaphore("pool", 2);
     let three = locker.semaphore("pool", 3);
+    assert_eq!(two.holders().await.expect("holders").capacity, None, "idle");
     let a = two.try_acquire(10 * SECOND).await.expect("1 of 2");
     let b = two.try_acquire(10 * SECOND).await.expect("2 of 2");
+    assert_eq!(three.holders().await.expect("holders").capacity, Some(2));
     assert!(two.try_acquire(10 * SECOND).await.is_err(), "2 of 2 held");
-    // Raised: admitted at once.
-    let c = three.try_acquire(10 * SECOND).await.expect("3 of 3");
-    // Lowered back: nothing revoked, newcomers wait until fewer than 2 are held.
-    assert_eq!(two.holders().await.expect("holders").holders.len(), 3);
+    // Raising it while in use is refused, with both numbers.
+    match three.try_acquire(10 * SECOND).await {
+        Err(LockError::CapacityMismatch {
+            stored: 2,
+            asked: 3,
+            ..
+        }) => {}
+        other => panic!("expected CapacityMismatch, got {other:?}"),
+    }
     a.release().await.expect("release");
-    assert!(two.try_acquire(10 * SECOND).await.is_err(), "2 still held");
+    assert!(
+        matches!(
+            three.try_acquire(10 * SECOND).await,
+            Err(LockError::CapacityMismatch { .. })
+        ),
+        "still in use by one holder"
+    );
     b.release().await.expect("release");
-    let d = two
-        .try_acquire(10 * SECOND)
-        .await
-        .expect("1 held, 2 allowed");
-    drop((c, d));
+    // Idle: the stored number went with the last holder; 3 now.
+    let c = three.try_acquire(10 * SECOND).await.expect("1 of 3");
+    assert_eq!(two.holders().await.expect("holders").capacity, Some(3));
+    drop(c);
     assert!(matches!(
         locker.semaphore("pool", 0).try_acquire(SECOND).await,
         Err(LockError::Config(_))
@@ -364,7 +505,7 @@ async fn semaphores_run_as_redis_functions_too() {
     assert!(permit.release().await.expect("release"));
     assert!(server
         .command(&["FUNCTION", "LIST"])
-        .contains("lockcore_prims_v3"));
+        .contains("lockcore_prims_v4"));
 }
 
 #[lock_core::redis_locked(key = "exports", permits = 2, wait = "0s", locker = locker)]

@@ -9,6 +9,7 @@ pub mod s2_throughput;
 pub mod s3_hot;
 pub mod s4_redlock;
 pub mod s5_overrun;
+pub mod s6_holders;
 pub mod s6_permits;
 
 /// How long and how often to measure.

@@ -1,5 +1,5 @@
 //! The Lua scripts of semaphores, read-write locks and multi-locks, and the server they run
-//! on: a Functions library of their own (`lockcore_prims_v3`), run like the lock's scripts
+//! on: a Functions library of their own (`lockcore_prims_v4`), run like the lock's scripts
 //! (see [`lua`](crate::backend::lua)).
 
 use std::sync::LazyLock;
@@ -10,7 +10,7 @@ use crate::backend::lua::{self, Lua, ScriptMode};
 use crate::connection::shared::{is_connection_failure, Conn, SharedConnection};
 use crate::LockError;
 
-const LIBRARY_NAME: &str = "lockcore_prims_v3";
+const LIBRARY_NAME: &str = "lockcore_prims_v4";
 
 macro_rules! permits_script {
     ($name:literal, $file:literal) => {

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::backend::permits::{RawHolder, RW_CAPACITY};
+use crate::backend::permits::{RawHolders, RW_CAPACITY};
 use crate::token::decode_value;
 
 /// How a holder holds.
@@ -38,11 +38,19 @@ pub struct PermitHolders {
     pub holders: Vec<PermitHolder>,
     /// Requests standing in the queue.
     pub waiting: u64,
+    /// A semaphore's number of permits as stored with it: set by the first request while
+    /// the semaphore is idle, binding on every request while anyone holds or waits
+    /// (a request asking for another number fails with
+    /// [`LockError::CapacityMismatch`](crate::LockError::CapacityMismatch)). `None` while
+    /// it is idle (the next request stores its own number), and always for a read-write
+    /// lock (its capacity is fixed).
+    pub capacity: Option<u64>,
 }
 
 impl PermitHolders {
-    pub(crate) fn from_raw(raw: Vec<RawHolder>, waiting: u64, rw: bool) -> PermitHolders {
+    pub(crate) fn from_raw(raw: RawHolders, rw: bool) -> PermitHolders {
         let holders = raw
+            .holders
             .into_iter()
             .map(|h| PermitHolder {
                 holder: decode_value(&h.value).1.map(str::to_owned),
@@ -54,6 +62,10 @@ impl PermitHolders {
                 },
             })
             .collect();
-        PermitHolders { holders, waiting }
+        PermitHolders {
+            holders,
+            waiting: raw.waiting,
+            capacity: raw.capacity.filter(|_| !rw),
+        }
     }
 }

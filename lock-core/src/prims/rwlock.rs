@@ -95,8 +95,8 @@ impl RwLock {
     pub async fn holders(&self) -> Result<PermitHolders, LockError> {
         let keys = self.keys()?;
         let store = self.env.store(&self.name)?;
-        let (raw, waiting) = self.env.run(&self.name, store.holders(&keys)).await?;
-        Ok(PermitHolders::from_raw(raw, waiting, true))
+        let raw = self.env.run(&self.name, store.holders(&keys)).await?;
+        Ok(PermitHolders::from_raw(raw, true))
     }
 
     fn keys(&self) -> Result<PermitKeys, LockError> {

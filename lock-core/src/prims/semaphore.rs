@@ -25,13 +25,13 @@ pub const MAX_PERMITS: u64 = 1_000_000;
 ///
 /// Made by [`Locker::semaphore`]; cheap to clone.
 ///
-/// **The limit travels with each request.** A request is admitted while fewer than its own
-/// `permits` are held and nobody is queued ahead of it, so changing N at runtime needs no
-/// migration: raising it admits more holders from the next acquisition or release on;
-/// lowering it revokes nothing, held permits run to their release or TTL, and newcomers wait
-/// until fewer than the new N are held. While processes with different limits run side by
-/// side (a rolling deploy), each request is judged by its own, so holders never exceed the
-/// largest N in use.
+/// **The number of permits is the semaphore's, stored with it.** The first request while the
+/// semaphore is idle (nobody holds a permit, nobody waits) stores its `permits` with it (in
+/// Redis, next to the holders); while anyone holds or waits, a request that asks for
+/// another number fails at once with [`LockError::CapacityMismatch`] (naming both numbers)
+/// and takes nothing, so two processes that disagree never admit more holders than the
+/// stored number. To change N, deploy the new number and let the semaphore fall idle: the
+/// next request stores its own. [`Semaphore::holders`] shows the stored number.
 ///
 /// Works on one Redis, a Redis Cluster (every key of a semaphore shares its name's hash
 /// tag) and in memory. Not on Redlock (N per node does not bound a majority's holders to
@@ -54,6 +54,13 @@ pub const MAX_PERMITS: u64 = 1_000_000;
 /// first.release().await?;
 /// let third = exports.acquire().auto_renew().await?; // the freed permit
 /// assert_eq!(exports.holders().await?.holders.len(), 2);
+/// assert_eq!(exports.holders().await?.capacity, Some(2)); // stored with the semaphore
+/// // Another process asking for 3 while it is in use is refused, not admitted:
+/// let wider = locker.semaphore("exports", 3);
+/// assert!(matches!(
+///     wider.try_acquire(Duration::from_secs(30)).await,
+///     Err(lock_core::LockError::CapacityMismatch { stored: 2, asked: 3, .. })
+/// ));
 /// # drop((second, third));
 /// # Ok(())
 /// # }
@@ -84,7 +91,8 @@ impl Semaphore {
         &self.name
     }
 
-    /// The number of permits this handle's requests ask to share.
+    /// The number of permits this handle's requests ask for; they must agree with the number
+    /// stored with the semaphore while it is in use (see [`Semaphore`]).
     pub fn permits(&self) -> u64 {
         self.permits
     }
@@ -105,12 +113,13 @@ impl Semaphore {
         self.acquire().ttl(ttl).wait(Duration::ZERO).await
     }
 
-    /// Who holds permits right now (by the store's clock), and how many requests wait.
+    /// Who holds permits right now (by the store's clock), how many requests wait, and the
+    /// number of permits stored with the semaphore ([`PermitHolders::capacity`]).
     pub async fn holders(&self) -> Result<PermitHolders, LockError> {
         let keys = self.keys()?;
         let store = self.env.store(&self.name)?;
-        let (raw, waiting) = self.env.run(&self.name, store.holders(&keys)).await?;
-        Ok(PermitHolders::from_raw(raw, waiting, false))
+        let raw = self.env.run(&self.name, store.holders(&keys)).await?;
+        Ok(PermitHolders::from_raw(raw, false))
     }
 
     fn keys(&self) -> Result<PermitKeys, LockError> {

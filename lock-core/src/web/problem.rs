@@ -25,7 +25,7 @@ static DEFAULT: RwLock<ErrorResponses> = RwLock::new(ErrorResponses::new());
 /// | [`LimitReached`](LockError::LimitReached) (`#[redis_locked(permits = N)]` on a handler) | 429, with `Retry-After`, as `LockLayer::permits` | names the key and N |
 /// | [`Connection`](LockError::Connection), [`Redis`](LockError::Redis), [`NoQuorum`](LockError::NoQuorum), [`NotReplicated`](LockError::NotReplicated) | 503 | generic: no URL, host or Redis error text |
 /// | [`InvalidName`](LockError::InvalidName) (a key built from request data is empty or too long) | 400 | generic |
-/// | [`Lost`](LockError::Lost) and configuration errors | 500 | generic |
+/// | [`Lost`](LockError::Lost), [`CapacityMismatch`](LockError::CapacityMismatch) and configuration errors | 500 | generic |
 ///
 /// Why 409 Conflict by default rather than 423 Locked: 409 means "the request conflicts
 /// with the current state of the target resource", which is exactly "another request for
@@ -130,6 +130,7 @@ impl ErrorResponses {
                 "the lock guarding this request was lost while it ran; its outcome is unknown",
             ),
             LockError::WrongType { .. }
+            | LockError::CapacityMismatch { .. }
             | LockError::InvalidDuration { .. }
             | LockError::Config(_)
             | LockError::NoDefaultLocker { .. }

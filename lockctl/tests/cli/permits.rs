@@ -72,6 +72,16 @@ fn no_permit_free_gives_the_conflict_code() {
             .contains("all 1 permits of `jobs` are taken (held by lockctl/sleep@"),
         "{busy:#?}"
     );
+    // Another number of permits for the same name while it is in use: refused, naming both.
+    let other = run(
+        &server,
+        &["run", "--key", "jobs", "--permits", "2", "--", "true"],
+    );
+    assert_clean_failure(&other, 64);
+    assert!(
+        other.stderr.contains("1 permits stored") && other.stderr.contains("asked for 2"),
+        "{other:#?}"
+    );
     let both = run(
         &server,
         &[
@@ -118,8 +128,18 @@ async fn status_and_list_show_every_holder() {
         2,
         "{status:#?}"
     );
+    assert!(
+        status
+            .stdout
+            .contains("permits   3 (the semaphore's, as stored)"),
+        "{status:#?}"
+    );
+    let json: Value =
+        serde_json::from_str(&run(&server, &["status", "exports", "--json"]).stdout).unwrap();
+    assert_eq!(json["semaphore_permits"], 3, "{json}");
     let status: Value =
         serde_json::from_str(&run(&server, &["status", "catalog", "--json"]).stdout).unwrap();
+    assert_eq!(status["semaphore_permits"], Value::Null, "{status}");
     let held = status["permits"].as_array().unwrap();
     assert_eq!(held.len(), 2, "{status}");
     assert!(held

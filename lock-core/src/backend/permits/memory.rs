@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use super::{parse_member, Ask, Attempt, PermitKeys, QueueWaiter, RawHolder};
+use super::{parse_member, Ask, Attempt, PermitKeys, QueueWaiter, RawHolder, RawHolders};
 use crate::backend::CLAIM_WINDOW;
 use crate::signal::{Hint, Wake};
 
@@ -21,11 +21,13 @@ impl std::fmt::Debug for MemoryPermits {
     }
 }
 
-/// One name's holders (member -> end) and waiters (in arrival order).
+/// One name's holders (member -> end), waiters (in arrival order), and the capacity stored
+/// by the first request while it was idle (the set is dropped when idle again).
 #[derive(Default)]
 struct Set {
     holders: HashMap<String, Instant>,
     queue: Vec<Entry>,
+    capacity: Option<u64>,
 }
 
 struct Entry {
@@ -89,7 +91,8 @@ impl Set {
                 index += 1;
                 continue;
             }
-            if first_blocked.is_none() && sum + entry.ask.weight <= entry.ask.capacity {
+            let capacity = self.capacity.unwrap_or(entry.ask.capacity);
+            if first_blocked.is_none() && sum + entry.ask.weight <= capacity {
                 sum += entry.ask.weight;
                 handed = true;
                 if Some(entry.id.as_str()) == me {
@@ -145,6 +148,17 @@ impl MemoryPermits {
         let mut sets = self.sets();
         let set = sets.entry(keys.holders.clone()).or_default();
         let sum = set.prune(now);
+        set.queue.retain(|entry| entry.expiry > now);
+        match set.capacity {
+            Some(stored) if stored != ask.capacity => {
+                if sum > 0 || !set.queue.is_empty() {
+                    return Attempt::Mismatch { stored };
+                }
+                set.capacity = Some(ask.capacity);
+            }
+            Some(_) => {}
+            None => set.capacity = Some(ask.capacity),
+        }
         let me = waiter.map(|w| w.id);
         if let Some(end) = set.holders.get_mut(member) {
             // Reserved for us: claim it.
@@ -170,7 +184,8 @@ impl MemoryPermits {
             return Attempt::Taken;
         }
         let sum: u64 = set.holders.keys().map(|m| parse_member(m).0).sum();
-        if me.is_none() && !admitted.blocked && sum + ask.weight <= ask.capacity {
+        let capacity = set.capacity.unwrap_or(ask.capacity);
+        if me.is_none() && !admitted.blocked && sum + ask.weight <= capacity {
             set.holders.insert(member.to_owned(), now + ttl);
             return Attempt::Taken;
         }
@@ -217,11 +232,11 @@ impl MemoryPermits {
         }
     }
 
-    pub fn holders(&self, keys: &PermitKeys) -> (Vec<RawHolder>, u64) {
+    pub fn holders(&self, keys: &PermitKeys) -> RawHolders {
         let now = Instant::now();
         let sets = self.sets();
         let Some(set) = sets.get(&keys.holders) else {
-            return (Vec::new(), 0);
+            return RawHolders::default();
         };
         let mut holders: Vec<RawHolder> = set
             .holders
@@ -238,6 +253,11 @@ impl MemoryPermits {
             .collect();
         holders.sort_by_key(|h| h.remaining);
         let waiting = set.queue.iter().filter(|e| e.expiry > now).count();
-        (holders, u64::try_from(waiting).unwrap_or(u64::MAX))
+        let idle = holders.is_empty() && waiting == 0;
+        RawHolders {
+            holders,
+            waiting: u64::try_from(waiting).unwrap_or(u64::MAX),
+            capacity: set.capacity.filter(|_| !idle),
+        }
     }
 }

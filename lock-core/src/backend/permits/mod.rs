@@ -1,18 +1,26 @@
 //! Weighted permits: the one engine behind semaphores and read-write locks.
 //!
 //! A name has a set of holders, each with a weight and an end (a TTL judged by the store's
-//! clock: Redis's `TIME` inside the scripts, or this process's in memory), and a FIFO queue
-//! of waiters, each with the capacity it asks for and its own weight. A request is admitted
-//! while the holders' total weight plus its own stays within its capacity, and nobody is
-//! queued ahead of it. A semaphore of N permits is capacity N, weight 1; a read-write lock is
-//! capacity [`RW_CAPACITY`], readers weigh 1 and a writer weighs the whole capacity, so a
-//! writer fits only when nobody holds, and a queued writer holds back every reader behind
-//! it.
+//! clock: Redis's `TIME` inside the scripts, or this process's in memory), a capacity stored
+//! with it (set by the first request while the name is idle; a request that asks for
+//! another while anyone holds or waits gets [`Attempt::Mismatch`]), and a FIFO queue of
+//! waiters, each with its own weight. A request is admitted while the holders' total weight
+//! plus its own stays within the capacity, and nobody is queued ahead of it. A semaphore of
+//! N permits is capacity N, weight 1; a read-write lock is capacity [`RW_CAPACITY`] (the
+//! same constant in every process, so nothing of a read-write lock must be agreed on per
+//! request), readers weigh 1 and a writer weighs the whole capacity, so a writer fits only
+//! when nobody holds, and a queued writer holds back every reader behind it.
 //!
 //! When capacity frees up (a release, a permit that ran out, a waiter that gave up), it is
-//! handed to the queue in order: each waiter that fits gets its permit reserved for a claim
-//! window and is told on its Locker's channel (a targeted wake-up: no herd); the first one
-//! that does not fit is told when the first permit ends, in case its holder crashed.
+//! handed to the queue in order: each waiter at its head that fits gets its permit reserved
+//! for a claim window, leaves the queue and is told on its Locker's channel (a targeted
+//! wake-up: no herd); the first one that does not fit stops the hand-out and is told when
+//! the first permit ends, in case its holder crashed.
+//!
+//! On Redis every operation is O(log n) in holders and waiters (`scripts/permits_lib.lua`):
+//! the capacity, the held weight, a bound on the first end and the queue's size are kept
+//! beside the holders instead of being recomputed, ended permits are swept only once the
+//! first end has passed, and a name nobody waits on never touches its queue keys.
 
 pub(crate) mod memory;
 mod redis;
@@ -96,6 +104,19 @@ pub(crate) enum Attempt {
         /// Our place among the blocked waiters (0 = first), for a queued attempt.
         place: Option<u64>,
     },
+    /// The name is in use with another capacity (stored with it): nothing was changed.
+    Mismatch {
+        stored: u64,
+    },
+}
+
+/// What `holders` reads: the live holders, how many requests wait, and the capacity stored
+/// with the name (`None` while it is idle).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct RawHolders {
+    pub holders: Vec<RawHolder>,
+    pub waiting: u64,
+    pub capacity: Option<u64>,
 }
 
 /// One holder, as listed by `holders`.
@@ -162,8 +183,8 @@ impl Store {
         }
     }
 
-    /// The live holders, and how many requests wait.
-    pub async fn holders(&self, keys: &PermitKeys) -> Result<(Vec<RawHolder>, u64), LockError> {
+    /// The live holders, how many requests wait, and the stored capacity.
+    pub async fn holders(&self, keys: &PermitKeys) -> Result<RawHolders, LockError> {
         match self {
             Store::Server(server) => redis::holders(server, keys).await,
             Store::Memory(memory) => Ok(memory.holders(keys)),

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use super::{parse_member, Ask, Attempt, PermitKeys, QueueWaiter, RawHolder};
+use super::{parse_member, Ask, Attempt, PermitKeys, QueueWaiter, RawHolder, RawHolders};
 use crate::backend::prim_scripts::{
     Server, PERMITS_ACQUIRE, PERMITS_EXTEND, PERMITS_HOLDERS, PERMITS_RELEASE,
 };
@@ -49,6 +49,11 @@ pub(super) async fn acquire(
     if taken == 1 {
         return Ok(Attempt::Taken);
     }
+    if taken == -1 {
+        return Ok(Attempt::Mismatch {
+            stored: u64::try_from(first_end).unwrap_or(0),
+        });
+    }
     Ok(Attempt::Busy {
         first_end: u64::try_from(first_end).ok().map(Duration::from_millis),
         place: u64::try_from(place).ok(),
@@ -87,17 +92,14 @@ pub(super) async fn extend(
         .run(
             &PERMITS_EXTEND,
             &keys.name,
-            &[&keys.holders],
+            &[&keys.holders, &keys.entries],
             &[member.as_bytes(), ttl.as_bytes()],
         )
         .await?;
     Ok(extended == 1)
 }
 
-pub(super) async fn holders(
-    server: &Server,
-    keys: &PermitKeys,
-) -> Result<(Vec<RawHolder>, u64), LockError> {
+pub(super) async fn holders(server: &Server, keys: &PermitKeys) -> Result<RawHolders, LockError> {
     let reply: Vec<redis::Value> = server
         .run(
             &PERMITS_HOLDERS,
@@ -111,6 +113,10 @@ pub(super) async fn holders(
         .next()
         .and_then(|v| redis::from_redis_value::<u64>(v).ok())
         .unwrap_or(0);
+    let capacity = values
+        .next()
+        .and_then(|v| redis::from_redis_value::<u64>(v).ok())
+        .filter(|&c| c > 0);
     let mut holders = Vec::new();
     while let (Some(member), Some(left)) = (values.next(), values.next()) {
         let (Ok(member), Ok(left)) = (
@@ -126,5 +132,9 @@ pub(super) async fn holders(
             remaining: Duration::from_millis(u64::try_from(left).unwrap_or(0)),
         });
     }
-    Ok((holders, waiting))
+    Ok(RawHolders {
+        holders,
+        waiting,
+        capacity,
+    })
 }

@@ -159,6 +159,10 @@ async fn run(request: Request<'_>) -> Result<Granted, LockError> {
             undo.dirty = false;
             first_end = end;
         }
+        Some(Ok(Attempt::Mismatch { stored })) => {
+            undo.dirty = false;
+            return Err(mismatch(&keys, stored, ask));
+        }
         Some(Err(err)) if !wait.is_zero() && err.is_transient() => transient = Some(err),
         Some(Err(err)) => return Err(err),
     }
@@ -234,6 +238,9 @@ async fn run(request: Request<'_>) -> Result<Granted, LockError> {
                     pause.min(backoff.next(None)).min(POLL_CAP)
                 }
             }
+            // Nothing was queued or taken by this attempt; the guard still takes back an
+            // entry an earlier attempt left.
+            Some(Ok(Attempt::Mismatch { stored })) => return Err(mismatch(&keys, stored, ask)),
             Some(Err(err)) if err.is_transient() => {
                 tracing::debug!(name = %keys.name, %err, "permit attempt failed; retrying within the wait");
                 transient = Some(err);
@@ -257,6 +264,15 @@ async fn run(request: Request<'_>) -> Result<Granted, LockError> {
                 Some(Hint::Granted) | None => break,
             }
         }
+    }
+}
+
+/// A request whose capacity disagrees with the one stored with the name.
+fn mismatch(keys: &PermitKeys, stored: u64, ask: Ask) -> LockError {
+    LockError::CapacityMismatch {
+        name: keys.name.clone(),
+        stored,
+        asked: ask.capacity,
     }
 }
 

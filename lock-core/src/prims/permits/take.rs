@@ -75,10 +75,11 @@ impl Ops for PermitOps {
 
     fn held(&self) -> BoxFuture<'_, Result<bool, LockError>> {
         Box::pin(async move {
-            let (holders, _) = self
+            let holders = self
                 .env
                 .run(&self.keys.name, self.store.holders(&self.keys))
-                .await?;
+                .await?
+                .holders;
             let (weight, value) = crate::backend::permits::parse_member(&self.member);
             let token = decode_value(value).0;
             Ok(holders
