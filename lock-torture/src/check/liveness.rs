@@ -12,8 +12,9 @@
 //! that threshold) is one too.
 //!
 //! Nothing is judged while a fault is active or soon after (one claim window and two TTLs
-//! after it healed): a stopped, killed or cut-off client or server legitimately holds up
-//! the queue. Time in which the waiting client did not run ([`Event::Hiccup`]) is not
+//! after it healed; on a Cluster or behind Sentinel, [`REPLICATED_SETTLE`]): a stopped,
+//! killed or cut-off client or server legitimately holds up the queue, and a promoted
+//! master without a resynced replica grants nothing while the replica check is on. Time in which the waiting client did not run ([`Event::Hiccup`]) is not
 //! counted as free.
 
 use std::collections::HashMap;
@@ -31,6 +32,11 @@ pub const SLACK: Nanos = 50_000_000;
 
 /// The longest a waiter may wait while what it waits for is free.
 pub const THRESHOLD: Nanos = CLAIM_WINDOW + SLACK;
+
+/// How long after a fault a replicated deployment (Cluster, Sentinel) is left to settle
+/// before waits are judged: the failover, the old master's return as a replica, and its
+/// resync, without which the replica check refuses every grant.
+pub const REPLICATED_SETTLE: Nanos = 5_000_000_000;
 
 /// One request that waited.
 struct Request<'a> {
@@ -62,7 +68,18 @@ pub(super) fn check(events: &[Event], acqs: &[Acq], report: &mut Report) {
                 .push((acq.a.acquired, end));
         }
     }
-    let margin = CLAIM_WINDOW + 2 * ttl;
+    // A replicated deployment takes seconds to settle after a fault: with lock-core's replica
+    // acknowledgement check on (the default), a promoted master grants nothing until a
+    // replica has resynced with it, and requests wait while no one holds the name. That is
+    // the check's price in availability, not a missed wake-up.
+    let replicated = events.iter().any(|e| {
+        matches!(e, Event::Topology { topology, .. } if topology == "cluster" || topology == "sentinel")
+    });
+    let margin = if replicated {
+        (CLAIM_WINDOW + 2 * ttl).max(REPLICATED_SETTLE)
+    } else {
+        CLAIM_WINDOW + 2 * ttl
+    };
     let mut excluded: Vec<(Nanos, Nanos)> = Vec::new();
     let mut hiccups: HashMap<u32, Vec<(Nanos, Nanos)>> = HashMap::new();
     let mut requests = Vec::new();
