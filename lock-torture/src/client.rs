@@ -11,11 +11,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 mod cancel;
+mod election;
 mod guard;
 mod hiccup;
 mod holding;
 mod nested;
 mod probe;
+mod schedule;
 
 use lock_core::{LeaseHandle, LockError, Locker, Protocol};
 
@@ -232,8 +234,27 @@ async fn run_async(args: ClientArgs) -> Result<(), BoxError> {
     let mut tasks = tokio::task::JoinSet::new();
     let watcher = Arc::clone(&ctx);
     tasks.spawn(async move { hiccup::watch(&watcher).await });
-    for task in 0..ctx.args.tasks {
-        tasks.spawn(task_loop(Arc::clone(&ctx), task));
+    match ctx.args.primitive {
+        Primitive::Election => {
+            let watcher = Arc::clone(&ctx);
+            tasks.spawn(async move { election::observer(&watcher).await });
+            for task in 0..ctx.args.tasks {
+                let ctx = Arc::clone(&ctx);
+                tasks.spawn(async move { election::candidate(&ctx, task).await });
+            }
+        }
+        // One timer per job: the client is one replica of the fleet.
+        Primitive::Schedule => {
+            for job in 0..ctx.args.names {
+                let ctx = Arc::clone(&ctx);
+                tasks.spawn(async move { schedule::replica(&ctx, job).await });
+            }
+        }
+        _ => {
+            for task in 0..ctx.args.tasks {
+                tasks.spawn(task_loop(Arc::clone(&ctx), task));
+            }
+        }
     }
     while tasks.join_next().await.is_some() {}
     // Let background releases of dropped leases finish before the runtime goes.
@@ -318,7 +339,7 @@ async fn task_loop(ctx: Arc<Ctx>, task: u32) {
                 };
                 configured!(request).await.map(Guard::Rw)
             }
-            Primitive::Mutex | Primitive::All => {
+            Primitive::Mutex | Primitive::Election | Primitive::Schedule | Primitive::All => {
                 configured!(ctx.locker.lock(name.clone()).fencing())
                     .await
                     .map(Guard::Lock)

@@ -182,6 +182,7 @@ pub(super) fn excludes(a: HoldKind, b: HoldKind) -> bool {
     matches!(
         (a, b),
         (HoldKind::Lock, HoldKind::Lock)
+            | (HoldKind::Leader, HoldKind::Leader)
             | (HoldKind::Write, HoldKind::Read | HoldKind::Write)
             | (HoldKind::Read, HoldKind::Write)
     )
@@ -193,5 +194,6 @@ fn side(kind: HoldKind) -> &'static str {
         HoldKind::Read => "read",
         HoldKind::Permit => "permit",
         HoldKind::Lock => "lock",
+        HoldKind::Leader => "leadership",
     }
 }
