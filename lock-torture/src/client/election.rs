@@ -2,7 +2,9 @@
 //! the library says it leads, and steps down; one more task per client observes an
 //! election.
 //!
-//! A leader's action is a write to the fenced store with its term, logged with what
+//! A leader's action is a write to the fenced store with its term (as the token
+//! `term * ACTIONS + n` for its `n`-th action, so that one leader's actions follow each
+//! other and every later term's follow them all), logged with what
 //! [`Leadership::is_leader`] said just before it (rule `leader-late-action`: no action by
 //! a leader whose lease had ended while it still said true). Half the leaders are naive:
 //! told they lost, they write once more anyway, and the store must refuse the stale term.
@@ -15,6 +17,10 @@ use lock_core::{LeaderChange, Leadership};
 use super::{fail_kind, fenced_write, Ctx};
 use crate::clock::{self, Nanos};
 use crate::event::{Acquired, Event, FailKind, HoldKind, ReleaseOutcome};
+
+/// Actions per leadership the fenced store's tokens leave room for (a leadership lasts a
+/// few TTLs, with an action every third of a TTL at most).
+const ACTIONS: u64 = 1_000_000;
 
 /// Completes once the client is told to stop (campaigns and observers wait indefinitely).
 async fn stopped(ctx: &Ctx) {
@@ -117,6 +123,7 @@ async fn lead(
     let hold_ms = ctx.args.profile.hold_ms(rng, ctx.args.ttl_ms, true);
     let until = clock::now() + clock::nanos(Duration::from_millis(hold_ms));
     let careful = rng.bool();
+    let mut action = 0u64;
     loop {
         // Stamp first, then ask: if the stamp is past the validity, is_leader() must say
         // false.
@@ -134,7 +141,9 @@ async fn lead(
                 break;
             }
         }
-        fenced_write(ctx, &id, &name, Some(term), t, !leader).await;
+        action += 1;
+        let token = term.saturating_mul(ACTIONS) + action.min(ACTIONS - 1);
+        fenced_write(ctx, &id, &name, Some(token), t, !leader).await;
         if !leader || clock::now() >= until || ctx.stopped() {
             break;
         }
