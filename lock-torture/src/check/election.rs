@@ -29,6 +29,7 @@ pub(super) const OVERLAP: &str = "leader-overlap";
 pub(super) const TERMS: FenceRules = FenceRules {
     twice: "leader-term",
     order: "term-order",
+    token: "term",
 };
 
 /// An action after the lease ended while `is_leader()` said true.

@@ -16,12 +16,15 @@ pub(super) struct FenceRules {
     pub(super) twice: &'static str,
     /// A token not larger than one granted before the acquisition began.
     pub(super) order: &'static str,
+    /// What the token is called in a violation's text.
+    pub(super) token: &'static str,
 }
 
 /// A lock's fencing tokens: both `fence-order`.
 pub(super) const LOCK_FENCES: FenceRules = FenceRules {
     twice: "fence-order",
     order: "fence-order",
+    token: "fencing token",
 };
 
 /// Which stretch between restarts an instant falls in.
@@ -109,7 +112,8 @@ pub(super) fn check_fences<'a>(
                         rule: rules.twice,
                         name: name.to_owned(),
                         detail: format!(
-                            "fencing token {fence} was handed out twice: {ids:?}{}",
+                            "{} {fence} was handed out twice: {ids:?}{}",
+                            rules.token,
                             replication.origins(&acqs)
                         ),
                     });
@@ -126,12 +130,14 @@ pub(super) fn check_fences<'a>(
                             rule: rules.order,
                             name: name.to_owned(),
                             detail: format!(
-                                "{} began at {} after {} was granted at {} with token {}, yet drew the smaller token {}{}",
+                                "{} began at {} after {} was granted at {} with {} {}, yet drew the smaller {} {}{}",
                                 acq.a.id,
                                 acq.a.attempt_start,
                                 larger.a.id,
                                 larger.a.acquired,
+                                rules.token,
                                 larger.a.fence.unwrap_or(0),
+                                rules.token,
                                 fence,
                                 replication.origins(&[larger, acq])
                             ),

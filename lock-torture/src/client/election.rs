@@ -129,13 +129,16 @@ async fn lead(
         // false.
         let t = clock::now();
         let leader = leadership.is_leader();
-        if leader {
+        // The validity it reports now (none left: the claim is not renewed, whatever
+        // is_leader() said).
+        if leader && !handle.expires_in().is_zero() {
             ctx.log(&Event::Observed {
                 id: id.clone(),
                 t,
                 valid_until: valid_until(ctx, &leadership),
             });
-        } else {
+        }
+        if !leader {
             lost_detected("is_leader");
             if careful {
                 break;
