@@ -837,6 +837,8 @@ fn check_grant(
 }
 
 #[cfg(test)]
+mod elect_tests;
+#[cfg(test)]
 mod prim_tests;
 #[cfg(test)]
 mod tests;
