@@ -62,10 +62,16 @@ pub(super) fn check(events: &[Event], acqs: &[Acq], report: &mut Report) {
             permits.insert(acq.a.name.as_str(), n);
         }
         let end = acq.trusted_until();
-        if end > acq.a.acquired {
+        // A leadership holds the election's lock from its attempt on: the campaign
+        // announces it (a round trip, longer on a loaded machine) before handing it over.
+        let start = match acq.a.kind {
+            HoldKind::Leader => acq.a.attempt_start,
+            _ => acq.a.acquired,
+        };
+        if end > start {
             held.entry((acq.a.kind.family(), acq.a.name.as_str()))
                 .or_default()
-                .push((acq.a.acquired, end));
+                .push((start, end));
         }
     }
     // A replicated deployment takes seconds to settle after a fault: with lock-core's replica
