@@ -516,31 +516,16 @@ pub fn check(history: &History, nodes: usize) -> Report {
         match *family {
             "semaphore" => permits::check_permits(name, list, &downs, &replication, &mut report),
             "rwlock" => permits::check_rw(name, list, &downs, &replication, &mut report),
-            "election" => {
-                check_overlaps(
-                    election::OVERLAP,
-                    name,
-                    list,
-                    &downs,
-                    &replication,
-                    &mut report,
-                );
-                let rules = election::TERMS;
-                check_fences(
-                    rules,
-                    name,
-                    list,
-                    &downs,
-                    &replication,
-                    &mut reset,
-                    &mut report,
-                );
-            }
             _ => {
-                check_overlaps("overlap", name, list, &downs, &replication, &mut report);
-                let rules = LOCK_FENCES;
+                // An election's leaderships are judged as locks, under its own rule names.
+                let (overlap, fences) = if *family == "election" {
+                    (election::OVERLAP, election::TERMS)
+                } else {
+                    ("overlap", LOCK_FENCES)
+                };
+                check_overlaps(overlap, name, list, &downs, &replication, &mut report);
                 check_fences(
-                    rules,
+                    fences,
                     name,
                     list,
                     &downs,

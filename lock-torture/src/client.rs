@@ -592,7 +592,18 @@ async fn hold(ctx: &Ctx, rng: &mut fastrand::Rng, lease: Guard, held: Held) {
         id: id.clone(),
         t: t_sent,
     });
-    let outcome = match lease.release().await {
+    log_release(ctx, id, t_sent, lost_reported, lease.release()).await;
+}
+
+/// Sends a release (or a resignation) and logs what it returned.
+async fn log_release(
+    ctx: &Ctx,
+    id: String,
+    t_sent: Nanos,
+    lost_reported: bool,
+    release: impl std::future::Future<Output = Result<bool, LockError>>,
+) {
+    let outcome = match release.await {
         Ok(true) => ReleaseOutcome::Released,
         Ok(false) => ReleaseOutcome::NotHeld,
         Err(_) => ReleaseOutcome::Error,

@@ -1,32 +1,19 @@
 //! The election's and the scheduled runs' rules on synthetic histories.
 
+use super::prim_tests::{grant, run};
+use super::tests::rules_but_liveness;
 use super::*;
 use crate::event::{HoldKind, RunStarted, TickDone};
 
 const MS: u64 = 1_000_000;
 
-/// A leadership of term `term` on election `n`, granted at `start_ms` (attempt a
-/// millisecond before), valid for `valid_ms` from the attempt.
+/// A leadership of term `term` on election `n`, attempted at `start_ms`, granted a
+/// millisecond later, valid for `valid_ms` from the attempt.
 fn leader(id: &str, term: u64, start_ms: u64, valid_ms: u64) -> Event {
-    Event::Acquired(Acquired {
-        id: id.into(),
-        client: 0,
-        task: 0,
-        name: "n".into(),
-        token: format!("tok-{id}"),
-        fence: Some(term),
-        call_start: start_ms * MS,
-        attempt_start: start_ms * MS,
-        acquired: (start_ms + 1) * MS,
-        valid_until: (start_ms + valid_ms) * MS,
-        ttl_ms: 200,
-        auto_renew: true,
-        wait_ms: None,
-        annotated: false,
-        kind: HoldKind::Leader,
-        permits: None,
-        set: None,
-    })
+    let mut a = grant(id, "n", HoldKind::Leader, start_ms, valid_ms);
+    a.fence = Some(term);
+    a.auto_renew = true;
+    Event::Acquired(a)
 }
 
 fn resign(id: &str, at_ms: u64) -> Event {
@@ -59,25 +46,6 @@ fn seen(observer: u32, at_ms: u64, term: u64, elected: bool) -> Event {
     }
 }
 
-fn run(events: Vec<Event>) -> Report {
-    check(
-        &History {
-            events,
-            ..History::default()
-        },
-        1,
-    )
-}
-
-fn rules(report: &Report) -> Vec<&'static str> {
-    report
-        .violations
-        .iter()
-        .map(|v| v.rule)
-        .filter(|r| *r != "liveness")
-        .collect()
-}
-
 #[test]
 fn successive_leaders_with_growing_terms_pass() {
     let report = run(vec![
@@ -101,7 +69,7 @@ fn one_term_twice_and_a_term_out_of_order_are_violations() {
         resign("a", 100),
         leader("b", 1, 110, 190),
     ]);
-    assert_eq!(rules(&twice), ["leader-term"]);
+    assert_eq!(rules_but_liveness(&twice), ["leader-term"]);
     assert!(
         twice.violations[0].detail.contains("term 1"),
         "{:?}",
@@ -112,20 +80,20 @@ fn one_term_twice_and_a_term_out_of_order_are_violations() {
         resign("a", 100),
         leader("b", 4, 110, 190),
     ]);
-    assert_eq!(rules(&backwards), ["term-order"]);
+    assert_eq!(rules_but_liveness(&backwards), ["term-order"]);
 }
 
 #[test]
 fn two_leaders_trusted_at_once_are_a_leader_overlap() {
     let report = run(vec![leader("a", 1, 0, 190), leader("b", 2, 100, 190)]);
-    assert_eq!(rules(&report), ["leader-overlap"]);
+    assert_eq!(rules_but_liveness(&report), ["leader-overlap"]);
 }
 
 #[test]
 fn acting_after_the_lease_ended_needs_is_leader_false() {
     // Valid until 190 ms; an action at 250 ms while is_leader() said true.
     let late = run(vec![leader("a", 1, 0, 190), act("a", 1, 250, true)]);
-    assert_eq!(rules(&late), ["leader-late-action"]);
+    assert_eq!(rules_but_liveness(&late), ["leader-late-action"]);
     // Told it no longer leads: the action (refused by the store) is no violation.
     let told = run(vec![leader("a", 1, 0, 190), act("a", 1, 250, false)]);
     assert!(told.passed(), "{:?}", told.violations);
@@ -141,7 +109,10 @@ fn observers_must_see_changes_once_and_in_order() {
         seen(1, 40, 1, false), // an older term's resignation after a newer election
         seen(2, 50, 1, true),  // another observer starts afresh
     ]);
-    assert_eq!(rules(&report), ["observer-order", "observer-order"]);
+    assert_eq!(
+        rules_but_liveness(&report),
+        ["observer-order", "observer-order"]
+    );
     assert_eq!(report.leader_changes_seen, Some(5));
 }
 
@@ -200,7 +171,7 @@ fn one_run_per_tick_passes() {
 #[test]
 fn a_second_run_within_the_hold_is_a_violation() {
     let report = schedule(vec![ran(2, 2, 250)]);
-    assert_eq!(rules(&report), ["tick-once"]);
+    assert_eq!(rules_but_liveness(&report), ["tick-once"]);
     // Past the hold (a replica that fired 600 ms late): counted, not judged.
     let late = schedule(vec![ran(2, 2, 600)]);
     assert!(late.passed(), "{:?}", late.violations);
@@ -230,7 +201,7 @@ fn a_tick_tried_and_run_nowhere_without_faults_is_missed() {
         ran(0, 3, 0),
     ];
     let missed = run(events.clone());
-    assert_eq!(rules(&missed), ["tick-missed"]);
+    assert_eq!(rules_but_liveness(&missed), ["tick-missed"]);
     // With a fault around it, not judged.
     events.push(Event::Fault {
         kind: "pause".into(),

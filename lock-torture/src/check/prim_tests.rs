@@ -8,7 +8,13 @@ const MS: u64 = 1_000_000;
 /// An acquisition of `kind` on `name`, attempted at `start_ms`, granted a millisecond later,
 /// valid for `valid_ms` from the attempt (semaphore permits share 2 unless `permits`
 /// says otherwise).
-fn grant(id: &str, name: &str, kind: HoldKind, start_ms: u64, valid_ms: u64) -> Acquired {
+pub(super) fn grant(
+    id: &str,
+    name: &str,
+    kind: HoldKind,
+    start_ms: u64,
+    valid_ms: u64,
+) -> Acquired {
     Acquired {
         id: id.into(),
         client: 0,
@@ -78,7 +84,7 @@ fn down(start_ms: u64, end_ms: u64) -> Event {
     }
 }
 
-fn run(events: Vec<Event>) -> Report {
+pub(super) fn run(events: Vec<Event>) -> Report {
     check(
         &History {
             events,

@@ -70,7 +70,7 @@ fn rules(report: &Report) -> Vec<&'static str> {
 
 /// The rules broken other than `liveness`: the deadline tests' requests wait for a name
 /// that nobody holds, which the liveness rule rightly reports (its own tests are below).
-fn rules_but_liveness(report: &Report) -> Vec<&'static str> {
+pub(super) fn rules_but_liveness(report: &Report) -> Vec<&'static str> {
     report
         .violations
         .iter()

@@ -14,9 +14,9 @@ use std::time::Duration;
 
 use lock_core::{LeaderChange, Leadership};
 
-use super::{fail_kind, fenced_write, Ctx};
+use super::{fail_kind, fenced_write, log_release, Ctx};
 use crate::clock::{self, Nanos};
-use crate::event::{Acquired, Event, FailKind, HoldKind, ReleaseOutcome};
+use crate::event::{Acquired, Event, FailKind, HoldKind};
 
 /// Actions per leadership the fenced store's tokens leave room for (a leadership lasts a
 /// few TTLs, with an action every third of a TTL at most).
@@ -167,18 +167,7 @@ async fn lead(
         drop(leadership);
         return;
     }
-    let outcome = match leadership.resign().await {
-        Ok(true) => ReleaseOutcome::Released,
-        Ok(false) => ReleaseOutcome::NotHeld,
-        Err(_) => ReleaseOutcome::Error,
-    };
-    ctx.log(&Event::Release {
-        id,
-        t_sent,
-        t_reply: clock::now(),
-        outcome,
-        lost_reported,
-    });
+    log_release(ctx, id, t_sent, lost_reported, leadership.resign()).await;
 }
 
 /// Observes election `client % names`, logging each change; a new observer after an error.
