@@ -210,6 +210,16 @@ fn a_tick_tried_and_run_nowhere_without_faults_is_missed() {
         t_end: 1600 * MS,
     });
     assert!(run(events).violations.is_empty());
+    // A try that could not reach the server: not judged.
+    let unreachable = run(vec![
+        fire(0, 1, 0, "ran"),
+        ran(0, 1, 0),
+        fire(0, 2, 0, "connection"),
+        fire(1, 2, 100, "skipped"),
+        fire(0, 3, 0, "ran"),
+        ran(0, 3, 0),
+    ]);
+    assert!(unreachable.passed(), "{:?}", unreachable.violations);
     // Every replica too late to try: unfired, not judged.
     let unfired = run(vec![
         fire(0, 1, 0, "ran"),

@@ -13,7 +13,8 @@
 //!   ran, while no fault was active from one interval before the tick to the next tick (the
 //!   hold ends before the next tick by construction, so the first try of each tick finds
 //!   the lock free). A tick at which every replica fired too late to try is counted as
-//!   unfired, not judged.
+//!   unfired, and one where a try failed for want of a server (a connection error, a
+//!   command deadline, no quorum: load explains them on a busy machine) is not judged.
 
 use std::collections::BTreeMap;
 
@@ -118,12 +119,25 @@ pub(super) fn check(events: &[Event], downs: &[Down], report: &mut Report) {
             continue;
         }
         stats.ticks += 1;
-        // Judged only inside the schedule (fires before and after it) and far from faults.
-        let around = fires.contains_key(&(*job, tick.wrapping_sub(1)))
-            && fires.contains_key(&(*job, tick + 1));
+        // Judged only inside the schedule (tries before and after it), far from faults,
+        // and where no try failed for want of a server: a connection error, a command
+        // deadline or a missing quorum, which load explains (as for rule
+        // `unexplained-error`).
+        let tried_at = |k: u64| {
+            fires
+                .get(&(*job, k))
+                .is_some_and(|l| l.iter().any(|f| f.outcome != "late"))
+        };
+        let around = tried_at(tick.wrapping_sub(1)) && tried_at(tick + 1);
         let from = (tick.saturating_sub(1)).saturating_mul(interval);
         let to = (tick + 1).saturating_mul(interval);
-        if !around || faults.iter().any(|&(s, e)| s <= to && e >= from) {
+        let unreachable = tried.iter().any(|f| {
+            matches!(
+                f.outcome.as_str(),
+                "connection" | "noquorum" | "notreplicated"
+            )
+        });
+        if !around || unreachable || faults.iter().any(|&(s, e)| s <= to && e >= from) {
             continue;
         }
         stats.judged += 1;
