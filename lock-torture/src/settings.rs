@@ -184,18 +184,17 @@ impl Settings {
         if primitives.iter().any(|p| p.is_permit_set()) && !(1..=1000).contains(&args.permits) {
             return Err("--permits must be between 1 and 1000".into());
         }
-        if primitives.iter().any(|p| p.scripts_only()) {
-            if matches!(
-                args.protocol,
-                Some(Protocols::Transactions | Protocols::Mixed)
-            ) {
-                return Err(
-                    "semaphores, read-write locks and elections run on scripts only \
-                            (lock-core refuses them with Protocol::Transactions): leave \
-                            --protocol out or say scripts"
-                        .into(),
-                );
-            }
+        let asks_transactions = matches!(
+            args.protocol,
+            Some(Protocols::Transactions | Protocols::Mixed)
+        );
+        if asks_transactions && primitives.iter().any(|p| p.scripts_only()) {
+            return Err(
+                "semaphores, read-write locks and elections run on scripts only (lock-core \
+                 refuses them with Protocol::Transactions): leave --protocol out or say \
+                 scripts"
+                    .into(),
+            );
         }
         let p = args.profile;
         let settings = Settings {

@@ -35,10 +35,15 @@ pub(super) const TERMS: FenceRules = FenceRules {
 /// An action after the lease ended while `is_leader()` said true.
 pub(super) const LATE_ACTION: &str = "leader-late-action";
 
+/// One observer: (client, observer number, election).
+type ObserverId<'a> = (u32, u32, &'a str);
+
+/// A change it was told of: (when, term, 1 elected / 2 resigned).
+type Seen = (Nanos, u64, u8);
+
 /// Rule `observer-order`, and the count of changes observers were told of.
 pub(super) fn check_observers(events: &[Event], report: &mut Report) {
-    // (client, observer, election) -> (when, term, 1 elected / 2 resigned), in log order.
-    let mut seen: BTreeMap<(u32, u32, &str), Vec<(Nanos, u64, u8)>> = BTreeMap::new();
+    let mut seen: BTreeMap<ObserverId<'_>, Vec<Seen>> = BTreeMap::new();
     for event in events {
         if let Event::LeaderSeen {
             client,
