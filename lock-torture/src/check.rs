@@ -52,6 +52,11 @@
 //! - `unseen-grant`: on a replicated deployment, a lease that no server's `MONITOR` stream
 //!   showed being granted: its origin is unknown, so the failover rules cannot judge it
 //!   ([`failover`]).
+//! - `leader-overlap`, `leader-term`, `term-order`, `leader-late-action`,
+//!   `observer-order`: an election's leaderships, judged as locks whose fencing token is
+//!   the term, and its observers (`check/election.rs`).
+//! - `tick-once`, `tick-missed`: scheduled runs, one per tick, and no tick missed while
+//!   nothing fails ([`schedule`]).
 //! - `unexplained-error`: an acquire failed with a Redis error reply (or an error the
 //!   harness cannot classify) while no fault was under way, nor had ended in the last
 //!   five seconds ([`errors`]).
