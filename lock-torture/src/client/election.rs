@@ -93,6 +93,11 @@ async fn lead(
 ) {
     let term = leadership.term();
     let handle = leadership.handle();
+    // The validity first, then the stamp of the hand-over: a leadership that comes with
+    // none left (its campaign was paused past the lease) is then logged as invalid when
+    // handed over, not as trusted for the microseconds between the two stamps.
+    let valid = valid_until(ctx, &leadership);
+    let acquired = clock::now();
     ctx.log(&Event::Acquired(Acquired {
         id: id.clone(),
         client: ctx.args.id,
@@ -102,8 +107,8 @@ async fn lead(
         fence: Some(term),
         call_start,
         attempt_start: clock::stamp_past(handle.acquired_at()),
-        acquired: clock::now(),
-        valid_until: valid_until(ctx, &leadership),
+        acquired,
+        valid_until: valid,
         ttl_ms: ctx.args.ttl_ms,
         auto_renew: true,
         wait_ms: None,
