@@ -278,6 +278,7 @@ pub async fn redlock(endpoints: &Endpoints, filter: &Filter) -> Result<Vec<Confi
                 configs.push(Config {
                     library: library.into(),
                     nodes,
+                    redlock: nodes > 1,
                     contender: Arc::new(contender),
                 });
             }
@@ -304,6 +305,7 @@ pub async fn redlock(endpoints: &Endpoints, filter: &Filter) -> Result<Vec<Confi
             configs.push(Config {
                 library: "lock-core".into(),
                 nodes: endpoints.cluster.len(),
+                redlock: false,
                 contender: Arc::new(Any::Core(Core::new(locker, false, label))),
             });
         }
@@ -325,6 +327,7 @@ pub async fn redlock(endpoints: &Endpoints, filter: &Filter) -> Result<Vec<Confi
                 configs.push(Config {
                     library: "lock-core".into(),
                     nodes: 2,
+                    redlock: false,
                     contender: Arc::new(Any::Core(Core::new(locker, false, label))),
                 });
             }
