@@ -11,6 +11,8 @@ pub mod s4_redlock;
 pub mod s5_overrun;
 pub mod s6_holders;
 pub mod s6_permits;
+pub mod s7_rwlock;
+pub mod s8_multi;
 
 /// How long and how often to measure.
 #[derive(Debug, Clone)]
