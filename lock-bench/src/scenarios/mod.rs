@@ -96,6 +96,15 @@ impl Failures {
         self.first.get_or_insert(err);
     }
 
+    /// Every run's failures together.
+    pub fn of_runs<'a>(runs: impl IntoIterator<Item = &'a Failures>) -> Failures {
+        let mut all = Failures::default();
+        for failures in runs {
+            all.merge(failures.clone());
+        }
+        all
+    }
+
     pub fn merge(&mut self, other: Failures) {
         self.count += other.count;
         if self.first.is_none() {

@@ -15,7 +15,7 @@ use serde::Serialize;
 
 use super::{interleaved, Failures, Settings};
 use crate::probe::Probe;
-use crate::stats::{Samples, Spread};
+use crate::stats::{most_at_once, Samples, Spread};
 
 /// Reading tasks in the flood.
 pub const READERS: usize = 64;
@@ -207,22 +207,13 @@ fn summarize(log: &[Hold], elapsed: f64, counts: Option<(u64, u64)>, failures: F
     }
 }
 
-/// The most holds in progress at once (a leaving at the same instant as an entry first).
+/// The most holds in progress at once.
 fn peak(holds: &[Hold]) -> usize {
     let mut entries: Vec<Instant> = holds.iter().map(|h| h.entered).collect();
     let mut leavings: Vec<Instant> = holds.iter().map(|h| h.leaving).collect();
     entries.sort_unstable();
     leavings.sort_unstable();
-    let (mut j, mut now, mut most) = (0, 0usize, 0);
-    for entered in entries {
-        while j < leavings.len() && leavings[j] <= entered {
-            now = now.saturating_sub(1);
-            j += 1;
-        }
-        now += 1;
-        most = most.max(now);
-    }
-    most
+    most_at_once(&entries, &leavings)
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -264,10 +255,7 @@ pub async fn run(groups: &[Group], settings: &Settings, probe: &Probe) -> Table 
         .iter()
         .zip(&runs)
         .map(|(group, runs)| {
-            let mut failures = Failures::default();
-            for run in runs {
-                failures.merge(run.failures.clone());
-            }
+            let failures = Failures::of_runs(runs.iter().map(|r| &r.failures));
             Row {
                 contender: group.label.clone(),
                 readers: READERS,

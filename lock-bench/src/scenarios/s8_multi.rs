@@ -153,10 +153,7 @@ pub async fn run(locker: &Locker, settings: &Settings, probe: &Probe) -> Table {
         .iter()
         .zip(&runs)
         .map(|(&(n, way), runs)| {
-            let mut failures = Failures::default();
-            for run in runs {
-                failures.merge(run.failures.clone());
-            }
+            let failures = Failures::of_runs(runs.iter().map(|r| &r.failures));
             let per_name = |x: f64| x / n as f64;
             Row {
                 contender: way.label().to_owned(),
