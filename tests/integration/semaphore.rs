@@ -594,7 +594,9 @@ async fn a_full_semaphore_is_limit_reached_from_every_entry_point() {
 /// Issue 24: a permit attempt in flight on a server that stops answering times out and the
 /// shared connection is replaced; the request's give-back must follow the attempt on the
 /// socket it went out on, or the permit is left held by nobody until its TTL (see
-/// [`stopped`]).
+/// [`stopped`]). Failed on the old code in 5 runs of 5, in the round resumed after 1500 ms
+/// (the give-back, sent at the end of the wait on a new connection, gave up on its set-up):
+/// the permit left with 29.7 s of TTL.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_permit_attempt_stalled_past_its_timeout_leaves_no_permit_behind() {
     let server = RedisServer::start();

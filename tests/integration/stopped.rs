@@ -35,9 +35,10 @@ pub fn short_timeout_locker(server: &RedisServer) -> Locker {
 }
 
 /// Runs rounds of: a request with a 30 s TTL waiting up to 1 s, sent while `server` is
-/// stopped and resumed after 300, 500, 700 or 1500 ms (before the give-back's new connection
-/// gives up, after it, after the request ended); then `left` must find nothing held, and a
-/// request that does not wait must be granted at once.
+/// stopped and resumed after 300, 500 or 700 ms (within the wait: a later attempt may be
+/// granted), 1100 ms (after the request ended, while a give-back on a new connection would
+/// still be setting it up) or 1500 ms (after such a give-back gave up); then `left` must find
+/// nothing held, and a request that does not wait must be granted at once.
 ///
 /// `request(locker, name, wait)` takes the lock or permit of `name` for 30 s and gives it
 /// back if it was granted; `left(locker, name)` lists what is held under `name` (empty:
@@ -52,7 +53,7 @@ pub async fn stalled_requests_leave_nothing_behind<R, L>(
     R: Future<Output = Result<(), LockError>>,
     L: Future<Output = Vec<String>>,
 {
-    for (round, resume_after) in [300u64, 500, 700, 1500].into_iter().enumerate() {
+    for (round, resume_after) in [300u64, 500, 700, 1100, 1500].into_iter().enumerate() {
         let locker = locker_of();
         let name = format!("{name}{round}");
         // The script is loaded and the connection open before the stall.
