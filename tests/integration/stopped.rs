@@ -5,7 +5,7 @@
 //! connection, the give-back either fails (the stopped server does not answer the new
 //! connection's set-up) or may overtake the attempt when the server resumes, and leaves the
 //! lock or permit held by nobody until its TTL. Used by the multi-lock, semaphore and
-//! read-write lock tests.
+//! read-write lock tests; [`signal`] by the failover tests too.
 
 use std::future::Future;
 use std::time::Duration;

@@ -92,7 +92,7 @@ impl Server {
     ) -> Result<T, LockError> {
         self.run_raw(script, name, keys, args)
             .await
-            .map_err(|err| LockError::from_redis(name, keys.first().copied().unwrap_or(""), err))
+            .map_err(|err| blame(name, keys, err))
     }
 
     /// [`Server::run`], keeping Redis's own error (to tell a CROSSSLOT reply apart).
@@ -121,7 +121,7 @@ impl Server {
     ) -> Result<T, LockError> {
         self.run_raw_noting(script, name, keys, args, Some(sent))
             .await
-            .map_err(|err| LockError::from_redis(name, keys.first().copied().unwrap_or(""), err))
+            .map_err(|err| blame(name, keys, err))
     }
 
     /// Runs `script` on `conn`, a connection an earlier attempt went out on (see
@@ -139,7 +139,7 @@ impl Server {
         script
             .run(self.mode, &mut conn, keys, args)
             .await
-            .map_err(|err| LockError::from_redis(name, keys.first().copied().unwrap_or(""), err))
+            .map_err(|err| blame(name, keys, err))
     }
 
     async fn run_raw_noting<T: FromRedisValue>(
@@ -191,6 +191,11 @@ impl Server {
             Ok(false)
         }
     }
+}
+
+/// `err` of a script run for primitive `name`, blamed on the first of `keys`.
+fn blame(name: &str, keys: &[&str], err: redis::RedisError) -> LockError {
+    LockError::from_redis(name, keys.first().copied().unwrap_or(""), err)
 }
 
 /// Whether `err` says the reply never came (a response timeout, a broken connection): the
