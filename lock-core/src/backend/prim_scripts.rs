@@ -223,6 +223,8 @@ pub(crate) struct SentOn {
 struct Sent {
     /// Whether any attempt was sent.
     any: bool,
+    /// Whether any attempt was answered.
+    answered: bool,
     /// The connections of the attempts without an answer (so far), oldest first.
     unanswered: Vec<Conn>,
 }
@@ -238,22 +240,26 @@ impl SentOn {
     /// The attempt noted last was answered: it has run, nothing of it is in flight.
     fn answered(&self) {
         let mut sent = self.sent.lock().unwrap_or_else(PoisonError::into_inner);
+        sent.answered = true;
         sent.unanswered.pop();
     }
 
     /// Where a give-back goes out, taken (a second call finds nothing sent): `None` when no
     /// attempt was sent (nothing to give back); else each connection whose attempt has no
-    /// answer (a give-back on each), or `[None]` when every attempt was answered: nothing
-    /// is in flight, so any connection will do (the shared one).
+    /// answer (`Some`: a give-back on each, behind its attempt), and `None` (the shared
+    /// connection) when an attempt was answered: what it did has run, so a connection that
+    /// works now undoes it best (an earlier attempt's connection may be broken). Giving
+    /// back twice is harmless.
     pub fn take(&self) -> Option<Vec<Option<Conn>>> {
         let sent = std::mem::take(&mut *self.sent.lock().unwrap_or_else(PoisonError::into_inner));
         if !sent.any {
             return None;
         }
-        if sent.unanswered.is_empty() {
-            return Some(vec![None]);
+        let mut routes: Vec<Option<Conn>> = sent.unanswered.into_iter().map(Some).collect();
+        if sent.answered {
+            routes.push(None);
         }
-        Some(sent.unanswered.into_iter().map(Some).collect())
+        Some(routes)
     }
 }
 

@@ -16,9 +16,8 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tracing::Instrument as _;
-
 use futures_util::future::join_all;
+use tracing::Instrument as _;
 
 use crate::backend::permits::{member, Ask, Attempt, PermitKeys, QueueWaiter, Store};
 use crate::backend::prim_scripts::SentOn;
