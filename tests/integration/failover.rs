@@ -9,6 +9,8 @@ use std::time::{Duration, Instant};
 use lock_core::{Lease, LockError, Locker, ReplicaSync};
 use lock_tests::{RedisCluster, RedisServer};
 
+use crate::stopped::signal;
+
 const SECOND: Duration = Duration::from_secs(1);
 
 /// A master, one replica and one Sentinel that knows both.
@@ -123,15 +125,6 @@ fn until_replica_online(master: &RedisServer) {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
-}
-
-fn signal(server: &RedisServer, sig: &str) {
-    let pid = server.pid().expect("server pid").to_string();
-    let status = std::process::Command::new("kill")
-        .args([sig, &pid])
-        .status()
-        .expect("run kill");
-    assert!(status.success(), "kill {sig} {pid}");
 }
 
 /// Issue 25, part 2 (found by `lock-torture run --topology sentinel --mode pause-master`):

@@ -23,6 +23,7 @@ mod security;
 mod semaphore;
 mod sentinel;
 mod stalls;
+mod stopped;
 mod stress;
 #[cfg(feature = "tls")]
 mod tls;

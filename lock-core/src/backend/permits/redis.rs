@@ -6,9 +6,10 @@ use std::time::Duration;
 
 use super::{parse_member, Ask, Attempt, PermitKeys, QueueWaiter, RawHolder, RawHolders};
 use crate::backend::prim_scripts::{
-    Server, PERMITS_ACQUIRE, PERMITS_EXTEND, PERMITS_HOLDERS, PERMITS_RELEASE,
+    SentOn, Server, PERMITS_ACQUIRE, PERMITS_EXTEND, PERMITS_HOLDERS, PERMITS_RELEASE,
 };
 use crate::backend::{millis, CLAIM_WINDOW};
+use crate::connection::shared::Conn;
 use crate::LockError;
 
 fn window_ms() -> String {
@@ -22,6 +23,7 @@ pub(super) async fn acquire(
     ttl: Duration,
     ask: Ask,
     waiter: Option<&QueueWaiter<'_>>,
+    sent: &SentOn,
 ) -> Result<Attempt, LockError> {
     let ttl = millis(ttl).to_string();
     let (capacity, weight) = (ask.capacity.to_string(), ask.weight.to_string());
@@ -30,7 +32,7 @@ pub(super) async fn acquire(
         None => ("", "", "0".to_owned()),
     };
     let (taken, first_end, place): (i64, i64, i64) = server
-        .run(
+        .run_noting(
             &PERMITS_ACQUIRE,
             &keys.name,
             &[&keys.holders, &keys.queue, &keys.entries],
@@ -44,6 +46,7 @@ pub(super) async fn acquire(
                 life.as_bytes(),
                 window_ms().as_bytes(),
             ],
+            sent,
         )
         .await?;
     if taken == 1 {
@@ -60,24 +63,34 @@ pub(super) async fn acquire(
     })
 }
 
+/// On `sent_on` when given (the connection of an attempt being given back, see
+/// [`SentOn`]), else on the shared connection.
 pub(super) async fn release(
     server: &Server,
     keys: &PermitKeys,
     member: &str,
     leaving: Option<&str>,
+    sent_on: Option<&Conn>,
 ) -> Result<bool, LockError> {
-    let released: i64 = server
-        .run(
-            &PERMITS_RELEASE,
-            &keys.name,
-            &[&keys.holders, &keys.queue, &keys.entries],
-            &[
-                member.as_bytes(),
-                window_ms().as_bytes(),
-                leaving.unwrap_or("").as_bytes(),
-            ],
-        )
-        .await?;
+    let script_keys = [keys.holders.as_str(), &keys.queue, &keys.entries];
+    let window = window_ms();
+    let args = [
+        member.as_bytes(),
+        window.as_bytes(),
+        leaving.unwrap_or("").as_bytes(),
+    ];
+    let released: i64 = match sent_on {
+        Some(conn) => {
+            server
+                .run_on(conn, &PERMITS_RELEASE, &keys.name, &script_keys, &args)
+                .await?
+        }
+        None => {
+            server
+                .run(&PERMITS_RELEASE, &keys.name, &script_keys, &args)
+                .await?
+        }
+    };
     Ok(released == 1)
 }
 
