@@ -2,11 +2,12 @@
 //! on: a Functions library of their own (`lockcore_prims_v4`), run like the lock's scripts
 //! (see [`lua`](crate::backend::lua)).
 
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 
 use redis::FromRedisValue;
 
 use crate::backend::lua::{self, Lua, ScriptMode};
+use crate::backend::replicated::Replicated;
 use crate::connection::shared::{is_connection_failure, Conn, SharedConnection};
 use crate::LockError;
 
@@ -78,6 +79,9 @@ fn library() -> &'static str {
 pub(crate) struct Server {
     pub conn: SharedConnection,
     pub mode: ScriptMode,
+    /// The scripted backend's replica acknowledgement check, when it is on: grants and
+    /// extensions ([`Server::run_replicated`]) count only once replicas have them.
+    pub replicated: Option<Arc<Replicated>>,
 }
 
 impl Server {
@@ -119,6 +123,67 @@ impl Server {
         sent_on: impl FnOnce(&Conn),
     ) -> Result<T, LockError> {
         self.run_raw_noting(script, name, keys, args, sent_on)
+            .await
+            .map_err(|err| LockError::from_redis(name, keys.first().copied().unwrap_or(""), err))
+    }
+
+    /// [`Server::run_noting`] for a write that a holder relies on (a grant, an
+    /// extension). With the replica acknowledgement check on, it goes out on one of the
+    /// check's connections (handed to `sent_on`), and a reply that `granted` calls a grant
+    /// counts only once replicas acknowledged it: [`LockError::NotReplicated`] otherwise,
+    /// with the write left in place for the caller to undo on that connection.
+    pub async fn run_replicated<T: FromRedisValue>(
+        &self,
+        script: &Lua,
+        name: &str,
+        keys: &[&str],
+        args: &[&[u8]],
+        sent_on: impl FnOnce(&Conn),
+        granted: impl FnOnce(&T) -> bool,
+    ) -> Result<T, LockError> {
+        let Some(replicated) = &self.replicated else {
+            return self.run_noting(script, name, keys, args, sent_on).await;
+        };
+        let key = keys.first().copied().unwrap_or("");
+        let shared = replicated.writer(&self.conn);
+        let lent = shared.get(name).await?;
+        sent_on(&lent.conn);
+        let mut conn = lent.conn.clone();
+        let reply: T = script
+            .run(self.mode, &mut conn, keys, args)
+            .await
+            .map_err(|err| {
+                if is_connection_failure(&err) {
+                    shared.retire(&lent);
+                }
+                LockError::from_redis(name, key, err)
+            })?;
+        if granted(&reply) {
+            replicated
+                .confirm(&mut conn, name, key)
+                .await
+                .inspect_err(|err| {
+                    if matches!(err, LockError::Connection { .. }) {
+                        shared.retire(&lent);
+                    }
+                })?;
+        }
+        Ok(reply)
+    }
+
+    /// Runs `script` on `conn`, the connection an earlier script went out on (an undo
+    /// that must reach Redis after it); the connection is not retired on failure.
+    pub async fn run_on<T: FromRedisValue>(
+        &self,
+        conn: &Conn,
+        script: &Lua,
+        name: &str,
+        keys: &[&str],
+        args: &[&[u8]],
+    ) -> Result<T, LockError> {
+        let mut conn = conn.clone();
+        script
+            .run(self.mode, &mut conn, keys, args)
             .await
             .map_err(|err| LockError::from_redis(name, keys.first().copied().unwrap_or(""), err))
     }

@@ -5,7 +5,7 @@ use deadpool_redis::Pool;
 use super::{Label, LockerBuilder, Protocol, Store, DEFAULT_REDIS_URL, REDIS_URL_ENV};
 use crate::backend::memory::Memory;
 use crate::backend::redlock::Redlock;
-use crate::backend::scripted::replicated::Replicated;
+use crate::backend::replicated::Replicated;
 use crate::backend::scripted::Scripted;
 use crate::backend::transaction::Transactional;
 use crate::backend::AnyBackend;
@@ -87,7 +87,14 @@ impl LockerBuilder {
                 )
             }
             Protocol::Transactions => {
-                AnyBackend::Transaction(Transactional::new(pool, settings.command_timeout, address))
+                let replicated = self
+                    .replica_sync
+                    .rule(self.sync_timeout_or_default())
+                    .map(Replicated::on_callers_connections);
+                AnyBackend::Transaction(
+                    Transactional::new(pool, settings.command_timeout, address)
+                        .with_replica_sync(replicated),
+                )
             }
         };
         Ok(assemble(backend, settings, notifier, commands_bounded))

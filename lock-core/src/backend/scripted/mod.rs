@@ -1,9 +1,9 @@
 //! One Redis, Lua scripts: one round trip per operation. The default backend.
 
 mod calls;
-pub(crate) mod replicated;
 
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redis::FromRedisValue;
@@ -12,8 +12,9 @@ use self::calls::{
     acquire_queued, acquire_script, release_script, set_nx_get, Announce, CLAIM_WINDOW_MS, EXTEND,
     LEAVE_QUEUE, RAISE_FENCE,
 };
-use self::replicated::Replicated;
 use crate::backend::lua::{Lua, ScriptMode};
+use crate::backend::prim_scripts::Server;
+use crate::backend::replicated::Replicated;
 use crate::backend::undo::Undo;
 use crate::backend::{millis, remaining_from_pttl, Attempt, AttemptKind, Backend, RawState};
 use crate::connection::shared::{is_connection_failure, Conn, SharedConnection};
@@ -31,7 +32,7 @@ pub(crate) struct Scripted {
     set_get: AtomicBool,
     /// The replica acknowledgement check, when it is on: acquisitions and extensions run on
     /// its connections and wait for replicas there.
-    replicated: Option<Replicated>,
+    replicated: Option<Arc<Replicated>>,
 }
 
 impl Scripted {
@@ -47,7 +48,7 @@ impl Scripted {
 
     /// Grants only what replicas acknowledged (see [`Replicated`]).
     pub fn with_replica_sync(mut self, replicated: Option<Replicated>) -> Scripted {
-        self.replicated = replicated;
+        self.replicated = replicated.map(Arc::new);
         self
     }
 
@@ -55,8 +56,8 @@ impl Scripted {
     /// is on, the shared one otherwise.
     fn writer(&self) -> &SharedConnection {
         match &self.replicated {
-            Some(replicated) if replicated.is_on() => replicated.connection(),
-            _ => &self.conn,
+            Some(replicated) => replicated.writer(&self.conn),
+            None => &self.conn,
         }
     }
 
@@ -170,8 +171,14 @@ impl Scripted {
         &self.conn
     }
 
-    pub(crate) fn mode(&self) -> ScriptMode {
-        self.mode
+    /// The server the primitives run their scripts on: this backend's shared connection,
+    /// script mode and replica acknowledgement check.
+    pub(crate) fn server(&self) -> Server {
+        Server {
+            conn: self.conn.clone(),
+            mode: self.mode,
+            replicated: self.replicated.clone(),
+        }
     }
 
     /// Compare-and-deletes `value` on `conn`, the connection an abandoned attempt sent its
@@ -265,7 +272,7 @@ impl Backend for Scripted {
             if let Some(replicated) = &self.replicated {
                 // Granted only once replicas have it; otherwise undone (the armed undo, on
                 // this connection, after the write) and a failed attempt.
-                if let Err(err) = replicated.confirm(&mut conn, keys).await {
+                if let Err(err) = replicated.confirm(&mut conn, &keys.name, &keys.lock).await {
                     if let LockError::Connection { .. } = err {
                         shared.retire(&lent);
                     }
@@ -365,7 +372,9 @@ impl Backend for Scripted {
         if extended {
             // An extension no replica has is not counted: the lease's validity stays as it
             // was (the TTL on the master is longer, which costs nobody safety).
-            replicated.confirm(&mut conn, keys).await?;
+            replicated
+                .confirm(&mut conn, &keys.name, &keys.lock)
+                .await?;
         }
         Ok(extended)
     }
@@ -396,7 +405,9 @@ impl Backend for Scripted {
                 let confirmed = match &self.replicated {
                     // One WAIT covers every extension of the batch (all on this connection).
                     Some(replicated) if replies.contains(&1) => {
-                        replicated.confirm(&mut conn, first).await
+                        replicated
+                            .confirm(&mut conn, &first.name, &first.lock)
+                            .await
                     }
                     _ => Ok(()),
                 };

@@ -11,7 +11,9 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Instant;
 
-use crate::connection::shared::{Conn, SharedConnection, Source};
+use redis::aio::ConnectionLike;
+
+use crate::connection::shared::{SharedConnection, Source};
 use crate::key::LockKeys;
 use crate::replication::SyncRule;
 use crate::LockError;
@@ -45,10 +47,24 @@ pub(crate) struct Replicated {
 
 impl Replicated {
     pub fn new(source: &Source, timeout: std::time::Duration, rule: SyncRule) -> Replicated {
-        Replicated {
-            conns: (0..CONNECTIONS)
+        Replicated::with_connections(
+            (0..CONNECTIONS)
                 .map(|_| SharedConnection::new(source.clone(), timeout, None))
                 .collect(),
+            rule,
+        )
+    }
+
+    /// The check for a backend that writes on connections of its own, none shared (each
+    /// WATCH/MULTI operation has a pooled connection to itself): it only confirms, on the
+    /// connection the write went out on.
+    pub fn on_callers_connections(rule: SyncRule) -> Replicated {
+        Replicated::with_connections(Vec::new(), rule)
+    }
+
+    fn with_connections(conns: Vec<SharedConnection>, rule: SyncRule) -> Replicated {
+        Replicated {
+            conns,
             next: AtomicUsize::new(0),
             rule,
             seen: AtomicBool::new(!rule.when_replicated),
@@ -63,13 +79,24 @@ impl Replicated {
         self.seen.load(Ordering::Relaxed)
     }
 
-    /// The connection for the next checked write (they take turns).
-    pub fn connection(&self) -> &SharedConnection {
+    /// Where the next write that a holder relies on goes: a dedicated connection while the
+    /// check is on, `shared` otherwise.
+    pub fn writer<'a>(&'a self, shared: &'a SharedConnection) -> &'a SharedConnection {
+        if self.is_on() {
+            self.connection().unwrap_or(shared)
+        } else {
+            shared
+        }
+    }
+
+    /// The connection for the next checked write (they take turns); `None` for a check
+    /// on the callers' connections.
+    pub fn connection(&self) -> Option<&SharedConnection> {
         if !self.rule.when_replicated && self.next.load(Ordering::Relaxed) == 0 {
             self.open_all();
         }
-        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.conns.len();
-        &self.conns[i]
+        let i = self.next.fetch_add(1, Ordering::Relaxed);
+        self.conns.get(i % self.conns.len().max(1))
     }
 
     /// Opens every dedicated connection in the background, so that the first checked writes
@@ -90,8 +117,8 @@ impl Replicated {
 
     /// Whether the write just made on `conn` must be acknowledged: always with
     /// `ReplicaSync::Required`; with `Auto` once a master was seen with a replica (looked
-    /// at with `ROLE` on the key's master, at most every few seconds while it has none).
-    async fn required(&self, conn: &mut Conn, keys: &LockKeys) -> bool {
+    /// at with `ROLE` on the master of `key`, at most every few seconds while it has none).
+    async fn required<C: ConnectionLike + Send>(&self, conn: &mut C, key: &str) -> bool {
         if self.seen.load(Ordering::Relaxed) {
             return true;
         }
@@ -105,7 +132,7 @@ impl Replicated {
         // the lock's slot.
         let probe = redis::pipe()
             .cmd("PTTL")
-            .arg(&keys.lock)
+            .arg(key)
             .cmd("ROLE")
             .query_async::<(i64, redis::Role)>(conn)
             .await;
@@ -132,17 +159,27 @@ impl Replicated {
     }
 
     /// Waits for the replicas to acknowledge every write made so far on `conn` (the one
-    /// just made among them); [`LockError::NotReplicated`] when too few did in time.
-    pub async fn confirm(&self, conn: &mut Conn, keys: &LockKeys) -> Result<(), LockError> {
-        if !self.required(conn, keys).await {
+    /// just made among them, on `key` of lock or primitive `name`);
+    /// [`LockError::NotReplicated`] when too few did in time.
+    ///
+    /// Any connection that the write went out on will do: a dedicated one of
+    /// [`Replicated::connection`], or a pooled one of WATCH/MULTI's (which no other task
+    /// shares while it is lent).
+    pub async fn confirm<C: ConnectionLike + Send>(
+        &self,
+        conn: &mut C,
+        name: &str,
+        key: &str,
+    ) -> Result<(), LockError> {
+        if !self.required(conn, key).await {
             return Ok(());
         }
-        let acknowledged = self.wait(conn, keys).await?;
+        let acknowledged = self.wait(conn, name, key).await?;
         if acknowledged >= self.rule.replicas {
             return Ok(());
         }
         Err(LockError::NotReplicated {
-            name: keys.name.clone(),
+            name: name.to_owned(),
             acknowledged,
             required: self.rule.replicas,
             timeout: self.rule.timeout,
@@ -155,10 +192,10 @@ impl Replicated {
     /// written again as it is (same TTL) from a dedicated connection, and `WAIT` on that
     /// connection tells how many replicas have everything up to that write.
     pub async fn replicas_having(&self, keys: &LockKeys, value: &[u8]) -> Option<u32> {
-        let shared = self.connection();
+        let shared = self.connection()?;
         let lent = shared.get(&keys.name).await.ok()?;
         let mut conn = lent.conn.clone();
-        if !self.is_on() && !self.required(&mut conn, keys).await {
+        if !self.is_on() && !self.required(&mut conn, &keys.lock).await {
             return None;
         }
         let same: i64 = REWRITE
@@ -175,11 +212,16 @@ impl Replicated {
         if same != 1 {
             return None;
         }
-        self.wait(&mut conn, keys).await.ok()
+        self.wait(&mut conn, &keys.name, &keys.lock).await.ok()
     }
 
     /// `WAIT numreplicas timeout` on `conn`: how many replicas acknowledged its writes.
-    pub async fn wait(&self, conn: &mut Conn, keys: &LockKeys) -> Result<u32, LockError> {
+    async fn wait<C: ConnectionLike + Send>(
+        &self,
+        conn: &mut C,
+        name: &str,
+        key: &str,
+    ) -> Result<u32, LockError> {
         let timeout_ms = u64::try_from(self.rule.timeout.as_millis())
             .unwrap_or(u64::MAX)
             .max(1);
@@ -188,13 +230,13 @@ impl Replicated {
         // master).
         let (_, acknowledged): (i64, i64) = redis::pipe()
             .cmd("PTTL")
-            .arg(&keys.lock)
+            .arg(key)
             .cmd("WAIT")
             .arg(self.rule.replicas)
             .arg(timeout_ms)
             .query_async(conn)
             .await
-            .map_err(|err| LockError::from_redis(&keys.name, &keys.lock, err))?;
+            .map_err(|err| LockError::from_redis(name, key, err))?;
         Ok(u32::try_from(acknowledged).unwrap_or(0))
     }
 }
