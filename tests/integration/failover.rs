@@ -110,7 +110,7 @@ impl Link for u16 {
 }
 
 /// Waits until `master` has an online replica.
-fn until_replica_online(master: &RedisServer) {
+pub(crate) fn until_replica_online(master: &RedisServer) {
     let started = Instant::now();
     while !master
         .command(&["INFO", "replication"])
@@ -125,7 +125,7 @@ fn until_replica_online(master: &RedisServer) {
     }
 }
 
-fn signal(server: &RedisServer, sig: &str) {
+pub(crate) fn signal(server: &RedisServer, sig: &str) {
     let pid = server.pid().expect("server pid").to_string();
     let status = std::process::Command::new("kill")
         .args([sig, &pid])
