@@ -3,7 +3,10 @@
 use std::time::Duration;
 
 /// Whether an acquisition (and an extension) counts only once Redis replicas acknowledged
-/// the write, checked with `WAIT numreplicas timeout` right after it.
+/// the write, checked with `WAIT numreplicas timeout` right after it. It covers every
+/// write a holder relies on: locks, semaphore permits, read-write leases and multi-locks,
+/// on Lua scripts and on `Protocol::Transactions`. Redlock does not apply it: its nodes
+/// are independent masters, and its safety rests on a majority of them, not on replicas.
 ///
 /// Redis replicates asynchronously: a master that grants a lock and fails before the write
 /// reached a replica loses the grant in the failover, and the promoted replica grants the

@@ -1,6 +1,7 @@
-//! The replica acknowledgement check (`ReplicaSync`): lock writes that a holder relies on
-//! (acquisitions, extensions) run on a few connections of their own, each followed by
-//! `WAIT numreplicas timeout` on the same connection.
+//! The replica acknowledgement check (`ReplicaSync`): writes that a holder relies on (the
+//! grants and extensions of locks, permits and multi-locks) run on a few connections of
+//! their own, each followed by `WAIT numreplicas timeout` on the same connection (on
+//! WATCH/MULTI, on the operation's own pooled connection).
 //!
 //! `WAIT` blocks the connection it is sent on, and it waits for every earlier write of that
 //! connection: on the shared multiplexed connection every command queued behind it (the
