@@ -344,7 +344,7 @@ async fn a_deposed_master_grants_nothing() {
 }
 
 /// The index of the node that replicates node `master` of `cluster`.
-fn replica_of(cluster: &RedisCluster, master: usize) -> usize {
+pub(crate) fn replica_of(cluster: &RedisCluster, master: usize) -> usize {
     let id = cluster.node_id(master);
     let started = Instant::now();
     let port = loop {
@@ -559,4 +559,94 @@ async fn unacknowledged_extensions_and_acquisitions_do_not_count() {
         .wait(5 * SECOND)
         .await
         .expect("free once the replica is back");
+}
+
+/// Issue 25, part 2: with `ReplicaSync::Auto` each master of a Cluster is judged by its own
+/// replicas, not the locker by the first master it met. The locker first meets a master
+/// with a replica; a grant on a master whose only replica is gone (never seen with one)
+/// is not asked of replicas it does not have, while a master with a replica keeps the
+/// check (its replica stopped, a grant there is refused). And the extension of a
+/// multi-lock whose locks live on two masters is confirmed on each: before, only the
+/// first lock's master was asked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_auto_decides_per_master() {
+    let mut cluster = RedisCluster::start(3, 1);
+    // One name per master.
+    let mut names: Vec<(String, usize)> = Vec::new();
+    for i in 0..200 {
+        let name = format!("n{i}");
+        let master = cluster.master_of(&format!("lock:{{{name}}}"));
+        if names.iter().all(|(_, m)| *m != master) {
+            names.push((name, master));
+        }
+        if names.len() == 3 {
+            break;
+        }
+    }
+    assert_eq!(names.len(), 3, "a name on each master: {names:?}");
+    let (a, b, c) = (&names[0], &names[1], &names[2]);
+    let replicas: Vec<usize> = names
+        .iter()
+        .map(|(_, m)| replica_of(&cluster, *m))
+        .collect();
+    for (_, master) in &names {
+        until_replica_online(&cluster.nodes[*master]);
+    }
+    // `b`'s master loses its replica for good (the replication link closes at once).
+    cluster.nodes[replicas[1]].kill();
+    let started = Instant::now();
+    while !cluster.nodes[b.1]
+        .command(&["INFO", "replication"])
+        .contains("connected_slaves:0")
+    {
+        assert!(
+            started.elapsed() < 10 * SECOND,
+            "b's master saw its replica go"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let locker = Locker::builder()
+        .cluster(cluster.urls())
+        .command_timeout(SECOND)
+        .sync_timeout(Duration::from_millis(200))
+        .build()
+        .expect("cluster locker");
+    for _ in 0..3 {
+        let warm = locker.try_lock(&a.0, 30 * SECOND).await.expect("acquire");
+        assert!(warm.release().await.expect("release"));
+    }
+    let on_b = locker.try_lock(&b.0, 30 * SECOND).await;
+    let on_b = on_b.expect("a master without replicas grants; its replicas are not asked for");
+    assert!(on_b.release().await.expect("release"));
+
+    // Locks on `a`'s and `c`'s masters, both with a replica; then one of them stops.
+    let both = locker
+        .lock_all([a.0.clone(), c.0.clone()])
+        .ttl(30 * SECOND)
+        .await
+        .expect("multi-lock on two masters");
+    // The lock whose key sorts second: its master is not the one the batch starts with.
+    let second = both.names()[1].clone();
+    let stopped = if second == a.0 {
+        replicas[0]
+    } else {
+        replicas[2]
+    };
+    signal(&cluster.nodes[stopped], "-STOP");
+    let extended = both.extend(30 * SECOND).await;
+    let _ = both.release().await;
+    let granted = locker.try_lock(&second, 30 * SECOND).await;
+    signal(&cluster.nodes[stopped], "-CONT");
+    match extended {
+        Err(LockError::NotReplicated {
+            acknowledged: 0, ..
+        }) => {}
+        other => panic!("an extension no replica of its master has was counted: {other:?}"),
+    }
+    match granted {
+        Err(LockError::NotReplicated {
+            acknowledged: 0, ..
+        }) => {}
+        other => panic!("a grant no replica has was given: {other:?}"),
+    }
 }

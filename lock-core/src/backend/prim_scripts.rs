@@ -145,7 +145,7 @@ impl Server {
             return self.run_noting(script, name, keys, args, sent_on).await;
         };
         let key = keys.first().copied().unwrap_or("");
-        let shared = replicated.writer(&self.conn);
+        let shared = replicated.writer(&self.conn, keys);
         let lent = shared.get(name).await?;
         sent_on(&lent.conn);
         let mut conn = lent.conn.clone();

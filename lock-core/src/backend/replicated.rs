@@ -9,13 +9,15 @@
 //! too. The writes that need the check take turns on `CONNECTIONS` dedicated connections
 //! instead; the shared one keeps serving everything else.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, PoisonError};
 use std::time::Instant;
 
 use redis::aio::ConnectionLike;
 
 use crate::connection::shared::{SharedConnection, Source};
-use crate::key::LockKeys;
+use crate::key::{cluster_slot, LockKeys, CLUSTER_SLOTS};
 use crate::replication::SyncRule;
 use crate::LockError;
 
@@ -39,51 +41,137 @@ pub(crate) struct Replicated {
     conns: Vec<SharedConnection>,
     next: AtomicUsize,
     rule: SyncRule,
-    /// `Auto`: a master was seen with a connected replica; from then on the check holds.
-    seen: AtomicBool,
-    /// `Auto`: when a master was last seen without replicas (ms since `epoch`, 0: never).
-    probed_at: AtomicU64,
+    /// `Auto`'s decision, shard by shard.
+    shards: Shards,
+}
+
+/// `ReplicaSync::Auto`'s decision, per shard: whether its master was seen with a connected
+/// replica (from then on the check holds there: a replica that stops must not turn it off
+/// when it matters most), and when a master seen without one was last asked.
+///
+/// On a Cluster a shard is a key slot: masters differ (one may have replicas, another
+/// none), and a slot's data, and the decision with it, follows the slot through a failover
+/// to the replica promoted in its master's place (which may have no replica of its own
+/// yet). A slot moved to another master by resharding keeps the decision too. Elsewhere
+/// (one Redis, Sentinel's master) every key is in the one shard, whichever server is the
+/// master now.
+struct Shards {
+    /// Keys are spread over a Cluster's slots.
+    cluster: bool,
+    /// One bit per shard: seen with a replica.
+    seen: Box<[AtomicU64]>,
+    /// When each shard not seen with a replica was last asked (ms since `epoch`).
+    probed: Mutex<HashMap<u16, u64>>,
+    /// A shard was seen with replicas (logged once).
+    announced: AtomicBool,
     epoch: Instant,
+}
+
+impl Shards {
+    fn new(cluster: bool) -> Shards {
+        let shards = if cluster {
+            usize::from(CLUSTER_SLOTS)
+        } else {
+            1
+        };
+        Shards {
+            cluster,
+            seen: (0..shards.div_ceil(64))
+                .map(|_| AtomicU64::new(0))
+                .collect(),
+            probed: Mutex::new(HashMap::new()),
+            announced: AtomicBool::new(false),
+            epoch: Instant::now(),
+        }
+    }
+
+    fn of(&self, key: &str) -> u16 {
+        if self.cluster {
+            cluster_slot(key.as_bytes())
+        } else {
+            0
+        }
+    }
+
+    fn is_seen(&self, shard: u16) -> bool {
+        let (word, bit) = (usize::from(shard / 64), shard % 64);
+        self.seen
+            .get(word)
+            .is_some_and(|w| w.load(Ordering::Relaxed) & (1 << bit) != 0)
+    }
+
+    fn mark_seen(&self, shard: u16) {
+        let (word, bit) = (usize::from(shard / 64), shard % 64);
+        if let Some(w) = self.seen.get(word) {
+            w.fetch_or(1 << bit, Ordering::Relaxed);
+        }
+        self.probed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&shard);
+    }
+
+    /// Whether `shard`'s master is to be asked now (at most every few seconds), recording
+    /// the time if so.
+    fn probe_due(&self, shard: u16) -> bool {
+        let now = u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let mut probed = self.probed.lock().unwrap_or_else(PoisonError::into_inner);
+        match probed.get(&shard) {
+            Some(&last) if now.saturating_sub(last) < PROBE_EVERY_MS => false,
+            _ => {
+                probed.insert(shard, now);
+                true
+            }
+        }
+    }
 }
 
 impl Replicated {
     pub fn new(source: &Source, timeout: std::time::Duration, rule: SyncRule) -> Replicated {
+        #[cfg(feature = "cluster")]
+        let cluster = matches!(source, Source::Cluster(_));
+        #[cfg(not(feature = "cluster"))]
+        let cluster = false;
         Replicated::with_connections(
             (0..CONNECTIONS)
                 .map(|_| SharedConnection::new(source.clone(), timeout, None))
                 .collect(),
             rule,
+            cluster,
         )
     }
 
     /// The check for a backend that writes on connections of its own, none shared (each
-    /// WATCH/MULTI operation has a pooled connection to itself): it only confirms, on the
-    /// connection the write went out on.
+    /// WATCH/MULTI operation has a pooled connection to itself, on one Redis): it only
+    /// confirms, on the connection the write went out on.
     pub fn on_callers_connections(rule: SyncRule) -> Replicated {
-        Replicated::with_connections(Vec::new(), rule)
+        Replicated::with_connections(Vec::new(), rule, false)
     }
 
-    fn with_connections(conns: Vec<SharedConnection>, rule: SyncRule) -> Replicated {
+    fn with_connections(conns: Vec<SharedConnection>, rule: SyncRule, cluster: bool) -> Replicated {
         Replicated {
             conns,
             next: AtomicUsize::new(0),
             rule,
-            seen: AtomicBool::new(!rule.when_replicated),
-            probed_at: AtomicU64::new(0),
-            epoch: Instant::now(),
+            shards: Shards::new(cluster),
         }
     }
 
-    /// Whether the check is on now (with `Auto`, once a master was seen with replicas):
-    /// until then, writes stay on the shared connection, where a lone Redis is fastest.
-    pub fn is_on(&self) -> bool {
-        self.seen.load(Ordering::Relaxed)
+    /// Whether the check is on now for `key` (with `Auto`, once its master was seen with
+    /// replicas): until then, writes stay on the shared connection, where a lone Redis is
+    /// fastest.
+    pub fn is_on(&self, key: &str) -> bool {
+        !self.rule.when_replicated || self.shards.is_seen(self.shards.of(key))
     }
 
-    /// Where the next write that a holder relies on goes: a dedicated connection while the
-    /// check is on, `shared` otherwise.
-    pub fn writer<'a>(&'a self, shared: &'a SharedConnection) -> &'a SharedConnection {
-        if self.is_on() {
+    /// Where the next write that a holder relies on (on `keys`) goes: a dedicated
+    /// connection while the check is on for any of them, `shared` otherwise.
+    pub fn writer<'a>(
+        &'a self,
+        shared: &'a SharedConnection,
+        keys: &[&str],
+    ) -> &'a SharedConnection {
+        if keys.iter().any(|key| self.is_on(key)) {
             self.connection().unwrap_or(shared)
         } else {
             shared
@@ -120,17 +208,15 @@ impl Replicated {
     /// `ReplicaSync::Required`; with `Auto` once a master was seen with a replica (looked
     /// at with `ROLE` on the master of `key`, at most every few seconds while it has none).
     async fn required<C: ConnectionLike + Send>(&self, conn: &mut C, key: &str) -> bool {
-        if self.seen.load(Ordering::Relaxed) {
+        if self.is_on(key) {
             return true;
         }
-        let now = u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX);
-        let last = self.probed_at.load(Ordering::Relaxed);
-        if last != 0 && now.saturating_sub(last) < PROBE_EVERY_MS {
+        let shard = self.shards.of(key);
+        if !self.shards.probe_due(shard) {
             return false;
         }
-        self.probed_at.store(now.max(1), Ordering::Relaxed);
         // A pipeline goes where its first keyed command goes: on a Cluster, the master of
-        // the lock's slot.
+        // the key's slot.
         let probe = redis::pipe()
             .cmd("PTTL")
             .arg(key)
@@ -148,13 +234,15 @@ impl Replicated {
             }
         };
         if replicas > 0 {
-            self.open_all();
-            tracing::info!(
-                replicas,
-                required = self.rule.replicas,
-                "the master has replicas: lock writes now count once replicas acknowledge them"
-            );
-            self.seen.store(true, Ordering::Relaxed);
+            self.shards.mark_seen(shard);
+            if !self.shards.announced.swap(true, Ordering::Relaxed) {
+                self.open_all();
+                tracing::info!(
+                    replicas,
+                    required = self.rule.replicas,
+                    "the master has replicas: lock writes on it now count once replicas acknowledge them"
+                );
+            }
         }
         replicas > 0
     }
@@ -196,7 +284,7 @@ impl Replicated {
         let shared = self.connection()?;
         let lent = shared.get(&keys.name).await.ok()?;
         let mut conn = lent.conn.clone();
-        if !self.is_on() && !self.required(&mut conn, &keys.lock).await {
+        if !self.required(&mut conn, &keys.lock).await {
             return None;
         }
         let same: i64 = REWRITE

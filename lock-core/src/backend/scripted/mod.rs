@@ -54,9 +54,9 @@ impl Scripted {
 
     /// Where the writes a holder relies on go: a connection of the replica check's when it
     /// is on, the shared one otherwise.
-    fn writer(&self) -> &SharedConnection {
+    fn writer(&self, keys: &[&str]) -> &SharedConnection {
         match &self.replicated {
-            Some(replicated) => replicated.writer(&self.conn),
+            Some(replicated) => replicated.writer(&self.conn, keys),
             None => &self.conn,
         }
     }
@@ -210,7 +210,7 @@ impl Backend for Scripted {
         kind: AttemptKind<'_>,
     ) -> Result<Attempt, LockError> {
         let started = Instant::now();
-        let shared = self.writer();
+        let shared = self.writer(&[&keys.lock]);
         let lent = shared.get(&keys.name).await?;
         let mut conn = lent.conn.clone();
         // A reply that never arrives (the caller dropped the future, or the command timed
@@ -351,7 +351,7 @@ impl Backend for Scripted {
                 .await
                 .map(|n| n == 1);
         };
-        let shared = self.writer();
+        let shared = self.writer(&[&keys.lock]);
         let lent = shared.get(&keys.name).await?;
         let mut conn = lent.conn.clone();
         let extended = EXTEND
@@ -386,7 +386,11 @@ impl Backend for Scripted {
         let Some((first, _, _)) = items.first() else {
             return Vec::new();
         };
-        let shared = self.writer();
+        let locks: Vec<&str> = items
+            .iter()
+            .map(|(keys, _, _)| keys.lock.as_str())
+            .collect();
+        let shared = self.writer(&locks);
         let lent = match shared.get(&first.name).await {
             Ok(lent) => lent,
             Err(err) => return items.iter().map(|_| Err(clone_error(&err))).collect(),
@@ -403,7 +407,9 @@ impl Backend for Scripted {
         match pipe.query_async::<Vec<i64>>(&mut conn).await {
             Ok(replies) if replies.len() == items.len() => {
                 let confirmed = match &self.replicated {
-                    // One WAIT covers every extension of the batch (all on this connection).
+                    // One WAIT covers every extension of the batch: all went to one master
+                    // on this connection (a Cluster refuses a pipeline over several slots;
+                    // such a batch goes one by one below, each extension checked alone).
                     Some(replicated) if replies.contains(&1) => {
                         replicated
                             .confirm(&mut conn, &first.name, &first.lock)
