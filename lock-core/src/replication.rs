@@ -42,6 +42,12 @@ pub enum ReplicaSync {
     /// replica that stops must not turn the check off when it matters most). A master
     /// without replicas is not asked (it is checked again every few seconds). Sentinel,
     /// Cluster and a single master with replicas therefore check; a lone Redis does not.
+    ///
+    /// Decided per master: on a Cluster, per key slot (the first write in a slot asks
+    /// its master with `ROLE`), so a master with replicas is checked and one without is not,
+    /// whichever the locker met first; the decision stays with the slot through a failover,
+    /// when the promoted replica may have no replica of its own yet. Behind Sentinel it
+    /// stays through failovers too.
     Auto {
         /// Acknowledgements required.
         replicas: u32,
