@@ -650,3 +650,55 @@ async fn on_a_cluster_auto_decides_per_master() {
         other => panic!("a grant no replica has was given: {other:?}"),
     }
 }
+
+/// Issue 25, part 3: behind Sentinel, a waiter's notifications follow the switch. Its
+/// pub/sub connection to a stopped master sends nothing that could fail, so before, it
+/// stayed there through the failover: the release on the new master handed the lock to the
+/// waiter and told it on a channel nobody listened to on that server, and the waiter found
+/// out only at its safety-net timer. Now the connection is retired at the switch and the
+/// waiter's locker subscribes on the new master.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_hears_a_release_on_the_new_master() {
+    let setup = Sentinelled::start();
+    // Without the check: while the old master is stopped the new one has no replica, and
+    // with the check it would grant nothing (its availability cost, not this test's topic).
+    let holder = setup.locker(ReplicaSync::Off);
+    let waiter = setup.locker(ReplicaSync::Off);
+    let lease = holder.try_lock("x", 60 * SECOND).await.expect("acquire");
+    let queue = format!("{}:q", lease.key());
+    let waiting = tokio::spawn(async move {
+        let granted = waiter.lock("x").ttl(60 * SECOND).wait(40 * SECOND).await;
+        (granted, Instant::now())
+    });
+    // The waiter's queue entry and the holder's value are on the replica.
+    let started = Instant::now();
+    while !setup.replica.command(&["EXISTS", &queue]).contains('1') {
+        assert!(started.elapsed() < 10 * SECOND, "the waiter queued");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    setup.signal_master("-STOP");
+    setup.until_the_replica_is_named().await;
+    let started = Instant::now();
+    while !setup
+        .replica
+        .command(&["PUBSUB", "CHANNELS", "lock:waiters:*"])
+        .contains("lock:waiters:")
+    {
+        assert!(
+            started.elapsed() < 10 * SECOND,
+            "the waiter's locker subscribed on the new master after the switch"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let released = Instant::now();
+    assert!(lease.release().await.expect("release on the new master"));
+    let (granted, at) = waiting.await.expect("waiter task");
+    let granted = granted.expect("the waiter gets the lock");
+    println!(
+        "the waiter got the lock {:?} after the release on the new master",
+        at.saturating_duration_since(released)
+    );
+    assert!(granted.release().await.expect("release"));
+    setup.signal_master("-CONT");
+}
