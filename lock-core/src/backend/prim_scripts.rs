@@ -8,7 +8,7 @@ use redis::FromRedisValue;
 
 use crate::backend::lua::{self, Lua, ScriptMode};
 use crate::backend::replicated::Replicated;
-use crate::connection::shared::{is_connection_failure, Conn, SharedConnection};
+use crate::connection::shared::{is_connection_failure, Conn, Lent, SharedConnection};
 use crate::LockError;
 
 const LIBRARY_NAME: &str = "lockcore_prims_v4";
@@ -146,19 +146,12 @@ impl Server {
         };
         let key = keys.first().copied().unwrap_or("");
         let shared = replicated.writer(&self.conn, keys);
-        let lent = shared.get(name).await?;
-        sent_on(&lent.conn);
-        let mut conn = lent.conn.clone();
-        let reply: T = script
-            .run(self.mode, &mut conn, keys, args)
+        let (reply, lent) = self
+            .run_raw_via(shared, script, name, keys, args, sent_on)
             .await
-            .map_err(|err| {
-                if is_connection_failure(&err) {
-                    shared.retire(&lent);
-                }
-                LockError::from_redis(name, key, err)
-            })?;
+            .map_err(|err| LockError::from_redis(name, key, err))?;
         if granted(&reply) {
+            let mut conn = lent.conn.clone();
             replicated
                 .confirm(&mut conn, name, key)
                 .await
@@ -196,7 +189,23 @@ impl Server {
         args: &[&[u8]],
         sent_on: impl FnOnce(&Conn),
     ) -> redis::RedisResult<T> {
-        let lent = self.conn.get(name).await.map_err(|err| {
+        self.run_raw_via(&self.conn, script, name, keys, args, sent_on)
+            .await
+            .map(|(reply, _)| reply)
+    }
+
+    /// Runs `script` on `shared` (the shared connection, or one of the replica check's),
+    /// retiring it if it broke; the reply, with the connection it went out on.
+    async fn run_raw_via<T: FromRedisValue>(
+        &self,
+        shared: &SharedConnection,
+        script: &Lua,
+        name: &str,
+        keys: &[&str],
+        args: &[&[u8]],
+        sent_on: impl FnOnce(&Conn),
+    ) -> redis::RedisResult<(T, Lent)> {
+        let lent = shared.get(name).await.map_err(|err| {
             redis::RedisError::from(std::io::Error::new(
                 std::io::ErrorKind::NotConnected,
                 err.to_string(),
@@ -204,13 +213,15 @@ impl Server {
         })?;
         sent_on(&lent.conn);
         let mut conn = lent.conn.clone();
-        let reply = script.run(self.mode, &mut conn, keys, args).await;
-        if let Err(err) = &reply {
-            if is_connection_failure(err) {
-                self.conn.retire(&lent);
+        match script.run(self.mode, &mut conn, keys, args).await {
+            Ok(reply) => Ok((reply, lent)),
+            Err(err) => {
+                if is_connection_failure(&err) {
+                    shared.retire(&lent);
+                }
+                Err(err)
             }
         }
-        reply
     }
 
     /// True when the connection is a Redis Cluster's (keys of different slots cannot meet
