@@ -2,12 +2,13 @@
 //! on: a Functions library of their own (`lockcore_prims_v4`), run like the lock's scripts
 //! (see [`lua`](crate::backend::lua)).
 
-use std::sync::{LazyLock, Mutex, PoisonError};
+use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 
 use redis::FromRedisValue;
 
 use crate::backend::lua::{self, Lua, ScriptMode};
-use crate::connection::shared::{is_connection_failure, Conn, SharedConnection};
+use crate::backend::replicated::Replicated;
+use crate::connection::shared::{is_connection_failure, Conn, Lent, SharedConnection};
 use crate::LockError;
 
 const LIBRARY_NAME: &str = "lockcore_prims_v4";
@@ -78,6 +79,9 @@ fn library() -> &'static str {
 pub(crate) struct Server {
     pub conn: SharedConnection,
     pub mode: ScriptMode,
+    /// The scripted backend's replica acknowledgement check, when it is on: grants and
+    /// extensions ([`Server::run_replicated`]) count only once replicas have them.
+    pub replicated: Option<Arc<Replicated>>,
 }
 
 impl Server {
@@ -124,6 +128,43 @@ impl Server {
             .map_err(|err| blame(name, keys, err))
     }
 
+    /// [`Server::run_noting`] for a write that a holder relies on (a grant, an
+    /// extension). With the replica acknowledgement check on, it goes out on one of the
+    /// check's connections (noted in `sent`), and a reply that `granted` calls a grant
+    /// counts only once replicas acknowledged it: [`LockError::NotReplicated`] otherwise,
+    /// with the write left in place for the caller to undo (on [`SentOn::last`]).
+    pub async fn run_replicated<T: FromRedisValue>(
+        &self,
+        script: &Lua,
+        name: &str,
+        keys: &[&str],
+        args: &[&[u8]],
+        sent: &SentOn,
+        granted: impl FnOnce(&T) -> bool,
+    ) -> Result<T, LockError> {
+        let Some(replicated) = &self.replicated else {
+            return self.run_noting(script, name, keys, args, sent).await;
+        };
+        let key = keys.first().copied().unwrap_or("");
+        let shared = replicated.writer(&self.conn, keys);
+        let (reply, lent) = self
+            .run_raw_via(shared, script, name, keys, args, Some(sent))
+            .await
+            .map_err(|err| blame(name, keys, err))?;
+        if granted(&reply) {
+            let mut conn = lent.conn.clone();
+            replicated
+                .confirm(&mut conn, name, key)
+                .await
+                .inspect_err(|err| {
+                    if matches!(err, LockError::Connection { .. }) {
+                        shared.retire(&lent);
+                    }
+                })?;
+        }
+        Ok(reply)
+    }
+
     /// Runs `script` on `conn`, a connection an earlier attempt went out on (see
     /// [`SentOn`]), instead of the shared one. `conn` is not retired on failure: it may
     /// have been replaced already.
@@ -150,7 +191,24 @@ impl Server {
         args: &[&[u8]],
         sent: Option<&SentOn>,
     ) -> redis::RedisResult<T> {
-        let lent = self.conn.get(name).await.map_err(|err| {
+        self.run_raw_via(&self.conn, script, name, keys, args, sent)
+            .await
+            .map(|(reply, _)| reply)
+    }
+
+    /// Runs `script` on `shared` (the shared connection, or one of the replica check's),
+    /// retiring it if it broke, noting the connection in `sent` (forgotten again once
+    /// answered); the reply, with the connection it went out on.
+    async fn run_raw_via<T: FromRedisValue>(
+        &self,
+        shared: &SharedConnection,
+        script: &Lua,
+        name: &str,
+        keys: &[&str],
+        args: &[&[u8]],
+        sent: Option<&SentOn>,
+    ) -> redis::RedisResult<(T, Lent)> {
+        let lent = shared.get(name).await.map_err(|err| {
             redis::RedisError::from(std::io::Error::new(
                 std::io::ErrorKind::NotConnected,
                 err.to_string(),
@@ -163,7 +221,7 @@ impl Server {
         let reply = script.run(self.mode, &mut conn, keys, args).await;
         if let Err(err) = &reply {
             if is_connection_failure(err) {
-                self.conn.retire(&lent);
+                shared.retire(&lent);
             }
         }
         if let Some(sent) = sent {
@@ -171,7 +229,7 @@ impl Server {
                 sent.answered();
             }
         }
-        reply
+        reply.map(|reply| (reply, lent))
     }
 
     /// True when the connection is a Redis Cluster's (keys of different slots cannot meet
@@ -227,6 +285,8 @@ struct Sent {
     answered: bool,
     /// The connections of the attempts without an answer (so far), oldest first.
     unanswered: Vec<Conn>,
+    /// The connection the latest attempt went out on, answered or not.
+    last: Option<Conn>,
 }
 
 impl SentOn {
@@ -235,6 +295,17 @@ impl SentOn {
         let mut sent = self.sent.lock().unwrap_or_else(PoisonError::into_inner);
         sent.any = true;
         sent.unanswered.push(conn.clone());
+        sent.last = Some(conn.clone());
+    }
+
+    /// The connection the latest attempt went out on: where an answered grant that must
+    /// be undone at once (no replica acknowledged it) is given back, behind it.
+    pub fn last(&self) -> Option<Conn> {
+        self.sent
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .last
+            .clone()
     }
 
     /// The attempt noted last was answered: it has run, nothing of it is in flight.

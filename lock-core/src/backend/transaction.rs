@@ -3,10 +3,12 @@
 //! two round trips per operation and a pooled connection of its own for each (WATCH state
 //! belongs to a connection).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use deadpool_redis::{Connection, Pool};
 
+use super::replicated::Replicated;
 use super::{millis, remaining_from_pttl, Attempt, AttemptKind, Backend, RawState};
 use crate::connection::shared::checkout;
 use crate::deadline::within;
@@ -24,6 +26,10 @@ pub(crate) struct Transactional {
     command_timeout: Duration,
     /// The server's URL without credentials, named when it cannot be reached.
     address: Option<String>,
+    /// The replica acknowledgement check, when it is on: `WAIT` after a grant or an
+    /// extension, on the operation's own pooled connection (which nobody else's commands
+    /// queue behind).
+    replicated: Option<Arc<Replicated>>,
 }
 
 impl Transactional {
@@ -32,7 +38,14 @@ impl Transactional {
             pool,
             command_timeout,
             address,
+            replicated: None,
         }
+    }
+
+    /// Grants only what replicas acknowledged (see [`Replicated`]).
+    pub fn with_replica_sync(mut self, replicated: Option<Replicated>) -> Transactional {
+        self.replicated = replicated.map(Arc::new);
+        self
     }
 }
 
@@ -55,9 +68,10 @@ impl Backend for Transactional {
             let task_value = value.to_owned();
             let address = self.address.clone();
             let mark = matches!(kind, AttemptKind::Listening);
+            let replicated = self.replicated.clone();
             tokio::spawn(async move {
                 let result = acquire_once(
-                    (&pool, address.as_deref()),
+                    (&pool, address.as_deref(), replicated.as_deref()),
                     &task_keys,
                     &task_value,
                     ttl,
@@ -101,10 +115,17 @@ impl Backend for Transactional {
     async fn extend(&self, keys: &LockKeys, value: &str, ttl: Duration) -> Result<bool, LockError> {
         within(self.command_timeout, &keys.name, async {
             let mut conn = checkout(&self.pool, &keys.name, self.address.as_deref()).await?;
-            compare_and(&mut conn, keys, value, |pipe| {
+            let extended = compare_and(&mut conn, keys, value, |pipe| {
                 pipe.pexpire(&keys.lock, millis(ttl) as i64).ignore();
             })
-            .await
+            .await?;
+            if let (true, Some(replicated)) = (extended, &self.replicated) {
+                // Not counted unless replicas have it: the lease's validity stays as it was.
+                replicated
+                    .confirm(&mut conn, &keys.name, &keys.lock)
+                    .await?;
+            }
+            Ok(extended)
         })
         .await
     }
@@ -134,7 +155,7 @@ impl Transactional {
 }
 
 async fn acquire_once(
-    (pool, address): (&Pool, Option<&str>),
+    (pool, address, replicated): (&Pool, Option<&str>, Option<&Replicated>),
     keys: &LockKeys,
     value: &str,
     ttl: Duration,
@@ -218,6 +239,20 @@ async fn acquire_once(
                 } else {
                     None
                 };
+                if let Some(replicated) = replicated {
+                    if let Err(err) = replicated.confirm(&mut conn, &keys.name, &keys.lock).await {
+                        // Too few replicas have it: deleted again on this connection, after
+                        // the grant (if that fails, the TTL frees it), and a failed attempt.
+                        let undone = compare_and(&mut conn, keys, value, |pipe| {
+                            pipe.del(&keys.lock).ignore();
+                        })
+                        .await;
+                        if let Err(undo) = undone {
+                            tracing::debug!(key = %keys.lock, %undo, "undoing a grant no replica acknowledged failed; the TTL will free the lock");
+                        }
+                        return Err(err);
+                    }
+                }
                 return Ok(Attempt::Acquired { fencing_token });
             }
             Some((None, _)) | None => continue,

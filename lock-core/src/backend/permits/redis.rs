@@ -31,8 +31,8 @@ pub(super) async fn acquire(
         Some(w) => (w.id, w.channel, millis(w.life).to_string()),
         None => ("", "", "0".to_owned()),
     };
-    let (taken, first_end, place): (i64, i64, i64) = server
-        .run_noting(
+    let reply: Result<(i64, i64, i64), LockError> = server
+        .run_replicated(
             &PERMITS_ACQUIRE,
             &keys.name,
             &[&keys.holders, &keys.queue, &keys.entries],
@@ -47,8 +47,31 @@ pub(super) async fn acquire(
                 window_ms().as_bytes(),
             ],
             sent,
+            |&(taken, _, _)| taken == 1,
         )
-        .await?;
+        .await;
+    let (taken, first_end, place) = match (reply, sent.last()) {
+        (Ok(reply), _) => reply,
+        (Err(err @ LockError::NotReplicated { .. }), Some(conn)) => {
+            // Taken, but too few replicas have it: given back at once, behind the grant on
+            // its connection, so that nothing of a failed attempt stays held (if this
+            // fails, the request's own guard gives it back when it ends).
+            let undone = server
+                .run_on::<i64>(
+                    &conn,
+                    &PERMITS_RELEASE,
+                    &keys.name,
+                    &[&keys.holders, &keys.queue, &keys.entries],
+                    &[member.as_bytes(), window_ms().as_bytes(), b""],
+                )
+                .await;
+            if let Err(undo) = undone {
+                tracing::debug!(name = %keys.name, %undo, "giving back a permit no replica acknowledged failed; the request gives it back when it ends");
+            }
+            return Err(err);
+        }
+        (Err(err), _) => return Err(err),
+    };
     if taken == 1 {
         return Ok(Attempt::Taken);
     }
@@ -101,12 +124,16 @@ pub(super) async fn extend(
     ttl: Duration,
 ) -> Result<bool, LockError> {
     let ttl = millis(ttl).to_string();
+    // An extension too few replicas acknowledged is an error: the permit's validity stays
+    // as it was (its longer TTL on the master costs nobody safety).
     let extended: i64 = server
-        .run(
+        .run_replicated(
             &PERMITS_EXTEND,
             &keys.name,
             &[&keys.holders, &keys.entries],
             &[member.as_bytes(), ttl.as_bytes()],
+            &SentOn::default(),
+            |&extended| extended == 1,
         )
         .await?;
     Ok(extended == 1)

@@ -327,13 +327,16 @@ async fn one_script(
 ) -> Result<Option<Busy>, LockError> {
     let lock_keys: Vec<&str> = keys.iter().map(|k| k.lock.as_str()).collect();
     let ttl = crate::backend::millis(ttl).to_string();
+    // Too few replicas acknowledging the grant is an error; the caller's give-back, noted
+    // on the grant's connection, returns the locks.
     let (taken, index, pttl, holder): (i64, i64, i64, Vec<u8>) = server
-        .run_noting(
+        .run_replicated(
             &MULTI_ACQUIRE,
             &keys[0].name,
             &lock_keys,
             &[value.as_bytes(), ttl.as_bytes()],
             sent,
+            |(taken, ..): &(i64, i64, i64, Vec<u8>)| *taken == 1,
         )
         .await?;
     if taken == 1 {
