@@ -379,3 +379,51 @@ async fn a_transactions_waiter_is_told_of_a_scripts_holders_release() {
     assert!(next.release().await.expect("release"));
     assert!(!server.command(&["EXISTS", "lock:{mixed}"]).contains(":1"));
 }
+
+/// The other way round: a waiter on Lua scripts stands in the lock's Redis-side queue and
+/// is told its turn by the release that hands the lock over, but a WATCH/MULTI release
+/// deleted the key and announced it only on the release channel. The queued waiter slept
+/// until its safety net or the holder's TTL while the lock lay free. The same release gives
+/// back what a WATCH/MULTI multi-lock attempt took one by one before it met a busy name: a
+/// single-lock request that arrived in that moment queued behind the never-granted value
+/// and slept until its TTL (lock-torture's `liveness` rule, `--primitive multi`, issue 24).
+/// The release now hands the lock to the queue's head as the release script does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scripts_waiter_is_handed_a_transactions_holders_release() {
+    let server = RedisServer::start();
+    let holder = Harness::locker_for(&server, Protocol::Transactions);
+    let waiter = Harness::locker_for(&server, Protocol::Scripts);
+    let lease = holder.lock("handed").ttl(60 * SECOND).await.expect("holder");
+    let waiting = {
+        let waiter = waiter.clone();
+        tokio::spawn(async move {
+            waiter
+                .lock("handed")
+                .ttl(10 * SECOND)
+                .wait(30 * SECOND)
+                .await
+        })
+    };
+    crate::notified::until("the waiter to queue in Redis", || {
+        crate::notified::queued(&server, "handed") == 1
+    })
+    .await;
+    assert!(
+        lease.release().await.expect("release"),
+        "still ours despite the mark"
+    );
+    // Handed over: reserved for the head (or already claimed by it), not deleted. The
+    // head's first look of its own comes a quarter of a second or more later.
+    let stored = server.command(&["GET", "lock:{handed}"]);
+    assert!(
+        !stored.starts_with("$-1") && !stored.starts_with('_'),
+        "the release left the lock free instead of handing it to the queued waiter: {stored:?}"
+    );
+    let next = waiting
+        .await
+        .expect("join")
+        .expect("the waiter takes the lock");
+    assert_eq!(crate::notified::queued(&server, "handed"), 0);
+    assert!(next.release().await.expect("release"));
+    assert!(!server.command(&["EXISTS", "lock:{handed}"]).contains(":1"));
+}
