@@ -393,7 +393,11 @@ async fn a_scripts_waiter_is_handed_a_transactions_holders_release() {
     let server = RedisServer::start();
     let holder = Harness::locker_for(&server, Protocol::Transactions);
     let waiter = Harness::locker_for(&server, Protocol::Scripts);
-    let lease = holder.lock("handed").ttl(60 * SECOND).await.expect("holder");
+    let lease = holder
+        .lock("handed")
+        .ttl(60 * SECOND)
+        .await
+        .expect("holder");
     let waiting = {
         let waiter = waiter.clone();
         tokio::spawn(async move {
