@@ -431,3 +431,43 @@ async fn a_scripts_waiter_is_handed_a_transactions_holders_release() {
     assert!(next.release().await.expect("release"));
     assert!(!server.command(&["EXISTS", "lock:{handed}"]).contains(":1"));
 }
+
+/// A waiting multi-lock on WATCH/MULTI learns of releases on the release channel of the
+/// name it found busy, but it never marked the holder's value (the mark went through a
+/// script, which this protocol cannot run): a holder on Lua scripts released with a silent
+/// compare-and-delete, and the multi-lock slept until its backoff or the holder's TTL while
+/// every name lay free (lock-torture's liveness rule, `--primitive multi`, issue 24). Its
+/// attempts now mark a busy holder's value as a single-lock waiter's do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transactions_multi_lock_marks_a_scripts_holders_value() {
+    let server = RedisServer::start();
+    let holder = Harness::locker_for(&server, Protocol::Scripts);
+    let waiter = Harness::locker_for(&server, Protocol::Transactions);
+    let lease = holder.lock("pair:b").ttl(60 * SECOND).await.expect("holder");
+    let waiting = {
+        let waiter = waiter.clone();
+        tokio::spawn(async move {
+            waiter
+                .lock_all(["pair:a", "pair:b"])
+                .ttl(10 * SECOND)
+                .wait(30 * SECOND)
+                .await
+        })
+    };
+    crate::notified::until("the multi-lock to mark the holder's value", || {
+        server
+            .command(&["GET", "lock:{pair:b}"])
+            .lines()
+            .any(|line| line.starts_with('~'))
+    })
+    .await;
+    assert!(
+        lease.release().await.expect("release"),
+        "still ours despite the mark"
+    );
+    let both = waiting
+        .await
+        .expect("join")
+        .expect("the multi-lock takes both names");
+    assert!(both.release().await.expect("release"));
+}
