@@ -443,7 +443,11 @@ async fn a_transactions_multi_lock_marks_a_scripts_holders_value() {
     let server = RedisServer::start();
     let holder = Harness::locker_for(&server, Protocol::Scripts);
     let waiter = Harness::locker_for(&server, Protocol::Transactions);
-    let lease = holder.lock("pair:b").ttl(60 * SECOND).await.expect("holder");
+    let lease = holder
+        .lock("pair:b")
+        .ttl(60 * SECOND)
+        .await
+        .expect("holder");
     let waiting = {
         let waiter = waiter.clone();
         tokio::spawn(async move {
