@@ -10,8 +10,10 @@
 //!   against that number: the stored one, since the grant was let in);
 //! - a refusal: a request whose whole call lay within the trusted interval of a permit that
 //!   asked for another number (the semaphore was in use, with that number stored, when its
-//!   attempt ran) must have failed with `CapacityMismatch` naming that number: not waited,
-//!   timed out, or been refused as full ([`check`]).
+//!   attempt ran) must have failed with `CapacityMismatch` naming that number, at once:
+//!   not refused as busy or full, nor timed out before its deadline ([`check`]). A request
+//!   that timed out at its deadline is not judged: with a wait of a few milliseconds the
+//!   deadline can pass before the server's answer arrives.
 //!
 //! A server restarted empty forgets its holders and the stored number: grants are excused as
 //! in `permits`, and requests that met a fault (or the settling after it, as in rule
@@ -71,6 +73,7 @@ pub(super) fn check(events: &[Event], acqs: &[Acq], report: &mut Report) {
             t_start,
             t_end,
             kind,
+            wait_ms,
             hold: HoldKind::Permit,
             capacity: Some(Capacity { asked, stored }),
             ..
@@ -78,6 +81,11 @@ pub(super) fn check(events: &[Event], acqs: &[Acq], report: &mut Report) {
         else {
             continue;
         };
+        // Timed out at its deadline: the deadline may have passed before any answer came
+        // (a wait of a few ms), so what the server would have said is unknown.
+        let wait = wait_ms.unwrap_or(0).saturating_mul(1_000_000);
+        let timed_out =
+            *kind == FailKind::Contention && wait > 0 && t_end.saturating_sub(*t_start) >= wait;
         if let (FailKind::Mismatch, Some(stored)) = (kind, stored) {
             if stored == asked {
                 report.violations.push(Violation {
@@ -87,7 +95,7 @@ pub(super) fn check(events: &[Event], acqs: &[Acq], report: &mut Report) {
                 });
             }
         }
-        if faults.iter().any(|&(s, e)| s <= *t_end && *t_start <= e) {
+        if timed_out || faults.iter().any(|&(s, e)| s <= *t_end && *t_start <= e) {
             continue;
         }
         // A permit of another number trusted over the whole call.
