@@ -4,7 +4,7 @@
 use std::future::IntoFuture as _;
 use std::time::{Duration, Instant};
 
-use lock_core::{LockError, Locker, Protocol};
+use lock_core::{Lease, LockError, Locker, Protocol};
 use lock_tests::{free_port, RedisServer};
 
 use crate::behaviour::freed_within;
@@ -332,6 +332,22 @@ fn shutdown_waits_for_the_releases_of_dropped_leases() {
     }
 }
 
+/// A Locker on `held_on` takes `name` for a minute; a Locker on `waits_on` (another
+/// process, as it were) waits up to 30 s for it in a task of its own.
+async fn held_and_awaited(
+    server: &RedisServer,
+    held_on: Protocol,
+    waits_on: Protocol,
+    name: &'static str,
+) -> (Lease, tokio::task::JoinHandle<Result<Lease, LockError>>) {
+    let holder = Harness::locker_for(server, held_on);
+    let waiter = Harness::locker_for(server, waits_on);
+    let lease = holder.lock(name).ttl(60 * SECOND).await.expect("holder");
+    let waiting =
+        tokio::spawn(async move { waiter.lock(name).ttl(10 * SECOND).wait(30 * SECOND).await });
+    (lease, waiting)
+}
+
 /// A WATCH/MULTI waiter learns of releases on the lock's release channel, but a holder on
 /// Lua scripts releases an unmarked value with a silent compare-and-delete: the waiter
 /// slept until its backoff (up to 5 s) or the holder's TTL while the lock lay free (found
@@ -340,19 +356,8 @@ fn shutdown_waits_for_the_releases_of_dropped_leases() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_transactions_waiter_is_told_of_a_scripts_holders_release() {
     let server = RedisServer::start();
-    let holder = Harness::locker_for(&server, Protocol::Scripts);
-    let waiter = Harness::locker_for(&server, Protocol::Transactions);
-    let lease = holder.lock("mixed").ttl(60 * SECOND).await.expect("holder");
-    let waiting = {
-        let waiter = waiter.clone();
-        tokio::spawn(async move {
-            waiter
-                .lock("mixed")
-                .ttl(10 * SECOND)
-                .wait(30 * SECOND)
-                .await
-        })
-    };
+    let (lease, waiting) =
+        held_and_awaited(&server, Protocol::Scripts, Protocol::Transactions, "mixed").await;
     let marked = || {
         server
             .command(&["GET", "lock:{mixed}"])
@@ -391,23 +396,8 @@ async fn a_transactions_waiter_is_told_of_a_scripts_holders_release() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_scripts_waiter_is_handed_a_transactions_holders_release() {
     let server = RedisServer::start();
-    let holder = Harness::locker_for(&server, Protocol::Transactions);
-    let waiter = Harness::locker_for(&server, Protocol::Scripts);
-    let lease = holder
-        .lock("handed")
-        .ttl(60 * SECOND)
-        .await
-        .expect("holder");
-    let waiting = {
-        let waiter = waiter.clone();
-        tokio::spawn(async move {
-            waiter
-                .lock("handed")
-                .ttl(10 * SECOND)
-                .wait(30 * SECOND)
-                .await
-        })
-    };
+    let (lease, waiting) =
+        held_and_awaited(&server, Protocol::Transactions, Protocol::Scripts, "handed").await;
     crate::notified::until("the waiter to queue in Redis", || {
         crate::notified::queued(&server, "handed") == 1
     })
