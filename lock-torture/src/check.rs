@@ -12,7 +12,11 @@
 //!   or renewal), the holder learning it was lost, or the release being sent.
 //! - `permits`: more than N acquisitions of one semaphore's permits were trusted at the
 //!   same moment; `write-overlap`: a read-write lock's write side was trusted at the same
-//!   moment as another of its sides ([`permits`]). Permits and read-write sides have no
+//!   moment as another of its sides ([`permits`]).
+//! - `capacity`: a semaphore request asking for another number of permits than a permit
+//!   trusted at that moment was granted, or, asked over the whole trusted interval of such
+//!   a permit, was refused other than with `CapacityMismatch` naming its number
+//!   ([`capacity`]). Permits and read-write sides have no
 //!   fencing tokens: `fence-order` and `stale-write` judge locks only, and their holders'
 //!   `is_lost()` looks before their work ([`Event::Work`]) stand for the lock's writes.
 //! - `fence-order`: fencing tokens do not follow real time: an acquisition that began after
@@ -74,6 +78,7 @@
 //! as `fence_resets`, and the fenced store rejects those holders' writes until the counter
 //! passes its old value (safe, but a loss of liveness).
 
+mod capacity;
 mod deadline;
 mod election;
 mod errors;
@@ -555,6 +560,7 @@ pub fn check(history: &History, nodes: usize) -> Report {
     leftover::check(&history.events, &mut report);
     nested::check_siblings(&history.events, &index, &acqs, &mut report);
     liveness::check(&history.events, &acqs, &mut report);
+    capacity::check(&history.events, &acqs, &mut report);
     ghost::check(&history.events, &mut report);
     errors::check(&history.events, &mut report);
     election::check_observers(&history.events, &mut report);

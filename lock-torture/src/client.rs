@@ -22,7 +22,9 @@ mod schedule;
 use lock_core::{LeaseHandle, LockError, Locker, Protocol};
 
 use crate::clock::{self, Nanos};
-use crate::event::{Acquired, Event, FailKind, HoldKind, Log, ReleaseOutcome, WriteOutcome};
+use crate::event::{
+    Acquired, Capacity, Event, FailKind, HoldKind, Log, ReleaseOutcome, WriteOutcome,
+};
 use crate::primitive::{Primitive, DEFAULT_PERMITS, WRITER_ODDS};
 use crate::profile::Profile;
 use crate::resource::FencedStore;
@@ -126,6 +128,9 @@ pub struct ClientArgs {
 }
 
 /// What every task of a client shares.
+/// One client in this many asks a semaphore for another number of permits ([`Ctx::permits`]).
+const DISSENTERS: u32 = 4;
+
 struct Ctx {
     args: ClientArgs,
     locker: Locker,
@@ -150,6 +155,18 @@ impl Ctx {
 
     fn ttl(&self) -> Duration {
         Duration::from_millis(self.args.ttl_ms)
+    }
+
+    /// The permits this client asks of a semaphore: `--permits`, or one more in the last
+    /// client of every [`DISSENTERS`] (client 3 of the default 4), whose requests then
+    /// disagree with the number stored with the semaphore whenever the others got there
+    /// first, and the others' with its own (rule `capacity`).
+    fn permits(&self) -> u64 {
+        if self.args.id % DISSENTERS == DISSENTERS - 1 {
+            self.args.permits + 1
+        } else {
+            self.args.permits
+        }
     }
 
     /// The id of the `seq`-th acquisition of `task`: `c<slot>.t<task>.<seq>`, with the
@@ -327,7 +344,7 @@ async fn task_loop(ctx: Arc<Ctx>, task: u32) {
                     .map(Guard::Lock),
             },
             Primitive::Semaphore => {
-                let semaphore = ctx.locker.semaphore(name.clone(), ctx.args.permits);
+                let semaphore = ctx.locker.semaphore(name.clone(), ctx.permits());
                 configured!(semaphore.acquire()).await.map(Guard::Permit)
             }
             Primitive::Rwlock => {
@@ -413,6 +430,13 @@ async fn failed(ctx: &Ctx, rng: &mut fastrand::Rng, request: Request, err: &Lock
         wait_ms: Some(millis(wait)),
         hold,
         set,
+        capacity: (hold == HoldKind::Permit).then(|| Capacity {
+            asked: ctx.permits(),
+            stored: match err {
+                LockError::CapacityMismatch { stored, .. } => Some(*stored),
+                _ => None,
+            },
+        }),
     });
     // The probe reads the lock's key on every node (a Redlock attempt's leftovers); a
     // semaphore or read-write lock runs on one server, in one script per attempt.
@@ -475,7 +499,7 @@ async fn hold(ctx: &Ctx, rng: &mut fastrand::Rng, lease: Guard, held: Held) {
         wait_ms: Some(millis(wait)),
         annotated: false,
         kind,
-        permits: (kind == HoldKind::Permit).then_some(ctx.args.permits),
+        permits: (kind == HoldKind::Permit).then_some(ctx.permits()),
         set: lease.set(),
     }));
     let _ = ctx.store.progress().await;
@@ -671,6 +695,7 @@ pub fn fail_kind(err: &LockError) -> FailKind {
         LockError::NotReplicated { .. } => FailKind::NotReplicated,
         LockError::WrongType { .. } => FailKind::WrongType,
         LockError::Redis { .. } => FailKind::Redis,
+        LockError::CapacityMismatch { .. } => FailKind::Mismatch,
         _ => FailKind::Other,
     }
 }

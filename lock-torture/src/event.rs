@@ -66,6 +66,10 @@ pub enum Event {
         /// them joined with `+`).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         set: Option<Vec<String>>,
+        /// A semaphore request: the permits it asked to share, and the number stored with
+        /// the semaphore when it was refused for asking another one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        capacity: Option<Capacity>,
     },
     /// A request dropped before it returned (the cancellation fault: its future was
     /// dropped, by a timeout or an aborted task). The library promises that it leaves
@@ -482,6 +486,17 @@ impl HoldKind {
     }
 }
 
+/// A failed semaphore request's number of permits (see [`Event::AcquireFailed`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Capacity {
+    /// The permits the request asked to share.
+    pub asked: u64,
+    /// The number stored with the semaphore, when the request was refused with
+    /// `CapacityMismatch` ([`FailKind::Mismatch`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stored: Option<u64>,
+}
+
 /// Why an acquire failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -496,6 +511,9 @@ pub enum FailKind {
     WrongType,
     /// Too few replicas acknowledged the grant in time (lock-core's replica check): undone.
     NotReplicated,
+    /// A semaphore request asked for another number of permits than the one stored with
+    /// the semaphore while it was in use (`CapacityMismatch`).
+    Mismatch,
     /// Any other Redis error.
     Redis,
     /// Anything else.

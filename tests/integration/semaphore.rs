@@ -614,3 +614,53 @@ async fn a_permit_attempt_stalled_past_its_timeout_leaves_no_permit_behind() {
     )
     .await;
 }
+
+/// A refused request for another number of permits dropped the permits that had ended (by
+/// the server's clock) from the holders without writing down their weight: the stored
+/// total kept counting them, and the semaphore stayed that much fuller than it was, until
+/// it fell idle (found by lock-torture's rule `liveness` once one client in four asked for
+/// another number: requests waited while permits were free, issue 24).
+async fn a_refused_mismatch_leaves_the_count_right(one: Locker, other: Locker) {
+    let two = one.semaphore("count", 2);
+    let three = other.semaphore("count", 3);
+    let live = two.try_acquire(60 * SECOND).await.expect("1 of 2");
+    let ended = two
+        .try_acquire(Duration::from_millis(200))
+        .await
+        .expect("2 of 2");
+    // Let the second permit end without a release: its holder is still a member until a
+    // script drops it.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(
+        matches!(
+            three.try_acquire(60 * SECOND).await,
+            Err(LockError::CapacityMismatch {
+                stored: 2,
+                asked: 3,
+                ..
+            })
+        ),
+        "in use with 2 stored"
+    );
+    let freed = two
+        .try_acquire(60 * SECOND)
+        .await
+        .expect("the ended permit's place is free: 2 of 2 again");
+    assert_eq!(two.holders().await.expect("holders").holders.len(), 2);
+    drop((live, ended, freed));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_mismatch_leaves_the_count_right_across_lockers() {
+    let server = RedisServer::start();
+    let mut both = lockers(&server, 2);
+    let other = both.pop().expect("two lockers");
+    let one = both.pop().expect("two lockers");
+    a_refused_mismatch_leaves_the_count_right(one, other).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_mismatch_leaves_the_count_right_in_memory() {
+    let locker = Locker::memory();
+    a_refused_mismatch_leaves_the_count_right(locker.clone(), locker).await;
+}

@@ -48,6 +48,9 @@ struct Request<'a> {
     end: Nanos,
     wait: Nanos,
     timed_out: bool,
+    /// A semaphore request: the permits it asked to share (the semaphore is full for it
+    /// at that many trusted holders).
+    permits: Option<u64>,
 }
 
 /// Checks every request of the history against the trusted intervals of `acqs`.
@@ -128,6 +131,7 @@ pub(super) fn check(events: &[Event], acqs: &[Acq], report: &mut Report) {
                     end: a.acquired,
                     wait: a.wait_ms.unwrap_or(0).saturating_mul(1_000_000),
                     timed_out: false,
+                    permits: a.permits,
                 });
             }
             Event::AcquireFailed {
@@ -139,6 +143,7 @@ pub(super) fn check(events: &[Event], acqs: &[Acq], report: &mut Report) {
                 wait_ms,
                 hold,
                 set,
+                capacity,
                 ..
             } => requests.push(Request {
                 client: *client,
@@ -152,6 +157,7 @@ pub(super) fn check(events: &[Event], acqs: &[Acq], report: &mut Report) {
                 end: *t_end,
                 wait: wait_ms.unwrap_or(0).saturating_mul(1_000_000),
                 timed_out: *kind == FailKind::Contention && wait_ms.unwrap_or(0) > 0,
+                permits: capacity.map(|c| c.asked),
             }),
             Event::Cancelled {
                 client,
@@ -169,6 +175,7 @@ pub(super) fn check(events: &[Event], acqs: &[Acq], report: &mut Report) {
                 end: *t_end,
                 wait: wait_ms.saturating_mul(1_000_000),
                 timed_out: false,
+                permits: None,
             }),
             _ => {}
         }
@@ -185,7 +192,10 @@ pub(super) fn check(events: &[Event], acqs: &[Acq], report: &mut Report) {
                 continue;
             };
             match r.family {
-                "semaphore" => blocked.extend(full(list, permits.get(name).copied().unwrap_or(1))),
+                "semaphore" => {
+                    let n = r.permits.or_else(|| permits.get(name).copied());
+                    blocked.extend(full(list, n.unwrap_or(1)));
+                }
                 _ => blocked.extend(list.iter().copied()),
             }
         }

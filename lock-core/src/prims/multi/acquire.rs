@@ -364,10 +364,14 @@ async fn one_by_one(
 ) -> Result<Option<Busy>, LockError> {
     let backend = env.backend();
     for (taken, key) in keys.iter().enumerate() {
+        // `Listening`: on WATCH/MULTI a busy answer marks the holder's value, so that its
+        // release is announced on the release channel this request listens on, whatever
+        // protocol the holder uses (on scripts the caller marks it; the other backends
+        // take it as a plain try).
         let attempt = env
             .run(
                 &key.name,
-                backend.acquire(key, value, ttl, false, AttemptKind::Try),
+                backend.acquire(key, value, ttl, false, AttemptKind::Listening),
             )
             .await;
         let busy = match attempt {
