@@ -66,6 +66,7 @@ pub(super) async fn candidate(ctx: &Ctx, task: u32) {
                     wait_ms: None,
                     hold: HoldKind::Leader,
                     set: None,
+                    capacity: None,
                 });
                 tokio::time::sleep(Duration::from_millis(rng.u64(10..40))).await;
             }
