@@ -389,7 +389,7 @@ pub use deadpool_redis;
 /// in any release.
 #[doc(hidden)]
 pub mod __private {
-    pub use crate::macro_support::{body, locker_of, run_locked, AsLocker, LockSpec};
+    pub use crate::macro_support::{body, locker_of, run_locked, AsLocker, LockSpec, LockedReturn};
     pub use crate::{LockError, Locker};
     pub use core::time::Duration;
     pub use std::format;

@@ -218,17 +218,55 @@ pub fn body<T, F: Future<Output = T>>(body: F) -> F {
 /// The body is moved to the heap first: an annotated function's future is then a few hundred
 /// bytes whatever its body holds, and nested annotated calls do not add up their bodies'
 /// sizes (clippy's `large_futures` in user code).
+///
+/// Its one bound on the body's output is [`LockedReturn`]: a return type that is not a
+/// `Result` (an alias the macro could not see through, say) is one error that says what
+/// to write, not a type mismatch per generated call.
 #[doc(hidden)]
-pub fn run_locked<F, T, E>(
-    locker: Option<Locker>,
-    spec: LockSpec,
-    body: F,
-) -> impl Future<Output = Result<T, E>>
+pub fn run_locked<F, R>(locker: Option<Locker>, spec: LockSpec, body: F) -> impl Future<Output = R>
 where
-    F: Future<Output = Result<T, E>>,
-    E: From<LockError>,
+    F: Future<Output = R>,
+    R: LockedReturn,
 {
-    run_boxed(locker, spec, Box::pin(body))
+    let body = Box::pin(async move { body.await.into_result() });
+    async move { R::from_result(run_boxed(locker, spec, body).await) }
+}
+
+/// What an annotated function may return: `Result<T, E>` with `E: From<LockError>`, the
+/// only implementation. The macro sees the return type as written and cannot resolve an
+/// alias (`type Res = Option<u8>`), so the expansion leaves that check to this bound, with
+/// the message below.
+#[doc(hidden)]
+#[diagnostic::on_unimplemented(
+    message = "#[redis_locked] functions must return `Result<T, E>` with `E: From<lock_core::LockError>`, found `{Self}`",
+    label = "not a `Result<_, E>`",
+    note = "a lock that cannot be had becomes `Err(..)` and the body does not run",
+    note = "the macro reads the return type as written and cannot see through a type alias: write the `Result` out (e.g. `-> Result<{Self}, MyError>`), or make the alias a `Result` (`type Res<T> = Result<T, MyError>;`)"
+)]
+pub trait LockedReturn {
+    /// The `Ok` type.
+    type Ok;
+    /// The error type, which a [`LockError`] converts into.
+    type Err: From<LockError>;
+    /// `self` as the `Result` it is.
+    fn into_result(self) -> Result<Self::Ok, Self::Err>;
+    /// Back from the `Result`.
+    fn from_result(result: Result<Self::Ok, Self::Err>) -> Self;
+}
+
+impl<T, E: From<LockError>> LockedReturn for Result<T, E> {
+    type Ok = T;
+    type Err = E;
+
+    #[inline(always)]
+    fn into_result(self) -> Self {
+        self
+    }
+
+    #[inline(always)]
+    fn from_result(result: Self) -> Self {
+        result
+    }
 }
 
 async fn run_boxed<F, T, E>(
