@@ -216,6 +216,15 @@ fn placeholder(inner: &str, span: Span) -> Result<FieldPath, String> {
             inner.trim()
         ));
     }
+    if let Some(open) = inner.find('(') {
+        let called = inner[..open].rsplit('.').next().unwrap_or_default();
+        return Err(format!(
+            "`{{{inner}}}`: key templates reach into fields only and cannot call methods \
+             (`{called}()`) or evaluate expressions; compute the value before the call and pass \
+             it as a parameter of its own, named in the template (`{{{called}}}`), or take the \
+             lock inside the body with `Locker::lock`"
+        ));
+    }
     let mut segments = inner.split('.');
     let first = segments.next().unwrap_or_default();
     if !first.is_empty() && first.bytes().all(|b| b.is_ascii_digit()) {
@@ -266,7 +275,13 @@ fn placeholder(inner: &str, span: Span) -> Result<FieldPath, String> {
                 let index = segment.parse().map_err(|_| invalid())?;
                 return Ok(Member::Unnamed(Index { index, span }));
             }
-            Ok(Member::Named(name(segment)?))
+            // Located at the template, but from the expansion: a method named as a field
+            // (`{user.name.len}`) is then rustc's "attempted to take value of method `len`"
+            // without its suggestion to add `()` after the string literal, which cannot be
+            // followed (a template cannot call methods, see above).
+            let mut member = name(segment)?;
+            member.set_span(Span::call_site().located_at(span));
+            Ok(Member::Named(member))
         })
         .collect::<Result<Vec<_>, String>>()?;
     Ok(FieldPath { root, members })
@@ -360,6 +375,8 @@ mod tests {
             ("{a.self}", "is not a placeholder"),
             ("{type}", "a parameter named `r#type` is written `{r#type}`"),
             ("{Self}", "is not a placeholder"),
+            ("{user.name.len()}", "cannot call methods (`len()`)"),
+            ("{a.get(0).b}", "pass it as a parameter of its own"),
         ];
         for (template, expected) in cases {
             let err = scan(template).unwrap_err();

@@ -78,6 +78,7 @@ mod leftover;
 pub mod liveness;
 mod nested;
 mod permits;
+mod requests;
 mod revival;
 mod writes;
 

@@ -404,16 +404,6 @@ async fn opposite_multi_lock_loops_both_get_in_on_a_cluster_across_slots() {
     );
 }
 
-/// SIGSTOP or SIGCONT to a server process.
-fn signal(server: &RedisServer, sig: &str) {
-    let pid = server.pid().expect("server pid").to_string();
-    let status = std::process::Command::new("kill")
-        .args([sig, &pid])
-        .status()
-        .expect("run kill");
-    assert!(status.success(), "kill {sig} {pid}");
-}
-
 /// Issue 24, first suspect. A multi-lock attempt in flight on a server that stops answering
 /// (SIGSTOP: a stalled process, a paused VM) times out; the response timeout retires the
 /// shared connection. The attempt's give-back must follow its acquire on the socket the
@@ -467,7 +457,7 @@ async fn stalled_attempts_leave_no_lock_behind(
             .expect("warm-up");
         assert!(warm.release().await.expect("release"));
 
-        signal(server, "-STOP");
+        server.signal("-STOP");
         let resume = {
             let server_pid = server.pid().expect("pid").to_string();
             std::thread::spawn(move || {
@@ -505,5 +495,5 @@ async fn stalled_attempts_leave_no_lock_behind(
             "round {round} (resumed after {resume_after} ms): left held by nobody: {left:?}"
         );
     }
-    signal(server, "-CONT");
+    server.signal("-CONT");
 }
