@@ -363,7 +363,7 @@ pub use connection::tls::TlsConfig;
 pub use current::current_lease;
 pub use duration::{parse_duration, DurationError};
 pub use election::{Election, Leader, LeaderChange, Leadership, Observer};
-pub use error::LockError;
+pub use error::{LockError, WaitSetting};
 pub use holder::Holder;
 pub use key::{KeyLayout, MAX_NAME_LEN, MAX_TTL, MAX_WAIT, MIN_TTL, NAME_ESCAPE};
 pub use lease::{Lease, LeaseHandle};

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use crate::current::enclosing_lease;
 use crate::using::{hold, reenter, OnLost};
-use crate::{LockError, Locker};
+use crate::{LockError, Locker, WaitSetting};
 
 static DEFAULT_LOCKER: RwLock<Option<Locker>> = RwLock::new(None);
 
@@ -228,7 +228,8 @@ where
     F: Future<Output = R>,
     R: LockedReturn,
 {
-    let body = Box::pin(async move { body.await.into_result() });
+    // The library's errors are kept apart from the body's until the end.
+    let body = Box::pin(async move { body.await.into_result().map_err(Ended::Body) });
     async move { R::from_result(run_boxed(locker, spec, body).await) }
 }
 
@@ -271,15 +272,45 @@ impl<T, E: From<LockError>> LockedReturn for Result<T, E> {
 
 async fn run_boxed<F, T, E>(
     locker: Option<Locker>,
-    mut spec: LockSpec,
+    spec: LockSpec,
     body: std::pin::Pin<Box<F>>,
 ) -> Result<T, E>
 where
-    F: Future<Output = Result<T, E>>,
+    F: Future<Output = Result<T, Ended<E>>>,
     E: From<LockError>,
 {
+    // A handler's permits are a concurrency limit: a refused one is answered 429 with
+    // `Retry-After` (as by `LockLayer::permits`), not 409 as a busy lock.
+    let limit = match (&spec.hold, spec.http_handler) {
+        (Some(crate::macro_held::Hold::Permits(permits)), true) => Some(*permits),
+        _ => None,
+    };
+    match run_ended(locker, spec, body).await {
+        Ok(value) => Ok(value),
+        Err(Ended::Body(err)) => Err(err),
+        Err(Ended::Lock(err)) => {
+            // The advice of a contention error names the attribute's `wait = ".."`, which
+            // is where this request's wait is set, not `.wait(..)`.
+            let err = err.waiting_through(WaitSetting::Attribute);
+            Err(E::from(match limit {
+                Some(permits) => err.into_limit(permits),
+                None => err,
+            }))
+        }
+    }
+}
+
+/// [`run_locked`] with the library's errors kept apart from the body's.
+async fn run_ended<F, T, E>(
+    locker: Option<Locker>,
+    mut spec: LockSpec,
+    body: std::pin::Pin<Box<F>>,
+) -> Result<T, Ended<E>>
+where
+    F: Future<Output = Result<T, Ended<E>>>,
+{
     let Some(locker) = locker.or_else(default_locker) else {
-        return Err(E::from(LockError::NoDefaultLocker { name: spec.key }));
+        return Err(Ended::Lock(LockError::NoDefaultLocker { name: spec.key }));
     };
     // A handler answers a busy lock at once, as `LockLayer` does, unless it says `wait`.
     let handler_wait = spec.http_handler.then_some(crate::defaults::HANDLER_WAIT);
@@ -291,22 +322,7 @@ where
             cancel_on_lost: spec.cancel_on_lost,
             error_on_lost: spec.error_on_lost,
         };
-        // A handler's permits are a concurrency limit: a refused one is answered 429 with
-        // `Retry-After` (as by `LockLayer::permits`), not 409 as a busy lock.
-        let limit = match (&hold, spec.http_handler) {
-            (crate::macro_held::Hold::Permits(permits), true) => Some(*permits),
-            _ => None,
-        };
-        let body = Box::pin(async move { body.await.map_err(Ended::Body) });
-        let ended = Box::pin(crate::macro_held::run(locker, spec.key, hold, policy, body)).await;
-        return match ended {
-            Ok(value) => Ok(value),
-            Err(Ended::Body(err)) => Err(err),
-            Err(Ended::Lock(err)) => match limit {
-                Some(permits) => Err(E::from(err.into_limit(permits))),
-                None => Err(E::from(err)),
-            },
-        };
+        return Box::pin(crate::macro_held::run(locker, spec.key, hold, policy, body)).await;
     }
     if let Some(enclosing) = enclosing_lease(locker.engine(), &spec.key) {
         let wait = spec
@@ -332,7 +348,7 @@ where
     }
     // Boxed (through IntoFuture): inlining the acquisition would make every annotated
     // function's future several kilobytes larger (clippy::large_futures in user code).
-    let lease = request.await.map_err(E::from)?;
+    let lease = request.await.map_err(Ended::Lock)?;
     let on_lost = if spec.cancel_on_lost {
         OnLost::Cancel
     } else if spec.error_on_lost {

@@ -81,6 +81,7 @@ impl Failure {
                 name,
                 holder,
                 retry_after,
+                ..
             } => Failure::new(
                 CONFLICT,
                 format!(
@@ -94,6 +95,7 @@ impl Failure {
                 waited,
                 holder,
                 retry_after,
+                ..
             } => Failure::new(
                 CONFLICT,
                 format!(
@@ -128,6 +130,7 @@ impl Failure {
             permits,
             waited,
             retry_after,
+            ..
         } = err
         else {
             return Failure::from_lock_error(err, "");
@@ -246,6 +249,8 @@ mod tests {
             name: "deploy".into(),
             holder: Some("lockctl/sleep@web-1:42".into()),
             retry_after: Some(Duration::from_millis(1500)),
+
+            wait_setting: Default::default(),
         };
         let failure = Failure::from_lock_error(&err, "redis://h/");
         assert_eq!(failure.code, CONFLICT);
@@ -262,6 +267,8 @@ mod tests {
             permits: 2,
             waited: None,
             retry_after: Some(Duration::from_secs(3)),
+
+            wait_setting: Default::default(),
         };
         let holders = ["a@h:1".to_owned(), "b@h:2".to_owned()];
         let failure = Failure::limit_reached(&err, Some(&holders));
