@@ -373,6 +373,7 @@ pub use prims::{
     GuardHandle, HoldMode, MultiLease, MultiRequest, Permit, PermitHolder, PermitHolders,
     PermitRequest, RwLease, RwLock, RwRequest, Semaphore, MAX_PERMITS,
 };
+pub use redact::redact_url;
 pub use replication::ReplicaSync;
 pub use request::LockRequest;
 pub use schedule::Tick;

@@ -275,13 +275,7 @@ fn placeholder(inner: &str, span: Span) -> Result<FieldPath, String> {
                 let index = segment.parse().map_err(|_| invalid())?;
                 return Ok(Member::Unnamed(Index { index, span }));
             }
-            // Located at the template, but from the expansion: a method named as a field
-            // (`{user.name.len}`) is then rustc's "attempted to take value of method `len`"
-            // without its suggestion to add `()` after the string literal, which cannot be
-            // followed (a template cannot call methods, see above).
-            let mut member = name(segment)?;
-            member.set_span(Span::call_site().located_at(span));
-            Ok(Member::Named(member))
+            Ok(Member::Named(name(segment)?))
         })
         .collect::<Result<Vec<_>, String>>()?;
     Ok(FieldPath { root, members })

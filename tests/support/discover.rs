@@ -169,14 +169,7 @@ pub async fn probe(url: &str) -> Result<(), String> {
 }
 
 /// The URL with its user and password replaced by `***`, for banners and logs.
-pub fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            format!("{}://***@{}", &url[..scheme], &url[at + 1..])
-        }
-        _ => url.to_owned(),
-    }
-}
+pub use lock_core::redact_url as redact;
 
 #[cfg(test)]
 mod tests {

@@ -11,11 +11,8 @@
 //! reservation for a request that just gave up, or the undo of an attempt that was in
 //! flight when it was dropped).
 
-use std::collections::{HashMap, HashSet};
-
 use super::liveness::THRESHOLD;
 use super::{requests, Report, Violation};
-use crate::clock::Nanos;
 use crate::event::{lease_token, Event};
 
 /// Checks every probe that followed a cancellation.

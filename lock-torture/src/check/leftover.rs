@@ -9,10 +9,10 @@
 //! granted with, is a leftover, unless another request of the same client for the same
 //! name was in flight meanwhile (its attempt may be the one seen).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 
 use super::{requests, Report, Violation};
-use crate::clock::{ms, Nanos};
+use crate::clock::ms;
 use crate::event::{Event, Look};
 
 /// Checks every probe.
