@@ -169,7 +169,14 @@ pub async fn probe(url: &str) -> Result<(), String> {
 }
 
 /// The URL with its user and password replaced by `***`, for banners and logs.
-pub use lock_core::redact_url as redact;
+pub fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            format!("{}://***@{}", &url[..scheme], &url[at + 1..])
+        }
+        _ => url.to_owned(),
+    }
+}
 
 #[cfg(test)]
 mod tests {
