@@ -17,7 +17,7 @@ use std::time::Duration;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::engine::Engine;
-use crate::{LeaseHandle, LockError};
+use crate::{LeaseHandle, LockError, WaitSetting};
 
 /// One hold on the stack.
 #[derive(Clone)]
@@ -114,6 +114,7 @@ impl Enclosing {
             name: name.to_owned(),
             holder: Some(SIBLING_HOLDER.to_owned()),
             retry_after: None,
+            wait_setting: WaitSetting::default(),
         };
         // The semaphore is never closed; a closed one would be a lease no longer lendable.
         let permit = if wait.is_zero() {
@@ -130,6 +131,7 @@ impl Enclosing {
                         waited: wait,
                         holder: Some(SIBLING_HOLDER.to_owned()),
                         retry_after: None,
+                        wait_setting: WaitSetting::default(),
                     })
                 }
             }

@@ -45,7 +45,7 @@ use std::time::Duration;
 pub enum LockError {
     /// The lock is held by someone else and the request did not wait (`wait` was zero).
     #[error(
-        "lock `{name}` is busy{}; retry later or wait for it with .wait(..)",
+        "lock `{name}` is busy{}; retry later or wait for it with {wait_setting}",
         holder_suffix(holder, retry_after)
     )]
     Busy {
@@ -55,10 +55,12 @@ pub enum LockError {
         holder: Option<String>,
         /// When the current holder's lease runs out, as Redis reported it.
         retry_after: Option<Duration>,
+        /// The setting that makes the request wait, named in the advice.
+        wait_setting: WaitSetting,
     },
 
     /// The lock stayed busy for the whole `wait`.
-    #[error("timed out after {waited:?} waiting for lock `{name}`{}; raise .wait(..) or find out why the holder keeps it", holder_suffix(holder, retry_after))]
+    #[error("timed out after {waited:?} waiting for lock `{name}`{}; raise {wait_setting} or find out why the holder keeps it", holder_suffix(holder, retry_after))]
     Timeout {
         /// The lock name.
         name: String,
@@ -68,6 +70,8 @@ pub enum LockError {
         holder: Option<String>,
         /// When the holder's lease runs out, as Redis reported it at the last attempt.
         retry_after: Option<Duration>,
+        /// The setting that made the request wait, named in the advice.
+        wait_setting: WaitSetting,
     },
 
     /// A semaphore is full: all `permits` permits of `name` are taken, and the request did
@@ -75,7 +79,7 @@ pub enum LockError {
     /// point says this, never [`Busy`](LockError::Busy) or [`Timeout`](LockError::Timeout)
     /// (see [the rule](LockError#which-contention-error)); on an HTTP handler it is answered
     /// 429 Too Many Requests, not 409 as a busy lock.
-    #[error("all {permits} permits of `{name}` are {}{}; retry later{}", if waited.is_some() { "still taken" } else { "taken" }, limit_suffix(waited, retry_after), if waited.is_some() { ", wait longer or raise the limit" } else { " or wait for a permit with .wait(..)" })]
+    #[error("all {permits} permits of `{name}` are {}{}; retry later{}", if waited.is_some() { "still taken" } else { "taken" }, limit_suffix(waited, retry_after), limit_advice(waited, wait_setting))]
     LimitReached {
         /// The semaphore's name.
         name: String,
@@ -85,6 +89,8 @@ pub enum LockError {
         waited: Option<Duration>,
         /// When the first permit held ends, as Redis reported it.
         retry_after: Option<Duration>,
+        /// The setting that makes the request wait, named in the advice.
+        wait_setting: WaitSetting,
     },
 
     /// A semaphore's number of permits is stored with it (in Redis, or in the in-memory
@@ -326,8 +332,32 @@ impl LockError {
             permits,
             waited,
             retry_after: self.retry_after(),
+            wait_setting: self.wait_setting().unwrap_or_default(),
             name: self.name().unwrap_or_default().to_owned(),
         }
+    }
+
+    /// For contention errors: the setting that makes the request wait, which the message
+    /// names in its advice.
+    fn wait_setting(&self) -> Option<WaitSetting> {
+        match self {
+            LockError::Busy { wait_setting, .. }
+            | LockError::Timeout { wait_setting, .. }
+            | LockError::LimitReached { wait_setting, .. } => Some(*wait_setting),
+            _ => None,
+        }
+    }
+
+    /// `self` from a request whose wait `setting` sets: a contention error's advice names
+    /// that setting instead of `.wait(..)`. Other errors are returned as they are.
+    pub(crate) fn waiting_through(mut self, setting: WaitSetting) -> LockError {
+        if let LockError::Busy { wait_setting, .. }
+        | LockError::Timeout { wait_setting, .. }
+        | LockError::LimitReached { wait_setting, .. } = &mut self
+        {
+            *wait_setting = setting;
+        }
+        self
     }
 
     pub(crate) fn connection(name: &str, reason: impl Into<String>) -> LockError {
@@ -336,6 +366,40 @@ impl LockError {
             reason: reason.into(),
             source: None,
         }
+    }
+}
+
+/// Which setting makes a request wait for a busy lock or a full semaphore: a contention
+/// error's advice names it, so that it can be followed where the request was made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum WaitSetting {
+    /// `.wait(..)` on the request: [`Locker::lock`](crate::Locker::lock),
+    /// [`Semaphore::acquire`](crate::Semaphore::acquire) and the other builders.
+    #[default]
+    Request,
+    /// `wait = ".."` of `#[redis_locked]`.
+    Attribute,
+    /// `LockLayer::wait` of the layer that guards the route (feature `tower`).
+    Layer,
+}
+
+impl std::fmt::Display for WaitSetting {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            WaitSetting::Request => ".wait(..)",
+            WaitSetting::Attribute => "`wait = \"..\"` on #[redis_locked]",
+            WaitSetting::Layer => "LockLayer::wait(..)",
+        })
+    }
+}
+
+/// The end of a full semaphore's message: what to do.
+fn limit_advice(waited: &Option<Duration>, setting: &WaitSetting) -> String {
+    if waited.is_some() {
+        ", wait longer or raise the limit".to_owned()
+    } else {
+        format!(" or wait for a permit with {setting}")
     }
 }
 
@@ -374,6 +438,8 @@ mod tests {
             name: "orders:7".into(),
             holder: Some("web-1:42".into()),
             retry_after: Some(Duration::from_millis(1500)),
+
+            wait_setting: Default::default(),
         };
         let text = err.to_string();
         assert!(text.contains("`orders:7`"), "{text}");
@@ -381,6 +447,53 @@ mod tests {
         assert!(text.contains("1.5s"), "{text}");
         assert!(err.is_contention());
         assert_eq!(err.retry_after(), Some(Duration::from_millis(1500)));
+    }
+
+    /// Issue 27: the advice names the setting where the request's wait is set.
+    #[test]
+    fn contention_advice_names_the_wait_setting() {
+        let busy = |setting| {
+            LockError::Busy {
+                name: "a".into(),
+                holder: None,
+                retry_after: None,
+                wait_setting: WaitSetting::Request,
+            }
+            .waiting_through(setting)
+            .to_string()
+        };
+        assert!(busy(WaitSetting::Request).ends_with("wait for it with .wait(..)"));
+        assert!(busy(WaitSetting::Attribute)
+            .ends_with("wait for it with `wait = \"..\"` on #[redis_locked]"));
+        assert!(busy(WaitSetting::Layer).ends_with("wait for it with LockLayer::wait(..)"));
+        let timeout = LockError::Timeout {
+            name: "a".into(),
+            waited: Duration::from_millis(5),
+            holder: None,
+            retry_after: None,
+            wait_setting: WaitSetting::Request,
+        }
+        .waiting_through(WaitSetting::Layer);
+        assert!(
+            timeout.to_string().contains("raise LockLayer::wait(..)"),
+            "{timeout}"
+        );
+        // A busy semaphore keeps the setting when it becomes a full one.
+        let full = LockError::Busy {
+            name: "s".into(),
+            holder: None,
+            retry_after: None,
+            wait_setting: WaitSetting::Attribute,
+        }
+        .into_limit(2);
+        assert!(
+            full.to_string()
+                .ends_with("wait for a permit with `wait = \"..\"` on #[redis_locked]"),
+            "{full}"
+        );
+        // Other errors are left as they are.
+        let lost = LockError::Lost { name: "a".into() }.waiting_through(WaitSetting::Layer);
+        assert!(matches!(lost, LockError::Lost { .. }));
     }
 
     #[test]

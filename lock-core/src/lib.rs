@@ -366,7 +366,7 @@ pub use connection::tls::TlsConfig;
 pub use current::current_lease;
 pub use duration::{parse_duration, DurationError};
 pub use election::{Election, Leader, LeaderChange, Leadership, Observer};
-pub use error::LockError;
+pub use error::{LockError, WaitSetting};
 pub use holder::Holder;
 pub use key::{KeyLayout, MAX_NAME_LEN, MAX_TTL, MAX_WAIT, MIN_TTL, NAME_ESCAPE};
 pub use lease::{Lease, LeaseHandle};
@@ -376,6 +376,7 @@ pub use prims::{
     GuardHandle, HoldMode, MultiLease, MultiRequest, Permit, PermitHolder, PermitHolders,
     PermitRequest, RwLease, RwLock, RwRequest, Semaphore, MAX_PERMITS,
 };
+pub use redact::redact_url;
 pub use replication::ReplicaSync;
 pub use request::LockRequest;
 pub use schedule::Tick;
@@ -392,7 +393,7 @@ pub use deadpool_redis;
 /// in any release.
 #[doc(hidden)]
 pub mod __private {
-    pub use crate::macro_support::{body, locker_of, run_locked, AsLocker, LockSpec};
+    pub use crate::macro_support::{body, locker_of, run_locked, AsLocker, LockSpec, LockedReturn};
     pub use crate::{LockError, Locker};
     pub use core::time::Duration;
     pub use std::format;

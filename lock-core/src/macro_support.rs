@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use crate::current::enclosing_lease;
 use crate::using::{hold, reenter, OnLost};
-use crate::{LockError, Locker};
+use crate::{LockError, Locker, WaitSetting};
 
 static DEFAULT_LOCKER: RwLock<Option<Locker>> = RwLock::new(None);
 
@@ -218,30 +218,99 @@ pub fn body<T, F: Future<Output = T>>(body: F) -> F {
 /// The body is moved to the heap first: an annotated function's future is then a few hundred
 /// bytes whatever its body holds, and nested annotated calls do not add up their bodies'
 /// sizes (clippy's `large_futures` in user code).
+///
+/// Its one bound on the body's output is [`LockedReturn`]: a return type that is not a
+/// `Result` (an alias the macro could not see through, say) is one error that says what
+/// to write, not a type mismatch per generated call.
 #[doc(hidden)]
-pub fn run_locked<F, T, E>(
-    locker: Option<Locker>,
-    spec: LockSpec,
-    body: F,
-) -> impl Future<Output = Result<T, E>>
+pub fn run_locked<F, R>(locker: Option<Locker>, spec: LockSpec, body: F) -> impl Future<Output = R>
 where
-    F: Future<Output = Result<T, E>>,
-    E: From<LockError>,
+    F: Future<Output = R>,
+    R: LockedReturn,
 {
-    run_boxed(locker, spec, Box::pin(body))
+    // The library's errors are kept apart from the body's until the end.
+    let body = Box::pin(async move { body.await.into_result().map_err(Ended::Body) });
+    async move { R::from_result(run_boxed(locker, spec, body).await) }
+}
+
+/// What an annotated function may return: `Result<T, E>` with `E: From<LockError>`, the
+/// only implementation. The macro sees the return type as written and cannot resolve an
+/// alias (`type Res = Option<u8>`), so the expansion leaves that check to this bound, with
+/// the message below.
+#[doc(hidden)]
+#[diagnostic::on_unimplemented(
+    message = "#[redis_locked] functions must return `Result<T, E>` with `E: From<lock_core::LockError>`, found `{Self}`",
+    label = "not a `Result<_, E>`",
+    note = "a lock that cannot be had becomes `Err(..)` and the body does not run",
+    note = "the macro reads the return type as written and cannot see through a type alias: write the `Result` out (e.g. `-> Result<{Self}, MyError>`), or make the alias a `Result` (`type Res<T> = Result<T, MyError>;`)"
+)]
+pub trait LockedReturn {
+    /// The `Ok` type.
+    type Ok;
+    /// The error type, which a [`LockError`] converts into.
+    type Err: From<LockError>;
+    /// `self` as the `Result` it is.
+    fn into_result(self) -> Result<Self::Ok, Self::Err>;
+    /// Back from the `Result`.
+    fn from_result(result: Result<Self::Ok, Self::Err>) -> Self;
+}
+
+impl<T, E: From<LockError>> LockedReturn for Result<T, E> {
+    type Ok = T;
+    type Err = E;
+
+    #[inline(always)]
+    fn into_result(self) -> Self {
+        self
+    }
+
+    #[inline(always)]
+    fn from_result(result: Self) -> Self {
+        result
+    }
 }
 
 async fn run_boxed<F, T, E>(
     locker: Option<Locker>,
-    mut spec: LockSpec,
+    spec: LockSpec,
     body: std::pin::Pin<Box<F>>,
 ) -> Result<T, E>
 where
-    F: Future<Output = Result<T, E>>,
+    F: Future<Output = Result<T, Ended<E>>>,
     E: From<LockError>,
 {
+    // A handler's permits are a concurrency limit: a refused one is answered 429 with
+    // `Retry-After` (as by `LockLayer::permits`), not 409 as a busy lock.
+    let limit = match (&spec.hold, spec.http_handler) {
+        (Some(crate::macro_held::Hold::Permits(permits)), true) => Some(*permits),
+        _ => None,
+    };
+    match run_ended(locker, spec, body).await {
+        Ok(value) => Ok(value),
+        Err(Ended::Body(err)) => Err(err),
+        Err(Ended::Lock(err)) => {
+            // The advice of a contention error names the attribute's `wait = ".."`, which
+            // is where this request's wait is set, not `.wait(..)`.
+            let err = err.waiting_through(WaitSetting::Attribute);
+            Err(E::from(match limit {
+                Some(permits) => err.into_limit(permits),
+                None => err,
+            }))
+        }
+    }
+}
+
+/// [`run_locked`] with the library's errors kept apart from the body's.
+async fn run_ended<F, T, E>(
+    locker: Option<Locker>,
+    mut spec: LockSpec,
+    body: std::pin::Pin<Box<F>>,
+) -> Result<T, Ended<E>>
+where
+    F: Future<Output = Result<T, Ended<E>>>,
+{
     let Some(locker) = locker.or_else(default_locker) else {
-        return Err(E::from(LockError::NoDefaultLocker { name: spec.key }));
+        return Err(Ended::Lock(LockError::NoDefaultLocker { name: spec.key }));
     };
     // A handler answers a busy lock at once, as `LockLayer` does, unless it says `wait`.
     let handler_wait = spec.http_handler.then_some(crate::defaults::HANDLER_WAIT);
@@ -253,22 +322,7 @@ where
             cancel_on_lost: spec.cancel_on_lost,
             error_on_lost: spec.error_on_lost,
         };
-        // A handler's permits are a concurrency limit: a refused one is answered 429 with
-        // `Retry-After` (as by `LockLayer::permits`), not 409 as a busy lock.
-        let limit = match (&hold, spec.http_handler) {
-            (crate::macro_held::Hold::Permits(permits), true) => Some(*permits),
-            _ => None,
-        };
-        let body = Box::pin(async move { body.await.map_err(Ended::Body) });
-        let ended = Box::pin(crate::macro_held::run(locker, spec.key, hold, policy, body)).await;
-        return match ended {
-            Ok(value) => Ok(value),
-            Err(Ended::Body(err)) => Err(err),
-            Err(Ended::Lock(err)) => match limit {
-                Some(permits) => Err(E::from(err.into_limit(permits))),
-                None => Err(E::from(err)),
-            },
-        };
+        return Box::pin(crate::macro_held::run(locker, spec.key, hold, policy, body)).await;
     }
     if let Some(enclosing) = enclosing_lease(locker.engine(), &spec.key) {
         let wait = spec
@@ -294,7 +348,7 @@ where
     }
     // Boxed (through IntoFuture): inlining the acquisition would make every annotated
     // function's future several kilobytes larger (clippy::large_futures in user code).
-    let lease = request.await.map_err(E::from)?;
+    let lease = request.await.map_err(Ended::Lock)?;
     let on_lost = if spec.cancel_on_lost {
         OnLost::Cancel
     } else if spec.error_on_lost {

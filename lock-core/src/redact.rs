@@ -1,8 +1,16 @@
 //! Passwords out of messages.
 
-/// A Redis URL with its user and password replaced by `***`, for this crate's error
-/// messages: `redis://app:s3cret@db:6379/0` becomes `redis://***@db:6379/0`.
-pub(crate) fn redact_url(url: &str) -> String {
+/// A Redis URL with its user and password replaced by `***`, for messages and logs (this
+/// crate's errors show URLs this way): `redis://app:s3cret@db:6379/0` becomes
+/// `redis://***@db:6379/0`; a URL without credentials is returned as it is.
+///
+/// ```
+/// assert_eq!(
+///     lock_core::redact_url("redis://app:s3cret@db:6379/0"),
+///     "redis://***@db:6379/0"
+/// );
+/// ```
+pub fn redact_url(url: &str) -> String {
     match (url.find("://"), url.rfind('@')) {
         (Some(scheme), Some(at)) if at > scheme => {
             format!("{}://***@{}", &url[..scheme], &url[at + 1..])

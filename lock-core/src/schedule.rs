@@ -75,6 +75,7 @@ impl<T> Tick<T> {
     /// # use lock_core::{LockError, Tick};
     /// let busy: Result<(), LockError> = Err(LockError::Busy {
     ///     name: "jobs:digest".into(), holder: None, retry_after: None,
+    ///     wait_setting: Default::default(),
     /// });
     /// assert!(Tick::from_result(busy).unwrap().is_skipped());
     /// ```

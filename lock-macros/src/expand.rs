@@ -169,8 +169,10 @@ fn generate(args: &Args, function: ItemFn) -> TokenStream {
         }
         _ => body,
     };
-    // Call and `.await` both spanned on the return type: each checks `E: From<LockError>`,
-    // and rustc reports the two identical errors as one, where the user has to fix it.
+    // Call and `.await` both spanned on the return type: each requires `LockedReturn` of
+    // it (a `Result` whose error converts from `LockError`), and rustc reports the two
+    // identical errors as one, where the user has to fix it: a return type the macro could
+    // not judge (an alias) that is not a `Result` is one error that says so.
     let call = quote_spanned!(return_span=>
         #run_locked(#locker, #spec, #body).await
     );

@@ -216,6 +216,15 @@ fn placeholder(inner: &str, span: Span) -> Result<FieldPath, String> {
             inner.trim()
         ));
     }
+    if let Some(open) = inner.find('(') {
+        let called = inner[..open].rsplit('.').next().unwrap_or_default();
+        return Err(format!(
+            "`{{{inner}}}`: key templates reach into fields only and cannot call methods \
+             (`{called}()`) or evaluate expressions; compute the value before the call and pass \
+             it as a parameter of its own, named in the template (`{{{called}}}`), or take the \
+             lock inside the body with `Locker::lock`"
+        ));
+    }
     let mut segments = inner.split('.');
     let first = segments.next().unwrap_or_default();
     if !first.is_empty() && first.bytes().all(|b| b.is_ascii_digit()) {
@@ -360,6 +369,8 @@ mod tests {
             ("{a.self}", "is not a placeholder"),
             ("{type}", "a parameter named `r#type` is written `{r#type}`"),
             ("{Self}", "is not a placeholder"),
+            ("{user.name.len()}", "cannot call methods (`len()`)"),
+            ("{a.get(0).b}", "pass it as a parameter of its own"),
         ];
         for (template, expected) in cases {
             let err = scan(template).unwrap_err();

@@ -71,6 +71,56 @@ async fn body_does_not_run_while_the_lock_is_busy() {
     assert_eq!(market.purchase("7").await.unwrap(), 2);
 }
 
+/// A permit of a one-permit semaphore, without waiting.
+#[redis_locked(key = "exports", permits = 1, wait = "0s", locker = locker)]
+async fn export(locker: &Locker) -> Result<(), LockError> {
+    Ok(())
+}
+
+/// Issue 27: a contention error from an annotated function advises the attribute's
+/// `wait = ".."`, where its wait is set, not the request builder's `.wait(..)`; the plain
+/// API keeps `.wait(..)`.
+#[tokio::test]
+async fn contention_advice_names_the_attribute_setting() {
+    const ATTRIBUTE: &str = "`wait = \"..\"` on #[redis_locked]";
+    let market = Market::new();
+    let held = market.locks.try_lock("market:7", TTL).await.unwrap();
+    let Err(AppError::Lock(busy)) = market.purchase("7").await else {
+        panic!("expected a lock error");
+    };
+    let text = busy.to_string();
+    assert!(
+        text.ends_with(&format!("retry later or wait for it with {ATTRIBUTE}")),
+        "{text}"
+    );
+    let Err(AppError::Lock(timeout)) = market.purchase_patiently("7").await else {
+        panic!("expected a lock error");
+    };
+    let text = timeout.to_string();
+    assert!(text.contains(&format!("raise {ATTRIBUTE}")), "{text}");
+    assert!(!text.contains(".wait(..)"), "{text}");
+
+    let plain = market.locks.try_lock("market:7", TTL).await.unwrap_err();
+    let text = plain.to_string();
+    assert!(text.ends_with("wait for it with .wait(..)"), "{text}");
+    assert!(held.release().await.unwrap());
+
+    let permit = market
+        .locks
+        .semaphore("exports", 1)
+        .try_acquire(TTL)
+        .await
+        .unwrap();
+    let full = export(&market.locks).await.unwrap_err();
+    let text = full.to_string();
+    assert!(matches!(full, LockError::LimitReached { .. }), "{full:?}");
+    assert!(
+        text.ends_with(&format!("or wait for a permit with {ATTRIBUTE}")),
+        "{text}"
+    );
+    assert!(permit.release().await.unwrap());
+}
+
 /// Read, yield, write: loses updates unless the calls are mutually exclusive.
 #[redis_locked(key = "counter", ttl = "10s", wait = "30s", locker = locker)]
 async fn bump(locker: Locker, counter: Arc<AtomicU64>) -> Result<(), LockError> {

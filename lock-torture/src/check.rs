@@ -89,6 +89,7 @@ mod leftover;
 pub mod liveness;
 mod nested;
 mod permits;
+mod requests;
 mod revival;
 pub mod schedule;
 mod writes;

@@ -81,6 +81,7 @@ impl Failure {
                 name,
                 holder,
                 retry_after,
+                ..
             } => Failure::new(
                 CONFLICT,
                 format!(
@@ -94,6 +95,7 @@ impl Failure {
                 waited,
                 holder,
                 retry_after,
+                ..
             } => Failure::new(
                 CONFLICT,
                 format!(
@@ -128,6 +130,7 @@ impl Failure {
             permits,
             waited,
             retry_after,
+            ..
         } = err
         else {
             return Failure::from_lock_error(err, "");
@@ -225,16 +228,6 @@ fn one_line(message: String) -> String {
     }
 }
 
-/// A Redis URL with its user and password replaced by `***`, safe for messages.
-pub fn redact_url(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            format!("{}://***@{}", &url[..scheme], &url[at + 1..])
-        }
-        _ => url.to_owned(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -246,6 +239,8 @@ mod tests {
             name: "deploy".into(),
             holder: Some("lockctl/sleep@web-1:42".into()),
             retry_after: Some(Duration::from_millis(1500)),
+
+            wait_setting: Default::default(),
         };
         let failure = Failure::from_lock_error(&err, "redis://h/");
         assert_eq!(failure.code, CONFLICT);
@@ -262,6 +257,8 @@ mod tests {
             permits: 2,
             waited: None,
             retry_after: Some(Duration::from_secs(3)),
+
+            wait_setting: Default::default(),
         };
         let holders = ["a@h:1".to_owned(), "b@h:2".to_owned()];
         let failure = Failure::limit_reached(&err, Some(&holders));
@@ -293,12 +290,6 @@ mod tests {
     fn messages_stay_on_one_line() {
         let failure = Failure::usage("first\n\n  second\r\nthird");
         assert_eq!(failure.message, "first second third");
-    }
-
-    #[test]
-    fn passwords_are_redacted() {
-        assert_eq!(redact_url("redis://u:pw@h:1/0"), "redis://***@h:1/0");
-        assert_eq!(redact_url("redis://h/"), "redis://h/");
     }
 
     #[test]

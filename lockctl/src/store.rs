@@ -9,11 +9,11 @@
 
 use std::time::Duration;
 
-use lock_core::{KeyLayout, MAX_NAME_LEN, NAME_ESCAPE};
+use lock_core::{redact_url, KeyLayout, MAX_NAME_LEN, NAME_ESCAPE};
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client, Value};
 
-use crate::exit::{redact_url, Failure};
+use crate::exit::Failure;
 use crate::holder::{display_safe, split_value};
 
 /// What `release --force` publishes on the release channel. lock-core's waiters wake on any

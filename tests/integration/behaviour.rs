@@ -35,6 +35,7 @@ async fn mutual_exclusion(h: Harness) {
             name,
             holder,
             retry_after,
+            ..
         }) => {
             assert_eq!(name, "m");
             assert!(

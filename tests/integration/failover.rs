@@ -9,8 +9,6 @@ use std::time::{Duration, Instant};
 use lock_core::{Lease, LockError, Locker, ReplicaSync};
 use lock_tests::{RedisCluster, RedisServer};
 
-use crate::stopped::signal;
-
 const SECOND: Duration = Duration::from_secs(1);
 
 /// A master, one replica and one Sentinel that knows both.
@@ -30,17 +28,7 @@ impl Sentinelled {
         let link = link(&master);
         let replica = RedisServer::start_with(&[&format!("replicaof 127.0.0.1 {}", link.port())]);
         let sentinel = RedisServer::start_sentinel("locks", master.port());
-        let started = Instant::now();
-        while !sentinel
-            .command(&["SENTINEL", "REPLICAS", "locks"])
-            .contains(&replica.port().to_string())
-        {
-            assert!(
-                started.elapsed() < 30 * SECOND,
-                "the sentinel found the replica"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        sentinel.until_sentinel_lists_replica("locks", replica.port());
         // Redis 7 starts a replica's full sync after a 5 s delay (diskless sync): until it
         // is online, the master does not count it.
         until_replica_online(&master);
@@ -65,11 +53,6 @@ impl Sentinelled {
 
     fn builder(&self) -> lock_core::LockerBuilder {
         Locker::builder().sentinel([self.sentinel.url()], "locks")
-    }
-
-    /// Sends `sig` (`-STOP`, `-CONT`) to the master.
-    fn signal_master(&self, sig: &str) {
-        signal(&self.master, sig);
     }
 
     async fn until_the_replica_is_named(&self) {
@@ -156,7 +139,7 @@ async fn a_reconnect_across_a_pause_does_not_lock_on_the_deposed_master() {
         "60000",
     ]);
     assert!(set.starts_with("+OK"), "{set}");
-    setup.signal_master("-STOP");
+    setup.master.signal("-STOP");
     // A request whose wait runs out on the stopped master: its connection is retired, so
     // the next request reconnects.
     let waited = locker
@@ -189,7 +172,7 @@ async fn a_reconnect_across_a_pause_does_not_lock_on_the_deposed_master() {
     let failover = setup.sentinel.command(&["SENTINEL", "FAILOVER", "locks"]);
     assert!(failover.starts_with("+OK"), "{failover}");
     setup.until_the_replica_is_named().await;
-    setup.signal_master("-CONT");
+    setup.master.signal("-CONT");
     let lease = reconnecting.await.expect("the request's task");
     setup.assert_granted_by_the_new_master(lease.key());
 }
@@ -203,17 +186,37 @@ async fn an_idle_connection_is_retired_at_the_switch() {
     let lease = locker.try_lock("a", 30 * SECOND).await.expect("acquire");
     assert!(lease.release().await.expect("release"));
 
-    setup.signal_master("-STOP");
+    setup.master.signal("-STOP");
     setup.until_the_replica_is_named().await;
     // The Sentinel's announcement reaches the locker's subscription.
     tokio::time::sleep(Duration::from_millis(300)).await;
-    setup.signal_master("-CONT");
+    setup.master.signal("-CONT");
     // The old master still believes it is the master for a few seconds.
     let lease = locker
         .try_lock("c", 30 * SECOND)
         .await
         .expect("acquire after the failover");
     setup.assert_granted_by_the_new_master(lease.key());
+}
+
+/// Writes 32 MB of filler to `master` (keys `{prefix}filler:N`), so that, with its replica
+/// stopped, the link's socket buffers are full and what the master writes next stays in
+/// its output buffer.
+async fn fill_the_replication_link(master: &RedisServer, prefix: &str) {
+    let client = redis::Client::open(master.url()).expect("client");
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connection to the master");
+    let filler = vec![b'f'; 8 << 20];
+    for i in 0..4 {
+        let () = redis::cmd("SET")
+            .arg(format!("{prefix}filler:{i}"))
+            .arg(&filler)
+            .query_async(&mut conn)
+            .await
+            .expect("filler");
+    }
 }
 
 /// What happened to a grant made while the replica was stopped, once the master crashed
@@ -232,25 +235,12 @@ async fn grant_then_crash(
         assert!(warm.release().await.expect("release"));
     }
 
-    signal(&setup.replica, "-STOP");
-    let client = redis::Client::open(setup.master.url()).expect("client");
-    let mut conn = client
-        .get_multiplexed_async_connection()
-        .await
-        .expect("connection to the master");
-    let filler = vec![b'f'; 8 << 20];
-    for i in 0..4 {
-        let () = redis::cmd("SET")
-            .arg(format!("filler:{i}"))
-            .arg(&filler)
-            .query_async(&mut conn)
-            .await
-            .expect("filler");
-    }
+    setup.replica.signal("-STOP");
+    fill_the_replication_link(&setup.master, "").await;
     let first = locker.try_lock("x", 60 * SECOND).await;
     // The master crashes right after its answer: the grant never reached the replica.
     setup.master.kill();
-    signal(&setup.replica, "-CONT");
+    setup.replica.signal("-CONT");
     setup.until_the_replica_is_named().await;
     let other = setup.locker(ReplicaSync::default());
     let second = other.lock("x").ttl(60 * SECOND).wait(10 * SECOND).await;
@@ -263,6 +253,17 @@ async fn grant_then_crash(
 /// default check the first grant was never given (no replica acknowledged it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_grant_no_replica_has_is_not_given() {
+    the_check_keeps_a_lost_grant_from_being_given(grant_then_crash).await;
+}
+
+/// A grant then a crash of the master, with the check off (two holders) and on (the
+/// first grant is refused, the promoted replica grants the next client): `grant_then_crash`
+/// runs the scenario on one deployment with the `ReplicaSync` it is given.
+async fn the_check_keeps_a_lost_grant_from_being_given<F, Fut>(grant_then_crash: F)
+where
+    F: Fn(ReplicaSync) -> Fut,
+    Fut: std::future::Future<Output = (Result<Lease, LockError>, Result<Lease, LockError>)>,
+{
     let (first, second) = grant_then_crash(ReplicaSync::Off).await;
     let first = first.expect("without the check, the master grants at once");
     let second = second.expect("the promoted replica grants the lock");
@@ -301,9 +302,9 @@ async fn deposed_master_grants(
     let warm = stale.try_lock("warm", 30 * SECOND).await.expect("acquire");
     assert!(warm.release().await.expect("release"));
 
-    setup.signal_master("-STOP");
+    setup.master.signal("-STOP");
     setup.until_the_replica_is_named().await;
-    setup.signal_master("-CONT");
+    setup.master.signal("-CONT");
     // The resumed master still believes it is the master (the Sentinel demotes it seconds
     // later); its replica now follows the new master.
     let on_old = stale.try_lock("y", 60 * SECOND).await;
@@ -391,25 +392,12 @@ async fn cluster_grant_then_crash(
         assert!(warm.release().await.expect("release"));
     }
 
-    signal(&cluster.nodes[replica], "-STOP");
-    let client = redis::Client::open(cluster.nodes[master].url()).expect("client");
-    let mut conn = client
-        .get_multiplexed_async_connection()
-        .await
-        .expect("connection to the master");
-    let filler = vec![b'f'; 8 << 20];
-    for i in 0..4 {
-        // Same hash tag as the lock: the master of its slot takes it.
-        let () = redis::cmd("SET")
-            .arg(format!("{{x}}:filler:{i}"))
-            .arg(&filler)
-            .query_async(&mut conn)
-            .await
-            .expect("filler");
-    }
+    cluster.nodes[replica].signal("-STOP");
+    // Same hash tag as the lock: the master of its slot takes the filler.
+    fill_the_replication_link(&cluster.nodes[master], "{x}:").await;
     let first = locker.try_lock("x", 60 * SECOND).await;
     cluster.nodes[master].kill();
-    signal(&cluster.nodes[replica], "-CONT");
+    cluster.nodes[replica].signal("-CONT");
     let started = Instant::now();
     while !(cluster.nodes[replica].command(&["ROLE"]).contains("master")
         && cluster.nodes[replica]
@@ -430,25 +418,7 @@ async fn cluster_grant_then_crash(
 /// Issue 25 on a Cluster: as [`a_grant_no_replica_has_is_not_given`].
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_a_cluster_a_grant_no_replica_has_is_not_given() {
-    let (first, second) = cluster_grant_then_crash(ReplicaSync::Off).await;
-    let first = first.expect("without the check, the master grants at once");
-    let second = second.expect("the promoted replica grants the lock");
-    assert_ne!(
-        first.token(),
-        second.token(),
-        "two holders of `x` at once: the anomaly the check removes"
-    );
-
-    let (first, second) = cluster_grant_then_crash(ReplicaSync::default()).await;
-    match first {
-        Err(LockError::NotReplicated {
-            acknowledged: 0,
-            required: 1,
-            ..
-        }) => {}
-        other => panic!("a grant no replica acknowledged was given: {other:?}"),
-    }
-    let _second = second.expect("the promoted replica grants the lock to the next client");
+    the_check_keeps_a_lost_grant_from_being_given(cluster_grant_then_crash).await;
 }
 
 /// Issue 25: `inspect` (and `lockctl status`, which prints it) says how many replicas
@@ -482,10 +452,10 @@ async fn inspect_says_whether_the_replicas_have_the_value() {
     assert_eq!(info.on_replicas, None, "{info:?}");
 
     // A lock taken without the check while the replica is stopped: not on the replica.
-    signal(&replica, "-STOP");
+    replica.signal("-STOP");
     let _unreplicated = unchecked.try_lock("b", 30 * SECOND).await.expect("acquire");
     let info = checked.inspect("b").await.expect("inspect").expect("held");
-    signal(&replica, "-CONT");
+    replica.signal("-CONT");
     assert_eq!(info.on_replicas, Some(0), "{info:?}");
     let info = checked.inspect("b").await.expect("inspect").expect("held");
     assert_eq!(
@@ -512,7 +482,7 @@ async fn unacknowledged_extensions_and_acquisitions_do_not_count() {
     let lease = locker.try_lock("a", 5 * SECOND).await.expect("acquire");
     let before = lease.expires_in();
 
-    signal(&replica, "-STOP");
+    replica.signal("-STOP");
     let extended = lease.extend(60 * SECOND).await;
     let refused = locker.try_lock("b", 60 * SECOND).await;
     // A waiting request retries within its wait, then says why.
@@ -522,7 +492,7 @@ async fn unacknowledged_extensions_and_acquisitions_do_not_count() {
         .wait(Duration::from_millis(700))
         .await;
     let b_on_master = master.command(&["EXISTS", "lock:{b}"]);
-    signal(&replica, "-CONT");
+    replica.signal("-CONT");
 
     assert!(
         matches!(extended, Err(LockError::NotReplicated { .. })),
@@ -625,11 +595,11 @@ async fn on_a_cluster_auto_decides_per_master() {
     } else {
         replicas[2]
     };
-    signal(&cluster.nodes[stopped], "-STOP");
+    cluster.nodes[stopped].signal("-STOP");
     let extended = both.extend(30 * SECOND).await;
     let _ = both.release().await;
     let granted = locker.try_lock(&second, 30 * SECOND).await;
-    signal(&cluster.nodes[stopped], "-CONT");
+    cluster.nodes[stopped].signal("-CONT");
     match extended {
         Err(LockError::NotReplicated {
             acknowledged: 0, ..
@@ -670,7 +640,7 @@ async fn a_waiter_hears_a_release_on_the_new_master() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 
-    setup.signal_master("-STOP");
+    setup.master.signal("-STOP");
     setup.until_the_replica_is_named().await;
     let started = Instant::now();
     while !setup
@@ -693,7 +663,7 @@ async fn a_waiter_hears_a_release_on_the_new_master() {
         at.saturating_duration_since(released)
     );
     assert!(granted.release().await.expect("release"));
-    setup.signal_master("-CONT");
+    setup.master.signal("-CONT");
 }
 
 /// How long after a master's crash (SIGKILL) the first lock is granted again behind
@@ -782,7 +752,7 @@ async fn a_master_demoted_during_the_check_counts_as_not_replicated() {
     let warm = locker.try_lock("warm", 30 * SECOND).await.expect("acquire");
     assert!(warm.release().await.expect("release"));
 
-    signal(&replica, "-STOP");
+    replica.signal("-STOP");
     let attempt = tokio::spawn({
         let locker = locker.clone();
         async move { locker.try_lock("x", 30 * SECOND).await }
@@ -792,7 +762,7 @@ async fn a_master_demoted_during_the_check_counts_as_not_replicated() {
     let other = RedisServer::start();
     master.command(&["REPLICAOF", "127.0.0.1", &other.port().to_string()]);
     let result = attempt.await.expect("the attempt's task");
-    signal(&replica, "-CONT");
+    replica.signal("-CONT");
     match result {
         Err(LockError::NotReplicated {
             acknowledged: 0, ..

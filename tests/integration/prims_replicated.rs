@@ -11,7 +11,6 @@ use lock_core::{LockError, Locker, Protocol, ReplicaSync};
 use lock_tests::RedisServer;
 
 use crate::failover::until_replica_online;
-use crate::stopped::signal;
 
 const SECOND: Duration = Duration::from_secs(1);
 const SYNC_TIMEOUT: Duration = Duration::from_millis(100);
@@ -51,11 +50,11 @@ impl Pair {
     }
 
     fn stop_replica(&self) {
-        signal(&self.replica, "-STOP");
+        self.replica.signal("-STOP");
     }
 
     fn resume_replica(&self) {
-        signal(&self.replica, "-CONT");
+        self.replica.signal("-CONT");
     }
 
     /// `WAIT` calls the master ran so far.

@@ -215,6 +215,7 @@ async fn locker_run_once_and_tick_helpers() {
         name: "cleanup".into(),
         holder: Some("a@b:1".into()),
         retry_after: None,
+        wait_setting: Default::default(),
     });
     assert!(Tick::from_result(busy).expect("skipped").is_skipped());
     let lost: Result<(), LockError> = Err(LockError::Lost {

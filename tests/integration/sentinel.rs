@@ -16,17 +16,7 @@ async fn the_locker_follows_a_failover() {
     let replica = RedisServer::start_with(&[&format!("replicaof 127.0.0.1 {}", master.port())]);
     let sentinel = RedisServer::start_sentinel("locks", master.port());
     // The Sentinel learns about the replica from the master's INFO, within a few seconds.
-    let started = Instant::now();
-    while !sentinel
-        .command(&["SENTINEL", "REPLICAS", "locks"])
-        .contains(&replica.port().to_string())
-    {
-        assert!(
-            started.elapsed() < 30 * SECOND,
-            "the sentinel found the replica"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    sentinel.until_sentinel_lists_replica("locks", replica.port());
     let on_sentinel = || {
         Locker::builder()
             .sentinel([sentinel.url()], "locks")
@@ -99,17 +89,7 @@ async fn a_locker_that_waited_on_a_paused_master_follows_the_failover() {
     let master = RedisServer::start();
     let replica = RedisServer::start_with(&[&format!("replicaof 127.0.0.1 {}", master.port())]);
     let sentinel = RedisServer::start_sentinel("locks", master.port());
-    let started = Instant::now();
-    while !sentinel
-        .command(&["SENTINEL", "REPLICAS", "locks"])
-        .contains(&replica.port().to_string())
-    {
-        assert!(
-            started.elapsed() < 30 * SECOND,
-            "the sentinel found the replica"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    sentinel.until_sentinel_lists_replica("locks", replica.port());
     let locker = Locker::builder()
         .sentinel([sentinel.url()], "locks")
         .command_timeout(SECOND)
@@ -118,15 +98,7 @@ async fn a_locker_that_waited_on_a_paused_master_follows_the_failover() {
     let lease = locker.try_lock("a", 10 * SECOND).await.expect("acquire");
     assert!(lease.release().await.expect("release"));
 
-    let pid = master.pid().expect("master pid").to_string();
-    let signal = |sig: &str| {
-        let status = std::process::Command::new("kill")
-            .args([sig, &pid])
-            .status()
-            .expect("run kill");
-        assert!(status.success(), "kill {sig} {pid}");
-    };
-    signal("-STOP");
+    master.signal("-STOP");
     // A waiting request on the stopped master: its wait runs out before the command
     // timeout, and its attempt is abandoned.
     let waited = locker
@@ -146,7 +118,7 @@ async fn a_locker_that_waited_on_a_paused_master_follows_the_failover() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    signal("-CONT");
+    master.signal("-CONT");
 
     let lease = locker
         .lock("c")

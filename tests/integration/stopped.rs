@@ -15,16 +15,6 @@ use lock_tests::RedisServer;
 
 const SECOND: Duration = Duration::from_secs(1);
 
-/// SIGSTOP or SIGCONT to a server process.
-pub fn signal(server: &RedisServer, sig: &str) {
-    let pid = server.pid().expect("server pid").to_string();
-    let status = std::process::Command::new("kill")
-        .args([sig, &pid])
-        .status()
-        .expect("run kill");
-    assert!(status.success(), "kill {sig} {pid}");
-}
-
 /// A locker on `server` whose commands time out after 200 ms.
 pub fn short_timeout_locker(server: &RedisServer) -> Locker {
     Locker::builder()
@@ -62,7 +52,7 @@ pub async fn stalled_requests_leave_nothing_behind<R, L>(
             .await
             .expect("warm-up");
 
-        signal(server, "-STOP");
+        server.signal("-STOP");
         let resume = {
             let server_pid = server.pid().expect("pid").to_string();
             std::thread::spawn(move || {
@@ -93,7 +83,7 @@ pub async fn stalled_requests_leave_nothing_behind<R, L>(
             .await
             .unwrap_or_else(|err| panic!("round {round}: a fresh request is refused: {err}"));
     }
-    signal(server, "-CONT");
+    server.signal("-CONT");
 }
 
 /// What [`stalled_requests_leave_nothing_behind`]'s `left` reports for a semaphore or a

@@ -192,6 +192,33 @@ impl RedisServer {
         self.child.as_ref().map(Child::id)
     }
 
+    /// Sends `sig` (`-STOP`, `-CONT`) to the server's process with kill(1): a stalled
+    /// process, a paused VM, and its resumption.
+    pub fn signal(&self, sig: &str) {
+        let pid = self.pid().expect("the server runs").to_string();
+        let status = std::process::Command::new("kill")
+            .args([sig, &pid])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill {sig} {pid}");
+    }
+
+    /// On a Sentinel: waits (up to 30 s) until it lists the replica on `replica_port` among
+    /// the replicas of `master` (it learns them from the master's INFO within seconds).
+    pub fn until_sentinel_lists_replica(&self, master: &str, replica_port: u16) {
+        let started = std::time::Instant::now();
+        while !self
+            .command(&["SENTINEL", "REPLICAS", master])
+            .contains(&replica_port.to_string())
+        {
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "the sentinel found the replica"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     /// The server's address.
     pub fn addr(&self) -> SocketAddr {
         SocketAddr::from((Ipv4Addr::LOCALHOST, self.port))

@@ -341,56 +341,29 @@ impl SentOn {
 #[cfg(test)]
 #[test]
 fn scripts_touch_only_declared_keys() {
-    let scripts = [
-        ("acquire.lua", include_str!("../scripts/acquire.lua")),
-        (
-            "acquire_queued.lua",
-            include_str!("../scripts/acquire_queued.lua"),
-        ),
-        ("extend.lua", include_str!("../scripts/extend.lua")),
-        (
-            "leave_queue.lua",
-            include_str!("../scripts/leave_queue.lua"),
-        ),
-        (
-            "mark_listened.lua",
-            include_str!("../scripts/mark_listened.lua"),
-        ),
-        (
-            "multi_acquire.lua",
-            include_str!("../scripts/multi_acquire.lua"),
-        ),
-        (
-            "permits_acquire.lua",
-            include_str!("../scripts/permits_acquire.lua"),
-        ),
-        (
-            "permits_extend.lua",
-            include_str!("../scripts/permits_extend.lua"),
-        ),
-        (
-            "permits_holders.lua",
-            include_str!("../scripts/permits_holders.lua"),
-        ),
-        (
-            "permits_lib.lua",
-            include_str!("../scripts/permits_lib.lua"),
-        ),
-        (
-            "permits_release.lua",
-            include_str!("../scripts/permits_release.lua"),
-        ),
-        ("queue.lua", include_str!("../scripts/queue.lua")),
-        (
-            "raise_fence.lua",
-            include_str!("../scripts/raise_fence.lua"),
-        ),
-        ("release.lua", include_str!("../scripts/release.lua")),
-        (
-            "release_listened.lua",
-            include_str!("../scripts/release_listened.lua"),
-        ),
-    ];
+    // Each file's name and text.
+    macro_rules! scripts {
+        ($($file:literal),* $(,)?) => {
+            [$(($file, include_str!(concat!("../scripts/", $file)))),*]
+        };
+    }
+    let scripts = scripts!(
+        "acquire.lua",
+        "acquire_queued.lua",
+        "extend.lua",
+        "leave_queue.lua",
+        "mark_listened.lua",
+        "multi_acquire.lua",
+        "permits_acquire.lua",
+        "permits_extend.lua",
+        "permits_holders.lua",
+        "permits_lib.lua",
+        "permits_release.lua",
+        "queue.lua",
+        "raise_fence.lua",
+        "release.lua",
+        "release_listened.lua",
+    );
     let mut found = Vec::new();
     for (file, text) in scripts {
         for (number, line) in text.lines().enumerate() {

@@ -12,7 +12,7 @@ use crate::engine::validity::validity;
 use crate::engine::Engine;
 use crate::key::LockKeys;
 use crate::token::{decode_value, new_value};
-use crate::LockError;
+use crate::{LockError, WaitSetting};
 
 /// What one attempt came to.
 pub(super) enum Tried {
@@ -177,6 +177,7 @@ impl Acquire<'_> {
             name: self.keys.name,
             holder: self.last_busy.holder,
             retry_after: self.last_busy.remaining,
+            wait_setting: WaitSetting::default(),
         }
     }
 
@@ -209,6 +210,7 @@ impl Acquire<'_> {
             waited: self.begun.elapsed(),
             holder: self.last_busy.holder,
             retry_after: self.last_busy.remaining,
+            wait_setting: WaitSetting::default(),
         }
     }
 }

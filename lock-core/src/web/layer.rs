@@ -332,7 +332,10 @@ impl Config {
             renew: self.renew,
             max_hold: self.max_hold,
         };
-        Held::acquire(&self.locker, name, self.permits, settings).await
+        Held::acquire(&self.locker, name, self.permits, settings)
+            .await
+            // A busy answer's advice (in logs) names this layer's `wait`, not `.wait(..)`.
+            .map_err(|err| err.waiting_through(crate::WaitSetting::Layer))
     }
 
     /// A busy answer's `Retry-After`: from the hold times this layer has seen rather than the

@@ -86,6 +86,7 @@ impl ErrorResponses {
     ///     name: "orders:7".into(),
     ///     holder: Some("web-1@host-a:4242".into()),
     ///     retry_after: Some(Duration::from_millis(2300)),
+    ///     wait_setting: Default::default(),
     /// };
     /// let problem = ErrorResponses::new().problem(&err);
     /// assert_eq!(problem.status().as_u16(), 409);
@@ -360,6 +361,7 @@ mod tests {
             name: "orders:7".into(),
             holder: Some("api@10.1.2.3:77".into()),
             retry_after: Some(Duration::from_millis(4001)),
+            wait_setting: Default::default(),
         };
         let response = ErrorResponses::new().response(&err);
         assert_eq!(response.status(), StatusCode::CONFLICT);
@@ -377,6 +379,8 @@ mod tests {
             waited: Duration::from_millis(250),
             holder: None,
             retry_after: None,
+
+            wait_setting: Default::default(),
         };
         let problem = ErrorResponses::new()
             .busy_status(StatusCode::LOCKED)

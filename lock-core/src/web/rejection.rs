@@ -75,6 +75,7 @@ impl Rejection {
     ///     name: "jobs:7".into(),
     ///     holder: None,
     ///     retry_after: Some(std::time::Duration::from_millis(1500)),
+    ///     wait_setting: Default::default(),
     /// });
     /// let response = busy.grpc_response();
     /// assert_eq!(response.status(), 200);

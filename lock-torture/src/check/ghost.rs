@@ -11,47 +11,14 @@
 //! reservation for a request that just gave up, or the undo of an attempt that was in
 //! flight when it was dropped).
 
-use std::collections::{HashMap, HashSet};
-
 use super::liveness::THRESHOLD;
-use super::{Report, Violation};
-use crate::clock::Nanos;
+use super::{requests, Report, Violation};
 use crate::event::{lease_token, Event};
 
 /// Checks every probe that followed a cancellation.
 pub(super) fn check(events: &[Event], report: &mut Report) {
-    let granted: HashSet<&str> = events
-        .iter()
-        .filter_map(|e| match e {
-            Event::Acquired(a) => Some(a.token.as_str()),
-            _ => None,
-        })
-        .collect();
-    let mut requests: HashMap<(u32, &str), Vec<(Nanos, Nanos)>> = HashMap::new();
-    for event in events {
-        let (client, name, start, end) = match event {
-            Event::Acquired(a) => (a.client, a.name.as_str(), a.call_start, a.acquired),
-            Event::AcquireFailed {
-                client,
-                name,
-                t_start,
-                t_end,
-                ..
-            }
-            | Event::Cancelled {
-                client,
-                name,
-                t_start,
-                t_end,
-                ..
-            } => (*client, name.as_str(), *t_start, *t_end),
-            _ => continue,
-        };
-        requests
-            .entry((client, name))
-            .or_default()
-            .push((start, end));
-    }
+    let granted = requests::granted_tokens(events);
+    let requests = requests::per_client(events, true);
     for event in events {
         let Event::CancelProbe {
             client,

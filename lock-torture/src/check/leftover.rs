@@ -9,41 +9,16 @@
 //! granted with, is a leftover, unless another request of the same client for the same
 //! name was in flight meanwhile (its attempt may be the one seen).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 
-use super::{Report, Violation};
-use crate::clock::{ms, Nanos};
+use super::{requests, Report, Violation};
+use crate::clock::ms;
 use crate::event::{Event, Look};
 
 /// Checks every probe.
 pub(super) fn check(events: &[Event], report: &mut Report) {
-    let granted: HashSet<&str> = events
-        .iter()
-        .filter_map(|e| match e {
-            Event::Acquired(a) => Some(a.token.as_str()),
-            _ => None,
-        })
-        .collect();
-    // Every request: (client, name, start, end).
-    // Each client's requests per name: a probe only looks at its own client's.
-    let mut requests: HashMap<(u32, &str), Vec<(Nanos, Nanos)>> = HashMap::new();
-    for event in events {
-        let (client, name, start, end) = match event {
-            Event::Acquired(a) => (a.client, a.name.as_str(), a.call_start, a.acquired),
-            Event::AcquireFailed {
-                client,
-                name,
-                t_start,
-                t_end,
-                ..
-            } => (*client, name.as_str(), *t_start, *t_end),
-            _ => continue,
-        };
-        requests
-            .entry((client, name))
-            .or_default()
-            .push((start, end));
-    }
+    let granted = requests::granted_tokens(events);
+    let requests = requests::per_client(events, false);
     for event in events {
         let Event::Probe {
             client,

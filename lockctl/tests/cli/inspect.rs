@@ -19,6 +19,22 @@ fn locker(server: &RedisServer) -> Locker {
         .unwrap()
 }
 
+/// A fenced lease on each of `names` for 30 s.
+async fn hold_fenced(locker: &Locker, names: &[&str]) -> Vec<lock_core::Lease> {
+    let mut leases = Vec::new();
+    for name in names {
+        leases.push(
+            locker
+                .lock(*name)
+                .ttl(Duration::from_secs(30))
+                .fencing()
+                .await
+                .unwrap(),
+        );
+    }
+    leases
+}
+
 fn json(text: &str) -> Value {
     serde_json::from_str(text).unwrap_or_else(|err| panic!("not JSON ({err}): {text}"))
 }
@@ -27,17 +43,7 @@ fn json(text: &str) -> Value {
 async fn status_shows_holder_ttl_and_fencing_counter() {
     let server = RedisServer::start();
     let locker = locker(&server);
-    let mut leases = Vec::new();
-    for name in NAMES {
-        leases.push(
-            locker
-                .lock(name)
-                .ttl(Duration::from_secs(30))
-                .fencing()
-                .await
-                .unwrap(),
-        );
-    }
+    let leases = hold_fenced(&locker, &NAMES).await;
     let pid = std::process::id();
     for name in NAMES {
         let text = run(&server, &["status", name]);
@@ -102,17 +108,7 @@ async fn status_shows_holder_ttl_and_fencing_counter() {
 async fn list_shows_every_held_lock_and_nothing_else() {
     let server = RedisServer::start();
     let locker = locker(&server);
-    let mut leases = Vec::new();
-    for name in NAMES {
-        leases.push(
-            locker
-                .lock(name)
-                .ttl(Duration::from_secs(30))
-                .fencing()
-                .await
-                .unwrap(),
-        );
-    }
+    let leases = hold_fenced(&locker, &NAMES).await;
     // Not locks: another prefix, a hash on a lock-shaped key, a fencing counter of a free
     // lock, an unrelated key.
     server.command(&["SET", "other:{x}", "y"]);
@@ -239,17 +235,7 @@ async fn names_with_braces_are_found_where_lock_core_keeps_them() {
     const BRACED: [&str; 4] = ["}job", "}{x", "{}", "a}b{c"];
     let server = RedisServer::start();
     let locker = locker(&server);
-    let mut leases = Vec::new();
-    for name in BRACED {
-        leases.push(
-            locker
-                .lock(name)
-                .ttl(Duration::from_secs(30))
-                .fencing()
-                .await
-                .unwrap(),
-        );
-    }
+    let leases = hold_fenced(&locker, &BRACED).await;
     let permit = locker
         .semaphore("}sem", 2)
         .try_acquire(Duration::from_secs(30))

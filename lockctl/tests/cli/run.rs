@@ -286,34 +286,25 @@ fn exit_statuses_pass_through() {
 fn the_command_sees_its_lock_and_fencing_token() {
     let server = RedisServer::start();
     let script = "echo \"$LOCKCTL_LOCK|$LOCKCTL_KEY|$LOCKCTL_FENCING_TOKEN\"";
-    let first = run(
-        &server,
-        &[
-            "run",
-            "--key",
-            "ünï cødé",
-            "--fencing",
-            "--",
-            "sh",
-            "-c",
-            script,
-        ],
-    );
+    let fenced = || {
+        run(
+            &server,
+            &[
+                "run",
+                "--key",
+                "ünï cødé",
+                "--fencing",
+                "--",
+                "sh",
+                "-c",
+                script,
+            ],
+        )
+    };
+    let first = fenced();
     assert_eq!(first.code, Some(0), "{first:#?}");
     assert_eq!(first.stdout, "ünï cødé|lock:{ünï cødé}|1\n");
-    let second = run(
-        &server,
-        &[
-            "run",
-            "--key",
-            "ünï cødé",
-            "--fencing",
-            "--",
-            "sh",
-            "-c",
-            script,
-        ],
-    );
+    let second = fenced();
     assert_eq!(second.stdout, "ünï cødé|lock:{ünï cødé}|2\n");
     let unfenced = run(
         &server,

@@ -26,7 +26,7 @@ use crate::prims::env::Env;
 use crate::signal::Wake;
 use crate::token::{decode_value, new_value, LISTENED_MARK};
 use crate::wait::Backoff;
-use crate::LockError;
+use crate::{LockError, WaitSetting};
 
 /// Slack after a holder's TTL before looking (Redis expires at millisecond granularity).
 const SLACK: Duration = Duration::from_millis(1);
@@ -204,6 +204,7 @@ pub(super) async fn acquire(
                 name: busy.name,
                 holder: busy.holder,
                 retry_after: busy.remaining,
+                wait_setting: WaitSetting::default(),
             });
         }
         // Wait for a release of the lock that was busy (on its release channel, shared with
@@ -314,6 +315,7 @@ fn timeout(busy: Busy, begun: Instant, transient: Option<LockError>) -> LockErro
         waited: begun.elapsed(),
         holder: busy.holder,
         retry_after: busy.remaining,
+        wait_setting: WaitSetting::default(),
     })
 }
 

@@ -27,7 +27,7 @@ use crate::prims::env::Env;
 use crate::signal::{Hint, Wake};
 use crate::token::new_value;
 use crate::wait::Backoff;
-use crate::LockError;
+use crate::{LockError, WaitSetting};
 
 /// Slack after a permit's end before looking (Redis expires at millisecond granularity).
 const SLACK: Duration = Duration::from_millis(1);
@@ -161,6 +161,7 @@ async fn run(request: Request<'_>) -> Result<Granted, LockError> {
             waited: begun.elapsed(),
             holder: None,
             retry_after: first_end,
+            wait_setting: WaitSetting::default(),
         })
     };
 
@@ -189,6 +190,7 @@ async fn run(request: Request<'_>) -> Result<Granted, LockError> {
             name: keys.name.clone(),
             holder: None,
             retry_after: first_end,
+            wait_setting: WaitSetting::default(),
         });
     }
 
