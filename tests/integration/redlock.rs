@@ -168,3 +168,187 @@ async fn a_foreign_value_on_one_node_fails_the_attempt_and_leaves_nothing_behind
         .expect("free once the foreign value is gone");
     lease.release().await.expect("release");
 }
+
+// Waiting on Redlock (issue 26): a waiter queue on every master, ordered by the waiters'
+// tickets, so that a release hands the lock to the same head on each.
+
+/// Entries in lock `name`'s waiter queue on `node`.
+fn queued_on(node: &lock_tests::RedisServer, name: &str) -> usize {
+    let reply = node.command(&["ZCARD", &format!("lock:{{{name}}}:q")]);
+    reply.trim().trim_start_matches(':').parse().expect("ZCARD")
+}
+
+async fn until(what: &str, mut check: impl FnMut() -> bool) {
+    for _ in 0..1000 {
+        if check() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("timed out waiting for {what}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn separate_lockers_are_served_in_arrival_order_on_redlock() {
+    let h = Harness::redlock();
+    let holder = h
+        .locker
+        .lock("fifo")
+        .ttl(10 * SECOND)
+        .await
+        .expect("holder");
+    let order = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut waiters = Vec::new();
+    for i in 1..=5 {
+        let locker = h.second_locker();
+        let order = std::sync::Arc::clone(&order);
+        waiters.push(tokio::spawn(async move {
+            let lease = locker
+                .lock("fifo")
+                .ttl(10 * SECOND)
+                .wait(20 * SECOND)
+                .await
+                .expect("waiter");
+            order.lock().unwrap().push(i);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            assert!(lease.release().await.expect("release"));
+        }));
+        until("the waiter to queue on every master", || {
+            h.nodes.iter().all(|node| queued_on(node, "fifo") == i)
+        })
+        .await;
+    }
+    assert!(holder.release().await.expect("release"));
+    for waiter in waiters {
+        waiter.await.expect("join");
+    }
+    assert_eq!(*order.lock().unwrap(), [1, 2, 3, 4, 5]);
+    for node in &h.nodes {
+        assert_eq!(
+            queued_on(node, "fifo"),
+            0,
+            "the queues are gone with their waiters"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redlock_waiter_is_woken_promptly_on_release() {
+    let h = Harness::redlock();
+    let waiter = h.second_locker();
+    for round in 0..5 {
+        let holder = h
+            .locker
+            .lock("prompt")
+            .ttl(30 * SECOND)
+            .await
+            .expect("holder");
+        let waiting = {
+            let waiter = waiter.clone();
+            tokio::spawn(async move {
+                let lease = waiter
+                    .lock("prompt")
+                    .ttl(10 * SECOND)
+                    .wait(20 * SECOND)
+                    .await
+                    .expect("waiter");
+                let got = Instant::now();
+                assert!(lease.release().await.expect("release"));
+                got
+            })
+        };
+        until("the waiter to queue", || {
+            h.nodes.iter().all(|node| queued_on(node, "prompt") == 1)
+        })
+        .await;
+        let released = Instant::now();
+        assert!(holder.release().await.expect("release"));
+        let got = waiting.await.expect("join");
+        // Woken by its turn, not by a timer (the holder had 30 s left; the safety net
+        // fires after 0.5 s at the earliest).
+        assert!(
+            got.saturating_duration_since(released) < Duration::from_millis(400),
+            "round {round}: the waiter took {:?} after the release",
+            got.saturating_duration_since(released)
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_master_down_does_not_block_redlock_waiters() {
+    // The first master carries the turn messages; any one may be down.
+    for down in [0usize, 2] {
+        let mut h = Harness::redlock();
+        h.nodes[down].kill();
+        let holder = h
+            .locker
+            .lock("down")
+            .ttl(30 * SECOND)
+            .await
+            .expect("holder on a majority");
+        let waiter = h.second_locker();
+        let waiting = tokio::spawn(async move {
+            let lease = waiter
+                .lock("down")
+                .ttl(10 * SECOND)
+                .wait(20 * SECOND)
+                .await
+                .expect("waiter");
+            let got = Instant::now();
+            assert!(lease.release().await.expect("release"));
+            got
+        });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let released = Instant::now();
+        assert!(holder.release().await.expect("release"));
+        let got = waiting.await.expect("join");
+        assert!(
+            got.saturating_duration_since(released) < 2 * SECOND,
+            "node {down} down: the waiter took {:?} after the release (the holder had 30 s left)",
+            got.saturating_duration_since(released)
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_redlock_waiter_leaves_every_masters_queue() {
+    let h = Harness::redlock();
+    let holder = h
+        .locker
+        .lock("leave")
+        .ttl(30 * SECOND)
+        .await
+        .expect("holder");
+    let waiter = h.second_locker();
+    let waiting = tokio::spawn(async move {
+        waiter
+            .lock("leave")
+            .ttl(10 * SECOND)
+            .wait(60 * SECOND)
+            .await
+            .map(drop)
+    });
+    until("the waiter to queue on every master", || {
+        h.nodes.iter().all(|node| queued_on(node, "leave") == 1)
+    })
+    .await;
+    waiting.abort();
+    until("the cancelled waiter to leave every master's queue", || {
+        h.nodes.iter().all(|node| queued_on(node, "leave") == 0)
+    })
+    .await;
+    // And the next waiter is not held up by a place left behind.
+    let next = h.second_locker();
+    let next_waiting = tokio::spawn(async move {
+        next.lock("leave")
+            .ttl(SECOND)
+            .wait(20 * SECOND)
+            .await
+            .map(drop)
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let released = Instant::now();
+    assert!(holder.release().await.expect("release"));
+    next_waiting.await.expect("join").expect("next waiter");
+    assert!(released.elapsed() < 2 * SECOND);
+}

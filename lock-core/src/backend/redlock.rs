@@ -8,6 +8,14 @@
 //!   left: TTL minus the time the attempt took minus the clock-drift allowance (1% of the
 //!   TTL plus 2 ms). On failure the value is deleted from every node, including those whose
 //!   reply was lost (an abandoned per-node attempt undoes itself in the background).
+//! - Waiting: every node keeps the lock's waiter queue (`acquire_queued.lua`), ordered by
+//!   the waiters' tickets (when each request began waiting, on its client's clock), so the
+//!   nodes agree on who is next: a release hands the lock to the same head on each node,
+//!   and that head claims it with one queued attempt on every node, granted like any other
+//!   acquisition (a majority within the validity time). A head that claims fewer than a
+//!   majority gives back what it claimed and keeps its place by its ticket. Entries and
+//!   reservations expire by themselves (the request's wait, the claim window), so a
+//!   crashed node or waiter holds nobody up for longer than that.
 //! - Release and extend: all nodes; they count as done with a majority.
 //! - Fencing: each node keeps a counter; an acquisition takes the maximum of the counters it
 //!   drew on its majority and writes that maximum back to a majority before it is granted.
@@ -21,6 +29,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
 
+use super::prim_scripts::{Server, MARK_LISTENED};
 use super::scripted::Scripted;
 use super::undo::Undo;
 use super::{Attempt, AttemptKind, Backend, RawState};
@@ -116,12 +125,12 @@ impl Backend for Redlock {
         value: &str,
         ttl: Duration,
         fencing: bool,
-        _kind: AttemptKind<'_>,
+        kind: AttemptKind<'_>,
     ) -> Result<Attempt, LockError> {
         let started = Instant::now();
         let results = self
             .on_all(&keys.name, |node| {
-                node.acquire(keys, value, ttl, fencing, AttemptKind::Try)
+                node.acquire(keys, value, ttl, fencing, kind)
             })
             .await;
         // From here on our value may sit on some nodes: if this future is dropped before it
@@ -140,13 +149,20 @@ impl Backend for Redlock {
         let mut busy = None;
         let mut wrong_type = None;
         let mut failures = Vec::new();
-        for result in results {
+        // The nodes where a queued attempt left us in line.
+        let mut still_queued = Vec::new();
+        for (node, result) in self.nodes.iter().zip(results) {
             match result {
                 Ok(Attempt::Acquired { fencing_token }) => {
                     acquired += 1;
                     token = token.max(fencing_token.unwrap_or(0));
                 }
-                Ok(attempt @ Attempt::Busy { .. }) => busy = busy.or(Some(attempt)),
+                Ok(attempt @ Attempt::Busy { .. }) => {
+                    if let Attempt::Busy { place: Some(_), .. } = attempt {
+                        still_queued.push(node);
+                    }
+                    busy = busy.or(Some(attempt));
+                }
                 // A foreign value on a node is the caller's problem, not a vote; it fails
                 // the attempt, which still undoes what it set on the other nodes below.
                 Err(err @ LockError::WrongType { .. }) => wrong_type = wrong_type.or(Some(err)),
@@ -160,6 +176,15 @@ impl Backend for Redlock {
             && (!fencing || self.write_back_fence(keys, token).await)
         {
             undo.disarm();
+            // Granted: out of the line on the minority too, lest the next release there
+            // reserve the lock for us while the next waiter's turn has come.
+            if let (AttemptKind::Queued(waiter), Ok(runtime)) =
+                (kind, tokio::runtime::Handle::try_current())
+            {
+                for node in still_queued {
+                    node.leave_queue_in_background(&runtime, keys, waiter.channel);
+                }
+            }
             return Ok(Attempt::Acquired {
                 fencing_token: fencing.then_some(token),
             });
@@ -180,6 +205,18 @@ impl Backend for Redlock {
             return Ok(Attempt::busy_unknown());
         }
         Err(self.no_quorum(&keys.name, acquired, &failures))
+    }
+
+    async fn leave_queue(&self, keys: &LockKeys, waiter: &str) -> Result<(), LockError> {
+        let results = self
+            .on_all(&keys.name, |node| node.leave_queue(keys, waiter))
+            .await;
+        let left = results.iter().filter(|r| r.is_ok()).count();
+        match results.into_iter().find_map(Result::err) {
+            // An entry left behind on a node that did not answer expires with the wait.
+            Some(err) if left < self.quorum() => Err(err),
+            _ => Ok(()),
+        }
     }
 
     async fn release(&self, keys: &LockKeys, value: &str) -> Result<bool, LockError> {
@@ -265,6 +302,33 @@ impl Backend for Redlock {
 }
 
 impl Redlock {
+    /// Marks the value on lock `keys` as listened for on every node (`mark_listened.lua`),
+    /// so that its release is announced on the release channel (a multi-lock's waiter):
+    /// the holder's remaining TTL in ms, or -2 when no majority holds the lock. `None` when
+    /// fewer than a majority answered.
+    pub async fn mark_listened(&self, keys: &LockKeys) -> Option<i64> {
+        let results = self
+            .on_all(&keys.name, |node| async move {
+                let server = Server {
+                    conn: node.connection().clone(),
+                    mode: node.mode(),
+                };
+                server
+                    .run::<i64>(&MARK_LISTENED, &keys.name, &[&keys.lock], &[])
+                    .await
+            })
+            .await;
+        let answers: Vec<i64> = results.into_iter().filter_map(Result::ok).collect();
+        if answers.len() < self.quorum() {
+            return None;
+        }
+        let held: Vec<i64> = answers.into_iter().filter(|&pttl| pttl >= 0).collect();
+        if held.len() < self.quorum() {
+            return Some(-2);
+        }
+        held.into_iter().max()
+    }
+
     /// Writes the drawn fencing token back to the nodes; true when a majority has it.
     async fn write_back_fence(&self, keys: &LockKeys, token: u64) -> bool {
         let results = self

@@ -124,13 +124,13 @@ impl LockerBuilder {
                     ),
                     self.script_mode,
                 )
-                .announcing_every_release(),
+                .redlock_master(),
             );
         }
-        // No waiter queue over independent nodes (each would hand the lock to its own head,
-        // and no head might reach a majority): releases are announced on every node to the
-        // lock's subscribers, and listening to one node is enough; if it is down, waiters
-        // fall back to timed retries.
+        // A waiter queue on every master, ordered by the waiters' tickets, so that the
+        // masters' queues agree and a release hands the lock to the same head on each; the
+        // head, told its turn by the first master (listening to one is enough; if it is
+        // down, waiters fall back to timed retries), claims it on a majority.
         let channel = own_channel(&settings);
         let notifier = first_dial.map(|dial| Notifier::new(dial, channel));
         let backend = AnyBackend::Redlock(Redlock::new(nodes, self.node_timeout));

@@ -74,7 +74,8 @@ impl Engine {
         commands_bounded: bool,
     ) -> Engine {
         // The queue needs the scripts, and a channel to be told on.
-        let queued_waits = notifier.is_some() && matches!(backend, AnyBackend::Scripted(_));
+        let queued_waits = notifier.is_some()
+            && matches!(backend, AnyBackend::Scripted(_) | AnyBackend::Redlock(_));
         Engine {
             backend: Arc::new(backend),
             settings,

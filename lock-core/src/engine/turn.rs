@@ -89,6 +89,12 @@ pub(super) async fn wait_for_turn(
         return Err(acq.timeout());
     };
     let mut listening = Listening::Polling;
+    // This request's place in line on Redlock's masters (see `Waiter::ticket`).
+    let ticket = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| {
+            u64::try_from(since.as_micros()).unwrap_or(u64::MAX)
+        });
     if let Some(notifier) = queue {
         // Stand in the lock's Redis-side queue. Listen first, so that a turn announced
         // right after the queued attempt is not missed.
@@ -162,6 +168,7 @@ pub(super) async fn wait_for_turn(
                     let waiter = Waiter {
                         channel: notifier.own_channel(),
                         life: deadline.saturating_duration_since(Instant::now()),
+                        ticket,
                     };
                     // Before it is sent: dropped with the attempt in flight, the request
                     // must still leave the queue the attempt may have put it in.
