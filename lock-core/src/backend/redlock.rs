@@ -6,8 +6,9 @@
 //!
 //! - Acquire: the same value on every node. Success needs a majority, and enough validity
 //!   left: TTL minus the time the attempt took minus the clock-drift allowance (1% of the
-//!   TTL plus 2 ms). On failure the value is deleted from every node, including those whose
-//!   reply was lost (an abandoned per-node attempt undoes itself in the background).
+//!   TTL plus 2 ms). On failure the value is deleted from every node that did not answer
+//!   busy, including those whose reply was lost (an abandoned per-node attempt undoes
+//!   itself in the background); a busy node's lock was not set by the attempt.
 //! - Waiting: every node keeps the lock's waiter queue (`acquire_queued.lua`), ordered by
 //!   the waiters' tickets (when each request began waiting, on its client's clock), so the
 //!   nodes agree on who is next: a release hands the lock to the same head on each node,
@@ -59,8 +60,22 @@ impl Redlock {
         F: Fn(&'a Scripted) -> Fut,
         Fut: Future<Output = Result<T, LockError>> + 'a,
     {
+        self.on_each(name, self.nodes.iter(), operation).await
+    }
+
+    /// [`Redlock::on_all`] on some of the nodes.
+    async fn on_each<'a, T, F, Fut>(
+        &'a self,
+        name: &str,
+        nodes: impl Iterator<Item = &'a Scripted>,
+        operation: F,
+    ) -> Vec<Result<T, LockError>>
+    where
+        F: Fn(&'a Scripted) -> Fut,
+        Fut: Future<Output = Result<T, LockError>> + 'a,
+    {
         let limit = self.node_timeout;
-        join_all(self.nodes.iter().map(|node| {
+        join_all(nodes.map(|node| {
             let call = operation(node);
             async move {
                 match tokio::time::timeout(limit, call).await {
@@ -151,7 +166,12 @@ impl Backend for Redlock {
         let mut failures = Vec::new();
         // The nodes where a queued attempt left us in line.
         let mut still_queued = Vec::new();
+        // The nodes that may hold our value: all but those that said busy.
+        let mut may_hold = Vec::new();
         for (node, result) in self.nodes.iter().zip(results) {
+            if !matches!(result, Ok(Attempt::Busy { .. })) {
+                may_hold.push(node);
+            }
             match result {
                 Ok(Attempt::Acquired { fencing_token }) => {
                     acquired += 1;
@@ -189,9 +209,16 @@ impl Backend for Redlock {
                 fencing_token: fencing.then_some(token),
             });
         }
-        // Not granted: take our value back from every node, whatever it answered, before
-        // saying so (a node missed here is left to the undo and, at worst, to the TTL).
-        if self.release(keys, value).await.is_ok() {
+        // Not granted: take our value back from every node that may have it (all but those
+        // that answered busy, whose lock our attempt did not set) before saying so (a node
+        // missed here is left to the undo and, at worst, to the TTL). With every node busy,
+        // there is nothing to take back.
+        let given_back = self
+            .on_each(&keys.name, may_hold.into_iter(), |node| {
+                node.release(keys, value)
+            })
+            .await;
+        if given_back.iter().all(Result::is_ok) {
             undo.disarm();
         }
         if let Some(err) = wrong_type {
