@@ -111,10 +111,10 @@ impl LockerBuilder {
             )));
         }
         let mut nodes = Vec::with_capacity(urls.len());
-        let mut first_dial = None;
+        let mut dials = Vec::with_capacity(urls.len());
         for url in urls {
             let (pool, dial) = connect::pool(url, self.pool_size, self.command_timeout, &self.tls)?;
-            first_dial.get_or_insert(dial);
+            dials.push(dial);
             nodes.push(
                 Scripted::new(
                     SharedConnection::new(
@@ -129,12 +129,18 @@ impl LockerBuilder {
         }
         // A waiter queue on every master, ordered by the waiters' tickets, so that the
         // masters' queues agree and a release hands the lock to the same head on each; the
-        // head, told its turn by the first master (listening to one is enough; if it is
-        // down, waiters fall back to timed retries), claims it on a majority.
+        // head, told its turn on its channel by every master (any of them may be down or
+        // behind), claims it on a majority.
         let channel = own_channel(&settings);
-        let notifier = first_dial.map(|dial| Notifier::new(dial, channel));
+        let mut notifiers = dials
+            .into_iter()
+            .map(|dial| Notifier::new(dial, channel.clone()));
+        let notifier = notifiers.next();
+        let others = notifiers.collect();
         let backend = AnyBackend::Redlock(Redlock::new(nodes, self.node_timeout));
-        Ok(assemble(backend, settings, notifier, false))
+        Ok(Locker::from_engine(
+            Engine::new(backend, settings, notifier, false).told_by_other_masters(others),
+        ))
     }
 
     #[cfg(feature = "cluster")]
