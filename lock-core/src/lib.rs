@@ -247,12 +247,12 @@
 //! On Redlock every master keeps the lock's queue, ordered not by its own clock but by each
 //! waiting request's ticket (when it began waiting, on its client's clock), the same on
 //! every master: the masters agree on who is next, a release reserves the lock for the same
-//! head on each, and that head (told on the first master) claims it with one queued attempt
-//! on every master, granted only on a majority within the validity time, as any Redlock
-//! acquisition. A head that claims fewer than a majority (a release that reached a master
-//! after its claim) gives back what it claimed and keeps its place by its ticket; with the
-//! first master down, waiters poll. Clock differences between clients change only the
-//! order, never mutual exclusion.
+//! head on each, and that head (told on its channel by every master that reserved it; a
+//! `Locker` listens on each master) claims it with one queued attempt on every master,
+//! granted only on a majority within the validity time, as any Redlock acquisition. A head
+//! that claims fewer than a majority (a release that reached a master after its claim)
+//! gives back what it claimed and keeps its place by its ticket. Clock differences between
+//! clients change only the order, never mutual exclusion.
 //!
 //! Where there is no queue: WATCH/MULTI (no scripts) announces every release on
 //! `<prefix>{N}:released`, and its waiters subscribe to it (every waiting process wakes at

@@ -2,8 +2,9 @@
 //! second, the hand-off gap (from a holder starting its release to the next, different,
 //! holder entering its critical section), the share of self re-acquisitions (barging),
 //! Jain's fairness index over contenders, Redis calls per acquisition (INFO commandstats
-//! deltas, which count the calls scripts make too), wire commands per acquisition
-//! (`total_commands_processed`: a script counts once), and round trips per acquisition (the
+//! deltas, which count the calls scripts make too), commands per acquisition
+//! (`total_commands_processed`; Redis 7 counts scripts' inner calls there too, so it
+//! matches the calls column: the wire figure is round trips), and round trips per acquisition (the
 //! server's read events on client sockets, `total_reads_processed`: one per request a
 //! client sends, or per pipeline). On Redlock the server counts are summed over the masters
 //! and divided by their number: per node.

@@ -12,7 +12,8 @@
 //! - Waiting: every node keeps the lock's waiter queue (`acquire_queued.lua`), ordered by
 //!   the waiters' tickets (when each request began waiting, on its client's clock), so the
 //!   nodes agree on who is next: a release hands the lock to the same head on each node,
-//!   and that head claims it with one queued attempt on every node, granted like any other
+//!   and that head (told by every node that reserved it, on its channel: a `Locker` listens
+//!   on each node) claims it with one queued attempt on every node, granted like any other
 //!   acquisition (a majority within the validity time). A head that claims fewer than a
 //!   majority gives back what it claimed and keeps its place by its ticket. Entries and
 //!   reservations expire by themselves (the request's wait, the claim window), so a
