@@ -7,6 +7,7 @@ use lock_core::LockError;
 
 use crate::behaviour::fencing_grows;
 use crate::harness::Harness;
+use crate::queue::{queued, until};
 
 const SECOND: Duration = Duration::from_secs(1);
 
@@ -172,31 +173,49 @@ async fn a_foreign_value_on_one_node_fails_the_attempt_and_leaves_nothing_behind
 // Waiting on Redlock (issue 26): a waiter queue on every master, ordered by the waiters'
 // tickets, so that a release hands the lock to the same head on each.
 
-/// Entries in lock `name`'s waiter queue on `node`.
-fn queued_on(node: &lock_tests::RedisServer, name: &str) -> usize {
-    let reply = node.command(&["ZCARD", &format!("lock:{{{name}}}:q")]);
-    reply.trim().trim_start_matches(':').parse().expect("ZCARD")
+/// Whether every live master's queue for `name` holds `n` waiters.
+fn queued_everywhere(h: &Harness, name: &str, n: usize) -> bool {
+    h.nodes.iter().all(|node| queued(node, name) == n)
 }
 
-async fn until(what: &str, mut check: impl FnMut() -> bool) {
-    for _ in 0..1000 {
-        if check() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("timed out waiting for {what}");
+/// Lock `name` for `ttl` with the harness's first locker.
+async fn hold(h: &Harness, name: &str, ttl: Duration) -> lock_core::Lease {
+    h.locker.lock(name).ttl(ttl).await.expect("holder")
+}
+
+/// A request of `locker` for `name` (waiting up to 20 s) in a task of its own: when it got
+/// the lock (released again at once).
+fn waiter(locker: lock_core::Locker, name: &'static str) -> tokio::task::JoinHandle<Instant> {
+    tokio::spawn(async move {
+        let lease = locker
+            .lock(name)
+            .ttl(10 * SECOND)
+            .wait(20 * SECOND)
+            .await
+            .expect("waiter");
+        let got = Instant::now();
+        assert!(lease.release().await.expect("release"));
+        got
+    })
+}
+
+/// Releases `holder`; how long after the release `waiting` got the lock.
+async fn handed_over_after(
+    holder: lock_core::Lease,
+    waiting: tokio::task::JoinHandle<Instant>,
+) -> Duration {
+    let released = Instant::now();
+    assert!(holder.release().await.expect("release"));
+    waiting
+        .await
+        .expect("join")
+        .saturating_duration_since(released)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn separate_lockers_are_served_in_arrival_order_on_redlock() {
     let h = Harness::redlock();
-    let holder = h
-        .locker
-        .lock("fifo")
-        .ttl(10 * SECOND)
-        .await
-        .expect("holder");
+    let holder = hold(&h, "fifo", 10 * SECOND).await;
     let order = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let mut waiters = Vec::new();
     for i in 1..=5 {
@@ -214,7 +233,7 @@ async fn separate_lockers_are_served_in_arrival_order_on_redlock() {
             assert!(lease.release().await.expect("release"));
         }));
         until("the waiter to queue on every master", || {
-            h.nodes.iter().all(|node| queued_on(node, "fifo") == i)
+            queued_everywhere(&h, "fifo", i)
         })
         .await;
     }
@@ -223,89 +242,42 @@ async fn separate_lockers_are_served_in_arrival_order_on_redlock() {
         waiter.await.expect("join");
     }
     assert_eq!(*order.lock().unwrap(), [1, 2, 3, 4, 5]);
-    for node in &h.nodes {
-        assert_eq!(
-            queued_on(node, "fifo"),
-            0,
-            "the queues are gone with their waiters"
-        );
-    }
+    assert!(
+        queued_everywhere(&h, "fifo", 0),
+        "the queues are gone with their waiters"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redlock_waiter_is_woken_promptly_on_release() {
     let h = Harness::redlock();
-    let waiter = h.second_locker();
     for round in 0..5 {
-        let holder = h
-            .locker
-            .lock("prompt")
-            .ttl(30 * SECOND)
-            .await
-            .expect("holder");
-        let waiting = {
-            let waiter = waiter.clone();
-            tokio::spawn(async move {
-                let lease = waiter
-                    .lock("prompt")
-                    .ttl(10 * SECOND)
-                    .wait(20 * SECOND)
-                    .await
-                    .expect("waiter");
-                let got = Instant::now();
-                assert!(lease.release().await.expect("release"));
-                got
-            })
-        };
-        until("the waiter to queue", || {
-            h.nodes.iter().all(|node| queued_on(node, "prompt") == 1)
-        })
-        .await;
-        let released = Instant::now();
-        assert!(holder.release().await.expect("release"));
-        let got = waiting.await.expect("join");
+        let holder = hold(&h, "prompt", 30 * SECOND).await;
+        let waiting = waiter(h.second_locker(), "prompt");
+        until("the waiter to queue", || queued_everywhere(&h, "prompt", 1)).await;
+        let took = handed_over_after(holder, waiting).await;
         // Woken by its turn, not by a timer (the holder had 30 s left; the safety net
         // fires after 0.5 s at the earliest).
         assert!(
-            got.saturating_duration_since(released) < Duration::from_millis(400),
-            "round {round}: the waiter took {:?} after the release",
-            got.saturating_duration_since(released)
+            took < Duration::from_millis(400),
+            "round {round}: the waiter took {took:?} after the release"
         );
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_master_down_does_not_block_redlock_waiters() {
-    // The first master carries the turn messages; any one may be down.
+    // Turn messages come from every master; any one may be down.
     for down in [0usize, 2] {
         let mut h = Harness::redlock();
         h.nodes[down].kill();
-        let holder = h
-            .locker
-            .lock("down")
-            .ttl(30 * SECOND)
-            .await
-            .expect("holder on a majority");
-        let waiter = h.second_locker();
-        let waiting = tokio::spawn(async move {
-            let lease = waiter
-                .lock("down")
-                .ttl(10 * SECOND)
-                .wait(20 * SECOND)
-                .await
-                .expect("waiter");
-            let got = Instant::now();
-            assert!(lease.release().await.expect("release"));
-            got
-        });
+        let holder = hold(&h, "down", 30 * SECOND).await;
+        let waiting = waiter(h.second_locker(), "down");
         tokio::time::sleep(Duration::from_millis(300)).await;
-        let released = Instant::now();
-        assert!(holder.release().await.expect("release"));
-        let got = waiting.await.expect("join");
+        let took = handed_over_after(holder, waiting).await;
         assert!(
-            got.saturating_duration_since(released) < 2 * SECOND,
-            "node {down} down: the waiter took {:?} after the release (the holder had 30 s left)",
-            got.saturating_duration_since(released)
+            took < 2 * SECOND,
+            "node {down} down: the waiter took {took:?} after the release (the holder had 30 s left)"
         );
     }
 }
@@ -313,42 +285,20 @@ async fn one_master_down_does_not_block_redlock_waiters() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancelled_redlock_waiter_leaves_every_masters_queue() {
     let h = Harness::redlock();
-    let holder = h
-        .locker
-        .lock("leave")
-        .ttl(30 * SECOND)
-        .await
-        .expect("holder");
-    let waiter = h.second_locker();
-    let waiting = tokio::spawn(async move {
-        waiter
-            .lock("leave")
-            .ttl(10 * SECOND)
-            .wait(60 * SECOND)
-            .await
-            .map(drop)
-    });
+    let holder = hold(&h, "leave", 30 * SECOND).await;
+    let waiting = waiter(h.second_locker(), "leave");
     until("the waiter to queue on every master", || {
-        h.nodes.iter().all(|node| queued_on(node, "leave") == 1)
+        queued_everywhere(&h, "leave", 1)
     })
     .await;
     waiting.abort();
     until("the cancelled waiter to leave every master's queue", || {
-        h.nodes.iter().all(|node| queued_on(node, "leave") == 0)
+        queued_everywhere(&h, "leave", 0)
     })
     .await;
     // And the next waiter is not held up by a place left behind.
-    let next = h.second_locker();
-    let next_waiting = tokio::spawn(async move {
-        next.lock("leave")
-            .ttl(SECOND)
-            .wait(20 * SECOND)
-            .await
-            .map(drop)
-    });
+    let next = waiter(h.second_locker(), "leave");
     tokio::time::sleep(Duration::from_millis(100)).await;
-    let released = Instant::now();
-    assert!(holder.release().await.expect("release"));
-    next_waiting.await.expect("join").expect("next waiter");
-    assert!(released.elapsed() < 2 * SECOND);
+    let took = handed_over_after(holder, next).await;
+    assert!(took < 2 * SECOND, "the next waiter took {took:?}");
 }

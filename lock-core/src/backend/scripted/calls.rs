@@ -171,6 +171,8 @@ fn attempt_of(
 
 /// The queued acquire: take the lock if it is free and nobody waits ahead, claim it if it is
 /// reserved for this Locker, or join (keep our place in) its waiter queue.
+// The script's arguments, one by one, as it takes them.
+#[allow(clippy::too_many_arguments)]
 pub(super) async fn acquire_queued(
     mode: ScriptMode,
     conn: &mut Conn,
