@@ -23,6 +23,11 @@ pub enum Scenario {
     S5,
     /// Semaphore hand-off: 64 tasks on 8 permits of one name, each holding ~1 ms.
     S6,
+    /// Read-write lock: 64 readers on one name (~1 ms holds), alone and with a writer
+    /// asking every 10 ms.
+    S7,
+    /// Multi-lock: lock_all of 2, 4 and 8 names against as many plain locks in key order.
+    S8,
     /// Renewal cost: 10,000 auto-renewed leases held 10 s.
     Renewal,
 }

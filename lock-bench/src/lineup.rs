@@ -17,6 +17,7 @@ use crate::scenarios::s3_hot;
 use crate::scenarios::s4_redlock::Config;
 use crate::scenarios::s5_overrun::{self, CONTENDERS};
 use crate::scenarios::s6_permits;
+use crate::scenarios::s7_rwlock;
 
 pub const RAW: &str = "raw redis-rs (floor)";
 pub const NAIVE: &str = "naive 1 ms retry";
@@ -40,6 +41,42 @@ pub const PERMITS_SHARDED: &str = "lock-core Locker, 8 names (8 tasks each), 1 l
 pub const PERMITS_FEW_WAITING: &str = "lock-core semaphore, 1 locker (16 tasks: 8 waiting)";
 pub const PERMITS_MANY_WAITING: &str = "lock-core semaphore, 1 locker (72 tasks: 64 waiting)";
 pub const PERMITS_HOLDERS: &str = "lock-core semaphore, try + release";
+pub const RW_FLOOD: &str = "lock-core rwlock, reader flood (64 readers, 1 locker)";
+pub const RW_WRITER: &str =
+    "lock-core rwlock, reader flood + a writer every 10 ms (its own locker)";
+pub const MULTI: &str = "lock-core lock_all vs plain locks";
+
+/// S7: the reader flood alone, and with a writer.
+pub fn rwlock(endpoints: &Endpoints, filter: &Filter) -> Result<Vec<s7_rwlock::Group>, String> {
+    let single = std::slice::from_ref(&endpoints.single);
+    let mut groups = Vec::new();
+    for (label, name, writes) in [
+        (RW_FLOOD, "s7-flood", false),
+        (RW_WRITER, "s7-writer", true),
+    ] {
+        if filter.keeps(label) {
+            groups.push(s7_rwlock::Group {
+                label: label.into(),
+                name: name.into(),
+                readers: locker(single, "s7:")?,
+                writer: if writes {
+                    Some(locker(single, "s7:")?)
+                } else {
+                    None
+                },
+            });
+        }
+    }
+    Ok(groups)
+}
+
+/// S8's locker, or None when filtered out.
+pub fn multi(endpoints: &Endpoints, filter: &Filter) -> Result<Option<Locker>, String> {
+    if !filter.keeps(MULTI) {
+        return Ok(None);
+    }
+    locker(std::slice::from_ref(&endpoints.single), "s8:").map(Some)
+}
 
 /// S6's cost with many holders: one locker, or None when filtered out.
 pub fn permit_holders(endpoints: &Endpoints, filter: &Filter) -> Result<Option<Locker>, String> {
@@ -305,6 +342,7 @@ pub async fn redlock(endpoints: &Endpoints, filter: &Filter) -> Result<Vec<Confi
                 configs.push(Config {
                     library: library.into(),
                     nodes,
+                    redlock: nodes > 1,
                     contender: Arc::new(contender),
                 });
             }
@@ -331,6 +369,7 @@ pub async fn redlock(endpoints: &Endpoints, filter: &Filter) -> Result<Vec<Confi
             configs.push(Config {
                 library: "lock-core".into(),
                 nodes: endpoints.cluster.len(),
+                redlock: false,
                 contender: Arc::new(Any::Core(Core::new(locker, false, label))),
             });
         }
@@ -352,6 +391,7 @@ pub async fn redlock(endpoints: &Endpoints, filter: &Filter) -> Result<Vec<Confi
                 configs.push(Config {
                     library: "lock-core".into(),
                     nodes: 2,
+                    redlock: false,
                     contender: Arc::new(Any::Core(Core::new(locker, false, label))),
                 });
             }

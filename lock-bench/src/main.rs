@@ -34,6 +34,7 @@ use probe::Probe;
 use report::{Report, RunSettings};
 use scenarios::{
     renewal, s1_latency, s2_throughput, s3_hot, s4_redlock, s5_overrun, s6_holders, s6_permits,
+    s7_rwlock, s8_multi,
 };
 use servers::{start_cluster, start_sentinel, start_servers};
 
@@ -296,6 +297,43 @@ async fn run(args: Args) -> Result<(), Failure> {
                 }),
             );
             report.s6_holders = Some(table);
+        }
+    }
+
+    if args.runs(Scenario::S7) {
+        let groups = lineup::rwlock(&endpoints, &filter).map_err(Failure::Setup)?;
+        let table = s7_rwlock::run(&groups, &settings, &probe).await;
+        print_section(&report::s7_title(), &table.markdown());
+        report.check(
+            "S7",
+            table.rows.iter().map(|r| {
+                (
+                    r.contender.clone(),
+                    r.failures,
+                    r.first_error.clone(),
+                    r.reads_per_s.median > 0.0,
+                )
+            }),
+        );
+        report.s7 = Some(table);
+    }
+
+    if args.runs(Scenario::S8) {
+        if let Some(locker) = lineup::multi(&endpoints, &filter).map_err(Failure::Setup)? {
+            let table = s8_multi::run(&locker, &settings, &probe).await;
+            print_section(&report::s8_title(), &table.markdown());
+            report.check(
+                "S8",
+                table.rows.iter().map(|r| {
+                    (
+                        format!("{} (N={})", r.contender, r.names),
+                        r.failures,
+                        r.first_error.clone(),
+                        r.cycles_per_s.median > 0.0,
+                    )
+                }),
+            );
+            report.s8 = Some(table);
         }
     }
 

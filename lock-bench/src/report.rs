@@ -9,11 +9,12 @@ use serde::Serialize;
 use crate::lineup::{
     CORE, CORE_RENEW, HOT_CORE_SEPARATE, HOT_CORE_SHARED, HOT_NAIVE, HOT_RSLOCK, MACRO_PLAIN,
     MACRO_RENEW, PERMITS_FEW_WAITING, PERMITS_MANY_WAITING, PERMITS_SEPARATE, PERMITS_SHARDED,
-    PERMITS_SHARED, RSLOCK, SEMAPHORE,
+    PERMITS_SHARED, RSLOCK, RW_FLOOD, SEMAPHORE,
 };
 use crate::machine::Machine;
 use crate::scenarios::{
     renewal, s1_latency, s2_throughput, s3_hot, s4_redlock, s5_overrun, s6_holders, s6_permits,
+    s7_rwlock, s8_multi,
 };
 use crate::stats::{ratio, show_ratio, Spread};
 
@@ -35,6 +36,8 @@ pub struct Report {
     pub s5: Option<s5_overrun::Table>,
     pub s6: Option<s6_permits::Table>,
     pub s6_holders: Option<s6_holders::Table>,
+    pub s7: Option<s7_rwlock::Table>,
+    pub s8: Option<s8_multi::Table>,
     pub renewal: Option<renewal::Table>,
     pub targets: Vec<Target>,
     /// Runs that measured nothing, or failed operations.
@@ -62,6 +65,8 @@ impl Report {
             s5: None,
             s6: None,
             s6_holders: None,
+            s7: None,
+            s8: None,
             renewal: None,
             targets: Vec::new(),
             problems: Vec::new(),
@@ -145,6 +150,12 @@ impl Report {
         }
         if let Some(t) = &self.s6_holders {
             sections.push((s6_holders_title(), t.markdown()));
+        }
+        if let Some(t) = &self.s7 {
+            sections.push((s7_title(), t.markdown()));
+        }
+        if let Some(t) = &self.s8 {
+            sections.push((s8_title(), t.markdown()));
         }
         if let Some(t) = &self.renewal {
             sections.push((renewal_title(t), t.markdown()));
@@ -327,21 +338,7 @@ impl Report {
             }
         }
         if let Some(s4) = &self.s4 {
-            for row in s4
-                .rows
-                .iter()
-                .filter(|r| r.nodes > 1 && r.contender.starts_with(CORE))
-            {
-                targets.push(target(
-                    "S4",
-                    &format!("lock-core Redlock-{} p50 within 1.5x of 1 Redis", row.nodes),
-                    row.p50_vs_single.show_ratio(),
-                    row.p50_vs_single
-                        .median
-                        .is_finite()
-                        .then_some(row.p50_vs_single.median <= 1.5),
-                ));
-            }
+            targets.extend(s4_targets(s4));
         }
         if let Some(s5) = &self.s5 {
             for row in &s5.rows {
@@ -453,8 +450,125 @@ impl Report {
                 ));
             }
         }
+        if let Some(s7) = &self.s7 {
+            targets.extend(s7_targets(s7));
+        }
+        if let Some(s8) = &self.s8 {
+            targets.extend(s8_targets(s8));
+        }
         self.targets = targets;
     }
+}
+
+/// S7's targets: the semaphore's S6 targets (hand-off, calls per acquisition) for the
+/// read-write lock, and its exclusion.
+fn s7_targets(s7: &s7_rwlock::Table) -> Vec<Target> {
+    let mut targets = Vec::new();
+    for row in &s7.rows {
+        if row.writer {
+            targets.push(target(
+                "S7",
+                &format!("{}: no reader holds while the writer does", row.contender),
+                format!("{} overlapping read holds", row.overlaps),
+                Some(row.overlaps == 0),
+            ));
+            let gap = row.writer_handoff_p50_us.median;
+            targets.push(target(
+                "S7",
+                &format!(
+                    "{}: writer hand-off p50 ≤ 600 µs (S6's target)",
+                    row.contender
+                ),
+                format!(
+                    "{gap:.0} (readers back after it: {:.0})",
+                    row.readers_back_p50_us.median
+                ),
+                gap.is_finite().then_some(gap <= 600.0),
+            ));
+        }
+        let calls = row.redis_calls_per_acquisition.median;
+        targets.push(target(
+            "S7",
+            &format!(
+                "{}: ≤ 10 Redis calls per acquisition (S6's target)",
+                row.contender
+            ),
+            format!("{calls:.1}"),
+            calls.is_finite().then_some(calls <= 10.0),
+        ));
+    }
+    if let Some(flood) = s7.rows.iter().find(|r| r.contender == RW_FLOOD) {
+        targets.push(target(
+            "S7",
+            &format!("{RW_FLOOD}: read wait p50 (shown)"),
+            format!("{:.0} µs", flood.read_wait_p50_us.median),
+            None,
+        ));
+    }
+    targets
+}
+
+/// S8's targets: `lock_all` of N names costs at most N plain locks taken in order, in
+/// latency and in Redis calls.
+fn s8_targets(s8: &s8_multi::Table) -> Vec<Target> {
+    let mut targets = Vec::new();
+    for n in s8_multi::SIZES {
+        let (Some(all), Some(plain)) = (
+            s8.row(s8_multi::Way::Together, n),
+            s8.row(s8_multi::Way::InOrder, n),
+        ) else {
+            continue;
+        };
+        let vs = all.p50_vs_in_order.median;
+        targets.push(target(
+            "S8",
+            &format!("lock_all({n} names): cycle p50 ≤ {n} plain locks in key order"),
+            format!(
+                "{} ({:.1} vs {:.1} µs; per name {:.1} vs {:.1})",
+                all.p50_vs_in_order.show_ratio(),
+                all.p50_us.median,
+                plain.p50_us.median,
+                all.p50_us_per_name.median,
+                plain.p50_us_per_name.median
+            ),
+            vs.is_finite().then_some(vs <= 1.0),
+        ));
+        let (a, p) = (
+            all.redis_calls_per_cycle.median,
+            plain.redis_calls_per_cycle.median,
+        );
+        targets.push(target(
+            "S8",
+            &format!("lock_all({n} names): Redis calls per cycle ≤ {n} plain locks'"),
+            format!(
+                "{a:.2} vs {p:.2} ({:.2} vs {:.2} per name)",
+                all.redis_calls_per_name.median, plain.redis_calls_per_name.median
+            ),
+            (a.is_finite() && p.is_finite()).then_some(a <= p),
+        ));
+    }
+    targets
+}
+
+/// S4's targets: lock-core's Redlock rows within 1.5x of its 1-Redis p50. Only Redlock
+/// rows: a Cluster's or a Sentinel's `nodes` count servers that do not vote, and their
+/// rows are measured, not held to the Redlock target.
+fn s4_targets(s4: &s4_redlock::Table) -> Vec<Target> {
+    s4.rows
+        .iter()
+        .filter(|r| r.redlock && r.contender.starts_with(CORE))
+        .map(|row| {
+            target(
+                "S4",
+                &format!("lock-core Redlock-{} p50 within 1.5x of 1 Redis", row.nodes),
+                row.p50_vs_single.show_ratio(),
+                row.p50_vs_single
+                    .median
+                    .is_finite()
+                    .then_some(row.p50_vs_single.median <= 1.5),
+            )
+        })
+        .collect()
 }
 
 fn target(scenario: &'static str, goal: &str, measured: String, met: Option<bool>) -> Target {
@@ -520,6 +634,18 @@ pub fn s6_holders_title() -> String {
     "S6, cost with many holders (one task: try + release of one permit while 0, 99 and 9,999 others are held)".into()
 }
 
+pub fn s7_title() -> String {
+    format!(
+        "S7: read-write lock ({} readers on one name, each holding ~1 ms; alone, and with a writer asking every {} ms)",
+        s7_rwlock::READERS,
+        s7_rwlock::WRITER_EVERY.as_millis()
+    )
+}
+
+pub fn s8_title() -> String {
+    "S8: multi-lock cost per name (one task: lock_all of N free names + release, against N plain locks taken in key order + release)".into()
+}
+
 pub fn renewal_title(t: &renewal::Table) -> String {
     format!(
         "Renewal cost ({} leases, TTL {} ms, held {:.1} s; a tick is TTL/3)",
@@ -533,4 +659,59 @@ fn write(path: &Path, text: &str) -> Result<(), String> {
             .map_err(|err| format!("cannot create {}: {err}", dir.display()))?;
     }
     std::fs::write(path, text).map_err(|err| format!("cannot write {}: {err}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s4_row(contender: &str, nodes: usize, redlock: bool, vs_single: f64) -> s4_redlock::Row {
+        let one = Spread::of([1.0]);
+        s4_redlock::Row {
+            contender: contender.to_owned(),
+            nodes,
+            redlock,
+            s1_p50_us: one,
+            s1_p99_us: one,
+            s1_cycles_per_s: one,
+            s2_cycles_per_s: one,
+            p50_vs_single: Spread::of([vs_single]),
+            s2_vs_single: one,
+            failures: 0,
+            first_error: None,
+        }
+    }
+
+    #[test]
+    fn s4_redlock_target_is_for_redlock_rows_only() {
+        let table = s4_redlock::Table {
+            tasks: 64,
+            rows: vec![
+                s4_row(&format!("{CORE}, 1 Redis"), 1, false, 1.0),
+                s4_row(&format!("{CORE}, Redlock-3"), 3, true, 1.4),
+                s4_row(&format!("{CORE}, Redlock-5"), 5, true, 1.8),
+                s4_row(
+                    &format!("{CORE}, cluster-3+1, replica check"),
+                    6,
+                    false,
+                    2.0,
+                ),
+                s4_row(&format!("{CORE}, sentinel 1+1, check off"), 2, false, 1.1),
+                s4_row(&format!("{RSLOCK}, Redlock-3"), 3, true, 1.3),
+            ],
+        };
+        let targets = s4_targets(&table);
+        let goals: Vec<(&str, Option<bool>)> =
+            targets.iter().map(|t| (t.target.as_str(), t.met)).collect();
+        assert_eq!(
+            goals,
+            vec![
+                ("lock-core Redlock-3 p50 within 1.5x of 1 Redis", Some(true)),
+                (
+                    "lock-core Redlock-5 p50 within 1.5x of 1 Redis",
+                    Some(false)
+                ),
+            ]
+        );
+    }
 }

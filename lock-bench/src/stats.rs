@@ -1,5 +1,7 @@
 //! Percentiles of one run, and min/median/max over repetitions.
 
+use std::time::Instant;
+
 use serde::Serialize;
 
 /// Durations in nanoseconds, collected during one run.
@@ -95,6 +97,21 @@ impl Spread {
             value(self.max)
         )
     }
+}
+
+/// The most holds in progress at once, from their sorted entry and leaving instants: a
+/// sweep over both (a leaving at the same instant as an entry comes first).
+pub fn most_at_once(entries: &[Instant], leavings: &[Instant]) -> usize {
+    let (mut j, mut now, mut most) = (0, 0usize, 0);
+    for entered in entries {
+        while j < leavings.len() && leavings[j] <= *entered {
+            now = now.saturating_sub(1);
+            j += 1;
+        }
+        now += 1;
+        most = most.max(now);
+    }
+    most
 }
 
 /// The spread of `figure(run) / figure(floor run)` over repetitions, pairing each run with

@@ -364,6 +364,16 @@ impl Observer {
     /// An announcement, unless it was seen already.
     fn apply(&mut self, record: Record) -> Option<LeaderChange> {
         let order = (record.term, if record.elected { 1 } else { 2 });
+        // The announcement of a leader already known from a read of the store (elected,
+        // not yet announced: delivered by a resubscription, or `current` when observing
+        // began): now it is known since when, but it is no new change.
+        if record.elected && self.seen == Some((record.term, 0)) {
+            self.seen = Some(order);
+            if let Some(leader) = self.current.as_mut().filter(|l| l.term == record.term) {
+                leader.since = Some(record.at);
+            }
+            return None;
+        }
         if self.seen.is_some_and(|seen| order <= seen) {
             return None;
         }
@@ -394,5 +404,46 @@ impl fmt::Debug for Observer {
             .field("election", &self.keys.name)
             .field("current", &self.current)
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A resubscription that lands between a leader's grant and its announcement finds it
+    /// elected but not yet announced, and delivers it (`Elected`, no `since`); the
+    /// announcement that follows is the same change and must not be delivered again.
+    /// lock-torture's `observer-order` rule saw the duplicate in a `client-kill` run.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_leader_delivered_from_a_snapshot_is_not_delivered_again() {
+        let locker = Locker::memory();
+        let keys = LockKeys::new(&locker.engine().settings().prefix, "e".to_owned()).unwrap();
+        let mut observer = Observer {
+            locker,
+            keys,
+            feed: None,
+            current: Some(Leader {
+                label: None,
+                term: 2,
+                since: None,
+            }),
+            seen: Some((2, 0)),
+        };
+        let at = SystemTime::now();
+        let record = |elected| Record {
+            elected,
+            term: 2,
+            at,
+            label: String::new(),
+        };
+        assert_eq!(observer.apply(record(true)), None);
+        assert_eq!(observer.current().and_then(|l| l.since), Some(at));
+        // The term's end is a change of its own.
+        assert!(matches!(
+            observer.apply(record(false)),
+            Some(LeaderChange::Resigned { term: 2, .. })
+        ));
+        assert_eq!(observer.apply(record(false)), None);
     }
 }

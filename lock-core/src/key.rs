@@ -290,6 +290,37 @@ mod tests {
     }
 }
 
+/// The number of key slots of a Redis Cluster.
+pub(crate) const CLUSTER_SLOTS: u16 = 16_384;
+
+/// CRC16/XMODEM (polynomial 0x1021, initial value 0), the checksum of Redis Cluster's key
+/// slots.
+fn crc16(bytes: &[u8]) -> u16 {
+    let mut crc: u16 = 0;
+    for &byte in bytes {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 == 0 {
+                crc << 1
+            } else {
+                (crc << 1) ^ 0x1021
+            };
+        }
+    }
+    crc
+}
+
+/// Redis Cluster's slot of `key`: the CRC16 of what lies between the first `{` and the
+/// first `}` after it, if that is not empty; else of the whole key.
+pub(crate) fn cluster_slot(key: &[u8]) -> u16 {
+    let tagged = key.iter().position(|&b| b == b'{').and_then(|open| {
+        let rest = &key[open + 1..];
+        let close = rest.iter().position(|&b| b == b'}')?;
+        (close > 0).then(|| &rest[..close])
+    });
+    crc16(tagged.unwrap_or(key)) % CLUSTER_SLOTS
+}
+
 /// The key layout against Redis Cluster's slot rule: every key derived from one name (the
 /// lock's, its fencing counter and queue, the semaphore's and read-write lock's) lies in
 /// one slot whatever bytes the name and the prefix hold, no two names share a key, and the
@@ -299,34 +330,6 @@ mod slots {
     use proptest::prelude::*;
 
     use super::*;
-
-    /// CRC16/XMODEM (polynomial 0x1021, initial value 0), the checksum of Redis Cluster's
-    /// key slots.
-    fn crc16(bytes: &[u8]) -> u16 {
-        let mut crc: u16 = 0;
-        for &byte in bytes {
-            crc ^= u16::from(byte) << 8;
-            for _ in 0..8 {
-                crc = if crc & 0x8000 == 0 {
-                    crc << 1
-                } else {
-                    (crc << 1) ^ 0x1021
-                };
-            }
-        }
-        crc
-    }
-
-    /// Redis Cluster's slot of `key`: the CRC16 of what lies between the first `{` and the
-    /// first `}` after it, if that is not empty; else of the whole key.
-    fn slot(key: &[u8]) -> u16 {
-        let tagged = key.iter().position(|&b| b == b'{').and_then(|open| {
-            let rest = &key[open + 1..];
-            let close = rest.iter().position(|&b| b == b'}')?;
-            (close > 0).then(|| &rest[..close])
-        });
-        crc16(tagged.unwrap_or(key)) % 16384
-    }
 
     /// Every key the crate derives from one name, lock and primitives.
     fn derived(prefix: &str, name: &str) -> Vec<String> {
@@ -354,11 +357,14 @@ mod slots {
     fn crc16_and_slot_match_redis() {
         // The examples of the Redis Cluster specification and known slots.
         assert_eq!(crc16(b"123456789"), 0x31C3);
-        assert_eq!(slot(b"foo"), 12182);
-        assert_eq!(slot(b"{user1000}.following"), slot(b"{user1000}.followers"));
-        assert_eq!(slot(b"foo{}{bar}"), crc16(b"foo{}{bar}") % 16384);
-        assert_eq!(slot(b"foo{{bar}}zap"), crc16(b"{bar") % 16384);
-        assert_eq!(slot(b"foo{bar}{zap}"), crc16(b"bar") % 16384);
+        assert_eq!(cluster_slot(b"foo"), 12182);
+        assert_eq!(
+            cluster_slot(b"{user1000}.following"),
+            cluster_slot(b"{user1000}.followers")
+        );
+        assert_eq!(cluster_slot(b"foo{}{bar}"), crc16(b"foo{}{bar}") % 16384);
+        assert_eq!(cluster_slot(b"foo{{bar}}zap"), crc16(b"{bar") % 16384);
+        assert_eq!(cluster_slot(b"foo{bar}{zap}"), crc16(b"bar") % 16384);
     }
 
     #[test]
@@ -380,7 +386,7 @@ mod slots {
         for (prefix, name) in [("lock:", "}job"), ("app{}:", "job"), ("{}", "}")] {
             let slots: Vec<u16> = derived(prefix, name)
                 .iter()
-                .map(|k| slot(k.as_bytes()))
+                .map(|k| cluster_slot(k.as_bytes()))
                 .collect();
             assert!(
                 slots.windows(2).all(|w| w[0] == w[1]),
@@ -425,14 +431,14 @@ mod slots {
         #[test]
         fn derived_keys_share_a_slot(prefix in hostile_string(4), name in hostile_string(8)) {
             let keys = derived(&prefix, &name);
-            let first = slot(keys[0].as_bytes());
+            let first = cluster_slot(keys[0].as_bytes());
             for key in &keys {
-                prop_assert_eq!(slot(key.as_bytes()), first, "{:?} vs {:?}", key, keys[0]);
+                prop_assert_eq!(cluster_slot(key.as_bytes()), first, "{:?} vs {:?}", key, keys[0]);
             }
             // Redis hashed the tag, not the whole key: the tag is within the lock key,
             // so any suffix keeps it.
             let with_other_suffix = format!("{}:anything", keys[0]);
-            prop_assert_eq!(slot(with_other_suffix.as_bytes()), first);
+            prop_assert_eq!(cluster_slot(with_other_suffix.as_bytes()), first);
         }
 
         /// The name comes back from its key, and two names never share any key.

@@ -259,8 +259,11 @@
 //! each release). A `Locker` built from a pool has no pub/sub connection
 //! and polls, unless the builder is given a client for it (`pubsub_client`). On Sentinel,
 //! the pub/sub connection asks the Sentinels for the master whenever it connects, and
-//! follows it across a failover. Mixing polling or broadcast `Locker`s with queued ones on
-//! one lock is safe, but each kind then learns of the other's releases only from its timers.
+//! follows it across a failover. Mixing kinds of `Locker` on one lock is safe. WATCH/MULTI
+//! and queued `Locker`s also tell each other: a WATCH/MULTI waiter marks the holder's value,
+//! so that its release is announced on the release channel, and a WATCH/MULTI release of a
+//! marked value hands the lock to the queue's head as the release script does. A polling
+//! `Locker` learns of the others' releases only from its timers.
 //!
 //! # Deployments and what they guarantee
 //!

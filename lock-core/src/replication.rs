@@ -3,7 +3,10 @@
 use std::time::Duration;
 
 /// Whether an acquisition (and an extension) counts only once Redis replicas acknowledged
-/// the write, checked with `WAIT numreplicas timeout` right after it.
+/// the write, checked with `WAIT numreplicas timeout` right after it. It covers every
+/// write a holder relies on: locks, semaphore permits, read-write leases and multi-locks,
+/// on Lua scripts and on `Protocol::Transactions`. Redlock does not apply it: its nodes
+/// are independent masters, and its safety rests on a majority of them, not on replicas.
 ///
 /// Redis replicates asynchronously: a master that grants a lock and fails before the write
 /// reached a replica loses the grant in the failover, and the promoted replica grants the
@@ -39,6 +42,12 @@ pub enum ReplicaSync {
     /// replica that stops must not turn the check off when it matters most). A master
     /// without replicas is not asked (it is checked again every few seconds). Sentinel,
     /// Cluster and a single master with replicas therefore check; a lone Redis does not.
+    ///
+    /// Decided per master: on a Cluster, per key slot (the first write in a slot asks
+    /// its master with `ROLE`), so a master with replicas is checked and one without is not,
+    /// whichever the locker met first; the decision stays with the slot through a failover,
+    /// when the promoted replica may have no replica of its own yet. Behind Sentinel it
+    /// stays through failovers too.
     Auto {
         /// Acknowledgements required.
         replicas: u32,

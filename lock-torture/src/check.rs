@@ -12,7 +12,11 @@
 //!   or renewal), the holder learning it was lost, or the release being sent.
 //! - `permits`: more than N acquisitions of one semaphore's permits were trusted at the
 //!   same moment; `write-overlap`: a read-write lock's write side was trusted at the same
-//!   moment as another of its sides ([`permits`]). Permits and read-write sides have no
+//!   moment as another of its sides ([`permits`]).
+//! - `capacity`: a semaphore request asking for another number of permits than a permit
+//!   trusted at that moment was granted, or, asked over the whole trusted interval of such
+//!   a permit, was refused other than with `CapacityMismatch` naming its number
+//!   ([`capacity`]). Permits and read-write sides have no
 //!   fencing tokens: `fence-order` and `stale-write` judge locks only, and their holders'
 //!   `is_lost()` looks before their work ([`Event::Work`]) stand for the lock's writes.
 //! - `fence-order`: fencing tokens do not follow real time: an acquisition that began after
@@ -52,6 +56,11 @@
 //! - `unseen-grant`: on a replicated deployment, a lease that no server's `MONITOR` stream
 //!   showed being granted: its origin is unknown, so the failover rules cannot judge it
 //!   ([`failover`]).
+//! - `leader-overlap`, `leader-term`, `term-order`, `leader-late-action`,
+//!   `observer-order`: an election's leaderships, judged as locks whose fencing token is
+//!   the term, and its observers (`check/election.rs`).
+//! - `tick-once`, `tick-missed`: scheduled runs, one per tick, and no tick missed while
+//!   nothing fails ([`schedule`]).
 //! - `unexplained-error`: an acquire failed with a Redis error reply (or an error the
 //!   harness cannot classify) while no fault was under way, nor had ended in the last
 //!   five seconds ([`errors`]).
@@ -69,7 +78,9 @@
 //! as `fence_resets`, and the fenced store rejects those holders' writes until the counter
 //! passes its old value (safe, but a loss of liveness).
 
+mod capacity;
 mod deadline;
+mod election;
 mod errors;
 mod failover;
 mod fences;
@@ -79,6 +90,7 @@ pub mod liveness;
 mod nested;
 mod permits;
 mod revival;
+pub mod schedule;
 mod writes;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -86,7 +98,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use crate::clock::{self, ms, Nanos};
 use crate::event::{Acquired, Event, FailKind, ReleaseOutcome, WriteOutcome};
 use failover::{Anomaly, Replication};
-use fences::check_fences;
+use fences::{check_fences, LOCK_FENCES};
 use writes::{check_writes, WriteRow};
 
 /// Everything a run produced.
@@ -184,6 +196,11 @@ pub struct Report {
     /// so a replicated run with any fails (rule `unseen-grant`); `None` on the deployments
     /// that are not watched (one server, Redlock).
     pub unseen_grants: Option<u64>,
+    /// Elections: how many changes of leadership the observers were told of; `None`
+    /// without observers.
+    pub leader_changes_seen: Option<u64>,
+    /// Scheduled runs: ticks, runs, skips ([`schedule`]); `None` without them.
+    pub schedule: Option<schedule::ScheduleStats>,
 }
 
 impl Report {
@@ -241,6 +258,15 @@ impl Report {
         }
         if let Some((readers, writes)) = self.peak_readers {
             prims.push_str(&format!(" peak_readers={readers} writes={writes}"));
+        }
+        if let Some(n) = self.leader_changes_seen {
+            prims.push_str(&format!(" leader_changes_seen={n}"));
+        }
+        if let Some(s) = self.schedule {
+            prims.push_str(&format!(
+                " ticks={} runs={} skipped={} tick_errors={} late_fires={} unfired_ticks={} judged_ticks={}",
+                s.ticks, s.runs, s.skipped, s.errors, s.late_fires, s.unfired, s.judged
+            ));
         }
         let unseen = self
             .unseen_grants
@@ -468,6 +494,9 @@ pub fn check(history: &History, nodes: usize) -> Report {
             | Event::Topology { .. }
             | Event::Failover(_)
             | Event::CancelProbe { .. }
+            | Event::LeaderSeen { .. }
+            | Event::RunStarted(_)
+            | Event::TickDone(_)
             | Event::Granted { .. } => {}
             Event::Cancelled { .. } => report.cancelled += 1,
         }
@@ -477,7 +506,9 @@ pub fn check(history: &History, nodes: usize) -> Report {
     report.lost_detected = acqs.iter().filter(|a| a.lost_at.is_some()).count() as u64;
     report.resumed = match last_fault_end {
         None => true,
-        Some(end) => acqs.iter().any(|a| a.a.acquired > end),
+        Some(end) => {
+            acqs.iter().any(|a| a.a.acquired > end) || schedule::ran_after(&history.events, end)
+        }
     };
 
     // A lock, a semaphore and a read-write lock of one name never meet.
@@ -496,8 +527,22 @@ pub fn check(history: &History, nodes: usize) -> Report {
             "semaphore" => permits::check_permits(name, list, &downs, &replication, &mut report),
             "rwlock" => permits::check_rw(name, list, &downs, &replication, &mut report),
             _ => {
-                check_overlaps(name, list, &downs, &replication, &mut report);
-                check_fences(name, list, &downs, &replication, &mut reset, &mut report);
+                // An election's leaderships are judged as locks, under its own rule names.
+                let (overlap, fences) = if *family == "election" {
+                    (election::OVERLAP, election::TERMS)
+                } else {
+                    ("overlap", LOCK_FENCES)
+                };
+                check_overlaps(overlap, name, list, &downs, &replication, &mut report);
+                check_fences(
+                    fences,
+                    name,
+                    list,
+                    &downs,
+                    &replication,
+                    &mut reset,
+                    &mut report,
+                );
             }
         }
         check_releases(name, list, &replication, &mut report);
@@ -515,8 +560,11 @@ pub fn check(history: &History, nodes: usize) -> Report {
     leftover::check(&history.events, &mut report);
     nested::check_siblings(&history.events, &index, &acqs, &mut report);
     liveness::check(&history.events, &acqs, &mut report);
+    capacity::check(&history.events, &acqs, &mut report);
     ghost::check(&history.events, &mut report);
     errors::check(&history.events, &mut report);
+    election::check_observers(&history.events, &mut report);
+    schedule::check(&history.events, &downs, &mut report);
     report
 }
 
@@ -609,8 +657,10 @@ fn count_paused_holders(
     }
 }
 
-/// Rule `overlap`: a sweep over trusted intervals sorted by start.
+/// Rule `overlap` (`rule`: an election's is `leader-overlap`): a sweep over trusted
+/// intervals sorted by start.
 fn check_overlaps(
+    rule: &'static str,
     name: &str,
     list: &[&Acq],
     downs: &[Down],
@@ -633,12 +683,12 @@ fn check_overlaps(
                 let explained = replication.explain(Anomaly::Overlap, name, earlier, next);
                 if restart.is_some() {
                     report.expected_restart_overlaps += 1;
-                    report.expect("overlap", "restart");
+                    report.expect(rule, "restart");
                 } else if let Some(why) = explained {
-                    report.expect("overlap", why);
+                    report.expect(rule, why);
                 } else {
                     report.violations.push(Violation {
-                        rule: "overlap",
+                        rule,
                         name: name.to_owned(),
                         detail: format!(
                             "{} trusted its lease from {} to {} but {} was granted at {} ({} before the first one's trust ended){}",
@@ -761,6 +811,11 @@ fn check_grant(
         });
     }
     let ttl = a.ttl_ms.saturating_mul(1_000_000);
+    // A leadership is logged after the campaign announced it, a round trip after the
+    // grant, and a renewal may have moved its validity meanwhile: not judged.
+    if a.kind == crate::event::HoldKind::Leader {
+        return;
+    }
     // A lease handed over with no validity left (a reply slower than the TTL) claims
     // nothing; its stamp is merely the moment it was looked at.
     if a.valid_until > a.acquired && a.valid_until > a.attempt_start.saturating_add(ttl) {
@@ -777,6 +832,8 @@ fn check_grant(
     }
 }
 
+#[cfg(test)]
+mod elect_tests;
 #[cfg(test)]
 mod prim_tests;
 #[cfg(test)]

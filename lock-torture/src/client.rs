@@ -11,16 +11,20 @@ use std::sync::Arc;
 use std::time::Duration;
 
 mod cancel;
+mod election;
 mod guard;
 mod hiccup;
 mod holding;
 mod nested;
 mod probe;
+mod schedule;
 
 use lock_core::{LeaseHandle, LockError, Locker, Protocol};
 
 use crate::clock::{self, Nanos};
-use crate::event::{Acquired, Event, FailKind, HoldKind, Log, ReleaseOutcome, WriteOutcome};
+use crate::event::{
+    Acquired, Capacity, Event, FailKind, HoldKind, Log, ReleaseOutcome, WriteOutcome,
+};
 use crate::primitive::{Primitive, DEFAULT_PERMITS, WRITER_ODDS};
 use crate::profile::Profile;
 use crate::resource::FencedStore;
@@ -124,6 +128,9 @@ pub struct ClientArgs {
 }
 
 /// What every task of a client shares.
+/// One client in this many asks a semaphore for another number of permits ([`Ctx::permits`]).
+const DISSENTERS: u32 = 4;
+
 struct Ctx {
     args: ClientArgs,
     locker: Locker,
@@ -148,6 +155,18 @@ impl Ctx {
 
     fn ttl(&self) -> Duration {
         Duration::from_millis(self.args.ttl_ms)
+    }
+
+    /// The permits this client asks of a semaphore: `--permits`, or one more in the last
+    /// client of every [`DISSENTERS`] (client 3 of the default 4), whose requests then
+    /// disagree with the number stored with the semaphore whenever the others got there
+    /// first, and the others' with its own (rule `capacity`).
+    fn permits(&self) -> u64 {
+        if self.args.id % DISSENTERS == DISSENTERS - 1 {
+            self.args.permits + 1
+        } else {
+            self.args.permits
+        }
     }
 
     /// The id of the `seq`-th acquisition of `task`: `c<slot>.t<task>.<seq>`, with the
@@ -232,8 +251,27 @@ async fn run_async(args: ClientArgs) -> Result<(), BoxError> {
     let mut tasks = tokio::task::JoinSet::new();
     let watcher = Arc::clone(&ctx);
     tasks.spawn(async move { hiccup::watch(&watcher).await });
-    for task in 0..ctx.args.tasks {
-        tasks.spawn(task_loop(Arc::clone(&ctx), task));
+    match ctx.args.primitive {
+        Primitive::Election => {
+            let watcher = Arc::clone(&ctx);
+            tasks.spawn(async move { election::observer(&watcher).await });
+            for task in 0..ctx.args.tasks {
+                let ctx = Arc::clone(&ctx);
+                tasks.spawn(async move { election::candidate(&ctx, task).await });
+            }
+        }
+        // One timer per job: the client is one replica of the fleet.
+        Primitive::Schedule => {
+            for job in 0..ctx.args.names {
+                let ctx = Arc::clone(&ctx);
+                tasks.spawn(async move { schedule::replica(&ctx, job).await });
+            }
+        }
+        _ => {
+            for task in 0..ctx.args.tasks {
+                tasks.spawn(task_loop(Arc::clone(&ctx), task));
+            }
+        }
     }
     while tasks.join_next().await.is_some() {}
     // Let background releases of dropped leases finish before the runtime goes.
@@ -306,7 +344,7 @@ async fn task_loop(ctx: Arc<Ctx>, task: u32) {
                     .map(Guard::Lock),
             },
             Primitive::Semaphore => {
-                let semaphore = ctx.locker.semaphore(name.clone(), ctx.args.permits);
+                let semaphore = ctx.locker.semaphore(name.clone(), ctx.permits());
                 configured!(semaphore.acquire()).await.map(Guard::Permit)
             }
             Primitive::Rwlock => {
@@ -318,7 +356,7 @@ async fn task_loop(ctx: Arc<Ctx>, task: u32) {
                 };
                 configured!(request).await.map(Guard::Rw)
             }
-            Primitive::Mutex | Primitive::All => {
+            Primitive::Mutex | Primitive::Election | Primitive::Schedule | Primitive::All => {
                 configured!(ctx.locker.lock(name.clone()).fencing())
                     .await
                     .map(Guard::Lock)
@@ -392,6 +430,13 @@ async fn failed(ctx: &Ctx, rng: &mut fastrand::Rng, request: Request, err: &Lock
         wait_ms: Some(millis(wait)),
         hold,
         set,
+        capacity: (hold == HoldKind::Permit).then(|| Capacity {
+            asked: ctx.permits(),
+            stored: match err {
+                LockError::CapacityMismatch { stored, .. } => Some(*stored),
+                _ => None,
+            },
+        }),
     });
     // The probe reads the lock's key on every node (a Redlock attempt's leftovers); a
     // semaphore or read-write lock runs on one server, in one script per attempt.
@@ -454,7 +499,7 @@ async fn hold(ctx: &Ctx, rng: &mut fastrand::Rng, lease: Guard, held: Held) {
         wait_ms: Some(millis(wait)),
         annotated: false,
         kind,
-        permits: (kind == HoldKind::Permit).then_some(ctx.args.permits),
+        permits: (kind == HoldKind::Permit).then_some(ctx.permits()),
         set: lease.set(),
     }));
     let _ = ctx.store.progress().await;
@@ -571,7 +616,18 @@ async fn hold(ctx: &Ctx, rng: &mut fastrand::Rng, lease: Guard, held: Held) {
         id: id.clone(),
         t: t_sent,
     });
-    let outcome = match lease.release().await {
+    log_release(ctx, id, t_sent, lost_reported, lease.release()).await;
+}
+
+/// Sends a release (or a resignation) and logs what it returned.
+async fn log_release(
+    ctx: &Ctx,
+    id: String,
+    t_sent: Nanos,
+    lost_reported: bool,
+    release: impl std::future::Future<Output = Result<bool, LockError>>,
+) {
+    let outcome = match release.await {
         Ok(true) => ReleaseOutcome::Released,
         Ok(false) => ReleaseOutcome::NotHeld,
         Err(_) => ReleaseOutcome::Error,
@@ -639,6 +695,7 @@ pub fn fail_kind(err: &LockError) -> FailKind {
         LockError::NotReplicated { .. } => FailKind::NotReplicated,
         LockError::WrongType { .. } => FailKind::WrongType,
         LockError::Redis { .. } => FailKind::Redis,
+        LockError::CapacityMismatch { .. } => FailKind::Mismatch,
         _ => FailKind::Other,
     }
 }

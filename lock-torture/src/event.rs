@@ -66,6 +66,10 @@ pub enum Event {
         /// them joined with `+`).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         set: Option<Vec<String>>,
+        /// A semaphore request: the permits it asked to share, and the number stored with
+        /// the semaphore when it was refused for asking another one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        capacity: Option<Capacity>,
     },
     /// A request dropped before it returned (the cancellation fault: its future was
     /// dropped, by a timeout or an aborted task). The library promises that it leaves
@@ -267,6 +271,30 @@ pub enum Event {
     /// what came of it. The checker uses it, with [`Event::Granted`], to tell the overlaps
     /// that asynchronous replication explains from those it does not.
     Failover(Failover),
+    /// An election's observer was told of a change of leadership ([`Observer::next`]):
+    /// rule `observer-order`.
+    ///
+    /// [`Observer::next`]: lock_core::Observer::next
+    LeaderSeen {
+        /// Client number.
+        client: u32,
+        /// Which observer of the client (a new one after an error): changes are promised
+        /// in order per observer.
+        observer: u32,
+        /// The election's name.
+        name: String,
+        /// When the change was delivered.
+        t: Nanos,
+        /// The term elected or resigned.
+        term: u64,
+        /// `true` for `Elected`, `false` for `Resigned`.
+        elected: bool,
+    },
+    /// A scheduled run's job began (logged from inside the job, so that a replica killed
+    /// mid-run leaves its run in the history).
+    RunStarted(RunStarted),
+    /// A replica's timer fired for a tick, and what came of it.
+    TickDone(TickDone),
     /// A data node of a replicated deployment executed a successful acquire script for a
     /// lease (seen on the node's `MONITOR` stream): which server granted which lease.
     Granted {
@@ -277,6 +305,48 @@ pub enum Event {
         /// The lease token the lock key was set to.
         token: String,
     },
+}
+
+/// A scheduled run, as its job saw it begin.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunStarted {
+    /// Client number (the replica).
+    pub client: u32,
+    /// The job (its lock name).
+    pub job: String,
+    /// The tick the replica's timer fired for.
+    pub tick: u64,
+    /// Start of the attempt that took the lock (`lease.acquired_at()`): the minimum hold
+    /// counts from here.
+    pub attempt_start: Nanos,
+    /// When the job began.
+    pub t: Nanos,
+    /// The lease token.
+    pub token: String,
+}
+
+/// One fire of a replica's timer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TickDone {
+    /// Client number (the replica).
+    pub client: u32,
+    /// The job (its lock name).
+    pub job: String,
+    /// The tick.
+    pub tick: u64,
+    /// When `run_once` was called (or the fire was dropped as too late).
+    pub t_call: Nanos,
+    /// When it returned.
+    pub t_return: Nanos,
+    /// `ran`, `skipped` (another replica holds the tick), `late` (the timer fired past
+    /// the schedule's allowance: not tried), or the error's kind.
+    pub outcome: String,
+    /// The schedule: between ticks, in ms.
+    pub interval_ms: u64,
+    /// The schedule: the latest a replica fires, in ms.
+    pub max_offset_ms: u64,
+    /// The schedule: the minimum hold, in ms.
+    pub hold_ms: u64,
 }
 
 /// A master that failed (killed or paused) or handed over (a coordinated failover).
@@ -393,6 +463,8 @@ pub enum HoldKind {
     Read,
     /// The exclusive side of a read-write lock.
     Write,
+    /// An election's leadership (its lock, renewed, with the term as fencing token).
+    Leader,
 }
 
 impl HoldKind {
@@ -409,8 +481,20 @@ impl HoldKind {
             HoldKind::Lock => "lock",
             HoldKind::Permit => "semaphore",
             HoldKind::Read | HoldKind::Write => "rwlock",
+            HoldKind::Leader => "election",
         }
     }
+}
+
+/// A failed semaphore request's number of permits (see [`Event::AcquireFailed`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Capacity {
+    /// The permits the request asked to share.
+    pub asked: u64,
+    /// The number stored with the semaphore, when the request was refused with
+    /// `CapacityMismatch` ([`FailKind::Mismatch`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stored: Option<u64>,
 }
 
 /// Why an acquire failed.
@@ -427,6 +511,9 @@ pub enum FailKind {
     WrongType,
     /// Too few replicas acknowledged the grant in time (lock-core's replica check): undone.
     NotReplicated,
+    /// A semaphore request asked for another number of permits than the one stored with
+    /// the semaphore while it was in use (`CapacityMismatch`).
+    Mismatch,
     /// Any other Redis error.
     Redis,
     /// Anything else.

@@ -11,7 +11,9 @@
 //! partitions through the proxies, `SCRIPT FLUSH`, `CLIENT KILL`, pool exhaustion, foreign
 //! values on lock keys, servers stalled with `DEBUG SLEEP`. Some rounds take the lock through
 //! a `#[redis_locked]` function whose critical section is a nested annotated call, or two
-//! concurrent sibling calls; `--primitive multi` takes several names at once, and `--mode
+//! concurrent sibling calls; `--primitive multi` takes several names at once, `--primitive
+//! election` campaigns for leadership and acts as leader, `--primitive schedule` runs a job
+//! once per tick across the clients ([`cadence`]), and `--mode
 //! cancel` drops requests at random points. Afterwards [`check::check`] merges the logs and verifies the rules
 //! listed in [`check`], and one summary line per run is printed. The exit code is non-zero on
 //! any violation.
@@ -24,6 +26,7 @@
 // The client task's future (rounds of every kind, nested annotated calls) is deep.
 #![recursion_limit = "256"]
 
+pub mod cadence;
 pub mod check;
 pub mod client;
 pub mod clock;

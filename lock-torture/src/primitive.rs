@@ -22,7 +22,17 @@ pub enum Primitive {
     /// in a random order, the others one of the same names alone (with fencing); a pause of
     /// up to half a TTL between rounds leaves the names free now and then.
     Multi,
-    /// Every primitive in turn, one run each.
+    /// Leader election (`Locker::election`): candidates campaign for one of the names,
+    /// act as leader (fenced writes with their term) until they resign, drop the
+    /// leadership or lose it; every client also observes one election. Rules
+    /// `leader-term`, `term-order`, `leader-late-action`, `observer-order` ([`crate::check`]).
+    Election,
+    /// Scheduled runs (`LockRequest::run_once` with `hold_at_least`): every client is a
+    /// replica firing each name's job on a shared tick schedule, each tick up to
+    /// [`crate::cadence::Cadence::max_offset`] late. Rules `tick-once`, `tick-missed`.
+    Schedule,
+    /// Every primitive in turn, one run each (the lock's four; `election` and `schedule`
+    /// are asked for by name).
     All,
 }
 
@@ -40,6 +50,8 @@ impl Primitive {
             Primitive::Semaphore => "semaphore",
             Primitive::Rwlock => "rwlock",
             Primitive::Multi => "multi",
+            Primitive::Election => "election",
+            Primitive::Schedule => "schedule",
             Primitive::All => "all",
         }
     }
@@ -58,7 +70,11 @@ impl Primitive {
     /// the lock's own key, or the semaphore's and read-write lock's sorted set of holders.
     pub fn key_suffix(self) -> &'static str {
         match self {
-            Primitive::Mutex | Primitive::Multi | Primitive::All => "",
+            Primitive::Mutex
+            | Primitive::Multi
+            | Primitive::Election
+            | Primitive::Schedule
+            | Primitive::All => "",
             Primitive::Semaphore => ":sem",
             Primitive::Rwlock => ":rw",
         }
@@ -74,11 +90,30 @@ impl Primitive {
         matches!(self, Primitive::Semaphore | Primitive::Rwlock)
     }
 
+    /// Whether lock-core runs this primitive on Lua scripts only (its clients never use
+    /// WATCH/MULTI).
+    pub fn scripts_only(self) -> bool {
+        self.is_permit_set() || self == Primitive::Election
+    }
+
     /// Whether the torture can run this primitive on `topology`; the reason when it cannot.
     pub fn supports(self, topology: Topology) -> Result<(), String> {
         match (self, topology) {
             (Primitive::Mutex | Primitive::All, _) => Ok(()),
             (_, Topology::Single) => Ok(()),
+            (Primitive::Election, Topology::Redlock) => Err(
+                "--primitive election does not run on Redlock: lock-core refuses elections \
+                 there (LockError::Config: no atomic, ordered record of the leader across \
+                 nodes); use --topology single, cluster or sentinel"
+                    .to_owned(),
+            ),
+            (Primitive::Election, Topology::Cluster | Topology::Sentinel) => Ok(()),
+            (Primitive::Schedule, Topology::Redlock) => Ok(()),
+            (Primitive::Schedule, Topology::Cluster | Topology::Sentinel) => Err(format!(
+                "--primitive schedule is not tortured on {} yet: the checker's failover \
+                 evidence covers leases, not scheduled runs; use --topology single or redlock",
+                topology.name()
+            )),
             (Primitive::Multi, _) => Err(
                 "--primitive multi runs on one server only in the torture (lock-core's \
                  multi-lock needs every name on one Redis); use --topology single"
@@ -118,5 +153,16 @@ mod tests {
         assert!(Primitive::Mutex.supports(Topology::Redlock).is_ok());
         assert_eq!(Primitive::Semaphore.holders_key("a"), "lock:{a}:sem");
         assert_eq!(Primitive::Mutex.holders_key("a"), "lock:{a}");
+    }
+
+    #[test]
+    fn election_skips_redlock_and_schedule_skips_failovers() {
+        let why = Primitive::Election.supports(Topology::Redlock).unwrap_err();
+        assert!(why.contains("refuses elections"), "{why}");
+        assert!(Primitive::Election.supports(Topology::Cluster).is_ok());
+        assert!(Primitive::Schedule.supports(Topology::Redlock).is_ok());
+        assert!(Primitive::Schedule.supports(Topology::Sentinel).is_err());
+        assert!(Primitive::Election.scripts_only());
+        assert!(!Primitive::Schedule.scripts_only());
     }
 }

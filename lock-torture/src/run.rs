@@ -92,7 +92,10 @@ fn run_one(
             format!("rwlock-{}", mode.name()),
             " primitive=rwlock".into(),
         ),
-        Primitive::Multi => (format!("multi-{}", mode.name()), " primitive=multi".into()),
+        Primitive::Multi | Primitive::Election | Primitive::Schedule => (
+            format!("{}-{}", primitive.name(), mode.name()),
+            format!(" primitive={}", primitive.name()),
+        ),
         Primitive::Mutex | Primitive::All => (mode.name().to_owned(), String::new()),
     };
     let (dir, temp) = match &args.logs {

@@ -34,9 +34,12 @@ pub struct RunArgs {
     pub topology: Option<Topology>,
     /// Which primitive the clients take: a lock (`mutex`, the default), a `semaphore` of
     /// `--permits` permits, a read-write lock (`rwlock`), or several separated by commas,
-    /// one run each per mode (`all`: the three in turn). Semaphores and read-write locks
-    /// run on scripts, on one server only: lock-core refuses them on Redlock, and the
-    /// checker cannot yet explain their anomalies across a Cluster or Sentinel failover.
+    /// one run each per mode (`all`: the lock's four in turn), a leader `election`, or
+    /// scheduled runs (`schedule`). Semaphores and read-write locks run on scripts, on one
+    /// server only: lock-core refuses them on Redlock, and the checker cannot yet explain
+    /// their anomalies across a Cluster or Sentinel failover. Elections run on scripts,
+    /// not on Redlock (lock-core refuses them there); scheduled runs on one server or
+    /// Redlock.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "mutex")]
     pub primitive: Vec<Primitive>,
     /// Permits per name of the semaphore workload.
@@ -178,22 +181,20 @@ impl Settings {
                 }
             }
         }
-        let with_prims = primitives.iter().any(|p| p.is_permit_set());
-        if with_prims {
-            if !(1..=1000).contains(&args.permits) {
-                return Err("--permits must be between 1 and 1000".into());
-            }
-            if matches!(
-                args.protocol,
-                Some(Protocols::Transactions | Protocols::Mixed)
-            ) {
-                return Err(
-                    "semaphores and read-write locks run on scripts only (lock-core \
-                            refuses them with Protocol::Transactions): leave --protocol out \
-                            or say scripts"
-                        .into(),
-                );
-            }
+        if primitives.iter().any(|p| p.is_permit_set()) && !(1..=1000).contains(&args.permits) {
+            return Err("--permits must be between 1 and 1000".into());
+        }
+        let asks_transactions = matches!(
+            args.protocol,
+            Some(Protocols::Transactions | Protocols::Mixed)
+        );
+        if asks_transactions && primitives.iter().any(|p| p.scripts_only()) {
+            return Err(
+                "semaphores, read-write locks and elections run on scripts only (lock-core \
+                 refuses them with Protocol::Transactions): leave --protocol out or say \
+                 scripts"
+                    .into(),
+            );
         }
         let p = args.profile;
         let settings = Settings {

@@ -80,7 +80,10 @@ pub fn start_rig(
             s.permits.to_string(),
         ]);
     }
-    if primitive == Primitive::Multi {
+    if matches!(
+        primitive,
+        Primitive::Multi | Primitive::Election | Primitive::Schedule
+    ) {
         common.extend(["--primitive".to_owned(), primitive.name().to_owned()]);
     }
     if mode == Mode::Cancel {
@@ -106,8 +109,8 @@ pub fn start_rig(
         .map(|id| {
             let protocol = match s.protocol {
                 _ if s.topology != Topology::Single => ProtocolArg::Scripts,
-                // lock-core runs semaphores and read-write locks on scripts only.
-                _ if primitive.is_permit_set() => ProtocolArg::Scripts,
+                // lock-core runs semaphores, read-write locks and elections on scripts only.
+                _ if primitive.scripts_only() => ProtocolArg::Scripts,
                 Protocols::Scripts => ProtocolArg::Scripts,
                 Protocols::Transactions => ProtocolArg::Transactions,
                 Protocols::Mixed if id.is_multiple_of(2) => ProtocolArg::Scripts,

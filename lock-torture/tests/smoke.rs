@@ -68,6 +68,10 @@ fn the_new_primitives_are_refused_where_they_do_not_run() {
     ]);
     assert_eq!(code, 2, "{stdout}\n{stderr}");
     assert!(stderr.contains("does not run on Redlock"), "{stderr}");
+    // Nor elections (no ordered record of the leader across nodes).
+    let (code, _, stderr) = torture(&["run", "--primitive", "election", "--nodes", "3"]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("refuses elections"), "{stderr}");
     let (code, _, stderr) = torture(&["run", "--primitive", "all", "--topology", "cluster"]);
     assert_eq!(code, 2, "{stderr}");
     assert!(stderr.contains("not tortured on cluster"), "{stderr}");

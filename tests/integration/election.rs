@@ -1,14 +1,14 @@
 //! Leader election on real Redis, each candidate with its own Locker (its own connections,
 //! as separate processes have): FIFO campaigns, terms that only grow, resignation handing on
 //! at once, observers that see every change once and in order, a crashed leader replaced
-//! within its lease, and a paused leader that knows it lost before acting and whose stale
-//! term a fenced store refuses.
+//! within its lease (on one server, a Redis Cluster and behind Sentinel), and a paused
+//! leader that knows it lost before acting and whose stale term a fenced store refuses.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use lock_core::{LeaderChange, LockError, Locker};
-use lock_tests::RedisServer;
+use lock_tests::{RedisCluster, RedisServer};
 
 use crate::harness::Harness;
 
@@ -171,21 +171,56 @@ where
     })
 }
 
+/// Lockers of one deployment, each labelled `app` (its own connections: a "process").
+type Deployment = Arc<dyn Fn(&str) -> Locker + Send + Sync>;
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_leader_is_replaced_within_its_lease_and_observers_see_the_new_term() {
-    let server = RedisServer::start();
-    let lease = Duration::from_secs(1);
-    let watcher = candidate(&server, "watcher");
-    let mut observer = watcher.election("jobs").observe().await.expect("observe");
-    let url = server.url();
-    let (elected_tx, elected_rx) = std::sync::mpsc::channel();
-    // The leader "process": elected, then killed (its runtime dropped mid-leadership).
-    let leader = process(move || async move {
-        let locker = Locker::builder()
-            .url(url)
-            .app_name("doomed")
+    let server = Arc::new(RedisServer::start());
+    let on = Arc::clone(&server);
+    killed_leader_is_replaced(Arc::new(move |app| candidate(&on, app))).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_a_killed_leader_is_replaced_within_its_lease() {
+    let cluster = Arc::new(RedisCluster::start(3, 0));
+    let on = Arc::clone(&cluster);
+    killed_leader_is_replaced(Arc::new(move |app| {
+        Locker::builder()
+            .cluster(on.urls())
+            .app_name(app)
             .build()
-            .expect("locker");
+            .expect("cluster locker")
+    }))
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_sentinel_a_killed_leader_is_replaced_within_its_lease() {
+    let master = RedisServer::start();
+    let sentinel = Arc::new(RedisServer::start_sentinel("locks", master.port()));
+    let on = Arc::clone(&sentinel);
+    killed_leader_is_replaced(Arc::new(move |app| {
+        Locker::builder()
+            .sentinel([on.url()], "locks")
+            .app_name(app)
+            .build()
+            .expect("sentinel locker")
+    }))
+    .await;
+}
+
+/// A leader "process" killed while leading (its runtime dropped: never released, never
+/// resigned) is replaced by a follower within its lease, and an observer sees the new term
+/// as the next change (a crash is not announced as a resignation).
+async fn killed_leader_is_replaced(deployment: Deployment) {
+    let lease = Duration::from_secs(1);
+    let watcher = deployment("watcher");
+    let mut observer = watcher.election("jobs").observe().await.expect("observe");
+    let (elected_tx, elected_rx) = std::sync::mpsc::channel();
+    let doomed = Arc::clone(&deployment);
+    let leader = process(move || async move {
+        let locker = doomed("doomed");
         let leadership = locker
             .election("jobs")
             .lease(lease)
@@ -210,7 +245,8 @@ async fn a_killed_leader_is_replaced_within_its_lease_and_observers_see_the_new_
         "{change:?}"
     );
 
-    let follower = candidate(&server, "follower");
+    let follower = deployment("follower");
+    let started = std::time::Instant::now();
     let next = tokio::time::timeout(
         Duration::from_secs(10),
         follower.election("jobs").lease(lease).campaign(),
@@ -218,6 +254,8 @@ async fn a_killed_leader_is_replaced_within_its_lease_and_observers_see_the_new_
     .await
     .expect("taken over after the lease, not never")
     .expect("follower leads");
+    // Within the dead leader's lease (and a second for a loaded machine), not later.
+    assert!(started.elapsed() < lease * 2, "{:?}", started.elapsed());
     assert!(next.term() > term);
     let change = tokio::time::timeout(Duration::from_secs(10), observer.next())
         .await

@@ -13,6 +13,7 @@ mod hostile_names;
 mod loss;
 mod multi;
 mod notified;
+mod prims_replicated;
 mod queue;
 mod redis_only;
 mod redlock;
@@ -23,6 +24,7 @@ mod security;
 mod semaphore;
 mod sentinel;
 mod stalls;
+mod stopped;
 mod stress;
 #[cfg(feature = "tls")]
 mod tls;

@@ -11,6 +11,7 @@ use lock_core::{LockError, Locker};
 use lock_tests::{RedisCluster, RedisServer};
 
 use crate::harness::Harness;
+use crate::stopped;
 
 const SECOND: Duration = Duration::from_secs(1);
 const MS: Duration = Duration::from_millis(1);
@@ -404,16 +405,6 @@ async fn opposite_multi_lock_loops_both_get_in_on_a_cluster_across_slots() {
     );
 }
 
-/// SIGSTOP or SIGCONT to a server process.
-fn signal(server: &RedisServer, sig: &str) {
-    let pid = server.pid().expect("server pid").to_string();
-    let status = std::process::Command::new("kill")
-        .args([sig, &pid])
-        .status()
-        .expect("run kill");
-    assert!(status.success(), "kill {sig} {pid}");
-}
-
 /// Issue 24, first suspect. A multi-lock attempt in flight on a server that stops answering
 /// (SIGSTOP: a stalled process, a paused VM) times out; the response timeout retires the
 /// shared connection. The attempt's give-back must follow its acquire on the socket the
@@ -426,14 +417,8 @@ fn signal(server: &RedisServer, sig: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_multi_lock_attempt_stalled_past_its_timeout_leaves_no_lock_behind() {
     let server = RedisServer::start();
-    let locker = || {
-        Locker::builder()
-            .url(server.url())
-            .command_timeout(Duration::from_millis(200))
-            .build()
-            .expect("locker")
-    };
-    stalled_attempts_leave_no_lock_behind(&server, locker, ["gb:a", "gb:b"]).await;
+    let locker = || stopped::short_timeout_locker(&server);
+    stalled_attempts_leave_no_lock_behind(&server, locker).await;
 }
 
 /// The same on a Cluster, where the locks are taken one by one: the acquire left without an
@@ -448,62 +433,36 @@ async fn a_multi_lock_attempt_stalled_on_a_cluster_leaves_no_lock_behind() {
             .build()
             .expect("cluster locker")
     };
-    stalled_attempts_leave_no_lock_behind(&cluster.nodes[0], locker, ["gb:a", "gb:b"]).await;
+    stalled_attempts_leave_no_lock_behind(&cluster.nodes[0], locker).await;
 }
 
+/// Locks `gb:a<round>` and `gb:b<round>` together (see [`stopped`]).
 async fn stalled_attempts_leave_no_lock_behind(
     server: &RedisServer,
     locker_of: impl Fn() -> Locker,
-    names: [&str; 2],
 ) {
-    for (round, resume_after) in [300u64, 500, 700, 1500].into_iter().enumerate() {
-        let locker = locker_of();
-        let names = names.map(|n| format!("{n}{round}"));
-        // The script is loaded and the connection open before the stall.
-        let warm = locker
-            .lock_all(names.clone())
-            .ttl(30 * SECOND)
-            .await
-            .expect("warm-up");
-        assert!(warm.release().await.expect("release"));
-
-        signal(server, "-STOP");
-        let resume = {
-            let server_pid = server.pid().expect("pid").to_string();
-            std::thread::spawn(move || {
-                std::thread::sleep(Duration::from_millis(resume_after));
-                let status = std::process::Command::new("kill")
-                    .args(["-CONT", &server_pid])
-                    .status()
-                    .expect("run kill");
-                assert!(status.success());
-            })
-        };
-        let attempt = locker
-            .lock_all(names.clone())
-            .ttl(30 * SECOND)
-            .wait(SECOND)
-            .await;
-        tokio::task::spawn_blocking(move || resume.join())
-            .await
-            .expect("join")
-            .expect("resumed");
-        if let Ok(all) = attempt {
-            // Resumed in time for a later attempt: a lease like any other.
-            assert!(all.release().await.expect("release"), "round {round}");
-        }
-        // Whatever reached the server has run by now.
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        let left: Vec<String> = names
-            .iter()
-            .map(|name| format!("lock:{{{name}}}"))
-            .filter(|key| server.command(&["EXISTS", key]) != ":0\r\n")
-            .map(|key| format!("{key} (PTTL {})", server.command(&["PTTL", &key]).trim()))
-            .collect();
-        assert!(
-            left.is_empty(),
-            "round {round} (resumed after {resume_after} ms): left held by nobody: {left:?}"
-        );
-    }
-    signal(server, "-CONT");
+    let names = |name: &str| [format!("{name}:a"), format!("{name}:b")];
+    stopped::stalled_requests_leave_nothing_behind(
+        server,
+        locker_of,
+        "gb",
+        |locker, name, wait| async move {
+            let all = locker
+                .lock_all(names(&name))
+                .ttl(30 * SECOND)
+                .wait(wait)
+                .await?;
+            assert!(all.release().await?, "{name}: released");
+            Ok(())
+        },
+        |_, name| async move {
+            names(&name)
+                .iter()
+                .map(|name| format!("lock:{{{name}}}"))
+                .filter(|key| server.command(&["EXISTS", key]) != ":0\r\n")
+                .map(|key| format!("{key} (PTTL {})", server.command(&["PTTL", &key]).trim()))
+                .collect()
+        },
+    )
+    .await;
 }

@@ -4,7 +4,7 @@
 use std::future::IntoFuture as _;
 use std::time::{Duration, Instant};
 
-use lock_core::{LockError, Locker, Protocol};
+use lock_core::{Lease, LockError, Locker, Protocol};
 use lock_tests::{free_port, RedisServer};
 
 use crate::behaviour::freed_within;
@@ -332,6 +332,22 @@ fn shutdown_waits_for_the_releases_of_dropped_leases() {
     }
 }
 
+/// A Locker on `held_on` takes `name` for a minute; a Locker on `waits_on` (another
+/// process, as it were) waits up to 30 s for it in a task of its own.
+async fn held_and_awaited(
+    server: &RedisServer,
+    held_on: Protocol,
+    waits_on: Protocol,
+    name: &'static str,
+) -> (Lease, tokio::task::JoinHandle<Result<Lease, LockError>>) {
+    let holder = Harness::locker_for(server, held_on);
+    let waiter = Harness::locker_for(server, waits_on);
+    let lease = holder.lock(name).ttl(60 * SECOND).await.expect("holder");
+    let waiting =
+        tokio::spawn(async move { waiter.lock(name).ttl(10 * SECOND).wait(30 * SECOND).await });
+    (lease, waiting)
+}
+
 /// A WATCH/MULTI waiter learns of releases on the lock's release channel, but a holder on
 /// Lua scripts releases an unmarked value with a silent compare-and-delete: the waiter
 /// slept until its backoff (up to 5 s) or the holder's TTL while the lock lay free (found
@@ -340,19 +356,8 @@ fn shutdown_waits_for_the_releases_of_dropped_leases() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_transactions_waiter_is_told_of_a_scripts_holders_release() {
     let server = RedisServer::start();
-    let holder = Harness::locker_for(&server, Protocol::Scripts);
-    let waiter = Harness::locker_for(&server, Protocol::Transactions);
-    let lease = holder.lock("mixed").ttl(60 * SECOND).await.expect("holder");
-    let waiting = {
-        let waiter = waiter.clone();
-        tokio::spawn(async move {
-            waiter
-                .lock("mixed")
-                .ttl(10 * SECOND)
-                .wait(30 * SECOND)
-                .await
-        })
-    };
+    let (lease, waiting) =
+        held_and_awaited(&server, Protocol::Scripts, Protocol::Transactions, "mixed").await;
     let marked = || {
         server
             .command(&["GET", "lock:{mixed}"])
@@ -378,4 +383,85 @@ async fn a_transactions_waiter_is_told_of_a_scripts_holders_release() {
         .expect("the waiter takes the lock");
     assert!(next.release().await.expect("release"));
     assert!(!server.command(&["EXISTS", "lock:{mixed}"]).contains(":1"));
+}
+
+/// The other way round: a waiter on Lua scripts stands in the lock's Redis-side queue and
+/// is told its turn by the release that hands the lock over, but a WATCH/MULTI release
+/// deleted the key and announced it only on the release channel. The queued waiter slept
+/// until its safety net or the holder's TTL while the lock lay free. The same release gives
+/// back what a WATCH/MULTI multi-lock attempt took one by one before it met a busy name: a
+/// single-lock request that arrived in that moment queued behind the never-granted value
+/// and slept until its TTL (lock-torture's `liveness` rule, `--primitive multi`, issue 24).
+/// The release now hands the lock to the queue's head as the release script does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scripts_waiter_is_handed_a_transactions_holders_release() {
+    let server = RedisServer::start();
+    let (lease, waiting) =
+        held_and_awaited(&server, Protocol::Transactions, Protocol::Scripts, "handed").await;
+    crate::notified::until("the waiter to queue in Redis", || {
+        crate::notified::queued(&server, "handed") == 1
+    })
+    .await;
+    assert!(
+        lease.release().await.expect("release"),
+        "still ours despite the mark"
+    );
+    // Handed over: reserved for the head (or already claimed by it), not deleted. The
+    // head's first look of its own comes a quarter of a second or more later.
+    let stored = server.command(&["GET", "lock:{handed}"]);
+    assert!(
+        !stored.starts_with("$-1") && !stored.starts_with('_'),
+        "the release left the lock free instead of handing it to the queued waiter: {stored:?}"
+    );
+    let next = waiting
+        .await
+        .expect("join")
+        .expect("the waiter takes the lock");
+    assert_eq!(crate::notified::queued(&server, "handed"), 0);
+    assert!(next.release().await.expect("release"));
+    assert!(!server.command(&["EXISTS", "lock:{handed}"]).contains(":1"));
+}
+
+/// A waiting multi-lock on WATCH/MULTI learns of releases on the release channel of the
+/// name it found busy, but it never marked the holder's value (the mark went through a
+/// script, which this protocol cannot run): a holder on Lua scripts released with a silent
+/// compare-and-delete, and the multi-lock slept until its backoff or the holder's TTL while
+/// every name lay free (lock-torture's liveness rule, `--primitive multi`, issue 24). Its
+/// attempts now mark a busy holder's value as a single-lock waiter's do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transactions_multi_lock_marks_a_scripts_holders_value() {
+    let server = RedisServer::start();
+    let holder = Harness::locker_for(&server, Protocol::Scripts);
+    let waiter = Harness::locker_for(&server, Protocol::Transactions);
+    let lease = holder
+        .lock("pair:b")
+        .ttl(60 * SECOND)
+        .await
+        .expect("holder");
+    let waiting = {
+        let waiter = waiter.clone();
+        tokio::spawn(async move {
+            waiter
+                .lock_all(["pair:a", "pair:b"])
+                .ttl(10 * SECOND)
+                .wait(30 * SECOND)
+                .await
+        })
+    };
+    crate::notified::until("the multi-lock to mark the holder's value", || {
+        server
+            .command(&["GET", "lock:{pair:b}"])
+            .lines()
+            .any(|line| line.starts_with('~'))
+    })
+    .await;
+    assert!(
+        lease.release().await.expect("release"),
+        "still ours despite the mark"
+    );
+    let both = waiting
+        .await
+        .expect("join")
+        .expect("the multi-lock takes both names");
+    assert!(both.release().await.expect("release"));
 }

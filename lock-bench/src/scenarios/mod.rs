@@ -11,6 +11,8 @@ pub mod s4_redlock;
 pub mod s5_overrun;
 pub mod s6_holders;
 pub mod s6_permits;
+pub mod s7_rwlock;
+pub mod s8_multi;
 
 /// How long and how often to measure.
 #[derive(Debug, Clone)]
@@ -92,6 +94,15 @@ impl Failures {
     pub fn record(&mut self, err: String) {
         self.count += 1;
         self.first.get_or_insert(err);
+    }
+
+    /// Every run's failures together.
+    pub fn of_runs<'a>(runs: impl IntoIterator<Item = &'a Failures>) -> Failures {
+        let mut all = Failures::default();
+        for failures in runs {
+            all.merge(failures.clone());
+        }
+        all
     }
 
     pub fn merge(&mut self, other: Failures) {

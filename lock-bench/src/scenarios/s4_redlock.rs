@@ -16,6 +16,9 @@ use crate::stats::{paired, Spread};
 pub struct Config {
     pub library: String,
     pub nodes: usize,
+    /// Independent masters and a quorum (Redlock); false for one Redis, a Cluster or a
+    /// Sentinel's master, whose `nodes` count servers that do not vote.
+    pub redlock: bool,
     pub contender: Arc<Any>,
 }
 
@@ -23,6 +26,8 @@ pub struct Config {
 pub struct Row {
     pub contender: String,
     pub nodes: usize,
+    /// Whether this row runs Redlock (see [`Config::redlock`]).
+    pub redlock: bool,
     pub s1_p50_us: Spread,
     pub s1_p99_us: Spread,
     pub s1_cycles_per_s: Spread,
@@ -75,6 +80,7 @@ pub async fn run(configs: &[Config], settings: &Settings) -> Table {
             Row {
                 contender: config.contender.label().to_owned(),
                 nodes: config.nodes,
+                redlock: config.redlock,
                 s1_p50_us: Spread::pick(latency_runs, |r| r.p50_us),
                 s1_p99_us: Spread::pick(latency_runs, |r| r.p99_us),
                 s1_cycles_per_s: Spread::pick(latency_runs, |r| r.cycles_per_s),

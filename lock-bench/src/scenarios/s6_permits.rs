@@ -14,7 +14,7 @@ use serde::Serialize;
 use super::{interleaved, Failures, Settings};
 use crate::contenders::{Any, Contender as _, Spec};
 use crate::probe::Probe;
-use crate::stats::{jain, Samples, Spread};
+use crate::stats::{jain, most_at_once, Samples, Spread};
 
 const SPEC: Spec = Spec {
     ttl: Duration::from_secs(5),
@@ -159,19 +159,7 @@ fn summarize(log: &[Hold], shape: Shape, counts: Option<Counts>, failures: Failu
         for (leaving, entered) in leavings.iter().zip(entries.iter().skip(shape.capacity)) {
             gaps.push(entered.saturating_duration_since(*leaving).as_nanos() as u64);
         }
-        // Most holds in progress at once: a sweep over entries and leavings (a leaving at
-        // the same instant as an entry comes first).
-        let (mut i, mut j, mut now) = (0, 0, 0usize);
-        while i < entries.len() {
-            if j < leavings.len() && leavings[j] <= entries[i] {
-                now = now.saturating_sub(1);
-                j += 1;
-            } else {
-                now += 1;
-                peak_holders = peak_holders.max(now);
-                i += 1;
-            }
-        }
+        peak_holders = peak_holders.max(most_at_once(&entries, &leavings));
     }
     for hold in log {
         if let Some(count) = per_task.get_mut(hold.who) {

@@ -13,7 +13,6 @@ use futures_util::StreamExt as _;
 use tokio::sync::broadcast;
 
 use crate::backend::lua::{self, Lua};
-use crate::backend::prim_scripts::Server;
 use crate::backend::{AnyBackend, Backend as _};
 use crate::connection::notifier::Notifier;
 use crate::key::LockKeys;
@@ -100,10 +99,7 @@ pub(crate) async fn proclaim(
     supported(backend, &keys.name)?;
     match backend {
         AnyBackend::Scripted(scripted) => {
-            let server = Server {
-                conn: scripted.connection().clone(),
-                mode: scripted.mode(),
-            };
+            let server = scripted.server();
             let record = record_key(keys);
             let term = term.to_string();
             let state = if elected { "L" } else { "R" };

@@ -16,6 +16,7 @@ pub(crate) mod memory;
 pub(crate) mod permits;
 pub(crate) mod prim_scripts;
 pub(crate) mod redlock;
+pub(crate) mod replicated;
 pub(crate) mod scripted;
 pub(crate) mod transaction;
 mod undo;

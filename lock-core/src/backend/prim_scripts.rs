@@ -2,12 +2,13 @@
 //! on: a Functions library of their own (`lockcore_prims_v4`), run like the lock's scripts
 //! (see [`lua`](crate::backend::lua)).
 
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 
 use redis::FromRedisValue;
 
 use crate::backend::lua::{self, Lua, ScriptMode};
-use crate::connection::shared::{is_connection_failure, Conn, SharedConnection};
+use crate::backend::replicated::Replicated;
+use crate::connection::shared::{is_connection_failure, Conn, Lent, SharedConnection};
 use crate::LockError;
 
 const LIBRARY_NAME: &str = "lockcore_prims_v4";
@@ -78,6 +79,9 @@ fn library() -> &'static str {
 pub(crate) struct Server {
     pub conn: SharedConnection,
     pub mode: ScriptMode,
+    /// The scripted backend's replica acknowledgement check, when it is on: grants and
+    /// extensions ([`Server::run_replicated`]) count only once replicas have them.
+    pub replicated: Option<Arc<Replicated>>,
 }
 
 impl Server {
@@ -92,7 +96,7 @@ impl Server {
     ) -> Result<T, LockError> {
         self.run_raw(script, name, keys, args)
             .await
-            .map_err(|err| LockError::from_redis(name, keys.first().copied().unwrap_or(""), err))
+            .map_err(|err| blame(name, keys, err))
     }
 
     /// [`Server::run`], keeping Redis's own error (to tell a CROSSSLOT reply apart).
@@ -103,24 +107,80 @@ impl Server {
         keys: &[&str],
         args: &[&[u8]],
     ) -> redis::RedisResult<T> {
-        self.run_raw_noting(script, name, keys, args, |_| ()).await
+        self.run_raw_noting(script, name, keys, args, None).await
     }
 
-    /// [`Server::run`], first handing `sent_on` the connection the script goes out on, so
-    /// that whatever must reach Redis after it (a give-back of what it may have taken,
-    /// should its answer never come) can be queued behind it on the same socket: on a
-    /// connection opened later, it could reach a stalled server first, or not at all.
+    /// [`Server::run`] for an attempt that may take something: `sent` notes the connection
+    /// the script goes out on before it is sent, and forgets it once an answer came, so
+    /// that whatever must reach Redis after the attempt (a give-back of what it may have
+    /// taken, should its answer never come) can be queued behind it on the same socket
+    /// (see [`SentOn`]).
     pub async fn run_noting<T: FromRedisValue>(
         &self,
         script: &Lua,
         name: &str,
         keys: &[&str],
         args: &[&[u8]],
-        sent_on: impl FnOnce(&Conn),
+        sent: &SentOn,
     ) -> Result<T, LockError> {
-        self.run_raw_noting(script, name, keys, args, sent_on)
+        self.run_raw_noting(script, name, keys, args, Some(sent))
             .await
-            .map_err(|err| LockError::from_redis(name, keys.first().copied().unwrap_or(""), err))
+            .map_err(|err| blame(name, keys, err))
+    }
+
+    /// [`Server::run_noting`] for a write that a holder relies on (a grant, an
+    /// extension). With the replica acknowledgement check on, it goes out on one of the
+    /// check's connections (noted in `sent`), and a reply that `granted` calls a grant
+    /// counts only once replicas acknowledged it: [`LockError::NotReplicated`] otherwise,
+    /// with the write left in place for the caller to undo (on [`SentOn::last`]).
+    pub async fn run_replicated<T: FromRedisValue>(
+        &self,
+        script: &Lua,
+        name: &str,
+        keys: &[&str],
+        args: &[&[u8]],
+        sent: &SentOn,
+        granted: impl FnOnce(&T) -> bool,
+    ) -> Result<T, LockError> {
+        let Some(replicated) = &self.replicated else {
+            return self.run_noting(script, name, keys, args, sent).await;
+        };
+        let key = keys.first().copied().unwrap_or("");
+        let shared = replicated.writer(&self.conn, keys);
+        let (reply, lent) = self
+            .run_raw_via(shared, script, name, keys, args, Some(sent))
+            .await
+            .map_err(|err| blame(name, keys, err))?;
+        if granted(&reply) {
+            let mut conn = lent.conn.clone();
+            replicated
+                .confirm(&mut conn, name, key)
+                .await
+                .inspect_err(|err| {
+                    if matches!(err, LockError::Connection { .. }) {
+                        shared.retire(&lent);
+                    }
+                })?;
+        }
+        Ok(reply)
+    }
+
+    /// Runs `script` on `conn`, a connection an earlier attempt went out on (see
+    /// [`SentOn`]), instead of the shared one. `conn` is not retired on failure: it may
+    /// have been replaced already.
+    pub async fn run_on<T: FromRedisValue>(
+        &self,
+        conn: &Conn,
+        script: &Lua,
+        name: &str,
+        keys: &[&str],
+        args: &[&[u8]],
+    ) -> Result<T, LockError> {
+        let mut conn = conn.clone();
+        script
+            .run(self.mode, &mut conn, keys, args)
+            .await
+            .map_err(|err| blame(name, keys, err))
     }
 
     async fn run_raw_noting<T: FromRedisValue>(
@@ -129,23 +189,47 @@ impl Server {
         name: &str,
         keys: &[&str],
         args: &[&[u8]],
-        sent_on: impl FnOnce(&Conn),
+        sent: Option<&SentOn>,
     ) -> redis::RedisResult<T> {
-        let lent = self.conn.get(name).await.map_err(|err| {
+        self.run_raw_via(&self.conn, script, name, keys, args, sent)
+            .await
+            .map(|(reply, _)| reply)
+    }
+
+    /// Runs `script` on `shared` (the shared connection, or one of the replica check's),
+    /// retiring it if it broke, noting the connection in `sent` (forgotten again once
+    /// answered); the reply, with the connection it went out on.
+    async fn run_raw_via<T: FromRedisValue>(
+        &self,
+        shared: &SharedConnection,
+        script: &Lua,
+        name: &str,
+        keys: &[&str],
+        args: &[&[u8]],
+        sent: Option<&SentOn>,
+    ) -> redis::RedisResult<(T, Lent)> {
+        let lent = shared.get(name).await.map_err(|err| {
             redis::RedisError::from(std::io::Error::new(
                 std::io::ErrorKind::NotConnected,
                 err.to_string(),
             ))
         })?;
-        sent_on(&lent.conn);
+        if let Some(sent) = sent {
+            sent.note(&lent.conn);
+        }
         let mut conn = lent.conn.clone();
         let reply = script.run(self.mode, &mut conn, keys, args).await;
         if let Err(err) = &reply {
             if is_connection_failure(err) {
-                self.conn.retire(&lent);
+                shared.retire(&lent);
             }
         }
-        reply
+        if let Some(sent) = sent {
+            if reply.as_ref().err().is_none_or(|err| !unanswered(err)) {
+                sent.answered();
+            }
+        }
+        reply.map(|reply| (reply, lent))
     }
 
     /// True when the connection is a Redis Cluster's (keys of different slots cannot meet
@@ -164,6 +248,89 @@ impl Server {
             let _ = lent;
             Ok(false)
         }
+    }
+}
+
+/// `err` of a script run for primitive `name`, blamed on the first of `keys`.
+fn blame(name: &str, keys: &[&str], err: redis::RedisError) -> LockError {
+    LockError::from_redis(name, keys.first().copied().unwrap_or(""), err)
+}
+
+/// Whether `err` says the reply never came (a response timeout, a broken connection): the
+/// command may still run, or already have. Any other error is the server's reply.
+fn unanswered(err: &redis::RedisError) -> bool {
+    err.is_io_error() || err.is_connection_dropped() || err.is_unrecoverable_error()
+}
+
+/// The connections one request's attempts went out on whose answers never came, for its
+/// give-back to follow them. A multiplexed connection keeps request order, so a give-back
+/// sent on an attempt's connection reaches Redis after the attempt, even once the shared
+/// connection was retired and replaced (a response timeout, a Sentinel's master that may
+/// have changed); on the new connection it could reach a server that stalled with the
+/// attempt unread before that attempt, or not reach it at all, and leave what the attempt
+/// took held by nobody until its TTL. The plain lock's undo does the same
+/// (`Backend::acquire`). Filled by [`Server::run_noting`]; each entry is an attempt that
+/// timed out or broke its connection (which is then retired, so the next attempt goes out
+/// on another), so a request keeps at most one per response timeout of its wait.
+#[derive(Default)]
+pub(crate) struct SentOn {
+    sent: Mutex<Sent>,
+}
+
+#[derive(Default)]
+struct Sent {
+    /// Whether any attempt was sent.
+    any: bool,
+    /// Whether any attempt was answered.
+    answered: bool,
+    /// The connections of the attempts without an answer (so far), oldest first.
+    unanswered: Vec<Conn>,
+    /// The connection the latest attempt went out on, answered or not.
+    last: Option<Conn>,
+}
+
+impl SentOn {
+    /// An attempt goes out on `conn`.
+    fn note(&self, conn: &Conn) {
+        let mut sent = self.sent.lock().unwrap_or_else(PoisonError::into_inner);
+        sent.any = true;
+        sent.unanswered.push(conn.clone());
+        sent.last = Some(conn.clone());
+    }
+
+    /// The connection the latest attempt went out on: where an answered grant that must
+    /// be undone at once (no replica acknowledged it) is given back, behind it.
+    pub fn last(&self) -> Option<Conn> {
+        self.sent
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .last
+            .clone()
+    }
+
+    /// The attempt noted last was answered: it has run, nothing of it is in flight.
+    fn answered(&self) {
+        let mut sent = self.sent.lock().unwrap_or_else(PoisonError::into_inner);
+        sent.answered = true;
+        sent.unanswered.pop();
+    }
+
+    /// Where a give-back goes out, taken (a second call finds nothing sent): `None` when no
+    /// attempt was sent (nothing to give back); else each connection whose attempt has no
+    /// answer (`Some`: a give-back on each, behind its attempt), and `None` (the shared
+    /// connection) when an attempt was answered: what it did has run, so a connection that
+    /// works now undoes it best (an earlier attempt's connection may be broken). Giving
+    /// back twice is harmless.
+    pub fn take(&self) -> Option<Vec<Option<Conn>>> {
+        let sent = std::mem::take(&mut *self.sent.lock().unwrap_or_else(PoisonError::into_inner));
+        if !sent.any {
+            return None;
+        }
+        let mut routes: Vec<Option<Conn>> = sent.unanswered.into_iter().map(Some).collect();
+        if sent.answered {
+            routes.push(None);
+        }
+        Some(routes)
     }
 }
 

@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
 
-use super::prim_scripts::{Server, MARK_LISTENED};
+use super::prim_scripts::MARK_LISTENED;
 use super::scripted::Scripted;
 use super::undo::Undo;
 use super::{Attempt, AttemptKind, Backend, RawState};
@@ -337,11 +337,7 @@ impl Redlock {
     pub async fn mark_listened(&self, keys: &LockKeys) -> Option<i64> {
         let results = self
             .on_all(&keys.name, |node| async move {
-                let server = Server {
-                    conn: node.connection().clone(),
-                    mode: node.mode(),
-                };
-                server
+                node.server()
                     .run::<i64>(&MARK_LISTENED, &keys.name, &[&keys.lock], &[])
                     .await
             })

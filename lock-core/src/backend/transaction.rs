@@ -3,10 +3,12 @@
 //! two round trips per operation and a pooled connection of its own for each (WATCH state
 //! belongs to a connection).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use deadpool_redis::{Connection, Pool};
 
+use super::replicated::Replicated;
 use super::{millis, remaining_from_pttl, Attempt, AttemptKind, Backend, RawState};
 use crate::connection::shared::checkout;
 use crate::deadline::within;
@@ -24,6 +26,10 @@ pub(crate) struct Transactional {
     command_timeout: Duration,
     /// The server's URL without credentials, named when it cannot be reached.
     address: Option<String>,
+    /// The replica acknowledgement check, when it is on: `WAIT` after a grant or an
+    /// extension, on the operation's own pooled connection (which nobody else's commands
+    /// queue behind).
+    replicated: Option<Arc<Replicated>>,
 }
 
 impl Transactional {
@@ -32,7 +38,14 @@ impl Transactional {
             pool,
             command_timeout,
             address,
+            replicated: None,
         }
+    }
+
+    /// Grants only what replicas acknowledged (see [`Replicated`]).
+    pub fn with_replica_sync(mut self, replicated: Option<Replicated>) -> Transactional {
+        self.replicated = replicated.map(Arc::new);
+        self
     }
 }
 
@@ -55,9 +68,10 @@ impl Backend for Transactional {
             let task_value = value.to_owned();
             let address = self.address.clone();
             let mark = matches!(kind, AttemptKind::Listening);
+            let replicated = self.replicated.clone();
             tokio::spawn(async move {
                 let result = acquire_once(
-                    (&pool, address.as_deref()),
+                    (&pool, address.as_deref(), replicated.as_deref()),
                     &task_keys,
                     &task_value,
                     ttl,
@@ -87,13 +101,7 @@ impl Backend for Transactional {
     async fn release(&self, keys: &LockKeys, value: &str) -> Result<bool, LockError> {
         within(self.command_timeout, &keys.name, async {
             let mut conn = checkout(&self.pool, &keys.name, self.address.as_deref()).await?;
-            compare_and(&mut conn, keys, value, |pipe| {
-                pipe.del(&keys.lock)
-                    .ignore()
-                    .publish(keys.channel(), "released")
-                    .ignore();
-            })
-            .await
+            release_now(&mut conn, keys, value).await
         })
         .await
     }
@@ -101,10 +109,17 @@ impl Backend for Transactional {
     async fn extend(&self, keys: &LockKeys, value: &str, ttl: Duration) -> Result<bool, LockError> {
         within(self.command_timeout, &keys.name, async {
             let mut conn = checkout(&self.pool, &keys.name, self.address.as_deref()).await?;
-            compare_and(&mut conn, keys, value, |pipe| {
+            let extended = compare_and(&mut conn, keys, value, |pipe| {
                 pipe.pexpire(&keys.lock, millis(ttl) as i64).ignore();
             })
-            .await
+            .await?;
+            if let (true, Some(replicated)) = (extended, &self.replicated) {
+                // Not counted unless replicas have it: the lease's validity stays as it was.
+                replicated
+                    .confirm(&mut conn, &keys.name, &keys.lock)
+                    .await?;
+            }
+            Ok(extended)
         })
         .await
     }
@@ -134,7 +149,7 @@ impl Transactional {
 }
 
 async fn acquire_once(
-    (pool, address): (&Pool, Option<&str>),
+    (pool, address, replicated): (&Pool, Option<&str>, Option<&Replicated>),
     keys: &LockKeys,
     value: &str,
     ttl: Duration,
@@ -218,12 +233,190 @@ async fn acquire_once(
                 } else {
                     None
                 };
+                if let Some(replicated) = replicated {
+                    if let Err(err) = replicated.confirm(&mut conn, &keys.name, &keys.lock).await {
+                        // Too few replicas have it: deleted again on this connection, after
+                        // the grant (if that fails, the TTL frees it), and a failed attempt.
+                        let undone = compare_and(&mut conn, keys, value, |pipe| {
+                            pipe.del(&keys.lock).ignore();
+                        })
+                        .await;
+                        if let Err(undo) = undone {
+                            tracing::debug!(key = %keys.lock, %undo, "undoing a grant no replica acknowledged failed; the TTL will free the lock");
+                        }
+                        return Err(err);
+                    }
+                }
                 return Ok(Attempt::Acquired { fencing_token });
             }
             Some((None, _)) | None => continue,
         }
     }
     Ok(Attempt::busy_unknown())
+}
+
+/// Gives the lock up if it still holds `value`; false when it does not (nothing is written
+/// then). As `release.lua` does: an unmarked value (nobody listens) is deleted; a marked one
+/// is handed to the first live waiter of the lock's Redis-side queue (Lockers on Lua
+/// scripts stand there and are told their turn on their own channel, never on the release
+/// channel), or deleted when nobody waits there. Every release is announced on the release
+/// channel, where this protocol's own waiters listen.
+///
+/// A deleted marked value left a queued waiter asleep until its safety net or the holder's
+/// TTL while the lock lay free: after a holder on this protocol, and after the give-back of
+/// a multi-lock attempt on it, which takes the names one by one and returns them at the
+/// first busy one (found by lock-torture's liveness rule, issue 24).
+async fn release_now(
+    conn: &mut Connection,
+    keys: &LockKeys,
+    value: &str,
+) -> Result<bool, LockError> {
+    let redis_err = |err| LockError::from_redis(&keys.name, &keys.lock, err);
+    let queue_keys = keys.queue_keys();
+    let queue = Queue {
+        queue: queue_keys.queue(),
+        entries: queue_keys.entries(),
+    };
+    for _ in 0..MAX_OPTIMISTIC_RETRIES {
+        let Some(stored) = watch_ours(conn, keys, value).await? else {
+            return Ok(false);
+        };
+        let mut tx = redis::pipe();
+        tx.atomic();
+        if stored.first() == Some(&LISTENED_MARK) {
+            // The queue is watched too: a waiter that joins or leaves it meanwhile aborts
+            // the EXEC, and the next round looks again.
+            let ((secs, micros), members, entries): ((u64, u64), Vec<Vec<u8>>, Entries) =
+                redis::pipe()
+                    .cmd("WATCH")
+                    .arg(queue.queue)
+                    .arg(queue.entries)
+                    .ignore()
+                    .cmd("TIME")
+                    .zrange(queue.queue, 0, -1)
+                    .hgetall(queue.entries)
+                    .query_async(&mut *conn)
+                    .await
+                    .map_err(redis_err)?;
+            let now = secs * 1000 + micros / 1000;
+            queue.hand_over(&mut tx, &keys.lock, now, &members, &entries);
+        } else {
+            tx.del(&keys.lock).ignore();
+        }
+        tx.publish(keys.channel(), "released").ignore();
+        let executed: Option<()> = tx.query_async(&mut *conn).await.map_err(redis_err)?;
+        if executed.is_some() {
+            return Ok(true);
+        }
+    }
+    Err(kept_changing(keys))
+}
+
+/// A queue's entries: waiter -> `<expiry ms> <value>` (see `queue.lua`).
+type Entries = std::collections::HashMap<Vec<u8>, Vec<u8>>;
+
+/// The two keys of a lock's Redis-side waiter queue.
+struct Queue<'a> {
+    queue: &'a str,
+    entries: &'a str,
+}
+
+impl Queue<'_> {
+    /// Queues in `tx` what `hand_over` in `queue.lua` does to the free lock `lock`, given the
+    /// queue's `members` in order, its `entries` and the server's time `now` (ms): waiters
+    /// whose entry expired are dropped; the first live one gets the lock reserved with its
+    /// value for the claim window and is told its turn (`g`), the one after it to stand by
+    /// (`s`). Nobody live: the lock is deleted.
+    fn hand_over(
+        &self,
+        tx: &mut redis::Pipeline,
+        lock: &str,
+        now: u64,
+        members: &[Vec<u8>],
+        entries: &Entries,
+    ) {
+        let window = millis(super::CLAIM_WINDOW);
+        let live = members.iter().enumerate().find_map(|(i, member)| {
+            let (expiry, value) = entry_of(entries.get(member)?)?;
+            (expiry > now).then_some((i, value))
+        });
+        let dead = live.map_or(members.len(), |(i, _)| i);
+        for member in &members[..dead] {
+            tx.zrem(self.queue, member)
+                .ignore()
+                .hdel(self.entries, member)
+                .ignore();
+        }
+        let Some((head, value)) = live else {
+            tx.del(lock).ignore();
+            return;
+        };
+        let mut entry = format!("{} ", now + window).into_bytes();
+        entry.extend_from_slice(value);
+        tx.cmd("SET")
+            .arg(lock)
+            .arg(value)
+            .arg("PX")
+            .arg(window)
+            .ignore()
+            .hset(self.entries, &members[head], entry)
+            .ignore()
+            .publish(&members[head], format!("g:{window}:{lock}"))
+            .ignore();
+        if let Some(second) = members.get(head + 1) {
+            tx.publish(second, format!("s:{window}:{lock}")).ignore();
+        }
+    }
+}
+
+/// Expiry and value of a queue entry, `<expiry ms> <value>`; `None` when malformed (the
+/// waiter is dropped then, as `entry_of` in `queue.lua` does).
+fn entry_of(raw: &[u8]) -> Option<(u64, &[u8])> {
+    let space = raw.iter().position(|&b| b == b' ')?;
+    // Lua writes a sum of numbers: an integer, though a float to Lua.
+    let expiry = std::str::from_utf8(&raw[..space])
+        .ok()?
+        .parse::<f64>()
+        .ok()?;
+    Some((expiry as u64, &raw[space + 1..]))
+}
+
+/// WATCHes the lock key and reads it: the stored value when it holds `value` (marked or
+/// not), else `None`, the WATCH undone.
+async fn watch_ours(
+    conn: &mut Connection,
+    keys: &LockKeys,
+    value: &str,
+) -> Result<Option<Vec<u8>>, LockError> {
+    let redis_err = |err| LockError::from_redis(&keys.name, &keys.lock, err);
+    let (current,): (Option<Vec<u8>>,) = redis::pipe()
+        .cmd("WATCH")
+        .arg(&keys.lock)
+        .ignore()
+        .get(&keys.lock)
+        .query_async(&mut *conn)
+        .await
+        .map_err(redis_err)?;
+    match current {
+        Some(stored) if is_ours(&stored, value) => Ok(Some(stored)),
+        _ => {
+            redis::cmd("UNWATCH")
+                .query_async::<()>(&mut *conn)
+                .await
+                .map_err(redis_err)?;
+            Ok(None)
+        }
+    }
+}
+
+/// Every EXEC was aborted by a write to the key, yet every look found our value: the lock
+/// may well still be ours, so "not held" would be a lie that marks the lease lost. An error
+/// leaves the decision to the caller (the renewer retries; the TTL bounds it).
+fn kept_changing(keys: &LockKeys) -> LockError {
+    LockError::connection(
+        &keys.name,
+        format!("the key kept changing under WATCH ({MAX_OPTIMISTIC_RETRIES} aborted transactions in a row)"),
+    )
 }
 
 /// WATCH the key, check it holds `value`, then run `then` in MULTI/EXEC. False when the lock
@@ -236,22 +429,7 @@ async fn compare_and(
 ) -> Result<bool, LockError> {
     let redis_err = |err| LockError::from_redis(&keys.name, &keys.lock, err);
     for _ in 0..MAX_OPTIMISTIC_RETRIES {
-        let (current,): (Option<Vec<u8>>,) = redis::pipe()
-            .cmd("WATCH")
-            .arg(&keys.lock)
-            .ignore()
-            .get(&keys.lock)
-            .query_async(&mut *conn)
-            .await
-            .map_err(redis_err)?;
-        if !current
-            .as_deref()
-            .is_some_and(|stored| is_ours(stored, value))
-        {
-            redis::cmd("UNWATCH")
-                .query_async::<()>(&mut *conn)
-                .await
-                .map_err(redis_err)?;
+        if watch_ours(conn, keys, value).await?.is_none() {
             return Ok(false);
         }
         let mut tx = redis::pipe();
@@ -262,13 +440,7 @@ async fn compare_and(
             return Ok(true);
         }
     }
-    // Every EXEC was aborted by a write to the key, yet every look found our value: the
-    // lock may well still be ours, so "not held" would be a lie that marks the lease lost.
-    // An error leaves the decision to the caller (the renewer retries; the TTL bounds it).
-    Err(LockError::connection(
-        &keys.name,
-        format!("the key kept changing under WATCH ({MAX_OPTIMISTIC_RETRIES} aborted transactions in a row)"),
-    ))
+    Err(kept_changing(keys))
 }
 
 /// Deletes a lock taken for a caller who is no longer there to receive it.
@@ -298,10 +470,7 @@ impl Drop for Undo {
         let value = std::mem::take(&mut self.value);
         runtime.spawn(async move {
             if let Ok(mut conn) = checkout(&pool, &keys.name, None).await {
-                let _ = compare_and(&mut conn, &keys, &value, |pipe| {
-                    pipe.del(&keys.lock).ignore();
-                })
-                .await;
+                let _ = release_now(&mut conn, &keys, &value).await;
             }
         });
     }

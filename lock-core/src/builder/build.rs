@@ -5,7 +5,7 @@ use deadpool_redis::Pool;
 use super::{Label, LockerBuilder, Protocol, Store, DEFAULT_REDIS_URL, REDIS_URL_ENV};
 use crate::backend::memory::Memory;
 use crate::backend::redlock::Redlock;
-use crate::backend::scripted::replicated::Replicated;
+use crate::backend::replicated::Replicated;
 use crate::backend::scripted::Scripted;
 use crate::backend::transaction::Transactional;
 use crate::backend::AnyBackend;
@@ -87,7 +87,14 @@ impl LockerBuilder {
                 )
             }
             Protocol::Transactions => {
-                AnyBackend::Transaction(Transactional::new(pool, settings.command_timeout, address))
+                let replicated = self
+                    .replica_sync
+                    .rule(self.sync_timeout_or_default())
+                    .map(Replicated::on_callers_connections);
+                AnyBackend::Transaction(
+                    Transactional::new(pool, settings.command_timeout, address)
+                        .with_replica_sync(replicated),
+                )
             }
         };
         Ok(assemble(backend, settings, notifier, commands_bounded))
@@ -175,16 +182,22 @@ impl LockerBuilder {
         let config = redis::AsyncConnectionConfig::new()
             .set_connection_timeout(Some(self.command_timeout))
             .set_response_timeout(Some(self.command_timeout));
-        // The notifier asks the Sentinels for the master whenever it (re)connects, so after a
-        // failover its subscription moves to the new master with the lock commands.
+        // The notifier asks the Sentinels for the master whenever it (re)connects, and
+        // reconnects at each switch, so after a failover its subscription moves to the new
+        // master with the lock commands.
+        let switches = crate::connection::sentinel::Switches::new(master);
         let notifier = Notifier::new(
-            connect::Dial::Sentinel(std::sync::Arc::clone(&client)),
+            connect::Dial::Sentinel {
+                client: std::sync::Arc::clone(&client),
+                switches: std::sync::Arc::clone(&switches),
+                timeout: self.command_timeout,
+            },
             own_channel(&settings),
         );
         let source = Source::Sentinel {
             client,
             config: Box::new(config),
-            switches: crate::connection::sentinel::Switches::new(master),
+            switches,
         };
         let replicated = self.replicated(&source);
         let conn = SharedConnection::new(source, self.command_timeout, None);

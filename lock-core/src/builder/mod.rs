@@ -372,8 +372,10 @@ impl LockerBuilder {
 
     /// The replica acknowledgement check (default [`ReplicaSync::Auto`](crate::ReplicaSync)
     /// with 1 replica: on as soon as the master is seen with a connected replica). Applies to
-    /// the Lua-scripts backends on one Redis, a Cluster and Sentinel; not to Redlock (whose
-    /// nodes are independent masters) nor to [`Protocol::Transactions`].
+    /// one Redis, a Cluster and Sentinel, on Lua scripts and on [`Protocol::Transactions`],
+    /// and to every grant and extension there: locks, semaphore permits, read-write leases,
+    /// multi-locks. Not to Redlock, whose nodes are independent masters: its safety rests on
+    /// a majority of them.
     ///
     /// ```
     /// use lock_core::{Locker, ReplicaSync};

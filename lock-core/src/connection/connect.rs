@@ -56,9 +56,14 @@ pub(crate) enum Dial {
     #[cfg(feature = "tls-rustls")]
     Pinned(redis::Client, Pinned),
     /// The master Sentinel names now; asked again at every reconnect, so the subscription
-    /// follows a failover.
+    /// follows a failover, and the connection is retired at each switch (`switches`). A
+    /// connect is bounded by `timeout` (a stalled master's role check would hang).
     #[cfg(feature = "sentinel")]
-    Sentinel(Arc<tokio::sync::Mutex<redis::sentinel::SentinelClient>>),
+    Sentinel {
+        client: Arc<tokio::sync::Mutex<redis::sentinel::SentinelClient>>,
+        switches: Arc<crate::connection::sentinel::Switches>,
+        timeout: Duration,
+    },
 }
 
 impl From<redis::Client> for Dial {
@@ -70,15 +75,32 @@ impl From<redis::Client> for Dial {
 impl Dial {
     /// Opens a pub/sub connection.
     pub async fn pubsub(&self) -> redis::RedisResult<redis::aio::PubSub> {
+        self.pubsub_in_epoch().await.map(|(pubsub, _)| pubsub)
+    }
+
+    /// Opens a pub/sub connection, with the number of Sentinel switches announced before it
+    /// was opened (0 for other servers): compared with [`Dial::switches`] later, it tells a
+    /// connection to a deposed master.
+    pub async fn pubsub_in_epoch(&self) -> redis::RedisResult<(redis::aio::PubSub, u64)> {
         match self {
-            Dial::Client(client) => client.get_async_pubsub().await,
+            Dial::Client(client) => Ok((client.get_async_pubsub().await?, 0)),
             #[cfg(feature = "tls-rustls")]
-            Dial::Pinned(client, pinned) => pinned.pubsub(client).await,
+            Dial::Pinned(client, pinned) => Ok((pinned.pubsub(client).await?, 0)),
             #[cfg(feature = "sentinel")]
-            Dial::Sentinel(sentinel) => {
-                let client = sentinel.lock().await.async_get_client().await?;
-                client.get_async_pubsub().await
-            }
+            Dial::Sentinel {
+                client,
+                switches,
+                timeout,
+            } => crate::connection::sentinel::open_pubsub(client, switches, *timeout).await,
+        }
+    }
+
+    /// The Sentinels' failovers of the master, when that is where it dials.
+    #[cfg(feature = "sentinel")]
+    pub fn switches(&self) -> Option<&Arc<crate::connection::sentinel::Switches>> {
+        match self {
+            Dial::Sentinel { switches, .. } => Some(switches),
+            _ => None,
         }
     }
 }

@@ -11,9 +11,14 @@
 //!   SUBSCRIBE, the last one to leave sends UNSUBSCRIBE).
 //!
 //! If the pub/sub connection drops, every waiter is woken (messages may have been lost, so
-//! they look again) and the connection is re-opened and re-subscribed by itself.
+//! they look again) and the connection is re-opened and re-subscribed by itself. Behind
+//! Sentinel the same happens at each switch of the master the Sentinels announce: a
+//! pub/sub connection sends nothing that could fail on a stalled or deposed master, so it
+//! would go on listening there while the releases are published on the new one.
 
 use std::collections::{HashMap, HashSet};
+#[cfg(feature = "sentinel")]
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -42,12 +47,26 @@ struct Inner {
     /// The connection and what it is actually subscribed to. An async mutex: SUBSCRIBE and
     /// UNSUBSCRIBE for one channel must reach Redis in the order they were decided.
     link: tokio::sync::Mutex<Link>,
+    /// Behind Sentinel: the task that retires the connection at each switch was started.
+    #[cfg(feature = "sentinel")]
+    following: AtomicBool,
 }
 
 #[derive(Default)]
 struct Link {
     sink: Option<PubSubSink>,
     subscribed: HashSet<String>,
+    /// The Sentinel switches announced before the connection was opened (0 elsewhere).
+    epoch: u64,
+    /// The task that reads the connection's messages.
+    reader: Option<tokio::task::AbortHandle>,
+}
+
+/// An open pub/sub connection's parts, as [`Notifier::open`] hands them to the link.
+struct Opened {
+    sink: PubSubSink,
+    epoch: u64,
+    reader: tokio::task::AbortHandle,
 }
 
 /// A waiter's subscription; dropping it gives the channel up.
@@ -72,6 +91,8 @@ impl Notifier {
                 wanted: Mutex::new(HashMap::new()),
                 interests: Mutex::new(HashMap::new()),
                 link: tokio::sync::Mutex::new(Link::default()),
+                #[cfg(feature = "sentinel")]
+                following: AtomicBool::new(false),
             }),
         }
     }
@@ -157,9 +178,13 @@ impl Notifier {
         let sink = match link.sink.as_mut() {
             Some(sink) => sink,
             None if wanted => {
-                let sink = self.connect().await?;
+                let opened = self.connect().await?;
                 link.subscribed.clear();
-                link.sink.insert(sink)
+                link.epoch = opened.epoch;
+                if let Some(old) = link.reader.replace(opened.reader) {
+                    old.abort();
+                }
+                link.sink.insert(opened.sink)
             }
             None => return Ok(()),
         };
@@ -189,14 +214,16 @@ impl Notifier {
     ///
     /// Boxed with an explicit `Send`: the task it spawns may come back here to reconnect,
     /// and the compiler cannot see through that cycle by itself.
-    fn connect(&self) -> BoxFuture<'_, redis::RedisResult<PubSubSink>> {
+    fn connect(&self) -> BoxFuture<'_, redis::RedisResult<Opened>> {
         Box::pin(self.open())
     }
 
-    async fn open(&self) -> redis::RedisResult<PubSubSink> {
-        let (sink, mut stream) = self.inner.dial.pubsub().await?.split();
+    async fn open(&self) -> redis::RedisResult<Opened> {
+        let (pubsub, epoch) = self.inner.dial.pubsub_in_epoch().await?;
+        self.follow_switches();
+        let (sink, mut stream) = pubsub.split();
         let weak = Arc::downgrade(&self.inner);
-        tokio::spawn(async move {
+        let reader = tokio::spawn(async move {
             while let Some(message) = stream.next().await {
                 let Some(inner) = weak.upgrade() else { return };
                 let channel = message.get_channel_name();
@@ -240,7 +267,55 @@ impl Notifier {
             notifier.wake_all();
             notifier.resubscribe_all().await;
         });
-        Ok(sink)
+        Ok(Opened {
+            sink,
+            epoch,
+            reader: reader.abort_handle(),
+        })
+    }
+
+    /// Behind Sentinel, starts (once) the task that retires the connection at each switch
+    /// of the master and subscribes again on the new one, waking every waiter (a release
+    /// on the new master may have gone unheard). It ends with the locker.
+    fn follow_switches(&self) {
+        #[cfg(feature = "sentinel")]
+        {
+            let Some(switches) = self.inner.dial.switches() else {
+                return;
+            };
+            if self.inner.following.swap(true, Ordering::AcqRel) {
+                return;
+            }
+            let mut changes = switches.changes();
+            let weak = Arc::downgrade(&self.inner);
+            tokio::spawn(async move {
+                while changes.changed().await.is_ok() {
+                    let epoch = *changes.borrow_and_update();
+                    let Some(inner) = weak.upgrade() else { return };
+                    let notifier = Notifier { inner };
+                    if notifier.retire_before(epoch).await {
+                        tracing::info!(epoch, "the Sentinels switched the master; lock notifications subscribe on the new one");
+                        notifier.wake_all();
+                        notifier.resubscribe_all().await;
+                    }
+                }
+            });
+        }
+    }
+
+    /// Closes the pub/sub connection if it was opened before switch `epoch`; true if it did.
+    #[cfg(feature = "sentinel")]
+    async fn retire_before(&self, epoch: u64) -> bool {
+        let mut link = self.inner.link.lock().await;
+        if link.sink.is_none() || link.epoch >= epoch {
+            return false;
+        }
+        if let Some(reader) = link.reader.take() {
+            reader.abort();
+        }
+        link.sink = None;
+        link.subscribed.clear();
+        true
     }
 
     fn wake_all(&self) {

@@ -44,6 +44,9 @@ pub(crate) struct Switches {
     master: String,
     epoch: AtomicU64,
     watching: AtomicBool,
+    /// The epoch, for those who act at a switch (the notifier retires its pub/sub
+    /// connection, which sends nothing that could fail on the deposed master).
+    changes: tokio::sync::watch::Sender<u64>,
 }
 
 impl Switches {
@@ -52,12 +55,18 @@ impl Switches {
             master,
             epoch: AtomicU64::new(0),
             watching: AtomicBool::new(false),
+            changes: tokio::sync::watch::Sender::new(0),
         })
     }
 
     /// The number of switches seen so far.
     pub fn epoch(&self) -> u64 {
         self.epoch.load(Ordering::Acquire)
+    }
+
+    /// Tells of every switch from now on (the receiver ends with this locker).
+    pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changes.subscribe()
     }
 
     /// Counts a switch announced by a Sentinel, if it is of this master.
@@ -70,6 +79,7 @@ impl Switches {
         };
         if master == Some(self.master.as_str()) {
             let epoch = self.epoch.fetch_add(1, Ordering::AcqRel) + 1;
+            self.changes.send_replace(epoch);
             tracing::info!(master = %self.master, epoch, switch = payload, "the Sentinels switched the master; connections to the old one are retired");
         }
     }
@@ -145,6 +155,75 @@ pub(crate) async fn open_master(
     config: &redis::AsyncConnectionConfig,
     switches: &Arc<Switches>,
 ) -> Result<(MultiplexedConnection, u64), LockError> {
+    open_trusted(client, switches, |named| async move {
+        named
+            .get_multiplexed_async_connection_with_config(config)
+            .await
+    })
+    .await
+    .map_err(|err| err.for_lock(name))
+}
+
+/// A pub/sub connection to the master the Sentinels name (a notifier's), trusted as
+/// [`open_master`]'s connections are, each step bounded by `timeout`, with the epoch of
+/// switches it was opened in.
+pub(crate) async fn open_pubsub(
+    client: &Arc<tokio::sync::Mutex<SentinelClient>>,
+    switches: &Arc<Switches>,
+    timeout: Duration,
+) -> redis::RedisResult<(redis::aio::PubSub, u64)> {
+    let opening = open_trusted(client, switches, |named| async move {
+        named.get_async_pubsub().await
+    });
+    match tokio::time::timeout(timeout, opening).await {
+        Ok(Ok(opened)) => Ok(opened),
+        Ok(Err(err)) => Err(err.into_redis()),
+        Err(_) => Err(redis::RedisError::from(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("no pub/sub connection to the Sentinels' master within {timeout:?}"),
+        ))),
+    }
+}
+
+/// Why a connect to the Sentinels' master failed.
+enum OpenError {
+    Redis(redis::RedisError),
+    KeptChanging(String),
+}
+
+impl OpenError {
+    fn for_lock(self, name: &str) -> LockError {
+        match self {
+            OpenError::Redis(err) => cannot_connect(name, err),
+            OpenError::KeptChanging(last) => LockError::connection(
+                name,
+                format!("the Sentinels' master kept changing during the connect ({last}); retry once the failover has settled"),
+            ),
+        }
+    }
+
+    fn into_redis(self) -> redis::RedisError {
+        match self {
+            OpenError::Redis(err) => err,
+            OpenError::KeptChanging(last) => redis::RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::ConnectionRefused,
+                format!("the Sentinels' master kept changing during the connect ({last})"),
+            )),
+        }
+    }
+}
+
+/// Opens a connection with `open` to the master the Sentinels name; trusted only when no
+/// switch was announced meanwhile and the Sentinels, asked again once it is open, still
+/// name that server.
+async fn open_trusted<T, F>(
+    client: &Arc<tokio::sync::Mutex<SentinelClient>>,
+    switches: &Arc<Switches>,
+    open: impl Fn(redis::Client) -> F,
+) -> Result<(T, u64), OpenError>
+where
+    F: std::future::Future<Output = redis::RedisResult<T>>,
+{
     switches.watch(client);
     let mut last = String::new();
     for _ in 0..CONNECT_ROUNDS {
@@ -154,19 +233,16 @@ pub(crate) async fn open_master(
             .await
             .async_get_client()
             .await
-            .map_err(|err| cannot_connect(name, err))?;
-        let conn = named
-            .get_multiplexed_async_connection_with_config(config)
-            .await
-            .map_err(|err| cannot_connect(name, err))?;
+            .map_err(OpenError::Redis)?;
+        let first = host_port(named.get_connection_info().addr());
+        let conn = open(named).await.map_err(OpenError::Redis)?;
         // The role check above may have hung on a stalled server and been answered when it
         // resumed, after a failover: ask again, the way the Sentinel client protocol says
         // (`SENTINEL MASTERS`, which redis-rs reads, names the old master until the end of
         // the failover; this names the promoted replica from its promotion on).
-        let first = host_port(named.get_connection_info().addr());
         let second = named_master(client, &switches.master)
             .await
-            .map_err(|err| cannot_connect(name, err))?;
+            .map_err(OpenError::Redis)?;
         if Some(&second) == first.as_ref() && switches.epoch() == epoch {
             return Ok((conn, epoch));
         }
@@ -174,12 +250,9 @@ pub(crate) async fn open_master(
             "the Sentinels named {:?} and then {second:?} while it connected",
             first.unwrap_or_default()
         );
-        tracing::info!(%name, change = %last, "the master changed during a connect; asking the Sentinels again");
+        tracing::info!(change = %last, "the master changed during a connect; asking the Sentinels again");
     }
-    Err(LockError::connection(
-        name,
-        format!("the Sentinels' master kept changing during the connect ({last}); retry once the failover has settled"),
-    ))
+    Err(OpenError::KeptChanging(last))
 }
 
 /// Where the Sentinels say the master is now (`SENTINEL GET-MASTER-ADDR-BY-NAME`).

@@ -77,10 +77,7 @@ impl Env {
     /// The scripted backend's server (one Redis or a Cluster), if that is the backend.
     pub fn server(&self) -> Option<Server> {
         match self.engine.backend() {
-            AnyBackend::Scripted(scripted) => Some(Server {
-                conn: scripted.connection().clone(),
-                mode: scripted.mode(),
-            }),
+            AnyBackend::Scripted(scripted) => Some(scripted.server()),
             _ => None,
         }
     }

@@ -6,7 +6,7 @@
 -- ARGV[7] how long the entry counts (ms, the request's remaining wait), ARGV[8] claim
 -- window ms
 -- Returns {-1, the stored capacity, -1} when ARGV[3] disagrees with the capacity stored
--- while the name is in use (nothing is changed), {1, 0, -1} when taken, {0, ms until the
+-- while the name is in use (nothing of the request is written; ended permits are dropped), {1, 0, -1} when taken, {0, ms until the
 -- first permit ends (-1: none, or not read for a waiter behind the first two), our place
 -- among the waiters (-1 for a plain try)} when not.
 local h, q, e = KEYS[1], KEYS[2], KEYS[3]
@@ -20,7 +20,12 @@ local st, mine = state(h, member)
 -- again.
 if st.cap and st.cap ~= cap then
   sweep(h, st, now)
-  if st.held > 0 or st.nq > 0 then return {-1, st.cap, -1} end
+  if st.held > 0 or st.nq > 0 then
+    -- The sweep dropped the permits that ended: write the weight they took with them, or
+    -- the stored total keeps counting them and the name stays that much fuller.
+    save(h, q, e, st)
+    return {-1, st.cap, -1}
+  end
 end
 st.cap = cap
 -- Reserved for us (or taken by an attempt whose reply was lost): claim it.

@@ -9,14 +9,33 @@ use super::failover::{Anomaly, Replication};
 use super::{Acq, Down, Report, Violation};
 use crate::clock::Nanos;
 
+/// The names under which a family's token rules are reported.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct FenceRules {
+    /// One token handed out twice.
+    pub(super) twice: &'static str,
+    /// A token not larger than one granted before the acquisition began.
+    pub(super) order: &'static str,
+    /// What the token is called in a violation's text.
+    pub(super) token: &'static str,
+}
+
+/// A lock's fencing tokens: both `fence-order`.
+pub(super) const LOCK_FENCES: FenceRules = FenceRules {
+    twice: "fence-order",
+    order: "fence-order",
+    token: "fencing token",
+};
+
 /// Which stretch between restarts an instant falls in.
 fn epoch(downs: &[Down], t: Nanos) -> usize {
     downs.partition_point(|d| d.start <= t)
 }
 
-/// Rule `fence-order`, within each stretch between restarts; regressions across a restart
-/// are counted as `fence_resets`.
+/// Rule `fence-order` (or, for an election's terms, `rules`' names), within each stretch
+/// between restarts; regressions across a restart are counted as `fence_resets`.
 pub(super) fn check_fences<'a>(
+    rules: FenceRules,
     name: &str,
     list: &[&'a Acq],
     downs: &[Down],
@@ -31,7 +50,7 @@ pub(super) fn check_fences<'a>(
         }
         let Some(fence) = acq.a.fence else {
             report.violations.push(Violation {
-                rule: "fence-order",
+                rule: rules.order,
                 name: name.to_owned(),
                 detail: format!(
                     "{} asked for fencing and got no token{}",
@@ -85,15 +104,16 @@ pub(super) fn check_fences<'a>(
                     .flatten()
                     .filter(|_| whys.iter().all(Option::is_some))
                 {
-                    report.expect("fence-order", why);
+                    report.expect(rules.twice, why);
                 } else {
                     let ids: Vec<&str> = same.iter().map(|(a, _)| a.a.id.as_str()).collect();
                     let acqs: Vec<&Acq> = same.iter().map(|(a, _)| *a).collect();
                     report.violations.push(Violation {
-                        rule: "fence-order",
+                        rule: rules.twice,
                         name: name.to_owned(),
                         detail: format!(
-                            "fencing token {fence} was handed out twice: {ids:?}{}",
+                            "{} {fence} was handed out twice: {ids:?}{}",
+                            rules.token,
                             replication.origins(&acqs)
                         ),
                     });
@@ -103,19 +123,21 @@ pub(super) fn check_fences<'a>(
                 if let Some(larger) = earliest_larger {
                     if larger.a.acquired < acq.a.attempt_start {
                         if let Some(why) = replication.explain(Anomaly::Fence, name, larger, acq) {
-                            report.expect("fence-order", why);
+                            report.expect(rules.order, why);
                             continue;
                         }
                         report.violations.push(Violation {
-                            rule: "fence-order",
+                            rule: rules.order,
                             name: name.to_owned(),
                             detail: format!(
-                                "{} began at {} after {} was granted at {} with token {}, yet drew the smaller token {}{}",
+                                "{} began at {} after {} was granted at {} with {} {}, yet drew the smaller {} {}{}",
                                 acq.a.id,
                                 acq.a.attempt_start,
                                 larger.a.id,
                                 larger.a.acquired,
+                                rules.token,
                                 larger.a.fence.unwrap_or(0),
+                                rules.token,
                                 fence,
                                 replication.origins(&[larger, acq])
                             ),

@@ -48,6 +48,9 @@ struct Request<'a> {
     end: Nanos,
     wait: Nanos,
     timed_out: bool,
+    /// A semaphore request: the permits it asked to share (the semaphore is full for it
+    /// at that many trusted holders).
+    permits: Option<u64>,
 }
 
 /// Checks every request of the history against the trusted intervals of `acqs`.
@@ -62,10 +65,16 @@ pub(super) fn check(events: &[Event], acqs: &[Acq], report: &mut Report) {
             permits.insert(acq.a.name.as_str(), n);
         }
         let end = acq.trusted_until();
-        if end > acq.a.acquired {
+        // A leadership holds the election's lock from its attempt on: the campaign
+        // announces it (a round trip, longer on a loaded machine) before handing it over.
+        let start = match acq.a.kind {
+            HoldKind::Leader => acq.a.attempt_start,
+            _ => acq.a.acquired,
+        };
+        if end > start {
             held.entry((acq.a.kind.family(), acq.a.name.as_str()))
                 .or_default()
-                .push((acq.a.acquired, end));
+                .push((start, end));
         }
     }
     // A replicated deployment takes seconds to settle after a fault: with lock-core's replica
@@ -122,6 +131,7 @@ pub(super) fn check(events: &[Event], acqs: &[Acq], report: &mut Report) {
                     end: a.acquired,
                     wait: a.wait_ms.unwrap_or(0).saturating_mul(1_000_000),
                     timed_out: false,
+                    permits: a.permits,
                 });
             }
             Event::AcquireFailed {
@@ -133,6 +143,7 @@ pub(super) fn check(events: &[Event], acqs: &[Acq], report: &mut Report) {
                 wait_ms,
                 hold,
                 set,
+                capacity,
                 ..
             } => requests.push(Request {
                 client: *client,
@@ -146,6 +157,7 @@ pub(super) fn check(events: &[Event], acqs: &[Acq], report: &mut Report) {
                 end: *t_end,
                 wait: wait_ms.unwrap_or(0).saturating_mul(1_000_000),
                 timed_out: *kind == FailKind::Contention && wait_ms.unwrap_or(0) > 0,
+                permits: capacity.map(|c| c.asked),
             }),
             Event::Cancelled {
                 client,
@@ -163,6 +175,7 @@ pub(super) fn check(events: &[Event], acqs: &[Acq], report: &mut Report) {
                 end: *t_end,
                 wait: wait_ms.saturating_mul(1_000_000),
                 timed_out: false,
+                permits: None,
             }),
             _ => {}
         }
@@ -179,7 +192,10 @@ pub(super) fn check(events: &[Event], acqs: &[Acq], report: &mut Report) {
                 continue;
             };
             match r.family {
-                "semaphore" => blocked.extend(full(list, permits.get(name).copied().unwrap_or(1))),
+                "semaphore" => {
+                    let n = r.permits.or_else(|| permits.get(name).copied());
+                    blocked.extend(full(list, n.unwrap_or(1)));
+                }
                 _ => blocked.extend(list.iter().copied()),
             }
         }

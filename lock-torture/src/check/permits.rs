@@ -2,7 +2,8 @@
 //! read-write lock, on the same trusted intervals ([`Acq::trusted_until`]).
 //!
 //! - `permits`: at no moment are more than N acquisitions of a semaphore's name trusted at
-//!   once (N: the permits the requests asked to share; the largest, should they differ).
+//!   once (N: the permits the grant that makes them N + 1 asked to share, the number stored
+//!   with the semaphore then; rule `capacity` checks that the others asked for it too).
 //!   Intervals are half-open, so the count can only rise at a grant, and each grant is
 //!   judged against the intervals still trusted at that moment.
 //! - `write-overlap`: a trusted write interval of a read-write lock meets no other trusted
@@ -14,6 +15,7 @@
 //! is over the limit only with such forgotten holders is counted as `<rule>/restart` in the
 //! expected anomalies (and in `expected_restart_overlaps`); beyond them it is a violation.
 
+use super::capacity;
 use super::failover::{Anomaly, Replication};
 use super::{Acq, Down, Report, Violation};
 use crate::clock::ms;
@@ -62,23 +64,20 @@ pub(super) fn check_permits(
     replication: &Replication<'_>,
     report: &mut Report,
 ) {
-    let Some(limit) = list.iter().filter_map(|a| a.a.permits).max() else {
-        if let Some(first) = list.first() {
-            report.violations.push(Violation {
-                rule: "permits",
-                name: name.to_owned(),
-                detail: format!("{} holds a permit of an unknown limit", first.a.id),
-            });
-        }
-        return;
-    };
-    let limit = usize::try_from(limit).unwrap_or(usize::MAX);
     sweep(list, |next, active| {
         let peak = report.peak_permits.get_or_insert(0);
         *peak = (*peak).max(active.len() as u64 + 1);
-        if active.len() < limit {
+        // The grant's own number: the one stored with the semaphore when it was let in
+        // (rule `capacity` checks that every trusted permit asked for it too).
+        let Some(limit) = next.a.permits else {
+            report.violations.push(Violation {
+                rule: "permits",
+                name: name.to_owned(),
+                detail: format!("{} holds a permit of an unknown limit", next.a.id),
+            });
             return;
-        }
+        };
+        let limit = usize::try_from(limit).unwrap_or(usize::MAX);
         let mut why = None;
         let remembered: Vec<&Acq> = active
             .iter()
@@ -91,6 +90,7 @@ pub(super) fn check_permits(
                 None => true,
             })
             .collect();
+        capacity::check_grant(name, next, &remembered, report);
         if remembered.len() < limit {
             if let Some(why) = why {
                 if why == "restart" {
@@ -182,6 +182,7 @@ pub(super) fn excludes(a: HoldKind, b: HoldKind) -> bool {
     matches!(
         (a, b),
         (HoldKind::Lock, HoldKind::Lock)
+            | (HoldKind::Leader, HoldKind::Leader)
             | (HoldKind::Write, HoldKind::Read | HoldKind::Write)
             | (HoldKind::Read, HoldKind::Write)
     )
@@ -193,5 +194,6 @@ fn side(kind: HoldKind) -> &'static str {
         HoldKind::Read => "read",
         HoldKind::Permit => "permit",
         HoldKind::Lock => "lock",
+        HoldKind::Leader => "leadership",
     }
 }

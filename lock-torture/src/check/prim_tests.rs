@@ -8,7 +8,13 @@ const MS: u64 = 1_000_000;
 /// An acquisition of `kind` on `name`, attempted at `start_ms`, granted a millisecond later,
 /// valid for `valid_ms` from the attempt (semaphore permits share 2 unless `permits`
 /// says otherwise).
-fn grant(id: &str, name: &str, kind: HoldKind, start_ms: u64, valid_ms: u64) -> Acquired {
+pub(super) fn grant(
+    id: &str,
+    name: &str,
+    kind: HoldKind,
+    start_ms: u64,
+    valid_ms: u64,
+) -> Acquired {
     Acquired {
         id: id.into(),
         client: 0,
@@ -78,7 +84,7 @@ fn down(start_ms: u64, end_ms: u64) -> Event {
     }
 }
 
-fn run(events: Vec<Event>) -> Report {
+pub(super) fn run(events: Vec<Event>) -> Report {
     check(
         &History {
             events,
@@ -308,4 +314,89 @@ fn work_after_the_validity_needs_is_lost_and_loss_is_final() {
     // Told it was lost, then told it was not.
     let report = run(vec![read("a", 0, 190), lost("a", 50), work("a", 60, false)]);
     assert_eq!(rules(&report), ["revived-lease"]);
+}
+
+/// A permit of `name` asking for `permits`.
+fn permit_of(id: &str, permits: u64, start_ms: u64, valid_ms: u64) -> Event {
+    let mut a = grant(id, "n", HoldKind::Permit, start_ms, valid_ms);
+    a.permits = Some(permits);
+    Event::Acquired(a)
+}
+
+/// A refused semaphore request of `n` asking for `asked`, from `start_ms` to `end_ms`.
+fn refused(kind: FailKind, asked: u64, stored: Option<u64>, start_ms: u64, end_ms: u64) -> Event {
+    Event::AcquireFailed {
+        client: 3,
+        name: "n".into(),
+        t_start: start_ms * MS,
+        t_end: end_ms * MS,
+        kind,
+        message: String::new(),
+        wait_ms: Some(100),
+        hold: HoldKind::Permit,
+        set: None,
+        capacity: Some(crate::event::Capacity { asked, stored }),
+    }
+}
+
+#[test]
+fn a_grant_beside_a_permit_of_another_number_is_a_capacity_violation() {
+    // Stored with 2 while `a` is trusted: `b` asking for 3 must not get in, even below
+    // either number.
+    let report = run(vec![permit_of("a", 2, 0, 190), permit_of("b", 3, 10, 190)]);
+    assert_eq!(rules(&report), ["capacity"]);
+    assert!(report.violations[0].detail.contains("b asking for 3"));
+    // Once `a` is released the semaphore is idle: the next number is stored.
+    let report = run(vec![
+        permit_of("a", 2, 0, 190),
+        release("a", 50, ReleaseOutcome::Released),
+        permit_of("b", 3, 60, 190),
+    ]);
+    assert!(report.passed(), "{:?}", report.violations);
+    // Counted against the grant's own number (the stored one): three of three are fine,
+    // a third of two is not.
+    let three: Vec<Event> = [("a", 0), ("b", 10), ("c", 20)]
+        .into_iter()
+        .map(|(id, start)| permit_of(id, 3, start, 190))
+        .collect();
+    assert!(run(three).passed());
+}
+
+#[test]
+fn a_request_under_a_permit_of_another_number_must_be_refused_as_a_mismatch() {
+    // Refused as a mismatch naming the stored number: fine.
+    let report = run(vec![
+        permit_of("a", 2, 0, 190),
+        refused(FailKind::Mismatch, 3, Some(2), 20, 22),
+    ]);
+    assert!(report.passed(), "{:?}", report.violations);
+    // Refused as busy or full instead (answered before its deadline): a violation.
+    let report = run(vec![
+        permit_of("a", 2, 0, 190),
+        refused(FailKind::Contention, 3, None, 20, 22),
+    ]);
+    assert_eq!(rules(&report), ["capacity"]);
+    // A mismatch naming another number than the trusted permit's, or its own.
+    let report = run(vec![
+        permit_of("a", 2, 0, 190),
+        refused(FailKind::Mismatch, 3, Some(3), 20, 22),
+    ]);
+    assert_eq!(rules(&report), ["capacity", "capacity"]);
+    // Timed out at its deadline (100 ms): the answer may never have come; not judged.
+    let report = run(vec![
+        permit_of("a", 2, 0, 190),
+        refused(FailKind::Contention, 3, None, 20, 120),
+    ]);
+    assert!(
+        !rules(&report).contains(&"capacity"),
+        "{:?}",
+        report.violations
+    );
+    // Not under the trusted permit the whole time (it was released): not judged.
+    let report = run(vec![
+        permit_of("a", 2, 0, 190),
+        release("a", 21, ReleaseOutcome::Released),
+        refused(FailKind::Contention, 3, None, 20, 22),
+    ]);
+    assert!(report.passed(), "{:?}", report.violations);
 }

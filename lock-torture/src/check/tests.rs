@@ -70,7 +70,7 @@ fn rules(report: &Report) -> Vec<&'static str> {
 
 /// The rules broken other than `liveness`: the deadline tests' requests wait for a name
 /// that nobody holds, which the liveness rule rightly reports (its own tests are below).
-fn rules_but_liveness(report: &Report) -> Vec<&'static str> {
+pub(super) fn rules_but_liveness(report: &Report) -> Vec<&'static str> {
     report
         .violations
         .iter()
@@ -379,6 +379,7 @@ fn failed(client: u32, start_ms: u64, end_ms: u64, wait_ms: u64) -> Event {
         wait_ms: Some(wait_ms),
         hold: HoldKind::Lock,
         set: None,
+        capacity: None,
     }
 }
 
@@ -561,6 +562,7 @@ fn a_failed_acquire_must_not_leave_its_value_behind() {
         wait_ms: Some(0),
         hold: HoldKind::Lock,
         set: None,
+        capacity: None,
     };
     let report = run(
         vec![error.clone(), probe([[ours, None], [ours, None]])],
@@ -717,6 +719,7 @@ fn a_semaphore_waiter_is_free_to_go_while_a_permit_is() {
             wait_ms,
             hold: HoldKind::Permit,
             set: None,
+            capacity: None,
         }
     };
     // Both permits taken all along: waiting is right.
@@ -781,6 +784,7 @@ fn a_multi_lock_is_judged_per_name() {
         wait_ms: Some(end),
         hold: HoldKind::Lock,
         set: Some(vec!["x".into(), "y".into()]),
+        capacity: None,
     };
     let alternating = vec![
         acq("a", "x", 1, 0, 200),
@@ -857,6 +861,7 @@ fn a_release_must_not_hand_the_lock_to_a_dropped_request() {
                 wait_ms: Some(0),
                 hold: HoldKind::Lock,
                 set: None,
+                capacity: None,
             },
             cancel_probe(0, 50, &[(60, other), (80, ghost), (300, ghost)]),
         ],
@@ -926,6 +931,7 @@ fn a_redis_error_outside_every_fault_is_a_violation() {
         wait_ms: Some(0),
         hold: HoldKind::Lock,
         set: None,
+        capacity: None,
     };
     let fault = Event::Fault {
         kind: "kill".into(),

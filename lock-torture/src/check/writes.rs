@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use super::{Acq, History, Report, Violation};
 use crate::clock::{ms, Nanos};
-use crate::event::WriteOutcome;
+use crate::event::{HoldKind, WriteOutcome};
 
 /// A write as logged.
 #[derive(Debug, Clone)]
@@ -34,11 +34,21 @@ pub(super) fn check_writes(
             if w.sent > acqs[i].claim_end {
                 report.late_writes += 1;
                 if !w.lost_reported {
+                    let leader = acqs[i].a.kind == HoldKind::Leader;
+                    let (rule, did, asked) = if leader {
+                        (
+                            super::election::LATE_ACTION,
+                            "acted as leader",
+                            "is_leader() said true",
+                        )
+                    } else {
+                        ("silent-loss", "wrote", "is_lost() said false")
+                    };
                     report.violations.push(Violation {
-                        rule: "silent-loss",
+                        rule,
                         name: w.name.clone(),
                         detail: format!(
-                            "{} wrote at {}, {} after its validity ended, and is_lost() said false",
+                            "{} {did} at {}, {} after its validity ended, and {asked}",
                             w.id,
                             w.sent,
                             ms(w.sent - acqs[i].claim_end)

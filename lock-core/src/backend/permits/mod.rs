@@ -28,6 +28,8 @@ mod redis;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::backend::prim_scripts::SentOn;
+use crate::connection::shared::Conn;
 use crate::signal::Wake;
 use crate::LockError;
 
@@ -143,6 +145,8 @@ pub(crate) enum Store {
 }
 
 impl Store {
+    /// One attempt; on Redis, `sent` notes the connection it goes out on until it is
+    /// answered, for a give-back to follow it there (see [`SentOn`]).
     pub async fn acquire(
         &self,
         keys: &PermitKeys,
@@ -150,23 +154,28 @@ impl Store {
         ttl: Duration,
         ask: Ask,
         waiter: Option<&QueueWaiter<'_>>,
+        sent: &SentOn,
     ) -> Result<Attempt, LockError> {
         match self {
-            Store::Server(server) => redis::acquire(server, keys, member, ttl, ask, waiter).await,
+            Store::Server(server) => {
+                redis::acquire(server, keys, member, ttl, ask, waiter, sent).await
+            }
             Store::Memory(memory) => Ok(memory.acquire(keys, member, ttl, ask, waiter)),
         }
     }
 
     /// Gives `member` back and takes `leaving` (a waiter id) out of the queue; true when
-    /// the permit was still held.
+    /// the permit was still held. On Redis, on `sent_on` when given: the connection of an
+    /// attempt that may have taken it and was never answered (see [`SentOn`]).
     pub async fn release(
         &self,
         keys: &PermitKeys,
         member: &str,
         leaving: Option<&str>,
+        sent_on: Option<&Conn>,
     ) -> Result<bool, LockError> {
         match self {
-            Store::Server(server) => redis::release(server, keys, member, leaving).await,
+            Store::Server(server) => redis::release(server, keys, member, leaving, sent_on).await,
             Store::Memory(memory) => Ok(memory.release(keys, member, leaving)),
         }
     }

@@ -1,9 +1,9 @@
 //! One Redis, Lua scripts: one round trip per operation. The default backend.
 
 mod calls;
-pub(crate) mod replicated;
 
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redis::FromRedisValue;
@@ -12,8 +12,9 @@ use self::calls::{
     acquire_queued, acquire_script, release_script, set_nx_get, Announce, CLAIM_WINDOW_MS, EXTEND,
     LEAVE_QUEUE, RAISE_FENCE,
 };
-use self::replicated::Replicated;
 use crate::backend::lua::{Lua, ScriptMode};
+use crate::backend::prim_scripts::Server;
+use crate::backend::replicated::Replicated;
 use crate::backend::undo::Undo;
 use crate::backend::{millis, remaining_from_pttl, Attempt, AttemptKind, Backend, RawState};
 use crate::connection::shared::{is_connection_failure, Conn, SharedConnection};
@@ -33,7 +34,7 @@ pub(crate) struct Scripted {
     set_get: AtomicBool,
     /// The replica acknowledgement check, when it is on: acquisitions and extensions run on
     /// its connections and wait for replicas there.
-    replicated: Option<Replicated>,
+    replicated: Option<Arc<Replicated>>,
 }
 
 impl Scripted {
@@ -50,16 +51,16 @@ impl Scripted {
 
     /// Grants only what replicas acknowledged (see [`Replicated`]).
     pub fn with_replica_sync(mut self, replicated: Option<Replicated>) -> Scripted {
-        self.replicated = replicated;
+        self.replicated = replicated.map(Arc::new);
         self
     }
 
     /// Where the writes a holder relies on go: a connection of the replica check's when it
     /// is on, the shared one otherwise.
-    fn writer(&self) -> &SharedConnection {
+    fn writer(&self, keys: &[&str]) -> &SharedConnection {
         match &self.replicated {
-            Some(replicated) if replicated.is_on() => replicated.connection(),
-            _ => &self.conn,
+            Some(replicated) => replicated.writer(&self.conn, keys),
+            None => &self.conn,
         }
     }
 
@@ -211,8 +212,14 @@ impl Scripted {
         &self.conn
     }
 
-    pub(crate) fn mode(&self) -> ScriptMode {
-        self.mode
+    /// The server the primitives run their scripts on: this backend's shared connection,
+    /// script mode and replica acknowledgement check.
+    pub(crate) fn server(&self) -> Server {
+        Server {
+            conn: self.conn.clone(),
+            mode: self.mode,
+            replicated: self.replicated.clone(),
+        }
     }
 
     /// Compare-and-deletes `value` on `conn`, the connection an abandoned attempt sent its
@@ -244,7 +251,7 @@ impl Backend for Scripted {
         kind: AttemptKind<'_>,
     ) -> Result<Attempt, LockError> {
         let started = Instant::now();
-        let shared = self.writer();
+        let shared = self.writer(&[&keys.lock]);
         let lent = shared.get(&keys.name).await?;
         let mut conn = lent.conn.clone();
         // A reply that never arrives (the caller dropped the future, or the command timed
@@ -313,7 +320,7 @@ impl Backend for Scripted {
             if let Some(replicated) = &self.replicated {
                 // Granted only once replicas have it; otherwise undone (the armed undo, on
                 // this connection, after the write) and a failed attempt.
-                if let Err(err) = replicated.confirm(&mut conn, keys).await {
+                if let Err(err) = replicated.confirm(&mut conn, &keys.name, &keys.lock).await {
                     if let LockError::Connection { .. } = err {
                         shared.retire(&lent);
                     }
@@ -392,7 +399,7 @@ impl Backend for Scripted {
                 .await
                 .map(|n| n == 1);
         };
-        let shared = self.writer();
+        let shared = self.writer(&[&keys.lock]);
         let lent = shared.get(&keys.name).await?;
         let mut conn = lent.conn.clone();
         let extended = EXTEND
@@ -413,7 +420,9 @@ impl Backend for Scripted {
         if extended {
             // An extension no replica has is not counted: the lease's validity stays as it
             // was (the TTL on the master is longer, which costs nobody safety).
-            replicated.confirm(&mut conn, keys).await?;
+            replicated
+                .confirm(&mut conn, &keys.name, &keys.lock)
+                .await?;
         }
         Ok(extended)
     }
@@ -425,7 +434,11 @@ impl Backend for Scripted {
         let Some((first, _, _)) = items.first() else {
             return Vec::new();
         };
-        let shared = self.writer();
+        let locks: Vec<&str> = items
+            .iter()
+            .map(|(keys, _, _)| keys.lock.as_str())
+            .collect();
+        let shared = self.writer(&locks);
         let lent = match shared.get(&first.name).await {
             Ok(lent) => lent,
             Err(err) => return items.iter().map(|_| Err(clone_error(&err))).collect(),
@@ -442,9 +455,13 @@ impl Backend for Scripted {
         match pipe.query_async::<Vec<i64>>(&mut conn).await {
             Ok(replies) if replies.len() == items.len() => {
                 let confirmed = match &self.replicated {
-                    // One WAIT covers every extension of the batch (all on this connection).
+                    // One WAIT covers every extension of the batch: all went to one master
+                    // on this connection (a Cluster refuses a pipeline over several slots;
+                    // such a batch goes one by one below, each extension checked alone).
                     Some(replicated) if replies.contains(&1) => {
-                        replicated.confirm(&mut conn, first).await
+                        replicated
+                            .confirm(&mut conn, &first.name, &first.lock)
+                            .await
                     }
                     _ => Ok(()),
                 };

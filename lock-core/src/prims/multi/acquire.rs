@@ -11,12 +11,12 @@
 //! never delete what a later one took. A request dropped at any point gives back, in the
 //! background, whatever its attempt in flight may have taken; the TTL covers a crash.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
 
-use crate::backend::prim_scripts::{Server, MARK_LISTENED, MULTI_ACQUIRE};
+use crate::backend::prim_scripts::{SentOn, Server, MARK_LISTENED, MULTI_ACQUIRE};
 use crate::backend::{AnyBackend, Attempt, AttemptKind, Backend as _};
 use crate::connection::notifier::Subscription;
 use crate::connection::shared::Conn;
@@ -47,17 +47,16 @@ struct GiveBack<'a> {
     keys: Vec<LockKeys>,
     value: String,
     route: Route,
+    /// The one script's connection, noted before it is sent, until it is answered.
+    sent: SentOn,
 }
 
 /// Which connection a give-back goes out on. It must reach Redis after the attempt it
-/// undoes: on a connection other than the attempt's (the shared one is replaced after a
-/// response timeout, or when a Sentinel's master may have changed), it could reach a
-/// server that stalled with the attempt unread before that attempt, or not reach it at
-/// all, and leave the locks held by nobody until their TTL.
+/// undoes (see [`SentOn`]).
 enum Route {
-    /// The one script's connection, noted before the script is sent; `None`: never sent,
-    /// nothing to give back.
-    SentOn(Mutex<Option<Conn>>),
+    /// The one script's connection while its answer is missing; the shared one once it
+    /// was answered; none if it was never sent (nothing to give back).
+    SentOn,
     /// The backend's release of each key (one by one). Every acquire whose answer is
     /// missing is undone by the backend itself, on that acquire's own connection
     /// (`Backend::acquire`'s undo); the others were answered, so nothing is left in
@@ -69,13 +68,6 @@ impl GiveBack<'_> {
     fn disarm(mut self) {
         self.keys.clear();
     }
-
-    /// The one script goes out on `conn`.
-    fn sent_on(&self, conn: &Conn) {
-        if let Route::SentOn(sent) = &self.route {
-            *sent.lock().unwrap_or_else(PoisonError::into_inner) = Some(conn.clone());
-        }
-    }
 }
 
 impl Drop for GiveBack<'_> {
@@ -83,37 +75,35 @@ impl Drop for GiveBack<'_> {
         if self.keys.is_empty() {
             return;
         }
-        let sent_on = match &self.route {
-            Route::SentOn(sent) => {
-                match sent.lock().unwrap_or_else(PoisonError::into_inner).take() {
-                    Some(conn) => Some(conn),
-                    None => return,
-                }
-            }
-            Route::Backend => None,
+        let routes = match (&self.route, self.sent.take()) {
+            (Route::SentOn, None) => return,
+            (Route::SentOn, Some(routes)) => routes,
+            (Route::Backend, _) => vec![None],
         };
         release_in_background(
             self.env,
             std::mem::take(&mut self.keys),
             &self.value,
-            sent_on,
+            routes,
         );
     }
 }
 
-/// Compare-and-deletes `value` from every key (nobody else's lock is touched), on
-/// `sent_on` when given (the connection of the attempt that may have taken them, see
-/// [`Route`]); the TTL frees them if this fails.
+/// Compare-and-deletes `value` from every key (nobody else's lock is touched), on each
+/// connection of `routes` (`None`: the backend's own release; see [`SentOn::take`]); the
+/// TTL frees them if this fails.
 pub(super) fn release_in_background(
     env: &Env,
     keys: Vec<LockKeys>,
     value: &str,
-    sent_on: Option<Conn>,
+    routes: Vec<Option<Conn>>,
 ) {
     let (worker, value) = (env.clone(), value.to_owned());
     env.spawn_background(async move {
-        let released = join_all(keys.iter().map(|k| {
-            worker.run(&k.name, worker.give_back(sent_on.as_ref(), k, &value))
+        let released = join_all(routes.iter().flat_map(|sent_on| {
+            keys.iter().map(|k| {
+                worker.run(&k.name, worker.give_back(sent_on.as_ref(), k, &value))
+            })
         }))
         .await;
         if let Some(Err(err)) = released.into_iter().find(Result::is_err) {
@@ -166,15 +156,14 @@ pub(super) async fn acquire(
             keys: keys.to_vec(),
             value: value.clone(),
             route: match server {
-                Some(_) => Route::SentOn(Mutex::new(None)),
+                Some(_) => Route::SentOn,
                 None => Route::Backend,
             },
+            sent: SentOn::default(),
         };
         let attempt = async {
             match &server {
-                Some(server) => {
-                    one_script(server, keys, &value, ttl, |conn| give_back.sent_on(conn)).await
-                }
+                Some(server) => one_script(server, keys, &value, ttl, &give_back.sent).await,
                 None => one_by_one(env, keys, &value, ttl).await,
             }
         };
@@ -337,17 +326,20 @@ async fn one_script(
     keys: &[LockKeys],
     value: &str,
     ttl: Duration,
-    sent_on: impl FnOnce(&Conn),
+    sent: &SentOn,
 ) -> Result<Option<Busy>, LockError> {
     let lock_keys: Vec<&str> = keys.iter().map(|k| k.lock.as_str()).collect();
     let ttl = crate::backend::millis(ttl).to_string();
+    // Too few replicas acknowledging the grant is an error; the caller's give-back, noted
+    // on the grant's connection, returns the locks.
     let (taken, index, pttl, holder): (i64, i64, i64, Vec<u8>) = server
-        .run_noting(
+        .run_replicated(
             &MULTI_ACQUIRE,
             &keys[0].name,
             &lock_keys,
             &[value.as_bytes(), ttl.as_bytes()],
-            sent_on,
+            sent,
+            |(taken, ..): &(i64, i64, i64, Vec<u8>)| *taken == 1,
         )
         .await?;
     if taken == 1 {
@@ -375,10 +367,14 @@ async fn one_by_one(
 ) -> Result<Option<Busy>, LockError> {
     let backend = env.backend();
     for (taken, key) in keys.iter().enumerate() {
+        // `Listening`: on WATCH/MULTI a busy answer marks the holder's value, so that its
+        // release is announced on the release channel this request listens on, whatever
+        // protocol the holder uses (on scripts the caller marks it; the other backends
+        // take it as a plain try).
         let attempt = env
             .run(
                 &key.name,
-                backend.acquire(key, value, ttl, false, AttemptKind::Try),
+                backend.acquire(key, value, ttl, false, AttemptKind::Listening),
             )
             .await;
         let busy = match attempt {
@@ -398,7 +394,7 @@ async fn one_by_one(
             },
             Err(err) => {
                 // The failed key may have been taken before the connection broke.
-                release_in_background(env, keys[..=taken].to_vec(), value, None);
+                release_in_background(env, keys[..=taken].to_vec(), value, vec![None]);
                 return Err(err);
             }
         };
@@ -411,7 +407,7 @@ async fn one_by_one(
         )
         .await;
         if released.iter().any(Result::is_err) {
-            release_in_background(env, keys[..taken].to_vec(), value, None);
+            release_in_background(env, keys[..taken].to_vec(), value, vec![None]);
         }
         return Ok(Some(busy));
     }

@@ -8,16 +8,19 @@
 //!
 //! Cancellation: from the first attempt sent until a grant, a guard gives the permit back
 //! and leaves the queue if the request ends any other way (error, timeout, or the future
-//! dropped at any await point), in the background and queued behind the attempt it undoes
-//! on the same connection.
+//! dropped at any await point), in the background, queued behind each attempt left without
+//! an answer on the connection that attempt went out on (see [`SentOn`]), even once the
+//! shared connection was replaced.
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures_util::future::join_all;
 use tracing::Instrument as _;
 
 use crate::backend::permits::{member, Ask, Attempt, PermitKeys, QueueWaiter, Store};
+use crate::backend::prim_scripts::SentOn;
 use crate::backend::CLAIM_WINDOW;
 use crate::engine::validity::validity;
 use crate::prims::env::Env;
@@ -62,6 +65,8 @@ struct Abandon<'a> {
     /// A reply never came, or the request stands in the queue: something may need undoing.
     dirty: bool,
     in_queue: bool,
+    /// The connections of the attempts, for the give-back to follow them.
+    sent: SentOn,
 }
 
 impl Drop for Abandon<'_> {
@@ -73,13 +78,20 @@ impl Drop for Abandon<'_> {
         let keys = self.keys.clone();
         let member = std::mem::take(&mut self.member);
         let leaving = self.in_queue.then(|| std::mem::take(&mut self.id));
+        // Nothing sent on a connection (in memory, or no attempt got that far): the store's
+        // own release.
+        let routes = self.sent.take().unwrap_or_else(|| vec![None]);
         let env = self.env.clone();
         self.env.spawn_background(async move {
             let name = keys.name.clone();
-            let undone = env
-                .run(&name, store.release(&keys, &member, leaving.as_deref()))
-                .await;
-            if let Err(err) = undone {
+            let undone = join_all(routes.iter().map(|sent_on| {
+                env.run(
+                    &name,
+                    store.release(&keys, &member, leaving.as_deref(), sent_on.as_ref()),
+                )
+            }))
+            .await;
+            if let Some(Err(err)) = undone.into_iter().find(Result::is_err) {
                 tracing::debug!(%name, %err, "undoing an abandoned permit request failed; its TTL and queue entry expire by themselves");
             }
         });
@@ -139,6 +151,7 @@ async fn run(request: Request<'_>) -> Result<Granted, LockError> {
         id: new_value(&keys.name, None)?,
         dirty: true,
         in_queue: false,
+        sent: SentOn::default(),
     };
     let mut first_end = None;
     let mut transient = None;
@@ -152,7 +165,12 @@ async fn run(request: Request<'_>) -> Result<Granted, LockError> {
     };
 
     let started = Instant::now();
-    match bounded(bound, store.acquire(&keys, &member, ttl, ask, None)).await {
+    let first = bounded(
+        bound,
+        store.acquire(&keys, &member, ttl, ask, None, &undo.sent),
+    )
+    .await;
+    match first {
         None => return Err(timeout(None, None)),
         Some(Ok(Attempt::Taken)) => return grant(undo, started, ttl),
         Some(Ok(Attempt::Busy { first_end: end, .. })) => {
@@ -215,7 +233,7 @@ async fn run(request: Request<'_>) -> Result<Granted, LockError> {
         undo.in_queue = true;
         let attempt = bounded(
             bound,
-            store.acquire(&keys, &member, ttl, ask, Some(&waiter)),
+            store.acquire(&keys, &member, ttl, ask, Some(&waiter), &undo.sent),
         )
         .await;
         let pause = match attempt {

@@ -62,7 +62,7 @@ impl Ops for PermitOps {
     fn release(&self) -> BoxFuture<'_, Result<bool, LockError>> {
         Box::pin(self.env.run(
             &self.keys.name,
-            self.store.release(&self.keys, &self.member, None),
+            self.store.release(&self.keys, &self.member, None, None),
         ))
     }
 
