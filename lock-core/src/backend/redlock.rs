@@ -214,9 +214,15 @@ impl Backend for Redlock {
         // that answered busy, whose lock our attempt did not set) before saying so (a node
         // missed here is left to the undo and, at worst, to the TTL). With every node busy,
         // there is nothing to take back.
+        // A queued claim keeps its turn where it claimed: a claim that reached some masters
+        // before the previous holder's release did is short of a majority only until the
+        // release reaches the rest, which then tell this same head its turn.
         let given_back = self
-            .on_each(&keys.name, may_hold.into_iter(), |node| {
-                node.release(keys, value)
+            .on_each(&keys.name, may_hold.into_iter(), |node| async move {
+                match kind {
+                    AttemptKind::Queued(waiter) => node.return_claim(keys, value, waiter).await,
+                    _ => node.release(keys, value).await,
+                }
             })
             .await;
         if given_back.iter().all(Result::is_ok) {

@@ -52,6 +52,17 @@ pub(super) static LEAVE_QUEUE: LazyLock<Lua> = LazyLock::new(|| {
         ),
     )
 });
+pub(super) static RETURN_CLAIM: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(
+        LIBRARY_NAME,
+        library,
+        "return_claim",
+        concat!(
+            include_str!("../../scripts/queue.lua"),
+            include_str!("../../scripts/return_claim.lua")
+        ),
+    )
+});
 pub(super) static EXTEND: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(
         LIBRARY_NAME,
@@ -78,6 +89,7 @@ static LIBRARY: LazyLock<String> = LazyLock::new(|| {
             &ACQUIRE_QUEUED,
             &RELEASE,
             &LEAVE_QUEUE,
+            &RETURN_CLAIM,
             &EXTEND,
             &RAISE_FENCE,
         ],
@@ -85,8 +97,9 @@ static LIBRARY: LazyLock<String> = LazyLock::new(|| {
 });
 /// Versioned: a script whose keys or arguments change gets a new library name, so that
 /// Lockers of different versions on one server each call their own (v4: `release` declares
-/// the queue's keys; v5: `acquire_queued` takes a Redlock waiter's ticket).
-const LIBRARY_NAME: &str = "lockcore_v5";
+/// the queue's keys; v5: `acquire_queued` takes a Redlock waiter's ticket; v6:
+/// `return_claim`).
+const LIBRARY_NAME: &str = "lockcore_v6";
 
 fn library() -> &'static str {
     LIBRARY.as_str()

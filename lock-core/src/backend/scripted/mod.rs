@@ -10,13 +10,15 @@ use redis::FromRedisValue;
 
 use self::calls::{
     acquire_queued, acquire_script, release_script, set_nx_get, Announce, CLAIM_WINDOW_MS, EXTEND,
-    LEAVE_QUEUE, RAISE_FENCE,
+    LEAVE_QUEUE, RAISE_FENCE, RETURN_CLAIM,
 };
 use crate::backend::lua::{Lua, ScriptMode};
 use crate::backend::prim_scripts::Server;
 use crate::backend::replicated::Replicated;
 use crate::backend::undo::Undo;
-use crate::backend::{millis, remaining_from_pttl, Attempt, AttemptKind, Backend, RawState};
+use crate::backend::{
+    millis, remaining_from_pttl, Attempt, AttemptKind, Backend, RawState, Waiter,
+};
 use crate::connection::shared::{is_connection_failure, Conn, SharedConnection};
 use crate::key::LockKeys;
 use crate::LockError;
@@ -162,6 +164,35 @@ impl Scripted {
                 tracing::debug!(key = %keys.lock, %err, "leaving a node's waiter queue failed; the entry expires by itself");
             }
         });
+    }
+
+    /// Gives back a Redlock waiter's claim that won fewer than a majority of masters
+    /// (`return_claim.lua`): the waiter takes its place in line again, and the lock stays
+    /// reserved for it while it heads the line (see the script). True when the lock held
+    /// `value`.
+    pub async fn return_claim(
+        &self,
+        keys: &LockKeys,
+        value: &str,
+        waiter: &Waiter<'_>,
+    ) -> Result<bool, LockError> {
+        let queue = keys.queue_keys();
+        let ticket = waiter.ticket.to_string();
+        let life = millis(waiter.life).to_string();
+        self.run_on::<i64>(
+            &RETURN_CLAIM,
+            keys,
+            &[&keys.lock, queue.queue(), queue.entries()],
+            &[
+                value.as_bytes(),
+                waiter.channel.as_bytes(),
+                ticket.as_bytes(),
+                life.as_bytes(),
+                CLAIM_WINDOW_MS.as_bytes(),
+            ],
+        )
+        .await
+        .map(|n| n == 1)
     }
 
     /// Runs a script on the shared connection, retiring the connection if it broke.
