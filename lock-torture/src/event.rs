@@ -371,6 +371,14 @@ pub struct Failover {
     /// What each replica of the old master held for each name, read right after the
     /// failure (replication had stopped): what a promoted replica starts from.
     pub copies: Vec<ReplicaCopy>,
+    /// When the deployment was seen whole again afterwards: every master serving the
+    /// locks with a replica in sync (`None` in histories of older harnesses, or when it
+    /// was not whole within the fault's recovery limit). With the replica acknowledgement
+    /// check on, a promoted master grants nothing before that: its replica (the old master
+    /// demoted, or restarted empty) needs a full resync, which Redis's default
+    /// `repl-diskless-sync-delay` of 5 s postpones.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub t_whole: Option<Nanos>,
 }
 
 /// One lock's keys on one replica, read right after its master failed.

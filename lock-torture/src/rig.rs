@@ -89,6 +89,16 @@ impl Rig {
         }
     }
 
+    /// Starts a client process in every slot ([`crate::start::start_rig`] prepared their
+    /// command lines). A run watching its servers does so first.
+    pub fn start_clients(&mut self) -> Result<(), BoxError> {
+        for id in self.clients.len()..self.spawner.per_client.len() {
+            let child = self.spawner.spawn(id)?;
+            self.clients.push(child);
+        }
+        Ok(())
+    }
+
     /// SIGKILL of the client in slot `client`, and a new process in its place.
     pub fn replace_client(&mut self, client: usize) -> Result<(), BoxError> {
         let Some(old) = self.clients.get_mut(client) else {

@@ -119,11 +119,13 @@ fn run_one(
     })?;
 
     let mut rig = start_rig(s, primitive, mode, seed, &dir)?;
-    // Which server granted which lease, on the replicated deployments.
+    // Which server granted which lease, on the replicated deployments: watched before the
+    // clients start, or their first leases would be seen granted by no server.
     let mut monitors = match &rig.ha {
         Some(ha) => Some(Monitors::start(&ha.ports(), &dir)?),
         None => None,
     };
+    rig.start_clients()?;
 
     // Faults, once every client has started.
     let started = clock::now();

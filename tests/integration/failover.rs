@@ -762,3 +762,41 @@ async fn the_first_grant_after_a_crash_with_the_check_on_and_off() {
     let on = first_grant_after_a_crash(ReplicaSync::default()).await;
     println!("first grant after the master's crash: {off:?} with the check off, {on:?} with it on");
 }
+
+/// Issue 25 (found by the 10-minute Cluster `pause-master` runs: 44 requests failed at once
+/// with a Redis error): a master demoted while a grant's `WAIT` blocks on it answers the
+/// `WAIT` with `UNBLOCKED ... (master -> replica?)`. The grant has no replica and must count
+/// as unreplicated (`NotReplicated`, retried within `wait` like any other), not end the
+/// request with an unexplained Redis error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_demoted_during_the_check_counts_as_not_replicated() {
+    let master = RedisServer::start();
+    let replica = RedisServer::start_with(&[&format!("replicaof 127.0.0.1 {}", master.port())]);
+    until_replica_online(&master);
+    let locker = Locker::builder()
+        .url(master.url())
+        .command_timeout(5 * SECOND)
+        .sync_timeout(3 * SECOND)
+        .build()
+        .expect("locker");
+    let warm = locker.try_lock("warm", 30 * SECOND).await.expect("acquire");
+    assert!(warm.release().await.expect("release"));
+
+    signal(&replica, "-STOP");
+    let attempt = tokio::spawn({
+        let locker = locker.clone();
+        async move { locker.try_lock("x", 30 * SECOND).await }
+    });
+    // The grant is written; its WAIT blocks on the stopped replica. Demote the master.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let other = RedisServer::start();
+    master.command(&["REPLICAOF", "127.0.0.1", &other.port().to_string()]);
+    let result = attempt.await.expect("the attempt's task");
+    signal(&replica, "-CONT");
+    match result {
+        Err(LockError::NotReplicated {
+            acknowledged: 0, ..
+        }) => {}
+        other => panic!("a grant whose WAIT a demotion cut short: {other:?}"),
+    }
+}

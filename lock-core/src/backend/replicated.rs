@@ -317,15 +317,31 @@ impl Replicated {
         // Behind a keyed command, so that a Cluster connection sends it to the lock's
         // master, on the connection its write went through (alone, WAIT goes to every
         // master).
-        let (_, acknowledged): (i64, i64) = redis::pipe()
+        let reply: redis::RedisResult<(i64, i64)> = redis::pipe()
             .cmd("PTTL")
             .arg(key)
             .cmd("WAIT")
             .arg(self.rule.replicas)
             .arg(timeout_ms)
             .query_async(conn)
-            .await
-            .map_err(|err| LockError::from_redis(name, key, err))?;
-        Ok(u32::try_from(acknowledged).unwrap_or(0))
+            .await;
+        match reply {
+            Ok((_, acknowledged)) => Ok(u32::try_from(acknowledged).unwrap_or(0)),
+            // The master was turned into a replica (a failover demoted it) while WAIT
+            // blocked: no replica of it acknowledged the write, which the demotion's resync
+            // discards anyway. Unreplicated, so the attempt is retried within its wait.
+            Err(err) if unblocked(&err) => Ok(0),
+            Err(err) => Err(LockError::from_redis(name, key, err)),
+        }
     }
+}
+
+/// Whether `err` is Redis's `UNBLOCKED` reply (alone or as a pipeline's failure): a blocked
+/// command cut short because the server stopped being a master.
+fn unblocked(err: &redis::RedisError) -> bool {
+    err.code() == Some("UNBLOCKED")
+        || err
+            .clone()
+            .into_server_errors()
+            .is_some_and(|errors| errors.iter().any(|(_, error)| error.code() == "UNBLOCKED"))
 }

@@ -242,6 +242,7 @@ mod tests {
                 })
                 .into_iter()
                 .collect(),
+            t_whole: None,
         })
     }
 

@@ -12,10 +12,14 @@
 //! that threshold) is one too.
 //!
 //! Nothing is judged while a fault is active or soon after (one claim window and two TTLs
-//! after it healed; on a Cluster or behind Sentinel, [`REPLICATED_SETTLE`]): a stopped,
-//! killed or cut-off client or server legitimately holds up the queue, and a promoted
-//! master without a resynced replica grants nothing while the replica check is on. Time in which the waiting client did not run ([`Event::Hiccup`]) is not
-//! counted as free.
+//! after it healed): a stopped, killed or cut-off client or server legitimately holds up
+//! the queue. On a Cluster or behind Sentinel the window lasts [`REPLICATED_SETTLE`] after
+//! the old master's demotion, and at least until a claim window and two TTLs after the
+//! deployment was seen whole again ([`Failover::t_whole`](crate::event::Failover::t_whole)):
+//! while the replica check is on, a promoted master grants nothing before its replica has
+//! resynced, and Redis delays a full resync by `repl-diskless-sync-delay` (5 s by default),
+//! which can outlast the 5 s. Time in which the waiting client did not run
+//! ([`Event::Hiccup`]) is not counted as free.
 
 use std::collections::HashMap;
 
@@ -98,7 +102,15 @@ pub(super) fn check(events: &[Event], acqs: &[Acq], report: &mut Report) {
             Event::Fault { t_start, t_end, .. } | Event::Down { t_start, t_end, .. } => {
                 excluded.push((*t_start, t_end.saturating_add(margin)));
             }
-            Event::Failover(f) => excluded.push((f.t_start, f.t_end.saturating_add(margin))),
+            // Until the deployment was whole again, too: with the replica check on, the
+            // promoted master grants nothing before its replica has resynced.
+            Event::Failover(f) => {
+                let demoted = f.t_end.saturating_add(margin);
+                let whole = f
+                    .t_whole
+                    .map_or(0, |t| t.saturating_add(CLAIM_WINDOW + 2 * ttl));
+                excluded.push((f.t_start, demoted.max(whole)));
+            }
             Event::Foreign { t_start, t_end, .. } => {
                 excluded.push((*t_start, t_end.saturating_add(margin)));
             }

@@ -27,7 +27,7 @@ impl Injector<'_> {
         if !ha.wait_healthy(RECOVERY_LIMIT) {
             return Err("the deployment did not become whole again after a fault".into());
         }
-        let failover = match (ha, fault) {
+        let mut failover = match (&mut *ha, fault) {
             (Ha::Cluster(c), Mode::KillMaster) => {
                 let (port, replicas, names) = c.pick_master(rng).ok_or("no master")?;
                 c.kill_master(port, &replicas, names)?
@@ -61,6 +61,9 @@ impl Injector<'_> {
             }
             _ => return Ok(false),
         };
+        // How long the deployment takes to be whole again: with the replica check on, the
+        // promoted master grants nothing until then (the liveness rule waits for it).
+        failover.t_whole = ha.wait_synced(RECOVERY_LIMIT);
         self.log_failover(fault, failover)
     }
 

@@ -371,6 +371,7 @@ pub fn failover(
         t_promoted: promoted.map(|(_, t)| t),
         t_end,
         copies,
+        t_whole: None,
     }
 }
 

@@ -69,6 +69,17 @@ impl Ha {
         poll(limit, || self.healthy()).is_some()
     }
 
+    /// Waits until every master serving the locks has a replica in sync (a Cluster:
+    /// [`Ha::healthy`]; Sentinel: the same without the Sentinels' cool-down), up to
+    /// `limit`; when it was first seen so. With the replica check on, a promoted master
+    /// grants nothing before.
+    pub fn wait_synced(&self, limit: Duration) -> Option<crate::clock::Nanos> {
+        match self {
+            Ha::Cluster(c) => poll(limit, || c.healthy()),
+            Ha::Sentinel(s) => poll(limit, || s.synced()),
+        }
+    }
+
     /// SIGCONT to every data server.
     pub fn resume_all(&self) {
         match self {

@@ -89,12 +89,18 @@ impl SentinelHa {
         })
     }
 
-    /// Every Sentinel names the same master, it answers as one with both replicas in sync,
-    /// and the Sentinels' cool-down since the last failover has passed.
+    /// [`SentinelHa::synced`], and the Sentinels' cool-down since the last failover has
+    /// passed.
     pub fn healthy(&self) -> bool {
         let cooled = self.last_failover.is_none_or(|t| {
             clock::now() > t + clock::nanos(FAILOVER_TIMEOUT * 2 + Duration::from_millis(500))
         });
+        cooled && self.synced()
+    }
+
+    /// Every Sentinel names the same master, and it answers as one with both replicas in
+    /// sync.
+    pub fn synced(&self) -> bool {
         let Some(master) = self.master() else {
             return false;
         };
@@ -109,7 +115,7 @@ impl SentinelHa {
             .into_iter()
             .filter(|&p| p != master)
             .all(|p| role(p) == Some(Role::Replica(master, true)));
-        cooled && agree && in_sync && matches!(role(master), Some(Role::Master(_)))
+        agree && in_sync && matches!(role(master), Some(Role::Master(_)))
     }
 
     fn index_of(&self, port: u16) -> Option<usize> {
