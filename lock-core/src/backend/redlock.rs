@@ -15,7 +15,11 @@
 //!   and that head (told by every node that reserved it, on its channel: a `Locker` listens
 //!   on each node) claims it with one queued attempt on every node, granted like any other
 //!   acquisition (a majority within the validity time). A head that claims fewer than a
-//!   majority gives back what it claimed and keeps its place by its ticket. Entries and
+//!   majority (its claim reached some masters before the previous holder's release did)
+//!   gives back what it claimed and keeps its turn there (`return_claim.lua`: back in line
+//!   by its ticket, the lock still reserved for it while it heads the line), so that the
+//!   masters the release reaches later complete its majority; handing those masters to the
+//!   next in line instead split the masters until a claim window ended. Entries and
 //!   reservations expire by themselves (the request's wait, the claim window), so a
 //!   crashed node or waiter holds nobody up for longer than that.
 //! - Release and extend: all nodes; they count as done with a majority.
