@@ -12,6 +12,7 @@ use crate::contenders::raw::Raw;
 use crate::contenders::rslock::Rslock;
 use crate::contenders::semaphore::Semaphore;
 use crate::contenders::{Any, Contender as _};
+use crate::probe::Probe;
 use crate::scenarios::s3_hot;
 use crate::scenarios::s4_redlock::Config;
 use crate::scenarios::s5_overrun::{self, CONTENDERS};
@@ -32,6 +33,7 @@ pub const HOT_CORE_SHARED: &str = "lock-core, 1 locker (N tasks)";
 pub const HOT_CORE_SEPARATE: &str = "lock-core, N lockers";
 pub const HOT_NAIVE: &str = "naive 1 ms retry, N clients";
 pub const HOT_RSLOCK: &str = "rslock 0.10, N managers";
+pub const HOT_CORE_REDLOCK: &str = "lock-core, N lockers, Redlock-3 (per node)";
 
 pub const PERMITS_SHARED: &str = "lock-core semaphore, 1 locker (64 tasks)";
 pub const PERMITS_SEPARATE: &str = "lock-core semaphore, 64 lockers";
@@ -159,6 +161,7 @@ pub async fn hot(
         groups.push(s3_hot::Group {
             label: HOT_CORE_SHARED.into(),
             members: vec![shared; n],
+            nodes: Vec::new(),
         });
     }
     if filter.keeps(HOT_CORE_SEPARATE) {
@@ -173,6 +176,7 @@ pub async fn hot(
         groups.push(s3_hot::Group {
             label: HOT_CORE_SEPARATE.into(),
             members,
+            nodes: Vec::new(),
         });
     }
     if filter.keeps(HOT_NAIVE) {
@@ -185,6 +189,7 @@ pub async fn hot(
         groups.push(s3_hot::Group {
             label: HOT_NAIVE.into(),
             members,
+            nodes: Vec::new(),
         });
     }
     if filter.keeps(HOT_RSLOCK) {
@@ -195,6 +200,28 @@ pub async fn hot(
         groups.push(s3_hot::Group {
             label: HOT_RSLOCK.into(),
             members,
+            nodes: Vec::new(),
+        });
+    }
+    // Separate lockers over three independent masters: the Redlock waiters.
+    let masters = endpoints.masters.get(..3).unwrap_or_default();
+    if filter.keeps(HOT_CORE_REDLOCK) && !masters.is_empty() {
+        let mut members = Vec::with_capacity(n);
+        for _ in 0..n {
+            members.push(Arc::new(Any::Core(Core::new(
+                locker(masters, "core-redlock:")?,
+                false,
+                CORE,
+            ))));
+        }
+        let mut nodes = Vec::with_capacity(masters.len());
+        for url in masters {
+            nodes.push(Probe::connect(url).await?);
+        }
+        groups.push(s3_hot::Group {
+            label: HOT_CORE_REDLOCK.into(),
+            members,
+            nodes,
         });
     }
     Ok(groups)

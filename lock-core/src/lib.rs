@@ -244,10 +244,19 @@
 //!   the waiters simply queue again. None of this touches mutual exclusion, which rests on
 //!   the lock key alone: a reservation is never anyone's lease.
 //!
-//! Where there is no queue: Redlock (each node could reserve the lock for a different
-//! waiter, and no waiter might then win a majority) and WATCH/MULTI (no scripts) announce
-//! every release on `<prefix>{N}:released`, and their waiters subscribe to it (every waiting
-//! process wakes at each release). A `Locker` built from a pool has no pub/sub connection
+//! On Redlock every master keeps the lock's queue, ordered not by its own clock but by each
+//! waiting request's ticket (when it began waiting, on its client's clock), the same on
+//! every master: the masters agree on who is next, a release reserves the lock for the same
+//! head on each, and that head (told on its channel by every master that reserved it; a
+//! `Locker` listens on each master) claims it with one queued attempt on every master,
+//! granted only on a majority within the validity time, as any Redlock acquisition. A head
+//! that claims fewer than a majority (a release that reached a master after its claim)
+//! gives back what it claimed and keeps its place by its ticket. Clock differences between
+//! clients change only the order, never mutual exclusion.
+//!
+//! Where there is no queue: WATCH/MULTI (no scripts) announces every release on
+//! `<prefix>{N}:released`, and its waiters subscribe to it (every waiting process wakes at
+//! each release). A `Locker` built from a pool has no pub/sub connection
 //! and polls, unless the builder is given a client for it (`pubsub_client`). On Sentinel,
 //! the pub/sub connection asks the Sentinels for the master whenever it connects, and
 //! follows it across a failover. Mixing kinds of `Locker` on one lock is safe. WATCH/MULTI

@@ -46,10 +46,14 @@ impl Topology {
         matches!(self, Topology::Single | Topology::Redlock)
     }
 
-    /// Whether waiting requests stand in a Redis-side queue (one server or a Cluster, on
-    /// scripts; Redlock has none, and the Sentinel locker polls).
+    /// Whether waiting requests stand in a Redis-side queue (one server, a Cluster, or
+    /// every Redlock master, on scripts; the Sentinel locker polls). On Redlock the faults
+    /// read the first master's queue, whose head is every master's.
     pub fn has_queue(self) -> bool {
-        matches!(self, Topology::Single | Topology::Cluster)
+        matches!(
+            self,
+            Topology::Single | Topology::Cluster | Topology::Redlock
+        )
     }
 
     /// The modes `--mode all` runs, one run each.
@@ -89,6 +93,9 @@ impl Topology {
                 Mode::Pool,
                 Mode::WrongType,
                 Mode::Stall,
+                Mode::PauseWaiter,
+                Mode::KillWaiter,
+                Mode::KillWokenHead,
                 Mode::Mixed,
             ],
             Topology::Cluster => &[

@@ -17,12 +17,12 @@ fn lockers(server: &RedisServer, n: usize) -> Vec<Locker> {
         .collect()
 }
 
-fn queued(server: &RedisServer, name: &str) -> usize {
+pub(crate) fn queued(server: &RedisServer, name: &str) -> usize {
     let reply = server.command(&["ZCARD", &format!("lock:{{{name}}}:q")]);
     reply.trim().trim_start_matches(':').parse().expect("ZCARD")
 }
 
-async fn until(what: &str, mut check: impl FnMut() -> bool) {
+pub(crate) async fn until(what: &str, mut check: impl FnMut() -> bool) {
     for _ in 0..1000 {
         if check() {
             return;

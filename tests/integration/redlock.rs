@@ -7,6 +7,7 @@ use lock_core::LockError;
 
 use crate::behaviour::fencing_grows;
 use crate::harness::Harness;
+use crate::queue::{queued, until};
 
 const SECOND: Duration = Duration::from_secs(1);
 
@@ -167,4 +168,137 @@ async fn a_foreign_value_on_one_node_fails_the_attempt_and_leaves_nothing_behind
         .await
         .expect("free once the foreign value is gone");
     lease.release().await.expect("release");
+}
+
+// Waiting on Redlock (issue 26): a waiter queue on every master, ordered by the waiters'
+// tickets, so that a release hands the lock to the same head on each.
+
+/// Whether every live master's queue for `name` holds `n` waiters.
+fn queued_everywhere(h: &Harness, name: &str, n: usize) -> bool {
+    h.nodes.iter().all(|node| queued(node, name) == n)
+}
+
+/// Lock `name` for `ttl` with the harness's first locker.
+async fn hold(h: &Harness, name: &str, ttl: Duration) -> lock_core::Lease {
+    h.locker.lock(name).ttl(ttl).await.expect("holder")
+}
+
+/// A request of `locker` for `name` (waiting up to 20 s) in a task of its own: when it got
+/// the lock (released again at once).
+fn waiter(locker: lock_core::Locker, name: &'static str) -> tokio::task::JoinHandle<Instant> {
+    tokio::spawn(async move {
+        let lease = locker
+            .lock(name)
+            .ttl(10 * SECOND)
+            .wait(20 * SECOND)
+            .await
+            .expect("waiter");
+        let got = Instant::now();
+        assert!(lease.release().await.expect("release"));
+        got
+    })
+}
+
+/// Releases `holder`; how long after the release `waiting` got the lock.
+async fn handed_over_after(
+    holder: lock_core::Lease,
+    waiting: tokio::task::JoinHandle<Instant>,
+) -> Duration {
+    let released = Instant::now();
+    assert!(holder.release().await.expect("release"));
+    waiting
+        .await
+        .expect("join")
+        .saturating_duration_since(released)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn separate_lockers_are_served_in_arrival_order_on_redlock() {
+    let h = Harness::redlock();
+    let holder = hold(&h, "fifo", 10 * SECOND).await;
+    let order = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut waiters = Vec::new();
+    for i in 1..=5 {
+        let locker = h.second_locker();
+        let order = std::sync::Arc::clone(&order);
+        waiters.push(tokio::spawn(async move {
+            let lease = locker
+                .lock("fifo")
+                .ttl(10 * SECOND)
+                .wait(20 * SECOND)
+                .await
+                .expect("waiter");
+            order.lock().unwrap().push(i);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            assert!(lease.release().await.expect("release"));
+        }));
+        until("the waiter to queue on every master", || {
+            queued_everywhere(&h, "fifo", i)
+        })
+        .await;
+    }
+    assert!(holder.release().await.expect("release"));
+    for waiter in waiters {
+        waiter.await.expect("join");
+    }
+    assert_eq!(*order.lock().unwrap(), [1, 2, 3, 4, 5]);
+    assert!(
+        queued_everywhere(&h, "fifo", 0),
+        "the queues are gone with their waiters"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redlock_waiter_is_woken_promptly_on_release() {
+    let h = Harness::redlock();
+    for round in 0..5 {
+        let holder = hold(&h, "prompt", 30 * SECOND).await;
+        let waiting = waiter(h.second_locker(), "prompt");
+        until("the waiter to queue", || queued_everywhere(&h, "prompt", 1)).await;
+        let took = handed_over_after(holder, waiting).await;
+        // Woken by its turn, not by a timer (the holder had 30 s left; the safety net
+        // fires after 0.5 s at the earliest).
+        assert!(
+            took < Duration::from_millis(400),
+            "round {round}: the waiter took {took:?} after the release"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_master_down_does_not_block_redlock_waiters() {
+    // Turn messages come from every master; any one may be down.
+    for down in [0usize, 2] {
+        let mut h = Harness::redlock();
+        h.nodes[down].kill();
+        let holder = hold(&h, "down", 30 * SECOND).await;
+        let waiting = waiter(h.second_locker(), "down");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let took = handed_over_after(holder, waiting).await;
+        assert!(
+            took < 2 * SECOND,
+            "node {down} down: the waiter took {took:?} after the release (the holder had 30 s left)"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_redlock_waiter_leaves_every_masters_queue() {
+    let h = Harness::redlock();
+    let holder = hold(&h, "leave", 30 * SECOND).await;
+    let waiting = waiter(h.second_locker(), "leave");
+    until("the waiter to queue on every master", || {
+        queued_everywhere(&h, "leave", 1)
+    })
+    .await;
+    waiting.abort();
+    until("the cancelled waiter to leave every master's queue", || {
+        queued_everywhere(&h, "leave", 0)
+    })
+    .await;
+    // And the next waiter is not held up by a place left behind.
+    let next = waiter(h.second_locker(), "leave");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let took = handed_over_after(holder, next).await;
+    assert!(took < 2 * SECOND, "the next waiter took {took:?}");
 }

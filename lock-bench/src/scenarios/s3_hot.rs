@@ -2,9 +2,12 @@
 //! second, the hand-off gap (from a holder starting its release to the next, different,
 //! holder entering its critical section), the share of self re-acquisitions (barging),
 //! Jain's fairness index over contenders, Redis calls per acquisition (INFO commandstats
-//! deltas, which count the calls scripts make too), and round trips per acquisition (the
+//! deltas, which count the calls scripts make too), commands per acquisition
+//! (`total_commands_processed`; Redis 7 counts scripts' inner calls there too, so it
+//! matches the calls column: the wire figure is round trips), and round trips per acquisition (the
 //! server's read events on client sockets, `total_reads_processed`: one per request a
-//! client sends, or per pipeline).
+//! client sends, or per pipeline). On Redlock the server counts are summed over the masters
+//! and divided by their number: per node.
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -28,6 +31,9 @@ const HOLD: Duration = Duration::from_millis(1);
 pub struct Group {
     pub label: String,
     pub members: Vec<Arc<Any>>,
+    /// The masters of a Redlock group, whose counts are read per node; empty: the single
+    /// Redis of the scenario's probe.
+    pub nodes: Vec<Probe>,
 }
 
 /// S3 figures of one run.
@@ -39,6 +45,7 @@ pub struct Hot {
     pub self_reacquire: f64,
     pub jain: f64,
     pub redis_calls_per_acquisition: f64,
+    pub commands_per_acquisition: f64,
     pub round_trips_per_acquisition: f64,
     /// The longest time from asking for the lock to entering the critical section.
     pub max_wait_ms: f64,
@@ -63,7 +70,15 @@ pub async fn measure(group: &Group, run_for: Duration, probe: &Probe) -> Hot {
         }
     }
     let holds = Arc::new(Mutex::new(Vec::with_capacity(50_000)));
-    let before = probe.snapshot().await.ok();
+    let probes = if group.nodes.is_empty() {
+        std::slice::from_ref(probe)
+    } else {
+        &group.nodes[..]
+    };
+    let mut before = Vec::with_capacity(probes.len());
+    for probe in probes {
+        before.push(probe.snapshot().await.ok());
+    }
     let started = Instant::now();
     let mut tasks = Vec::with_capacity(n);
     for (who, contender) in group.members.iter().cloned().enumerate() {
@@ -96,14 +111,29 @@ pub async fn measure(group: &Group, run_for: Duration, probe: &Probe) -> Hot {
     }
     super::join_all(tasks, &mut failures).await;
     let elapsed = started.elapsed().as_secs_f64();
-    let calls = super::calls_since(probe, before, &format!("{}, N={n}", group.label)).await;
+    let mut counts = Some(Counts {
+        calls: 0,
+        commands: 0,
+        reads: 0,
+    });
+    for (i, (probe, before)) in probes.iter().zip(before).enumerate() {
+        let label = format!("{}, N={n}, node {i}", group.label);
+        let delta = super::calls_since(probe, before, &label).await;
+        counts = counts.zip(delta).map(|(sum, d)| Counts {
+            calls: sum.calls + d.calls,
+            commands: sum.commands + d.commands.saturating_sub(1),
+            // The probe's own INFO request is one read of the window.
+            reads: sum.reads + d.reads.saturating_sub(1),
+        });
+    }
+    let nodes = probes.len() as u64;
+    let counts = counts.map(|sum| Counts {
+        calls: sum.calls / nodes,
+        commands: sum.commands / nodes,
+        reads: sum.reads / nodes,
+    });
     let mut log = std::mem::take(&mut *holds.lock().unwrap_or_else(PoisonError::into_inner));
     log.sort_by_key(|hold| hold.entered);
-    let counts = calls.map(|d| Counts {
-        calls: d.calls,
-        // The probe's own INFO request is one read of the window.
-        reads: d.reads.saturating_sub(1),
-    });
     summarize(&log, n, elapsed, counts, failures)
 }
 
@@ -111,6 +141,7 @@ pub async fn measure(group: &Group, run_for: Duration, probe: &Probe) -> Hot {
 #[derive(Debug, Clone, Copy)]
 struct Counts {
     calls: u64,
+    commands: u64,
     reads: u64,
 }
 
@@ -153,6 +184,8 @@ fn summarize(
         jain: jain(&per_contender),
         redis_calls_per_acquisition: counts
             .map_or(f64::NAN, |c| c.calls as f64 / acquisitions.max(1) as f64),
+        commands_per_acquisition: counts
+            .map_or(f64::NAN, |c| c.commands as f64 / acquisitions.max(1) as f64),
         round_trips_per_acquisition: counts
             .map_or(f64::NAN, |c| c.reads as f64 / acquisitions.max(1) as f64),
         failures,
@@ -169,6 +202,7 @@ pub struct Row {
     pub self_reacquire: Spread,
     pub jain: Spread,
     pub redis_calls_per_acquisition: Spread,
+    pub commands_per_acquisition: Spread,
     pub round_trips_per_acquisition: Spread,
     pub max_wait_ms: Spread,
     pub failures: u64,
@@ -208,6 +242,7 @@ pub async fn run(
                 self_reacquire: Spread::pick(runs, |r| r.self_reacquire),
                 jain: Spread::pick(runs, |r| r.jain),
                 redis_calls_per_acquisition: Spread::pick(runs, |r| r.redis_calls_per_acquisition),
+                commands_per_acquisition: Spread::pick(runs, |r| r.commands_per_acquisition),
                 round_trips_per_acquisition: Spread::pick(runs, |r| r.round_trips_per_acquisition),
                 max_wait_ms: Spread::pick(runs, |r| r.max_wait_ms),
                 failures: failures.count,
@@ -221,12 +256,12 @@ pub async fn run(
 impl Table {
     pub fn markdown(&self) -> String {
         let mut out = String::from(
-            "| contender | N | acquisitions/s | hand-off p50 µs | hand-off p99 µs | self re-acquire | Jain | Redis calls/acq | round trips/acq | max wait ms |\n\
-             |---|---|---|---|---|---|---|---|---|---|\n",
+            "| contender | N | acquisitions/s | hand-off p50 µs | hand-off p99 µs | self re-acquire | Jain | Redis calls/acq | commands/acq | round trips/acq | max wait ms |\n\
+             |---|---|---|---|---|---|---|---|---|---|---|\n",
         );
         for row in &self.rows {
             out.push_str(&format!(
-                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
                 row.contender,
                 row.contenders,
                 row.acquisitions_per_s.show(0),
@@ -235,6 +270,7 @@ impl Table {
                 row.self_reacquire.show(3),
                 row.jain.show(3),
                 row.redis_calls_per_acquisition.show(1),
+                row.commands_per_acquisition.show(1),
                 row.round_trips_per_acquisition.show(1),
                 row.max_wait_ms.show(1),
             ));
@@ -279,12 +315,14 @@ mod tests {
         ];
         let counts = Counts {
             calls: 20,
+            commands: 16,
             reads: 12,
         };
         let hot = summarize(&log, 2, 1.0, Some(counts), Failures::default());
         assert_eq!(hot.acquisitions_per_s, 4.0);
         assert_eq!(hot.self_reacquire, 0.25);
         assert_eq!(hot.redis_calls_per_acquisition, 5.0);
+        assert_eq!(hot.commands_per_acquisition, 4.0);
         assert_eq!(hot.round_trips_per_acquisition, 3.0);
         assert_eq!(hot.max_wait_ms, 6.0);
         // Gaps: 2 ms (0 -> 1) and 0 ms (1 -> 0); the self re-acquisition is not a hand-off.

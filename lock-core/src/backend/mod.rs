@@ -82,6 +82,10 @@ pub(crate) struct Waiter<'a> {
     pub channel: &'a str,
     /// How long the entry counts if it is not renewed: the request's remaining wait.
     pub life: Duration,
+    /// When the request began waiting, in microseconds since the UNIX epoch on this
+    /// client's clock: its place in line on Redlock, the same on every master, so that
+    /// their queues agree on the order (one Redis orders by its own clock instead).
+    pub ticket: u64,
 }
 
 /// How long a waiter whose turn has come has to claim the lock before the next in line

@@ -6,8 +6,22 @@
 //!
 //! - Acquire: the same value on every node. Success needs a majority, and enough validity
 //!   left: TTL minus the time the attempt took minus the clock-drift allowance (1% of the
-//!   TTL plus 2 ms). On failure the value is deleted from every node, including those whose
-//!   reply was lost (an abandoned per-node attempt undoes itself in the background).
+//!   TTL plus 2 ms). On failure the value is deleted from every node that did not answer
+//!   busy, including those whose reply was lost (an abandoned per-node attempt undoes
+//!   itself in the background); a busy node's lock was not set by the attempt.
+//! - Waiting: every node keeps the lock's waiter queue (`acquire_queued.lua`), ordered by
+//!   the waiters' tickets (when each request began waiting, on its client's clock), so the
+//!   nodes agree on who is next: a release hands the lock to the same head on each node,
+//!   and that head (told by every node that reserved it, on its channel: a `Locker` listens
+//!   on each node) claims it with one queued attempt on every node, granted like any other
+//!   acquisition (a majority within the validity time). A head that claims fewer than a
+//!   majority (its claim reached some masters before the previous holder's release did)
+//!   gives back what it claimed and keeps its turn there (`return_claim.lua`: back in line
+//!   by its ticket, the lock still reserved for it while it heads the line), so that the
+//!   masters the release reaches later complete its majority; handing those masters to the
+//!   next in line instead split the masters until a claim window ended. Entries and
+//!   reservations expire by themselves (the request's wait, the claim window), so a
+//!   crashed node or waiter holds nobody up for longer than that.
 //! - Release and extend: all nodes; they count as done with a majority.
 //! - Fencing: each node keeps a counter; an acquisition takes the maximum of the counters it
 //!   drew on its majority and writes that maximum back to a majority before it is granted.
@@ -21,6 +35,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
 
+use super::prim_scripts::MARK_LISTENED;
 use super::scripted::Scripted;
 use super::undo::Undo;
 use super::{Attempt, AttemptKind, Backend, RawState};
@@ -50,8 +65,22 @@ impl Redlock {
         F: Fn(&'a Scripted) -> Fut,
         Fut: Future<Output = Result<T, LockError>> + 'a,
     {
+        self.on_each(name, self.nodes.iter(), operation).await
+    }
+
+    /// [`Redlock::on_all`] on some of the nodes.
+    async fn on_each<'a, T, F, Fut>(
+        &'a self,
+        name: &str,
+        nodes: impl Iterator<Item = &'a Scripted>,
+        operation: F,
+    ) -> Vec<Result<T, LockError>>
+    where
+        F: Fn(&'a Scripted) -> Fut,
+        Fut: Future<Output = Result<T, LockError>> + 'a,
+    {
         let limit = self.node_timeout;
-        join_all(self.nodes.iter().map(|node| {
+        join_all(nodes.map(|node| {
             let call = operation(node);
             async move {
                 match tokio::time::timeout(limit, call).await {
@@ -116,12 +145,12 @@ impl Backend for Redlock {
         value: &str,
         ttl: Duration,
         fencing: bool,
-        _kind: AttemptKind<'_>,
+        kind: AttemptKind<'_>,
     ) -> Result<Attempt, LockError> {
         let started = Instant::now();
         let results = self
             .on_all(&keys.name, |node| {
-                node.acquire(keys, value, ttl, fencing, AttemptKind::Try)
+                node.acquire(keys, value, ttl, fencing, kind)
             })
             .await;
         // From here on our value may sit on some nodes: if this future is dropped before it
@@ -140,13 +169,25 @@ impl Backend for Redlock {
         let mut busy = None;
         let mut wrong_type = None;
         let mut failures = Vec::new();
-        for result in results {
+        // The nodes where a queued attempt left us in line.
+        let mut still_queued = Vec::new();
+        // The nodes that may hold our value: all but those that said busy.
+        let mut may_hold = Vec::new();
+        for (node, result) in self.nodes.iter().zip(results) {
+            if !matches!(result, Ok(Attempt::Busy { .. })) {
+                may_hold.push(node);
+            }
             match result {
                 Ok(Attempt::Acquired { fencing_token }) => {
                     acquired += 1;
                     token = token.max(fencing_token.unwrap_or(0));
                 }
-                Ok(attempt @ Attempt::Busy { .. }) => busy = busy.or(Some(attempt)),
+                Ok(attempt @ Attempt::Busy { .. }) => {
+                    if let Attempt::Busy { place: Some(_), .. } = attempt {
+                        still_queued.push(node);
+                    }
+                    busy = busy.or(Some(attempt));
+                }
                 // A foreign value on a node is the caller's problem, not a vote; it fails
                 // the attempt, which still undoes what it set on the other nodes below.
                 Err(err @ LockError::WrongType { .. }) => wrong_type = wrong_type.or(Some(err)),
@@ -160,13 +201,35 @@ impl Backend for Redlock {
             && (!fencing || self.write_back_fence(keys, token).await)
         {
             undo.disarm();
+            // Granted: out of the line on the minority too, lest the next release there
+            // reserve the lock for us while the next waiter's turn has come.
+            if let (AttemptKind::Queued(waiter), Ok(runtime)) =
+                (kind, tokio::runtime::Handle::try_current())
+            {
+                for node in still_queued {
+                    node.leave_queue_in_background(&runtime, keys, waiter.channel);
+                }
+            }
             return Ok(Attempt::Acquired {
                 fencing_token: fencing.then_some(token),
             });
         }
-        // Not granted: take our value back from every node, whatever it answered, before
-        // saying so (a node missed here is left to the undo and, at worst, to the TTL).
-        if self.release(keys, value).await.is_ok() {
+        // Not granted: take our value back from every node that may have it (all but those
+        // that answered busy, whose lock our attempt did not set) before saying so (a node
+        // missed here is left to the undo and, at worst, to the TTL). With every node busy,
+        // there is nothing to take back.
+        // A queued claim keeps its turn where it claimed: a claim that reached some masters
+        // before the previous holder's release did is short of a majority only until the
+        // release reaches the rest, which then tell this same head its turn.
+        let given_back = self
+            .on_each(&keys.name, may_hold.into_iter(), |node| async move {
+                match kind {
+                    AttemptKind::Queued(waiter) => node.return_claim(keys, value, waiter).await,
+                    _ => node.release(keys, value).await,
+                }
+            })
+            .await;
+        if given_back.iter().all(Result::is_ok) {
             undo.disarm();
         }
         if let Some(err) = wrong_type {
@@ -180,6 +243,18 @@ impl Backend for Redlock {
             return Ok(Attempt::busy_unknown());
         }
         Err(self.no_quorum(&keys.name, acquired, &failures))
+    }
+
+    async fn leave_queue(&self, keys: &LockKeys, waiter: &str) -> Result<(), LockError> {
+        let results = self
+            .on_all(&keys.name, |node| node.leave_queue(keys, waiter))
+            .await;
+        let left = results.iter().filter(|r| r.is_ok()).count();
+        match results.into_iter().find_map(Result::err) {
+            // An entry left behind on a node that did not answer expires with the wait.
+            Some(err) if left < self.quorum() => Err(err),
+            _ => Ok(()),
+        }
     }
 
     async fn release(&self, keys: &LockKeys, value: &str) -> Result<bool, LockError> {
@@ -265,6 +340,29 @@ impl Backend for Redlock {
 }
 
 impl Redlock {
+    /// Marks the value on lock `keys` as listened for on every node (`mark_listened.lua`),
+    /// so that its release is announced on the release channel (a multi-lock's waiter):
+    /// the holder's remaining TTL in ms, or -2 when no majority holds the lock. `None` when
+    /// fewer than a majority answered.
+    pub async fn mark_listened(&self, keys: &LockKeys) -> Option<i64> {
+        let results = self
+            .on_all(&keys.name, |node| async move {
+                node.server()
+                    .run::<i64>(&MARK_LISTENED, &keys.name, &[&keys.lock], &[])
+                    .await
+            })
+            .await;
+        let answers: Vec<i64> = results.into_iter().filter_map(Result::ok).collect();
+        if answers.len() < self.quorum() {
+            return None;
+        }
+        let held: Vec<i64> = answers.into_iter().filter(|&pttl| pttl >= 0).collect();
+        if held.len() < self.quorum() {
+            return Some(-2);
+        }
+        held.into_iter().max()
+    }
+
     /// Writes the drawn fencing token back to the nodes; true when a majority has it.
     async fn write_back_fence(&self, keys: &LockKeys, token: u64) -> bool {
         let results = self

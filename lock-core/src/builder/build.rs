@@ -118,10 +118,10 @@ impl LockerBuilder {
             )));
         }
         let mut nodes = Vec::with_capacity(urls.len());
-        let mut first_dial = None;
+        let mut dials = Vec::with_capacity(urls.len());
         for url in urls {
             let (pool, dial) = connect::pool(url, self.pool_size, self.command_timeout, &self.tls)?;
-            first_dial.get_or_insert(dial);
+            dials.push(dial);
             nodes.push(
                 Scripted::new(
                     SharedConnection::new(
@@ -131,17 +131,23 @@ impl LockerBuilder {
                     ),
                     self.script_mode,
                 )
-                .announcing_every_release(),
+                .redlock_master(),
             );
         }
-        // No waiter queue over independent nodes (each would hand the lock to its own head,
-        // and no head might reach a majority): releases are announced on every node to the
-        // lock's subscribers, and listening to one node is enough; if it is down, waiters
-        // fall back to timed retries.
+        // A waiter queue on every master, ordered by the waiters' tickets, so that the
+        // masters' queues agree and a release hands the lock to the same head on each; the
+        // head, told its turn on its channel by every master (any of them may be down or
+        // behind), claims it on a majority.
         let channel = own_channel(&settings);
-        let notifier = first_dial.map(|dial| Notifier::new(dial, channel));
+        let mut notifiers = dials
+            .into_iter()
+            .map(|dial| Notifier::new(dial, channel.clone()));
+        let notifier = notifiers.next();
+        let others = notifiers.collect();
         let backend = AnyBackend::Redlock(Redlock::new(nodes, self.node_timeout));
-        Ok(assemble(backend, settings, notifier, false))
+        Ok(Locker::from_engine(
+            Engine::new(backend, settings, notifier, false).told_by_other_masters(others),
+        ))
     }
 
     #[cfg(feature = "cluster")]

@@ -1,11 +1,12 @@
 //! Notifications from Redis: one pub/sub connection per `Locker`, shared by all of its
 //! waiters, in one of two ways.
 //!
-//! - The waiter queue (one Redis, Cluster): the Locker subscribes once to a channel of its
+//! - The waiter queue (one Redis, Cluster, and Redlock with one notifier per master, all on
+//!   the same channel): the Locker subscribes once to a channel of its
 //!   own, and the scripts publish `<kind>:<ms>:<lock key>` there when it is this Locker's
 //!   turn (see the crate docs, "Waiting"). A waiter registers its interest in a lock key
 //!   locally ([`Notifier::listen`]): no Redis call after the first SUBSCRIBE.
-//! - Broadcast (Redlock, WATCH/MULTI): the release publishes on `<lock key>:released`, and a
+//! - Broadcast (WATCH/MULTI, multi-locks): the release publishes on `<lock key>:released`, and a
 //!   waiter subscribes to that channel (reference-counted: the first waiter on a name sends
 //!   SUBSCRIBE, the last one to leave sends UNSUBSCRIBE).
 //!

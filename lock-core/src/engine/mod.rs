@@ -58,6 +58,9 @@ pub(crate) struct Engine {
     /// notifier's own channel (one Redis or a Cluster, on Lua scripts, with a notifier);
     /// otherwise they subscribe to each lock's release channel, or poll.
     queued_waits: bool,
+    /// Redlock: notifiers on the other masters, with the same own channel, so that a
+    /// waiter hears its turn from any master (the first one may be down or behind).
+    other_masters: Vec<Notifier>,
     /// Every command this locker sends answers or fails within the command timeout (the
     /// connections were configured here): an attempt that ends well before a request's
     /// deadline needs no timer of its own.
@@ -74,13 +77,15 @@ impl Engine {
         commands_bounded: bool,
     ) -> Engine {
         // The queue needs the scripts, and a channel to be told on.
-        let queued_waits = notifier.is_some() && matches!(backend, AnyBackend::Scripted(_));
+        let queued_waits = notifier.is_some()
+            && matches!(backend, AnyBackend::Scripted(_) | AnyBackend::Redlock(_));
         Engine {
             backend: Arc::new(backend),
             settings,
             local: Arc::default(),
             notifier,
             queued_waits,
+            other_masters: Vec::new(),
             commands_bounded,
             renewer: Arc::default(),
             background: Arc::default(),
@@ -101,6 +106,18 @@ impl Engine {
 
     pub fn notifier(&self) -> Option<&Notifier> {
         self.notifier.as_ref()
+    }
+
+    /// Redlock: waiters are told their turn by the other masters too (see
+    /// [`Engine::other_masters`]).
+    pub fn told_by_other_masters(mut self, notifiers: Vec<Notifier>) -> Engine {
+        self.other_masters = notifiers;
+        self
+    }
+
+    /// The notifiers of Redlock's other masters (empty elsewhere).
+    pub fn other_masters(&self) -> &[Notifier] {
+        &self.other_masters
     }
 
     /// The notifier, when waiters use the Redis-side waiter queue.

@@ -5,6 +5,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures_util::future::join_all;
+
 use crate::backend::{AttemptKind, Backend as _, Place, Waiter, CLAIM_WINDOW};
 use crate::connection::notifier::{Interest, Notifier, Subscription};
 use crate::engine::attempt::{Acquire, Busy, Tried};
@@ -23,8 +25,9 @@ const EXPIRY_SLACK: Duration = Duration::from_millis(1);
 /// How a waiter learns that it may try again.
 enum Listening {
     /// Told its turn in the lock's Redis-side queue, on the locker's own channel (kept for
-    /// its `Drop`, which stops routing the lock's messages here).
-    Queue { _interest: Interest },
+    /// its `Drop`, which stops routing the lock's messages here; on Redlock, one per master
+    /// that could be listened to: a turn is told by every master that reserves it).
+    Queue { _interests: Vec<Interest> },
     /// Woken by every release of the lock (its release channel; kept for its `Drop`).
     Broadcast { _subscription: Subscription },
     /// Nothing tells it: timed retries.
@@ -89,20 +92,51 @@ pub(super) async fn wait_for_turn(
         return Err(acq.timeout());
     };
     let mut listening = Listening::Polling;
+    // This request's place in line on Redlock's masters (see `Waiter::ticket`).
+    let ticket = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| {
+            u64::try_from(since.as_micros()).unwrap_or(u64::MAX)
+        });
     if let Some(notifier) = queue {
         // Stand in the lock's Redis-side queue. Listen first, so that a turn announced
         // right after the queued attempt is not missed.
         let listen = notifier.listen(&acq.keys.lock, &local.released);
-        match tokio::time::timeout_at(deadline.into(), listen).await {
-            Ok(Ok(interest)) => {
-                listening = Listening::Queue {
-                    _interest: interest,
-                };
+        // Redlock's other masters, at once and best effort: one that cannot be reached
+        // within the per-command timeout is not listened to for this request.
+        let others = join_all(engine.other_masters().iter().map(|other| {
+            let listen = other.listen(&acq.keys.lock, &local.released);
+            async move {
+                let limit = engine.settings().command_timeout;
+                match tokio::time::timeout(limit, listen).await {
+                    Ok(Ok(interest)) => Some(interest),
+                    Ok(Err(err)) => {
+                        tracing::debug!(%err, "no turn messages from one Redlock master");
+                        None
+                    }
+                    Err(_) => None,
+                }
             }
+        }));
+        let (listened, others) = tokio::join!(
+            tokio::time::timeout_at(deadline.into(), listen),
+            tokio::time::timeout_at(deadline.into(), others)
+        );
+        let mut interests: Vec<Interest> =
+            others.unwrap_or_default().into_iter().flatten().collect();
+        match listened {
+            Ok(Ok(interest)) => interests.push(interest),
             Ok(Err(err)) => {
-                tracing::debug!(name = %acq.keys.name, %err, "no waiter-queue notifications; falling back to timed retries");
+                tracing::debug!(name = %acq.keys.name, %err, "no waiter-queue notifications from the first server");
             }
             Err(_) => return Err(acq.timeout()),
+        }
+        if interests.is_empty() {
+            tracing::debug!(name = %acq.keys.name, "no waiter-queue notifications; falling back to timed retries");
+        } else {
+            listening = Listening::Queue {
+                _interests: interests,
+            };
         }
     }
     // Without the queue, release notifications are subscribed to only once Redis says
@@ -162,6 +196,7 @@ pub(super) async fn wait_for_turn(
                     let waiter = Waiter {
                         channel: notifier.own_channel(),
                         life: deadline.saturating_duration_since(Instant::now()),
+                        ticket,
                     };
                     // Before it is sent: dropped with the attempt in flight, the request
                     // must still leave the queue the attempt may have put it in.

@@ -3,7 +3,9 @@
 -- KEYS[1] lock key, KEYS[2] fencing counter, KEYS[3] queue, KEYS[4] queue entries
 -- ARGV[1] value, ARGV[2] ttl in ms, ARGV[3] "1" to draw a fencing token,
 -- ARGV[4] waiter (the Locker's channel), ARGV[5] how long the entry counts, in ms (the
--- request's remaining wait), ARGV[6] claim window in ms
+-- request's remaining wait), ARGV[6] claim window in ms, ARGV[7] (Redlock masters only)
+-- the waiter's ticket: its place in line, the same on every master, so that their queues
+-- agree on the order (one Redis orders by its own clock, and keeps a Locker's place)
 -- Returns {1, fencing token or 0, '', 0, 0} when taken,
 --         {0, lock's remaining ttl in ms, holder value, our place (0 = head),
 --          1 if the lock is reserved for the head} when queued.
@@ -44,7 +46,11 @@ if ours then
   end
   return {1, token, '', 0, 0}
 end
-redis.call('ZADD', q, 'NX', now_us, waiter)
+if ARGV[7] then
+  redis.call('ZADD', q, ARGV[7], waiter)
+else
+  redis.call('ZADD', q, 'NX', now_us, waiter)
+end
 local life = tonumber(ARGV[5]) + tonumber(window)
 redis.call('HSET', e, waiter, (now + life) .. ' ' .. ARGV[1])
 if redis.call('PTTL', q) < life then

@@ -52,6 +52,17 @@ pub(super) static LEAVE_QUEUE: LazyLock<Lua> = LazyLock::new(|| {
         ),
     )
 });
+pub(super) static RETURN_CLAIM: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(
+        LIBRARY_NAME,
+        library,
+        "return_claim",
+        concat!(
+            include_str!("../../scripts/queue.lua"),
+            include_str!("../../scripts/return_claim.lua")
+        ),
+    )
+});
 pub(super) static EXTEND: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(
         LIBRARY_NAME,
@@ -78,6 +89,7 @@ static LIBRARY: LazyLock<String> = LazyLock::new(|| {
             &ACQUIRE_QUEUED,
             &RELEASE,
             &LEAVE_QUEUE,
+            &RETURN_CLAIM,
             &EXTEND,
             &RAISE_FENCE,
         ],
@@ -85,8 +97,9 @@ static LIBRARY: LazyLock<String> = LazyLock::new(|| {
 });
 /// Versioned: a script whose keys or arguments change gets a new library name, so that
 /// Lockers of different versions on one server each call their own (v4: `release` declares
-/// the queue's keys).
-const LIBRARY_NAME: &str = "lockcore_v4";
+/// the queue's keys; v5: `acquire_queued` takes a Redlock waiter's ticket; v6:
+/// `return_claim`).
+const LIBRARY_NAME: &str = "lockcore_v6";
 
 fn library() -> &'static str {
     LIBRARY.as_str()
@@ -171,6 +184,8 @@ fn attempt_of(
 
 /// The queued acquire: take the lock if it is free and nobody waits ahead, claim it if it is
 /// reserved for this Locker, or join (keep our place in) its waiter queue.
+// The script's arguments, one by one, as it takes them.
+#[allow(clippy::too_many_arguments)]
 pub(super) async fn acquire_queued(
     mode: ScriptMode,
     conn: &mut Conn,
@@ -179,24 +194,34 @@ pub(super) async fn acquire_queued(
     ttl: Duration,
     fencing: bool,
     waiter: &Waiter<'_>,
+    ordered_by_ticket: bool,
 ) -> redis::RedisResult<Attempt> {
     let ttl = millis(ttl).to_string();
     let life = millis(waiter.life).to_string();
     let fencing_flag: &[u8] = if fencing { b"1" } else { b"0" };
     let (fence, queue) = (keys.fence(), keys.queue_keys());
+    let ticket = waiter.ticket.to_string();
+    let args: [&[u8]; 7] = [
+        value.as_bytes(),
+        ttl.as_bytes(),
+        fencing_flag,
+        waiter.channel.as_bytes(),
+        life.as_bytes(),
+        CLAIM_WINDOW_MS.as_bytes(),
+        ticket.as_bytes(),
+    ];
+    // The ticket orders the queue only on Redlock's masters.
+    let args = if ordered_by_ticket {
+        &args[..]
+    } else {
+        &args[..6]
+    };
     let (taken, number, holder, position, head_reserved) = ACQUIRE_QUEUED
         .run::<(i64, i64, Vec<u8>, i64, i64)>(
             mode,
             conn,
             &[&keys.lock, &fence, queue.queue(), queue.entries()],
-            &[
-                value.as_bytes(),
-                ttl.as_bytes(),
-                fencing_flag,
-                waiter.channel.as_bytes(),
-                life.as_bytes(),
-                CLAIM_WINDOW_MS.as_bytes(),
-            ],
+            args,
         )
         .await?;
     let place = Place {
@@ -217,8 +242,6 @@ pub(super) enum Announce {
     /// node's own subscribers while waiters subscribe on another node.
     #[cfg_attr(not(feature = "cluster"), allow(dead_code))]
     WhenListenedAnywhere,
-    /// Every release.
-    Always,
 }
 
 /// The release script: compare-and-delete, or hand the lock to the first live waiter.
@@ -232,7 +255,6 @@ pub(super) async fn release_script(
     let announce_flag: &[u8] = match announce {
         Announce::WhenListened => b"0",
         Announce::WhenListenedAnywhere => b"2",
-        Announce::Always => b"1",
     };
     // The queue's keys are declared although only a release of a marked value reads them:
     // a script must declare every key it touches (a Cluster checks that they share a slot,

@@ -10,13 +10,15 @@ use redis::FromRedisValue;
 
 use self::calls::{
     acquire_queued, acquire_script, release_script, set_nx_get, Announce, CLAIM_WINDOW_MS, EXTEND,
-    LEAVE_QUEUE, RAISE_FENCE,
+    LEAVE_QUEUE, RAISE_FENCE, RETURN_CLAIM,
 };
 use crate::backend::lua::{Lua, ScriptMode};
 use crate::backend::prim_scripts::Server;
 use crate::backend::replicated::Replicated;
 use crate::backend::undo::Undo;
-use crate::backend::{millis, remaining_from_pttl, Attempt, AttemptKind, Backend, RawState};
+use crate::backend::{
+    millis, remaining_from_pttl, Attempt, AttemptKind, Backend, RawState, Waiter,
+};
 use crate::connection::shared::{is_connection_failure, Conn, SharedConnection};
 use crate::key::LockKeys;
 use crate::LockError;
@@ -24,9 +26,11 @@ use crate::LockError;
 pub(crate) struct Scripted {
     conn: SharedConnection,
     mode: ScriptMode,
-    /// Whether every release runs the full path (queue, release channel): Redlock nodes,
-    /// whose waiters listen on the release channel without marking the lock's value.
+    /// Where the release of a value marked as listened for is announced.
     announce: Announce,
+    /// A Redlock master: its waiter queue is ordered by the waiters' tickets, the same on
+    /// every master, rather than by this server's clock.
+    ordered_by_ticket: bool,
     /// Whether the server accepts `SET .. NX .. GET` (Redis 7.0+); cleared on the first
     /// syntax error, after which acquires use the script.
     set_get: AtomicBool,
@@ -41,6 +45,7 @@ impl Scripted {
             conn,
             mode,
             announce: Announce::WhenListened,
+            ordered_by_ticket: false,
             set_get: AtomicBool::new(true),
             replicated: None,
         }
@@ -70,9 +75,9 @@ impl Scripted {
         self
     }
 
-    /// Announces every release on the lock's release channel (for Redlock nodes).
-    pub fn announcing_every_release(mut self) -> Scripted {
-        self.announce = Announce::Always;
+    /// One of Redlock's masters: its waiter queue orders waiters by their tickets.
+    pub fn redlock_master(mut self) -> Scripted {
+        self.ordered_by_ticket = true;
         self
     }
 
@@ -121,6 +126,73 @@ impl Scripted {
                 tracing::debug!(key = %keys.lock, %err, "undo of an abandoned acquire failed; the TTL will free the lock");
             }
         });
+    }
+
+    /// Takes `waiter` out of the lock's waiter queue in a task of its own, leaving the lock
+    /// as it is (a Redlock waiter granted on a majority and still queued here: a
+    /// reservation of its value on this node is its own, deleted by its release). Best
+    /// effort; the entry expires by itself otherwise.
+    pub fn leave_queue_in_background(
+        &self,
+        runtime: &tokio::runtime::Handle,
+        keys: &LockKeys,
+        waiter: &str,
+    ) {
+        let conn = self.conn.clone();
+        let mode = self.mode;
+        let keys = keys.clone();
+        let waiter = waiter.to_owned();
+        runtime.spawn(async move {
+            let queue = keys.queue_keys();
+            let left = match conn.get(&keys.name).await {
+                Ok(lent) => {
+                    let mut conn = lent.conn.clone();
+                    LEAVE_QUEUE
+                        .run::<i64>(
+                            mode,
+                            &mut conn,
+                            &[&keys.lock, queue.queue(), queue.entries()],
+                            &[waiter.as_bytes(), CLAIM_WINDOW_MS.as_bytes(), b"1"],
+                        )
+                        .await
+                        .map(drop)
+                        .map_err(|err| err.to_string())
+                }
+                Err(err) => Err(err.to_string()),
+            };
+            if let Err(err) = left {
+                tracing::debug!(key = %keys.lock, %err, "leaving a node's waiter queue failed; the entry expires by itself");
+            }
+        });
+    }
+
+    /// Gives back a Redlock waiter's claim that won fewer than a majority of masters
+    /// (`return_claim.lua`): the waiter takes its place in line again, and the lock stays
+    /// reserved for it while it heads the line (see the script). True when the lock held
+    /// `value`.
+    pub async fn return_claim(
+        &self,
+        keys: &LockKeys,
+        value: &str,
+        waiter: &Waiter<'_>,
+    ) -> Result<bool, LockError> {
+        let queue = keys.queue_keys();
+        let ticket = waiter.ticket.to_string();
+        let life = millis(waiter.life).to_string();
+        self.run_on::<i64>(
+            &RETURN_CLAIM,
+            keys,
+            &[&keys.lock, queue.queue(), queue.entries()],
+            &[
+                value.as_bytes(),
+                waiter.channel.as_bytes(),
+                ticket.as_bytes(),
+                life.as_bytes(),
+                CLAIM_WINDOW_MS.as_bytes(),
+            ],
+        )
+        .await
+        .map(|n| n == 1)
     }
 
     /// Runs a script on the shared connection, retiring the connection if it broke.
@@ -234,7 +306,14 @@ impl Backend for Scripted {
         // future of every acquisition stays small.
         let mut reply = if let Some(waiter) = waiter {
             Box::pin(acquire_queued(
-                self.mode, &mut conn, keys, value, ttl, fencing, waiter,
+                self.mode,
+                &mut conn,
+                keys,
+                value,
+                ttl,
+                fencing,
+                waiter,
+                self.ordered_by_ticket,
             ))
             .await
         } else if use_set_get {

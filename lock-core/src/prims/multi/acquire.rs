@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use futures_util::future::join_all;
 
 use crate::backend::prim_scripts::{SentOn, Server, MARK_LISTENED, MULTI_ACQUIRE};
-use crate::backend::{Attempt, AttemptKind, Backend as _};
+use crate::backend::{AnyBackend, Attempt, AttemptKind, Backend as _};
 use crate::connection::notifier::Subscription;
 use crate::connection::shared::Conn;
 use crate::engine::local::NameRef;
@@ -234,16 +234,14 @@ pub(super) async fn acquire(
                 continue;
             }
         } else if matches!(subscribed, Some(Some(_))) && !busy.marked {
-            // One Redis or a Cluster announce only the release of a marked value, and every
+            // One Redis, a Cluster or Redlock announce only the release of a marked value, and every
             // new holder's value starts unmarked: mark the one holding it now, whoever it
             // is, so that this release too wakes us. Marking each holder, not only the one
             // seen when subscribing, keeps a waiter from sleeping through releases once
             // the lock changes hands. Freed since the attempt (a release that went
             // unannounced): look again now.
-            if let Some(server) = env.server() {
-                if mark(&server, env, &busy.name).await == Some(FREE) {
-                    continue;
-                }
+            if mark(env, &busy.name).await == Some(FREE) {
+                continue;
             }
         }
         let pause = match busy.remaining {
@@ -273,9 +271,9 @@ const FREE: i64 = -2;
 
 /// Subscribes `signal` to the release channel of lock `name`. `None` when nothing will
 /// announce the release (no pub/sub connection, or it failed): timers only then. On one
-/// Redis or a Cluster (which announce only releases of a value marked as listened for;
-/// Redlock and WATCH/MULTI announce every release) the caller then marks each holder's
-/// value it finds (see [`mark`]).
+/// Redis, a Cluster or Redlock (which announce only releases of a value marked as listened
+/// for; WATCH/MULTI announces every release) the caller then marks each holder's value it
+/// finds (see [`mark`]).
 async fn subscribe(
     env: &Env,
     name: &str,
@@ -295,8 +293,13 @@ async fn subscribe(
 /// Marks the value now on lock `name` as listened for, so that its release is announced;
 /// the lock's remaining TTL in ms, [`FREE`] when nobody holds it. `None` when the mark
 /// failed (logged: the waiter falls back on its timers).
-async fn mark(server: &Server, env: &Env, name: &str) -> Option<i64> {
+async fn mark(env: &Env, name: &str) -> Option<i64> {
     let keys = LockKeys::new(env.prefix(), name.to_owned()).ok()?;
+    if let AnyBackend::Redlock(redlock) = env.backend() {
+        // On every node: any of them may announce the release.
+        return redlock.mark_listened(&keys).await;
+    }
+    let server = env.server()?;
     let marked = server
         .run::<i64>(&MARK_LISTENED, name, &[&keys.lock], &[])
         .await;
