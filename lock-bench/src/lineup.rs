@@ -59,7 +59,7 @@ pub fn rwlock(endpoints: &Endpoints, filter: &Filter) -> Result<Vec<s7_rwlock::G
                 label: label.into(),
                 name: name.into(),
                 readers: locker(single, "s7:")?,
-                writer: writes.then(|| s7_rwlock::WriterAt::Process {
+                writer: writes.then(|| s7_rwlock::WriterAt {
                     url: endpoints.single.clone(),
                     prefix: "s7:".to_owned(),
                 }),

@@ -35,11 +35,10 @@ pub struct Group {
     pub writer: Option<WriterAt>,
 }
 
-/// Where the writer runs: a locker of this process, or a process of its own on `url`
-/// with key prefix `prefix`.
-pub enum WriterAt {
-    Locker(Locker),
-    Process { url: String, prefix: String },
+/// The writer: a process of its own on Redis `url`, with key prefix `prefix`.
+pub struct WriterAt {
+    pub url: String,
+    pub prefix: String,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -116,21 +115,15 @@ pub async fn hold_loop(
 
 async fn measure(group: &Group, run_for: Duration, probe: &Probe) -> Run {
     let mut failures = Failures::default();
-    let mut lockers = vec![&group.readers];
-    if let Some(WriterAt::Locker(locker)) = &group.writer {
-        lockers.push(locker);
-    }
-    for locker in lockers {
-        let warm = locker.rwlock(format!("{}-warm-up", group.name));
-        match warm.read().ttl(TTL).await {
-            Ok(lease) => {
-                let _ = lease.release().await;
-            }
-            Err(err) => failures.record(format!("warm-up: {err}")),
+    let warm = group.readers.rwlock(format!("{}-warm-up", group.name));
+    match warm.read().ttl(TTL).await {
+        Ok(lease) => {
+            let _ = lease.release().await;
         }
+        Err(err) => failures.record(format!("warm-up: {err}")),
     }
     let mut process = match &group.writer {
-        Some(WriterAt::Process { url, prefix }) => {
+        Some(WriterAt { url, prefix }) => {
             match tokio::task::block_in_place(|| Writer::start(url, prefix, &group.name)) {
                 Ok(writer) => Some(writer),
                 Err(err) => {
@@ -139,7 +132,7 @@ async fn measure(group: &Group, run_for: Duration, probe: &Probe) -> Run {
                 }
             }
         }
-        _ => None,
+        None => None,
     };
     let holds = Arc::new(Mutex::new(Vec::with_capacity(100_000)));
     let before = probe.snapshot().await.ok();
@@ -149,18 +142,12 @@ async fn measure(group: &Group, run_for: Duration, probe: &Probe) -> Run {
             failures.record(err);
         }
     }
-    let mut tasks = Vec::with_capacity(READERS + 1);
-    let writer_locker = match &group.writer {
-        Some(WriterAt::Locker(locker)) => Some(locker),
-        _ => None,
-    };
-    let lockers = std::iter::repeat_n((&group.readers, false), READERS)
-        .chain(writer_locker.map(|w| (w, true)));
-    for (locker, write) in lockers {
+    let mut tasks = Vec::with_capacity(READERS);
+    for _ in 0..READERS {
         tasks.push(tokio::spawn(hold_loop(
-            locker.clone(),
+            group.readers.clone(),
             group.name.clone(),
-            write,
+            false,
             started,
             run_for,
             holds.clone(),
