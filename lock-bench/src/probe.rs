@@ -136,7 +136,8 @@ fn parse(info: &str) -> Snapshot {
         .filter_map(|line| line.strip_prefix("cmdstat_"))
         .filter_map(|line| {
             let (name, rest) = line.split_once(':')?;
-            if !(TOP_LEVEL.contains(&name) || name.starts_with("eval") || name.starts_with("fcall")) {
+            if !(TOP_LEVEL.contains(&name) || name.starts_with("eval") || name.starts_with("fcall"))
+            {
                 return None;
             }
             rest.split(',')

@@ -18,7 +18,12 @@ fn calls(server: &RedisServer) -> Vec<(String, u64)> {
         .filter_map(|line| line.strip_prefix("cmdstat_"))
         .filter_map(|line| {
             let (name, rest) = line.split_once(':')?;
-            let calls = rest.strip_prefix("calls=")?.split(',').next()?.parse().ok()?;
+            let calls = rest
+                .strip_prefix("calls=")?
+                .split(',')
+                .next()?
+                .parse()
+                .ok()?;
             Some((name.to_owned(), calls))
         })
         .filter(|(name, _)| !["info", "zcard", "zrangebyscore", "exists"].contains(&name.as_str()))
@@ -30,7 +35,10 @@ fn since(server: &RedisServer, before: &[(String, u64)]) -> Vec<(String, u64)> {
     calls(server)
         .into_iter()
         .map(|(name, after)| {
-            let was = before.iter().find(|(b, _)| *b == name).map_or(0, |(_, n)| *n);
+            let was = before
+                .iter()
+                .find(|(b, _)| *b == name)
+                .map_or(0, |(_, n)| *n);
             (name, after - was)
         })
         .filter(|(_, n)| *n > 0)
@@ -113,7 +121,11 @@ async fn a_reader_release_behind_a_waiting_writer_reads_no_queue() {
     let writer_lock = writing.rwlock("catalog");
     let writer = tokio::spawn(async move {
         let lease = writer_lock.write().ttl(30 * SECOND).wait(30 * SECOND).await;
-        lease.expect("write lease").release().await.expect("release")
+        lease
+            .expect("write lease")
+            .release()
+            .await
+            .expect("release")
     });
     let queue = "lock:{catalog}:rw:q";
     until("the writer to queue", || queued(&server, queue) == 1).await;
@@ -138,7 +150,11 @@ async fn a_reader_release_behind_a_waiting_writer_reads_no_queue() {
         assert!(total(&delta) <= 6, "{delta:?}");
     }
     // The last one lets the writer in, then the readers.
-    held.pop().expect("a reader").release().await.expect("release");
+    held.pop()
+        .expect("a reader")
+        .release()
+        .await
+        .expect("release");
     assert!(writer.await.expect("writer"));
     for reader in later {
         assert!(reader.await.expect("reader"));
@@ -170,7 +186,10 @@ async fn a_writers_release_tells_each_locker_once() {
                 lease.expect("read lease").release().await.expect("release")
             }));
         }
-        until("the readers to queue", || queued(&server, queue) == 6 * (i + 1)).await;
+        until("the readers to queue", || {
+            queued(&server, queue) == 6 * (i + 1)
+        })
+        .await;
     }
     let before = calls(&server);
     assert!(writer.release().await.expect("release"));

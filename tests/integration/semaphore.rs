@@ -30,9 +30,16 @@ fn int_reply(reply: &str) -> i64 {
 /// created again every cycle) expires by itself.
 fn assert_idle(server: &RedisServer, holders: &str) {
     let live = server.command(&["ZRANGEBYSCORE", holders, "(0", "+inf"]);
-    assert!(live.trim().starts_with("*0"), "{holders} still holds: {live}");
+    assert!(
+        live.trim().starts_with("*0"),
+        "{holders} still holds: {live}"
+    );
     let queue = format!("{holders}:q");
-    assert_eq!(int_reply(&server.command(&["EXISTS", &queue])), 0, "{queue}");
+    assert_eq!(
+        int_reply(&server.command(&["EXISTS", &queue])),
+        0,
+        "{queue}"
+    );
     let pttl = int_reply(&server.command(&["PTTL", holders]));
     assert!(pttl == -2 || pttl > 0, "{holders} never expires ({pttl})");
 }

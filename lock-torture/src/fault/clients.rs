@@ -222,8 +222,7 @@ impl Injector<'_> {
             return Ok(None);
         };
         let clients = self.rig.clients.len();
-        let Some(client) = known.get(channel).copied().filter(|&c| c < clients)
-        else {
+        let Some(client) = known.get(channel).copied().filter(|&c| c < clients) else {
             return Ok(None);
         };
         let t = clock::now();
@@ -236,9 +235,10 @@ impl Injector<'_> {
             .first()
             .and_then(|s| s.parse::<u64>().ok())
             .map_or(0, |s| s * 1000);
-        let members = self
-            .rig
-            .ask_about(&name, &["ZRANGEBYSCORE", holders, "(0", "+inf", "WITHSCORES"]);
+        let members = self.rig.ask_about(
+            &name,
+            &["ZRANGEBYSCORE", holders, "(0", "+inf", "WITHSCORES"],
+        );
         let unclaimed = members.chunks(2).any(|pair| {
             matches!(pair, [member, end]
                 if slot_in(member) == Some(client)

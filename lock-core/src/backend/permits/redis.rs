@@ -5,10 +5,10 @@
 use std::time::{Duration, Instant};
 
 use super::{parse_member, Ask, Attempt, Leaving, PermitKeys, QueueWaiter, RawHolder, RawHolders};
+use crate::backend::millis;
 use crate::backend::prim_scripts::{
     SentOn, Server, PERMITS_ACQUIRE, PERMITS_EXTEND, PERMITS_HOLDERS, PERMITS_RELEASE,
 };
-use crate::backend::millis;
 use crate::connection::notifier::Notifier;
 use crate::connection::shared::Conn;
 use crate::signal::Hint;
@@ -253,8 +253,5 @@ pub(super) async fn holders(server: &Server, keys: &PermitKeys) -> Result<RawHol
 #[cfg(test)]
 #[test]
 fn the_window_sent_is_the_claim_window() {
-    assert_eq!(
-        WINDOW_MS,
-        millis(crate::backend::CLAIM_WINDOW).to_string()
-    );
+    assert_eq!(WINDOW_MS, millis(crate::backend::CLAIM_WINDOW).to_string());
 }

@@ -84,9 +84,12 @@ impl Drop for Abandon<'_> {
         let store = self.store.clone();
         let keys = self.keys.clone();
         let member = std::mem::take(&mut self.member);
-        let leaving = self
-            .in_queue
-            .then(|| (std::mem::take(&mut self.id), std::mem::take(&mut self.entry)));
+        let leaving = self.in_queue.then(|| {
+            (
+                std::mem::take(&mut self.id),
+                std::mem::take(&mut self.entry),
+            )
+        });
         // Nothing sent on a connection (in memory, or no attempt got that far): the store's
         // own release.
         let routes = self.sent.take().unwrap_or_else(|| vec![None]);

@@ -66,8 +66,13 @@ impl Ops for PermitOps {
     fn release(&self) -> BoxFuture<'_, Result<bool, LockError>> {
         Box::pin(self.env.run(
             &self.keys.name,
-            self.store
-                .release(&self.keys, &self.member, None, None, self.env.queue_notifier()),
+            self.store.release(
+                &self.keys,
+                &self.member,
+                None,
+                None,
+                self.env.queue_notifier(),
+            ),
         ))
     }
 
