@@ -89,6 +89,12 @@ impl Injector<'_> {
         for name in self.rig.name_list() {
             let key = self.rig.primitive.holders_key(&name);
             let holders = self.holders_of(&name);
+            if self.rig.primitive.is_permit_set() {
+                // A permit set's queue members carry the waiter's Locker channel and value.
+                let queued = self.permit_waiter_channels(&name, &key).into_values();
+                waiting.extend(queued.filter(|&c| c < clients && !holders.contains(&c)));
+                continue;
+            }
             for entry in self.rig.ask_about(&name, &["HVALS", &format!("{key}:qe")]) {
                 waiting.extend(slot_in(&entry).filter(|&c| c < clients && !holders.contains(&c)));
             }

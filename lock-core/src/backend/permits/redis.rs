@@ -75,7 +75,14 @@ pub(super) async fn acquire(
             }
             return Err(err);
         }
-        (Err(err), _) => return Err(err),
+        (Err(err), _) => {
+            // The attempt may have run and handed permits to other waiters of this Locker
+            // whose wake-up was in the lost reply: they look at Redis themselves.
+            if let Some(notifier) = local {
+                notifier.wake_prefixed(&keys.route(""));
+            }
+            return Err(err);
+        }
     };
     let mut values = reply.into_iter();
     let mut number = || {
