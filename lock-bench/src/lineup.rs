@@ -43,7 +43,7 @@ pub const PERMITS_MANY_WAITING: &str = "lock-core semaphore, 1 locker (72 tasks:
 pub const PERMITS_HOLDERS: &str = "lock-core semaphore, try + release";
 pub const RW_FLOOD: &str = "lock-core rwlock, reader flood (64 readers, 1 locker)";
 pub const RW_WRITER: &str =
-    "lock-core rwlock, reader flood + a writer every 10 ms (its own locker)";
+    "lock-core rwlock, reader flood + a writer every 10 ms (its own process)";
 pub const MULTI: &str = "lock-core lock_all vs plain locks";
 
 /// S7: the reader flood alone, and with a writer.
@@ -59,11 +59,10 @@ pub fn rwlock(endpoints: &Endpoints, filter: &Filter) -> Result<Vec<s7_rwlock::G
                 label: label.into(),
                 name: name.into(),
                 readers: locker(single, "s7:")?,
-                writer: if writes {
-                    Some(locker(single, "s7:")?)
-                } else {
-                    None
-                },
+                writer: writes.then(|| s7_rwlock::WriterAt {
+                    url: endpoints.single.clone(),
+                    prefix: "s7:".to_owned(),
+                }),
             });
         }
     }

@@ -34,7 +34,7 @@ use probe::Probe;
 use report::{Report, RunSettings};
 use scenarios::{
     renewal, s1_latency, s2_throughput, s3_hot, s4_redlock, s5_overrun, s6_holders, s6_permits,
-    s7_rwlock, s8_multi,
+    s7_rwlock, s7_writer, s8_multi,
 };
 use servers::{start_cluster, start_sentinel, start_servers};
 
@@ -47,6 +47,25 @@ enum Failure {
 }
 
 fn main() -> ExitCode {
+    // S7's writer, run as a process of its own (see scenarios/s7_writer.rs).
+    let argv: Vec<String> = std::env::args().collect();
+    if argv.get(1).map(String::as_str) == Some(s7_writer::FLAG) {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build();
+        let result = match runtime {
+            Ok(runtime) => runtime.block_on(s7_writer::child(&argv[2..])),
+            Err(err) => Err(format!("cannot start the tokio runtime: {err}")),
+        };
+        return match result {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(err) => {
+                eprintln!("error: {err}");
+                ExitCode::from(2)
+            }
+        };
+    }
     let args = Args::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -23,6 +23,10 @@ pub struct Snapshot {
     pub reads: u64,
     /// `used_cpu_user + used_cpu_sys`, seconds.
     pub cpu_s: f64,
+    /// Microseconds Redis spent executing the commands clients sent (commandstats `usec`):
+    /// the scripts (`EVAL*`, `FCALL*`, their own calls included) and `SET` (the plain lock's
+    /// take, and the raw floor's), not counting the scripts' inner calls twice.
+    pub exec_us: f64,
 }
 
 /// What changed between two snapshots.
@@ -32,6 +36,8 @@ pub struct Delta {
     pub calls: u64,
     pub reads: u64,
     pub cpu_s: f64,
+    /// See [`Snapshot::exec_us`].
+    pub exec_us: f64,
     pub per_command: Vec<(String, u64)>,
 }
 
@@ -94,6 +100,7 @@ impl Snapshot {
             calls: self.calls.saturating_sub(before.calls),
             reads: self.reads.saturating_sub(before.reads),
             cpu_s: (self.cpu_s - before.cpu_s).max(0.0),
+            exec_us: (self.exec_us - before.exec_us).max(0.0),
             per_command,
         }
     }
@@ -124,6 +131,21 @@ fn parse(info: &str) -> Snapshot {
             Some((name.to_owned(), calls))
         })
         .collect();
+    let exec_us = info
+        .lines()
+        .filter_map(|line| line.strip_prefix("cmdstat_"))
+        .filter_map(|line| {
+            let (name, rest) = line.split_once(':')?;
+            if !(TOP_LEVEL.contains(&name) || name.starts_with("eval") || name.starts_with("fcall"))
+            {
+                return None;
+            }
+            rest.split(',')
+                .find_map(|field| field.strip_prefix("usec="))?
+                .parse::<f64>()
+                .ok()
+        })
+        .sum();
     Snapshot {
         commands: number("total_commands_processed").unwrap_or(0),
         calls: per_command
@@ -134,8 +156,13 @@ fn parse(info: &str) -> Snapshot {
         per_command,
         reads: number("total_reads_processed").unwrap_or(0),
         cpu_s: seconds("used_cpu_user").unwrap_or(0.0) + seconds("used_cpu_sys").unwrap_or(0.0),
+        exec_us,
     }
 }
+
+/// Commands counted in [`Snapshot::exec_us`] besides the scripts: sent by clients, never
+/// from inside a script of the uncontended paths measured.
+const TOP_LEVEL: &[&str] = &["set"];
 
 #[cfg(test)]
 mod tests {
@@ -146,11 +173,14 @@ mod tests {
         let info = "# Stats\r\ntotal_commands_processed:120\r\ntotal_reads_processed:90\r\n\
                     # CPU\r\nused_cpu_sys:1.5\r\nused_cpu_user:2.25\r\n\
                     # Commandstats\r\ncmdstat_set:calls=10,usec=5,usec_per_call=0.5\r\n\
-                    cmdstat_info:calls=7,usec=1\r\ncmdstat_evalsha:calls=3,usec=9\r\n";
+                    cmdstat_info:calls=7,usec=1\r\ncmdstat_evalsha:calls=3,usec=9\r\n\
+                    cmdstat_zadd:calls=3,usec=4\r\n";
         let snapshot = parse(info);
         assert_eq!(snapshot.commands, 120);
         assert_eq!(snapshot.reads, 90);
-        assert_eq!(snapshot.calls, 13);
+        assert_eq!(snapshot.calls, 16);
+        // SET and the script; not the script's own ZADD again.
+        assert_eq!(snapshot.exec_us, 14.0);
         assert!((snapshot.cpu_s - 3.75).abs() < 1e-9);
         let later = parse(&info.replace("calls=10", "calls=15"));
         let delta = later.delta_since(&snapshot);

@@ -2,7 +2,7 @@
 //! so that a message that only moves the waiter's timer costs no Redis call.
 
 use std::sync::{Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::futures::Notified;
 use tokio::sync::Notify;
@@ -24,6 +24,9 @@ pub(crate) enum Hint {
 pub(crate) struct Wake {
     notify: Notify,
     hint: Mutex<Option<Hint>>,
+    /// A permit granted to this waiter by another request of its Locker (in that request's
+    /// own script), valid from this instant (sent before the script ran).
+    taken: Mutex<Option<Instant>>,
 }
 
 impl Wake {
@@ -49,6 +52,21 @@ impl Wake {
         self.notify.notify_waiters();
     }
 
+    /// Wakes every waiter: what it waits for was granted to it at `at` (a permit handed
+    /// over inside another request's script; no claim follows).
+    pub fn post_taken(&self, at: Instant) {
+        *self.taken.lock().unwrap_or_else(PoisonError::into_inner) = Some(at);
+        self.notify.notify_waiters();
+    }
+
+    /// The grant posted by [`Wake::post_taken`], taken (once).
+    pub fn take_taken(&self) -> Option<Instant> {
+        self.taken
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+    }
+
     /// The hint posted since the last call, if any.
     pub fn take_hint(&self) -> Option<Hint> {
         self.hint
@@ -72,6 +90,16 @@ pub(crate) fn parse_message(payload: &str) -> Option<(&str, Hint)> {
     Some((key, hint))
 }
 
+/// Parses a batch of grants to one Locker, `b:<ms>:<id>,<id>,...:<holders key>`, into the
+/// holders key and the waiter ids (each waiter's route is `<holders key>#<id>`).
+pub(crate) fn parse_batch(payload: &str) -> Option<(&str, impl Iterator<Item = &str>)> {
+    let rest = payload.strip_prefix("b:")?;
+    let (millis, rest) = rest.split_once(':')?;
+    millis.parse::<u64>().ok()?;
+    let (ids, key) = rest.split_once(':')?;
+    Some((key, ids.split(',').filter(|id| !id.is_empty())))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -92,6 +120,16 @@ mod tests {
         );
         for bad in ["", "g", "g:", "x:1:k", "s:-1:k", "s:ms:k"] {
             assert_eq!(parse_message(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn batches_name_each_waiter_and_keep_the_keys_colons() {
+        let (key, ids) = parse_batch("b:100:ab,cd:lock:{a:b}:rw").expect("a batch");
+        assert_eq!(key, "lock:{a:b}:rw");
+        assert_eq!(ids.collect::<Vec<_>>(), ["ab", "cd"]);
+        for bad in ["", "b:", "b:1", "b:x:ab:k", "g:100:k"] {
+            assert!(parse_batch(bad).is_none(), "{bad}");
         }
     }
 

@@ -25,6 +25,8 @@ pub struct Throughput {
     /// cores, their sum bounds the throughput.
     pub client_cpu_us_per_cycle: f64,
     pub redis_cpu_us_per_cycle: f64,
+    /// Redis's own execution time per cycle (commandstats `usec` of the commands sent).
+    pub redis_exec_us_per_cycle: f64,
     pub failures: Failures,
 }
 
@@ -37,6 +39,7 @@ pub struct Acc {
     calls: Option<u64>,
     client_cpu_s: Option<f64>,
     redis_cpu_s: Option<f64>,
+    redis_exec_us: Option<f64>,
     warmed_up: bool,
     failures: Failures,
 }
@@ -98,6 +101,7 @@ pub async fn slice(
             *acc.commands.get_or_insert(0) += delta.commands;
             *acc.calls.get_or_insert(0) += delta.calls;
             *acc.redis_cpu_s.get_or_insert(0.0) += delta.cpu_s;
+            *acc.redis_exec_us.get_or_insert(0.0) += delta.exec_us;
         }
     }
 }
@@ -115,6 +119,9 @@ impl Acc {
                 .map_or(f64::NAN, |c| c as f64 / self.cycles.max(1) as f64),
             client_cpu_us_per_cycle: per_cycle(self.client_cpu_s),
             redis_cpu_us_per_cycle: per_cycle(self.redis_cpu_s),
+            redis_exec_us_per_cycle: self
+                .redis_exec_us
+                .map_or(f64::NAN, |us| us / self.cycles.max(1) as f64),
             failures: self.failures,
         }
     }
@@ -149,6 +156,7 @@ pub struct Row {
     pub redis_calls_per_cycle: Spread,
     pub client_cpu_us_per_cycle: Spread,
     pub redis_cpu_us_per_cycle: Spread,
+    pub redis_exec_us_per_cycle: Spread,
     /// Cycles/s over the floor's (the first row) in the same repetition.
     pub vs_raw: Spread,
     pub failures: u64,
@@ -182,6 +190,7 @@ pub async fn run(contenders: &[Arc<Any>], settings: &Settings, probe: &Probe) ->
                 redis_calls_per_cycle: Spread::pick(runs, |r| r.redis_calls_per_cycle),
                 client_cpu_us_per_cycle: Spread::pick(runs, |r| r.client_cpu_us_per_cycle),
                 redis_cpu_us_per_cycle: Spread::pick(runs, |r| r.redis_cpu_us_per_cycle),
+                redis_exec_us_per_cycle: Spread::pick(runs, |r| r.redis_exec_us_per_cycle),
                 vs_raw: paired(runs, floor, |r| r.cycles_per_s),
                 failures: failures.count,
                 first_error: failures.first,
@@ -197,12 +206,12 @@ pub async fn run(contenders: &[Arc<Any>], settings: &Settings, probe: &Probe) ->
 impl Table {
     pub fn markdown(&self) -> String {
         let mut out = String::from(
-            "| contender | cycles/s | vs raw | Redis commands/s | Redis calls/cycle | client CPU µs/cycle | Redis CPU µs/cycle |\n\
-             |---|---|---|---|---|---|---|\n",
+            "| contender | cycles/s | vs raw | Redis commands/s | Redis calls/cycle | client CPU µs/cycle | Redis CPU µs/cycle | Redis exec µs/cycle |\n\
+             |---|---|---|---|---|---|---|---|\n",
         );
         for row in &self.rows {
             out.push_str(&format!(
-                "| {} | {} | {} | {} | {} | {} | {} |\n",
+                "| {} | {} | {} | {} | {} | {} | {} | {} |\n",
                 row.contender,
                 row.cycles_per_s.show(0),
                 row.vs_raw.show_ratio(),
@@ -210,6 +219,7 @@ impl Table {
                 row.redis_calls_per_cycle.show(2),
                 row.client_cpu_us_per_cycle.show(1),
                 row.redis_cpu_us_per_cycle.show(1),
+                row.redis_exec_us_per_cycle.show(1),
             ));
         }
         out

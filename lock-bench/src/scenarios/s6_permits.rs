@@ -50,6 +50,8 @@ pub struct Permits {
     pub jain: f64,
     pub redis_calls_per_acquisition: f64,
     pub round_trips_per_acquisition: f64,
+    /// Redis's own execution time per acquisition (commandstats `usec`).
+    pub redis_exec_us_per_acquisition: f64,
     pub max_wait_ms: f64,
     pub failures: Failures,
 }
@@ -112,6 +114,7 @@ pub async fn measure(group: &Group, run_for: Duration, probe: &Probe) -> Permits
         calls: d.calls,
         // The probe's own INFO request is one read of the window.
         reads: d.reads.saturating_sub(1),
+        exec_us: d.exec_us,
     });
     let log = std::mem::take(&mut *holds.lock().unwrap_or_else(PoisonError::into_inner));
     let shape = Shape {
@@ -128,6 +131,7 @@ pub async fn measure(group: &Group, run_for: Duration, probe: &Probe) -> Permits
 struct Counts {
     calls: u64,
     reads: u64,
+    exec_us: f64,
 }
 
 /// The size of the race.
@@ -184,6 +188,8 @@ fn summarize(log: &[Hold], shape: Shape, counts: Option<Counts>, failures: Failu
             .map_or(f64::NAN, |c| c.calls as f64 / acquisitions.max(1) as f64),
         round_trips_per_acquisition: counts
             .map_or(f64::NAN, |c| c.reads as f64 / acquisitions.max(1) as f64),
+        redis_exec_us_per_acquisition: counts
+            .map_or(f64::NAN, |c| c.exec_us / acquisitions.max(1) as f64),
         max_wait_ms: max_wait.as_secs_f64() * 1000.0,
         failures,
     }
@@ -202,6 +208,7 @@ pub struct Row {
     pub jain: Spread,
     pub redis_calls_per_acquisition: Spread,
     pub round_trips_per_acquisition: Spread,
+    pub redis_exec_us_per_acquisition: Spread,
     pub max_wait_ms: Spread,
     pub failures: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -239,6 +246,9 @@ pub async fn run(groups: &[Group], settings: &Settings, probe: &Probe) -> Table 
                 jain: Spread::pick(runs, |r| r.jain),
                 redis_calls_per_acquisition: Spread::pick(runs, |r| r.redis_calls_per_acquisition),
                 round_trips_per_acquisition: Spread::pick(runs, |r| r.round_trips_per_acquisition),
+                redis_exec_us_per_acquisition: Spread::pick(runs, |r| {
+                    r.redis_exec_us_per_acquisition
+                }),
                 max_wait_ms: Spread::pick(runs, |r| r.max_wait_ms),
                 failures: failures.count,
                 first_error: failures.first,
@@ -251,12 +261,12 @@ pub async fn run(groups: &[Group], settings: &Settings, probe: &Probe) -> Table 
 impl Table {
     pub fn markdown(&self) -> String {
         let mut out = String::from(
-            "| contender | tasks | permits | acquisitions/s | occupancy | hand-off p50 µs | hand-off p99 µs | peak holders per name | Jain | Redis calls/acq | round trips/acq | max wait ms |\n\
-             |---|---|---|---|---|---|---|---|---|---|---|---|\n",
+            "| contender | tasks | permits | acquisitions/s | occupancy | hand-off p50 µs | hand-off p99 µs | peak holders per name | Jain | Redis calls/acq | round trips/acq | Redis exec µs/acq | max wait ms |\n\
+             |---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
         );
         for row in &self.rows {
             out.push_str(&format!(
-                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
                 row.contender,
                 row.tasks,
                 row.capacity,
@@ -268,6 +278,7 @@ impl Table {
                 row.jain.show(3),
                 row.redis_calls_per_acquisition.show(1),
                 row.round_trips_per_acquisition.show(1),
+                row.redis_exec_us_per_acquisition.show(1),
                 row.max_wait_ms.show(1),
             ));
         }
@@ -302,6 +313,7 @@ mod tests {
         let counts = Counts {
             calls: 20,
             reads: 8,
+            exec_us: 40.0,
         };
         let s = summarize(&log, shape, Some(counts), Failures::default());
         assert_eq!(s.peak_holders, 2);
@@ -311,6 +323,7 @@ mod tests {
         assert_eq!(s.handoff_p99_us, 2000.0);
         assert_eq!(s.redis_calls_per_acquisition, 5.0);
         assert_eq!(s.round_trips_per_acquisition, 2.0);
+        assert_eq!(s.redis_exec_us_per_acquisition, 10.0);
         assert_eq!(s.max_wait_ms, 8.0);
         // Held 4 + 6 + 4 + 2 ms of 2 x 10 ms.
         assert!((s.occupancy - 0.8).abs() < 1e-9, "{}", s.occupancy);

@@ -1,6 +1,7 @@
 //! S7, read-write lock: a reader flood (64 tasks of one locker loop on read leases of ONE
-//! name, each holding ~1 ms), alone, and with a writer (its own locker, as another process
-//! would be) asking for the write lease every 10 ms during the flood. Beside S6's semaphore
+//! name, each holding ~1 ms), alone, and with a writer (a process of its own, as another
+//! service's writer would be: see [`s7_writer`](super::s7_writer)) asking for the write
+//! lease every 10 ms during the flood. Beside S6's semaphore
 //! rows: how long a read takes to get in, the writer's turn (its wait, and the hand-off
 //! from the last reader leaving to the writer entering), how many readers the waiting
 //! writer held back and how long until readers are back in, whether a reader ever held
@@ -13,6 +14,7 @@ use std::time::{Duration, Instant};
 use lock_core::Locker;
 use serde::Serialize;
 
+use super::s7_writer::Writer;
 use super::{interleaved, Failures, Settings};
 use crate::probe::Probe;
 use crate::stats::{most_at_once, Samples, Spread};
@@ -22,7 +24,7 @@ pub const READERS: usize = 64;
 const HOLD: Duration = Duration::from_millis(1);
 /// The writer's pause between giving the write lease back and asking again.
 pub const WRITER_EVERY: Duration = Duration::from_millis(10);
-const TTL: Duration = Duration::from_secs(5);
+pub const TTL: Duration = Duration::from_secs(5);
 const WAIT: Duration = Duration::from_secs(10);
 
 /// One flood: the readers share `readers`; `writer`, when present, joins it.
@@ -30,15 +32,21 @@ pub struct Group {
     pub label: String,
     pub name: String,
     pub readers: Locker,
-    pub writer: Option<Locker>,
+    pub writer: Option<WriterAt>,
+}
+
+/// The writer: a process of its own on Redis `url`, with key prefix `prefix`.
+pub struct WriterAt {
+    pub url: String,
+    pub prefix: String,
 }
 
 #[derive(Debug, Clone, Copy)]
-struct Hold {
-    write: bool,
-    asked: Instant,
-    entered: Instant,
-    leaving: Instant,
+pub struct Hold {
+    pub write: bool,
+    pub asked: Instant,
+    pub entered: Instant,
+    pub leaving: Instant,
 }
 
 /// S7 figures of one run.
@@ -61,10 +69,11 @@ struct Run {
     peak_readers: usize,
     redis_calls_per_acquisition: f64,
     round_trips_per_acquisition: f64,
+    redis_exec_us_per_acquisition: f64,
     failures: Failures,
 }
 
-async fn hold_loop(
+pub async fn hold_loop(
     locker: Locker,
     name: String,
     write: bool,
@@ -106,41 +115,74 @@ async fn hold_loop(
 
 async fn measure(group: &Group, run_for: Duration, probe: &Probe) -> Run {
     let mut failures = Failures::default();
-    for locker in std::iter::once(&group.readers).chain(&group.writer) {
-        let warm = locker.rwlock(format!("{}-warm-up", group.name));
-        match warm.read().ttl(TTL).await {
-            Ok(lease) => {
-                let _ = lease.release().await;
-            }
-            Err(err) => failures.record(format!("warm-up: {err}")),
+    let warm = group.readers.rwlock(format!("{}-warm-up", group.name));
+    match warm.read().ttl(TTL).await {
+        Ok(lease) => {
+            let _ = lease.release().await;
         }
+        Err(err) => failures.record(format!("warm-up: {err}")),
     }
+    let mut process = match &group.writer {
+        Some(WriterAt { url, prefix }) => {
+            match tokio::task::block_in_place(|| Writer::start(url, prefix, &group.name)) {
+                Ok(writer) => Some(writer),
+                Err(err) => {
+                    failures.record(err);
+                    None
+                }
+            }
+        }
+        None => None,
+    };
     let holds = Arc::new(Mutex::new(Vec::with_capacity(100_000)));
     let before = probe.snapshot().await.ok();
     let started = Instant::now();
-    let mut tasks = Vec::with_capacity(READERS + 1);
-    let lockers = std::iter::repeat_n((&group.readers, false), READERS)
-        .chain(group.writer.iter().map(|w| (w, true)));
-    for (locker, write) in lockers {
+    if let Some(writer) = &mut process {
+        if let Err(err) = writer.go(run_for) {
+            failures.record(err);
+        }
+    }
+    let mut tasks = Vec::with_capacity(READERS);
+    for _ in 0..READERS {
         tasks.push(tokio::spawn(hold_loop(
-            locker.clone(),
+            group.readers.clone(),
             group.name.clone(),
-            write,
+            false,
             started,
             run_for,
             holds.clone(),
         )));
     }
     super::join_all(tasks, &mut failures).await;
+    if let Some(writer) = process {
+        let (writes, writer_failures) = tokio::task::block_in_place(|| writer.finish());
+        holds
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .extend(writes);
+        failures.merge(writer_failures);
+    }
     let elapsed = started.elapsed().as_secs_f64();
     let delta = super::calls_since(probe, before, &group.label).await;
     // The probe's own INFO request is one read of the window.
-    let counts = delta.map(|d| (d.calls, d.reads.saturating_sub(1)));
+    let counts = delta.map(|d| Counts {
+        calls: d.calls,
+        reads: d.reads.saturating_sub(1),
+        exec_us: d.exec_us,
+    });
     let log = std::mem::take(&mut *holds.lock().unwrap_or_else(PoisonError::into_inner));
     summarize(&log, elapsed, counts, failures)
 }
 
-fn summarize(log: &[Hold], elapsed: f64, counts: Option<(u64, u64)>, failures: Failures) -> Run {
+/// What the server counted over a measurement window.
+#[derive(Debug, Clone, Copy)]
+struct Counts {
+    calls: u64,
+    reads: u64,
+    exec_us: f64,
+}
+
+fn summarize(log: &[Hold], elapsed: f64, counts: Option<Counts>, failures: Failures) -> Run {
     let (writes, reads): (Vec<Hold>, Vec<Hold>) = log.iter().partition(|h| h.write);
     let wait = |h: &Hold| h.entered.saturating_duration_since(h.asked).as_nanos() as u64;
     let mut read_waits = Samples::with_capacity(reads.len());
@@ -199,10 +241,9 @@ fn summarize(log: &[Hold], elapsed: f64, counts: Option<(u64, u64)>, failures: F
         },
         overlaps,
         peak_readers: peak(&reads),
-        redis_calls_per_acquisition: counts
-            .map_or(f64::NAN, |(calls, _)| calls as f64 / acquisitions),
-        round_trips_per_acquisition: counts
-            .map_or(f64::NAN, |(_, reads)| reads as f64 / acquisitions),
+        redis_calls_per_acquisition: counts.map_or(f64::NAN, |c| c.calls as f64 / acquisitions),
+        round_trips_per_acquisition: counts.map_or(f64::NAN, |c| c.reads as f64 / acquisitions),
+        redis_exec_us_per_acquisition: counts.map_or(f64::NAN, |c| c.exec_us / acquisitions),
         failures,
     }
 }
@@ -235,6 +276,7 @@ pub struct Row {
     pub peak_readers: Spread,
     pub redis_calls_per_acquisition: Spread,
     pub round_trips_per_acquisition: Spread,
+    pub redis_exec_us_per_acquisition: Spread,
     pub failures: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub first_error: Option<String>,
@@ -273,6 +315,9 @@ pub async fn run(groups: &[Group], settings: &Settings, probe: &Probe) -> Table 
                 peak_readers: Spread::pick(runs, |r| r.peak_readers as f64),
                 redis_calls_per_acquisition: Spread::pick(runs, |r| r.redis_calls_per_acquisition),
                 round_trips_per_acquisition: Spread::pick(runs, |r| r.round_trips_per_acquisition),
+                redis_exec_us_per_acquisition: Spread::pick(runs, |r| {
+                    r.redis_exec_us_per_acquisition
+                }),
                 failures: failures.count,
                 first_error: failures.first,
             }
@@ -284,12 +329,12 @@ pub async fn run(groups: &[Group], settings: &Settings, probe: &Probe) -> Table 
 impl Table {
     pub fn markdown(&self) -> String {
         let mut out = String::from(
-            "| contender | readers | reads/s | read wait p50 µs | read wait p99 µs | peak readers | writes/s | writer wait p50 µs | writer wait max µs | writer hand-off p50 µs | readers back p50 µs | readers held back per turn | reader–writer overlaps | Redis calls/acq | round trips/acq |\n\
-             |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+            "| contender | readers | reads/s | read wait p50 µs | read wait p99 µs | peak readers | writes/s | writer wait p50 µs | writer wait max µs | writer hand-off p50 µs | readers back p50 µs | readers held back per turn | reader–writer overlaps | Redis calls/acq | round trips/acq | Redis exec µs/acq |\n\
+             |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
         );
         for row in &self.rows {
             out.push_str(&format!(
-                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
                 row.contender,
                 row.readers,
                 row.reads_per_s.show(0),
@@ -305,6 +350,7 @@ impl Table {
                 row.overlaps,
                 row.redis_calls_per_acquisition.show(1),
                 row.round_trips_per_acquisition.show(1),
+                row.redis_exec_us_per_acquisition.show(1),
             ));
         }
         out
@@ -335,7 +381,12 @@ mod tests {
             hold(false, 3, 9, 11),
             hold(false, 9, 10, 12),
         ];
-        let run = summarize(&log, 0.01, Some((50, 10)), Failures::default());
+        let counts = Counts {
+            calls: 50,
+            reads: 10,
+            exec_us: 25.0,
+        };
+        let run = summarize(&log, 0.01, Some(counts), Failures::default());
         assert_eq!(run.reads_per_s, 400.0);
         assert_eq!(run.writes_per_s, 100.0);
         assert_eq!(run.writer_wait_p50_us, 4000.0);
@@ -347,6 +398,7 @@ mod tests {
         assert_eq!(run.peak_readers, 2);
         assert_eq!(run.redis_calls_per_acquisition, 10.0);
         assert_eq!(run.round_trips_per_acquisition, 2.0);
+        assert_eq!(run.redis_exec_us_per_acquisition, 5.0);
         // A reader inside the writer's hold is an overlap.
         let bad = [hold(true, 0, 1, 5), hold(false, 0, 4, 6)];
         assert_eq!(summarize(&bad, 0.01, None, Failures::default()).overlaps, 1);

@@ -1,5 +1,5 @@
 //! The Lua scripts of semaphores, read-write locks and multi-locks, and the server they run
-//! on: a Functions library of their own (`lockcore_prims_v4`), run like the lock's scripts
+//! on: a Functions library of their own (`lockcore_prims_v5`), run like the lock's scripts
 //! (see [`lua`](crate::backend::lua)).
 
 use std::sync::{Arc, LazyLock, Mutex, PoisonError};
@@ -11,7 +11,21 @@ use crate::backend::replicated::Replicated;
 use crate::connection::shared::{is_connection_failure, Conn, Lent, SharedConnection};
 use crate::LockError;
 
-const LIBRARY_NAME: &str = "lockcore_prims_v4";
+const LIBRARY_NAME: &str = "lockcore_prims_v5";
+
+/// The marker in a permits script where the shared functions of `permits_lib.lua` go: after
+/// the script's fast path, so that a call that returns early defines none of them.
+const LIB_MARKER: &str = "--[[permits_lib]]";
+
+/// A permits script's text with `permits_lib.lua` in place of its marker (once per process).
+fn with_lib(script: &str) -> &'static str {
+    let lib = include_str!("../scripts/permits_lib.lua");
+    let text = match script.split_once(LIB_MARKER) {
+        Some((fast, slow)) => format!("{fast}{lib}{slow}"),
+        None => format!("{lib}{script}"),
+    };
+    Box::leak(text.into_boxed_str())
+}
 
 macro_rules! permits_script {
     ($name:literal, $file:literal) => {
@@ -20,10 +34,7 @@ macro_rules! permits_script {
                 LIBRARY_NAME,
                 library,
                 $name,
-                concat!(
-                    include_str!("../scripts/permits_lib.lua"),
-                    include_str!(concat!("../scripts/", $file))
-                ),
+                with_lib(include_str!(concat!("../scripts/", $file))),
             )
         })
     };
@@ -33,10 +44,22 @@ pub(crate) static PERMITS_ACQUIRE: LazyLock<Lua> =
     permits_script!("permits_acquire", "permits_acquire.lua");
 pub(crate) static PERMITS_RELEASE: LazyLock<Lua> =
     permits_script!("permits_release", "permits_release.lua");
-pub(crate) static PERMITS_EXTEND: LazyLock<Lua> =
-    permits_script!("permits_extend", "permits_extend.lua");
-pub(crate) static PERMITS_HOLDERS: LazyLock<Lua> =
-    permits_script!("permits_holders", "permits_holders.lua");
+pub(crate) static PERMITS_EXTEND: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(
+        LIBRARY_NAME,
+        library,
+        "permits_extend",
+        include_str!("../scripts/permits_extend.lua"),
+    )
+});
+pub(crate) static PERMITS_HOLDERS: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(
+        LIBRARY_NAME,
+        library,
+        "permits_holders",
+        include_str!("../scripts/permits_holders.lua"),
+    )
+});
 pub(crate) static MULTI_ACQUIRE: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(
         LIBRARY_NAME,

@@ -27,7 +27,7 @@ use futures_util::StreamExt as _;
 use redis::aio::PubSubSink;
 
 use crate::connection::connect::Dial;
-use crate::signal::{parse_message, Wake};
+use crate::signal::{parse_batch, parse_message, Wake};
 
 #[derive(Clone)]
 pub(crate) struct Notifier {
@@ -131,6 +131,34 @@ impl Notifier {
         Ok(interest)
     }
 
+    /// Whether this Locker listens on its channel already (a waiter asked before), so that
+    /// a request can stand in a queue from its first attempt at no extra round trip.
+    pub fn listens(&self) -> bool {
+        self.wanted().contains_key(&self.inner.own_channel)
+    }
+
+    /// The signal of the waiters listening for `lock_key`, for a turn learned from a
+    /// script's reply instead of a message.
+    pub fn signal(&self, lock_key: &str) -> Option<Arc<Wake>> {
+        self.interests()
+            .get(lock_key)
+            .map(|(_, signal)| Arc::clone(signal))
+    }
+
+    /// Wakes (no hint: look at Redis) every waiter listening for a key that starts with
+    /// `prefix`: a reply that would have told them their turn was lost.
+    pub fn wake_prefixed(&self, prefix: &str) {
+        let signals: Vec<Arc<Wake>> = self
+            .interests()
+            .iter()
+            .filter(|(key, _)| key.starts_with(prefix))
+            .map(|(_, (_, signal))| Arc::clone(signal))
+            .collect();
+        for signal in signals {
+            signal.wake();
+        }
+    }
+
     fn interests(&self) -> std::sync::MutexGuard<'_, HashMap<String, (usize, Arc<Wake>)>> {
         self.inner
             .interests
@@ -229,6 +257,23 @@ impl Notifier {
                 let channel = message.get_channel_name();
                 if channel == inner.own_channel {
                     let payload: String = message.get_payload().unwrap_or_default();
+                    if let Some((holders, ids)) = parse_batch(&payload) {
+                        let interests = inner
+                            .interests
+                            .lock()
+                            .unwrap_or_else(PoisonError::into_inner);
+                        let mut route = String::new();
+                        for id in ids {
+                            route.clear();
+                            route.push_str(holders);
+                            route.push('#');
+                            route.push_str(id);
+                            if let Some((_, signal)) = interests.get(&route) {
+                                signal.post(crate::signal::Hint::Granted);
+                            }
+                        }
+                        continue;
+                    }
                     let Some((lock_key, hint)) = parse_message(&payload) else {
                         continue;
                     };

@@ -21,6 +21,12 @@ pub(crate) trait Ops: Send + Sync + 'static {
     fn extend(&self, ttl: Duration) -> BoxFuture<'_, Result<bool, LockError>>;
     /// Asks the store whether it is still ours.
     fn held(&self) -> BoxFuture<'_, Result<bool, LockError>>;
+    /// Whether [`Ops::release`] says only that the hold was still there, not whether it
+    /// had ended (a release that reads no clock): then the guard's own validity judges,
+    /// and a hold released after its local validity ran out counts as ended.
+    fn release_reads_no_clock(&self) -> bool {
+        false
+    }
 }
 
 /// A cheap, cloneable view of a held permit, read-write lease or multi-lock: who, until
@@ -151,8 +157,9 @@ impl Drop for Guard {
 
 impl Shared {
     async fn release_now(&self) -> Result<bool, LockError> {
+        let ended = self.ops.release_reads_no_clock() && self.validity.is_lost();
         self.finish();
-        let released = self.ops.release().await;
+        let released = self.ops.release().await.map(|ours| ours && !ended);
         if matches!(released, Ok(false)) {
             self.mark_lost();
         }

@@ -1,20 +1,73 @@
 -- Take a permit: claim the one reserved for us, or take one if it fits and nobody waits
 -- ahead; a waiting request (ARGV[5] set) otherwise joins (keeps its place in) the queue.
--- KEYS[1] holders and state, KEYS[2] queue, KEYS[3] queue entries
+-- KEYS[1] holders and state, KEYS[2] queue
 -- ARGV[1] member ("<weight> <value>"), ARGV[2] ttl ms, ARGV[3] capacity, ARGV[4] weight,
--- ARGV[5] waiter id ('' for a plain try), ARGV[6] waiter's channel ('' when it polls),
--- ARGV[7] how long the entry counts (ms, the request's remaining wait), ARGV[8] claim
--- window ms
+-- ARGV[5] the waiter's queue member ('' for a plain try), ARGV[6] claim window ms,
+-- ARGV[7] how long the queue member counts (ms, the request's wait; it is in the member
+-- too), ARGV[8] the calling Locker's channel ('' when it polls)
 -- Returns {-1, the stored capacity, -1} when ARGV[3] disagrees with the capacity stored
--- while the name is in use (nothing of the request is written; ended permits are dropped), {1, 0, -1} when taken, {0, ms until the
--- first permit ends (-1: none, or not read for a waiter behind the first two), our place
--- among the waiters (-1 for a plain try)} when not.
-local h, q, e = KEYS[1], KEYS[2], KEYS[3]
+-- while the name is in use (nothing of the request is written; ended permits are
+-- dropped), {1, 0, -1} when taken, {0, ms until the first permit ends (-1: none, or not
+-- read for a waiter behind the first two), our place among the waiters (-1 for a plain
+-- try)} when not; then, after these three, one line "<kind>:<ms>:<waiter id>" per waiter of
+-- the calling Locker handed a permit or told when to look again (see the lib's `admit`).
+local h, q = KEYS[1], KEYS[2]
 local member, ttl = ARGV[1], tonumber(ARGV[2])
 local cap, weight = tonumber(ARGV[3]), tonumber(ARGV[4])
-local me, window = ARGV[5], tonumber(ARGV[8])
-local now, now_us = clock()
-local st, mine = state(h, member)
+local t = redis.call('TIME')
+local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local now = math.floor(now_us / 1000)
+local r = redis.call('ZMSCORE', h, '#c', '#w', '#l', '#q', '#h', '#e', '#t', member)
+local mine = r[8] and tonumber(r[8])
+local kt = r[7] and -tonumber(r[7]) or 0
+if mine and mine > now then
+  -- Reserved for us (or taken by an attempt whose reply was lost): claim it.
+  local e = now + ttl
+  if e > kt then
+    kt = e + ttl
+    redis.call('ZADD', h, e, member, -kt, '#t')
+    redis.call('PEXPIREAT', h, kt)
+    if r[4] and -tonumber(r[4]) > 0 then redis.call('PEXPIREAT', q, kt) end
+  else
+    redis.call('ZADD', h, e, member)
+  end
+  return {1, 0, -1}
+end
+local stored = r[1] and -tonumber(r[1])
+local w = r[2] and -tonumber(r[2]) or 0
+if not mine and (not stored or stored == cap) and w == math.floor(w) and w + weight <= cap then
+  -- Free, and nobody waits: take it, writing only the state that changed.
+  local e = now + ttl
+  local args = { 'ZADD', h, e, member, -(math.max(w, 0) + weight), '#w' }
+  if not stored then
+    args[#args + 1] = -cap
+    args[#args + 1] = '#c'
+  end
+  local lo = r[3] and -tonumber(r[3]) or 0
+  if lo == 0 or e < lo or (w <= 0 and lo <= now) then
+    args[#args + 1] = -e
+    args[#args + 1] = '#l'
+  end
+  local rearm = e > kt
+  if rearm then
+    kt = e + ttl
+    args[#args + 1] = -kt
+    args[#args + 1] = '#t'
+  end
+  redis.call(unpack(args))
+  if rearm then redis.call('PEXPIREAT', h, kt) end
+  return {1, 0, -1}
+end
+--[[permits_lib]]
+local me, window = ARGV[5], tonumber(ARGV[6])
+local st = decode(r)
+local out = outbox(h, ARGV[8] or '', window)
+local function reply(taken, left, place)
+  flush(out)
+  local result = { taken, left, place }
+  for _, line in ipairs(out.locals) do result[#result + 1] = line end
+  return result
+end
 -- The capacity is the name's, not the request's: stored by the first request while the
 -- name is idle (nothing held, nobody queued), binding on every request until it is idle
 -- again.
@@ -23,46 +76,36 @@ if st.cap and st.cap ~= cap then
   if st.held > 0 or st.nq > 0 then
     -- The sweep dropped the permits that ended: write the weight they took with them, or
     -- the stored total keeps counting them and the name stays that much fuller.
-    save(h, q, e, st)
+    save(h, q, st)
     return {-1, st.cap, -1}
   end
 end
 st.cap = cap
--- Reserved for us (or taken by an attempt whose reply was lost): claim it.
-if mine and mine > now then
-  redis.call('ZADD', h, 'XX', num(now + ttl), member)
-  if me ~= '' then redis.call('HDEL', e, me) end
-  keep(st, now + ttl, now)
-  save(h, q, e, st)
-  return {1, 0, -1}
-end
 sweep(h, st, now)
 -- Hand freed capacity to the queue first (a queued request at its head takes its own).
-if st.nq > 0 and admit(h, q, e, st, now, window, me, ttl) then
-  save(h, q, e, st)
-  return {1, 0, -1}
+if st.nq > 0 and admit(h, q, st, now, window, me, ttl, out) then
+  save(h, q, st)
+  return reply(1, 0, -1)
 end
 if st.nq == 0 and st.held + weight <= cap then
-  -- Free, and nobody waits: take it (the queue is not touched).
+  -- Free, and nobody waits (any more): take it.
   st.held = st.held + weight
   add(st, now + ttl, member)
   keep(st, now + ttl, now)
-  save(h, q, e, st)
-  return {1, 0, -1}
+  save(h, q, st)
+  return reply(1, 0, -1)
 end
 local place = -1
 if me ~= '' then
-  local expiry = now + tonumber(ARGV[7]) + window
-  if redis.call('ZADD', q, 'NX', num(now_us), me) == 1 then
+  if redis.call('ZADD', q, 'NX', now_us, me) == 1 then
     -- Everyone in the queue is blocked (the walk above stopped at its head): a newcomer's
     -- place is the queue's size.
+    local expiry = now + tonumber(ARGV[7]) + window
     place = st.nq
-    local ent = { cap = cap, weight = weight, channel = ARGV[6],
-                  value = string.sub(member, #ARGV[4] + 2) }
-    redis.call('HSET', e, me, encode(expiry, ent))
+    if st.nq == 0 then
+      st.hw, st.he, st.qnew = weight, expiry, true
+    end
     st.nq = st.nq + 1
-    st.dirty = true
-    if st.nq == 1 then st.rearm = true end
     keep(st, expiry, now)
   else
     place = redis.call('ZRANK', q, me) or -1
@@ -74,5 +117,5 @@ local left = -1
 if me == '' or place <= 1 then
   left = first_end(h, st, now)
 end
-save(h, q, e, st)
-return {0, left, place}
+save(h, q, st)
+return reply(0, left, place)

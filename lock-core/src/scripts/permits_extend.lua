@@ -1,16 +1,31 @@
 -- Reset a permit's end to `ttl` ms from now, if it is still ours.
--- KEYS[1] holders and state, KEYS[2] queue, KEYS[3] queue entries; ARGV[1] member, ARGV[2] ttl ms
+-- KEYS[1] holders and state, KEYS[2] queue; ARGV[1] member, ARGV[2] ttl ms
 -- Returns 1 when extended, 0 when the permit had ended.
-local h = KEYS[1]
-local now = clock()
-local st, mine = state(h, ARGV[1])
-if mine and mine > now then
-  local ttl = tonumber(ARGV[2])
-  redis.call('ZADD', h, 'XX', num(now + ttl), ARGV[1])
-  keep(st, now + ttl, now)
-  -- A shorter end than before: the bound on the first end must not be above it.
-  if now + ttl < st.lo then st.lo = now + ttl; st.dirty = true end
-  save(h, KEYS[2], KEYS[3], st)
-  return 1
+local h, q = KEYS[1], KEYS[2]
+local member, ttl = ARGV[1], tonumber(ARGV[2])
+local t = redis.call('TIME')
+local now = math.floor((tonumber(t[1]) * 1000000 + tonumber(t[2])) / 1000)
+local r = redis.call('ZMSCORE', h, '#l', '#q', '#t', member)
+local mine = r[4] and tonumber(r[4])
+if not mine or mine <= now then return 0 end
+local e = now + ttl
+local args = { 'ZADD', h, e, member }
+-- A shorter end than before: the bound on the first end must not be above it.
+local lo = r[1] and -tonumber(r[1]) or 0
+if lo == 0 or e < lo then
+  args[#args + 1] = -e
+  args[#args + 1] = '#l'
 end
-return 0
+local kt = r[3] and -tonumber(r[3]) or 0
+local rearm = e > kt
+if rearm then
+  kt = e + ttl
+  args[#args + 1] = -kt
+  args[#args + 1] = '#t'
+end
+redis.call(unpack(args))
+if rearm then
+  redis.call('PEXPIREAT', h, kt)
+  if r[2] and -tonumber(r[2]) > 0 then redis.call('PEXPIREAT', q, kt) end
+end
+return 1

@@ -1,41 +1,41 @@
 -- Give a permit back (and, for a request that gives up, its place in the queue), then hand
 -- the freed capacity to the waiters in order.
--- KEYS[1] holders and state, KEYS[2] queue, KEYS[3] queue entries
--- ARGV[1] member, ARGV[2] claim window ms, ARGV[3] waiter id leaving the queue ('' none)
--- Returns 1 when the permit was still ours, 0 when it had ended (nobody else's is touched).
-local h, q, e = KEYS[1], KEYS[2], KEYS[3]
+-- KEYS[1] holders and state, KEYS[2] queue
+-- ARGV[1] member, ARGV[2] claim window ms, ARGV[3] queue member leaving the queue ('' none),
+-- ARGV[4] the calling Locker's channel ('' when it polls)
+-- Returns {1 when the permit was still there, else 0 (nobody else's is touched)}, then one
+-- line "<kind>:<ms>:<waiter id>" per waiter of the calling Locker handed a permit or told
+-- when to look again (see the lib's `admit`). Needs no clock unless someone waits: a permit
+-- that ended is released all the same (its holder's own clock says it was lost).
+local h, q = KEYS[1], KEYS[2]
 local member, leaving = ARGV[1], ARGV[3]
-local now = clock()
-local st, mine = state(h, member)
+local ours = redis.call('ZREM', h, member)
+local waiting = false
+if ours == 1 then
+  local w = -tonumber(redis.call('ZINCRBY', h, tonumber(string.match(member, '^(%d+) ')) or 1, '#w'))
+  waiting = w > math.floor(w)
+end
+if not waiting and leaving == '' then return { ours } end
+--[[permits_lib]]
+local t = redis.call('TIME')
+local now = math.floor((tonumber(t[1]) * 1000000 + tonumber(t[2])) / 1000)
+local st = decode(redis.call('ZMSCORE', h, '#c', '#w', '#l', '#q', '#h', '#e', '#t'))
 if not st.cap then
-  -- Nothing is stored: the name is idle (its last permit ended and was swept).
-  return 0
+  -- Nothing is stored: the keys expired.
+  return { ours }
 end
-local ours = mine and mine > now
-if mine then
-  st.held = st.held - weight_of(member)
-  st.dirty = true
+if leaving ~= '' and st.nq > 0 and redis.call('ZREM', q, leaving) == 1 then
+  st.nq = st.nq - 1
+  -- It may have been the head.
+  st.hw, st.he = 0, 0
 end
-if leaving ~= '' then
-  -- Its entry: in the queue, or beside a reservation it did not claim.
-  if redis.call('HDEL', e, leaving) == 1 and st.nq > 0 and redis.call('ZREM', q, leaving) == 1 then
-    st.nq = st.nq - 1
-    st.dirty = true
-  end
-end
-if st.held <= 0 and st.nq <= 0 then
-  -- Idle: the state (and the stored capacity) goes with the last holder, and with it any
-  -- entry of a reservation never claimed.
-  redis.call('DEL', h, e)
-else
-  if mine then redis.call('ZREM', h, member) end
-  sweep(h, st, now)
-  if st.nq > 0 then admit(h, q, e, st, now, tonumber(ARGV[2]), '', 0) end
-  if st.held <= 0 and st.nq <= 0 then
-    redis.call('DEL', h, e)
-  else
-    save(h, q, e, st)
-  end
-end
-if ours then return 1 end
-return 0
+local window = tonumber(ARGV[2])
+local out = outbox(h, ARGV[4] or '', window)
+sweep(h, st, now)
+if st.nq > 0 then admit(h, q, st, now, window, '', 0, out) end
+if st.nq <= 0 then st.nq, st.hw, st.he = 0, 0, 0 end
+save(h, q, st)
+flush(out)
+local result = { ours }
+for _, line in ipairs(out.locals) do result[#result + 1] = line end
+return result

@@ -89,6 +89,12 @@ impl Injector<'_> {
         for name in self.rig.name_list() {
             let key = self.rig.primitive.holders_key(&name);
             let holders = self.holders_of(&name);
+            if self.rig.primitive.is_permit_set() {
+                // A permit set's queue members carry the waiter's Locker channel and value.
+                let queued = self.permit_waiter_channels(&name, &key).into_values();
+                waiting.extend(queued.filter(|&c| c < clients && !holders.contains(&c)));
+                continue;
+            }
             for entry in self.rig.ask_about(&name, &["HVALS", &format!("{key}:qe")]) {
                 waiting.extend(slot_in(&entry).filter(|&c| c < clients && !holders.contains(&c)));
             }
@@ -132,11 +138,41 @@ impl Injector<'_> {
         pubsub.psubscribe("lock:waiters:*")?;
         pubsub.set_read_timeout(Some(Duration::from_millis(50)))?;
         let give_up = clock::now() + clock::nanos(Duration::from_secs(2));
+        // Permit sets: the waiting Lockers' channels, learned from the queues while they
+        // wait (a waiter handed its permit has left its queue when the message comes).
+        let mut known = HashMap::new();
         while clock::now() < give_up {
+            if self.rig.primitive.is_permit_set() {
+                for name in self.rig.name_list() {
+                    let holders = self.rig.primitive.holders_key(&name);
+                    known.extend(self.permit_waiter_channels(&name, &holders));
+                }
+            }
             let Ok(message) = pubsub.get_message() else {
                 continue;
             };
             let payload: String = message.get_payload().unwrap_or_default();
+            if self.rig.primitive.is_permit_set() {
+                // A semaphore's or read-write lock's turn: `g:<window>:<holders key>#<id>`,
+                // or several waiters of one Locker at once, `b:<window>:<id>,...:<holders
+                // key>`; the message's channel is their Locker's.
+                let holders = match payload.strip_prefix("b:") {
+                    Some(batch) => batch.splitn(3, ':').nth(2).map(str::to_owned),
+                    None => payload
+                        .strip_prefix("g:")
+                        .and_then(|rest| rest.split_once(':'))
+                        .and_then(|(_, key)| key.rsplit_once('#'))
+                        .map(|(holders, _)| holders.to_owned()),
+                };
+                let Some(holders) = holders else {
+                    continue;
+                };
+                let channel = message.get_channel_name().to_owned();
+                let Some(done) = self.kill_woken_permit_waiter(&holders, &channel, &known)? else {
+                    continue;
+                };
+                return Ok(done);
+            }
             let Some(lock_key) = payload
                 .strip_prefix("g:")
                 .and_then(|rest| rest.split_once(':'))
@@ -144,13 +180,6 @@ impl Injector<'_> {
             else {
                 continue;
             };
-            if self.rig.primitive.is_permit_set() {
-                // `<holders key>#<waiter id>`: a semaphore's or read-write lock's turn.
-                let Some(done) = self.kill_woken_permit_waiter(&lock_key)? else {
-                    continue;
-                };
-                return Ok(done);
-            }
             let channel = message.get_channel_name().to_owned();
             if !channels.contains_key(&channel) {
                 channels = self.waiter_channels();
@@ -179,14 +208,17 @@ impl Injector<'_> {
         Ok(false)
     }
 
-    /// A turn of a semaphore or read-write lock was announced (`key` is
-    /// `<holders key>#<waiter id>`): SIGKILL of the waiter's client, found by its queue
-    /// entry (which carries its holder label), and a new process in its place. `None` when
-    /// the message was not for one of the run's names or its entry was gone already.
-    fn kill_woken_permit_waiter(&mut self, key: &str) -> Result<Option<bool>, BoxError> {
-        let Some((holders, id)) = key.rsplit_once('#') else {
-            return Ok(None);
-        };
+    /// A turn of a semaphore or read-write lock (holders key `holders`) was announced on
+    /// `channel`, a waiting Locker's: SIGKILL of that Locker's client, found in `known`
+    /// (learned from the queue members, each of which carries its Locker's channel and its
+    /// holder label), and a new process in its place. `None` when the message was not for
+    /// one of the run's names or the channel is not known.
+    fn kill_woken_permit_waiter(
+        &mut self,
+        holders: &str,
+        channel: &str,
+        known: &HashMap<String, usize>,
+    ) -> Result<Option<bool>, BoxError> {
         let suffix = self.rig.primitive.key_suffix();
         let Some(name) = holders
             .strip_suffix(suffix)
@@ -195,28 +227,57 @@ impl Injector<'_> {
         else {
             return Ok(None);
         };
-        let entries = format!("{holders}:qe");
-        let entry = self.rig.ask_about(&name, &["HGET", &entries, id]);
         let clients = self.rig.clients.len();
-        let Some(client) = entry
-            .first()
-            .and_then(|e| slot_in(e))
-            .filter(|&c| c < clients)
-        else {
+        let Some(client) = known.get(channel).copied().filter(|&c| c < clients) else {
             return Ok(None);
         };
         let t = clock::now();
         self.rig.replace_client(client)?;
-        // A claim takes the entry out of the queue: still there, the turn was not claimed.
-        let left = self.rig.ask_about(&name, &["HGET", &entries, id]);
-        let when = if !left.is_empty() {
-            "unclaimed"
-        } else {
-            "claimed"
-        };
+        // A claim moves the reservation's end from the claim window to the TTL: a member
+        // of the client still ending within the window was not claimed.
+        let now_ms = self
+            .rig
+            .ask_about(&name, &["TIME"])
+            .first()
+            .and_then(|s| s.parse::<u64>().ok())
+            .map_or(0, |s| s * 1000);
+        let members = self.rig.ask_about(
+            &name,
+            &["ZRANGEBYSCORE", holders, "(0", "+inf", "WITHSCORES"],
+        );
+        let unclaimed = members.chunks(2).any(|pair| {
+            matches!(pair, [member, end]
+                if slot_in(member) == Some(client)
+                    && end.parse::<u64>().is_ok_and(|end| end <= now_ms + 1_100))
+        });
+        let when = if unclaimed { "unclaimed" } else { "claimed" };
         let target = format!("client{client} {name} {when}");
         self.fault("kill-woken-head", &target, t, clock::now())
             .map(Some)
+    }
+
+    /// The channels of the Lockers waiting in the queue of permit set `holders` (of
+    /// `name`), with the client slot each belongs to: a queue member is `<weight> <life>
+    /// <ttl> <id> <channel length> <channel><value>`.
+    fn permit_waiter_channels(&self, name: &str, holders: &str) -> HashMap<String, usize> {
+        let mut channels = HashMap::new();
+        let members = self
+            .rig
+            .ask_about(name, &["ZRANGE", &format!("{holders}:q"), "0", "-1"]);
+        for member in members {
+            let mut fields = member.splitn(6, ' ');
+            let (Some(len), Some(rest)) = (fields.nth(4), fields.next()) else {
+                continue;
+            };
+            let Some(len) = len.parse::<usize>().ok().filter(|&len| len <= rest.len()) else {
+                continue;
+            };
+            let (channel, value) = rest.split_at(len);
+            if let Some(client) = slot_in(value) {
+                channels.insert(channel.to_owned(), client);
+            }
+        }
+        channels
     }
 
     /// Every waiting Locker's channel in the queues now, with the client slot it belongs

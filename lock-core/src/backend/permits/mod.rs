@@ -18,9 +18,15 @@
 //! the first permit ends, in case its holder crashed.
 //!
 //! On Redis every operation is O(log n) in holders and waiters (`scripts/permits_lib.lua`):
-//! the capacity, the held weight, a bound on the first end and the queue's size are kept
-//! beside the holders instead of being recomputed, ended permits are swept only once the
-//! first end has passed, and a name nobody waits on never touches its queue keys.
+//! the capacity, the held weight, a bound on the first end, the queue's size and its head's
+//! weight are kept beside the holders instead of being recomputed, ended permits are swept
+//! only once the first end has passed, and a name nobody waits on never touches its queue
+//! key. Taking a free permit is three calls inside one script (the clock, one read, one
+//! write), giving one back two (no clock); a release behind a waiting writer reads no queue
+//! entry. A permit handed to a waiter of the releasing Locker is granted in the release
+//! itself and the waiter woken from its reply (it never leaves the process, so it needs no
+//! claim); a waiter of another Locker gets it reserved for the claim window and claims it,
+//! told by one message per Locker however many of its waiters were handed one.
 
 pub(crate) mod memory;
 mod redis;
@@ -29,6 +35,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::backend::prim_scripts::SentOn;
+use crate::connection::notifier::Notifier;
 use crate::connection::shared::Conn;
 use crate::signal::Wake;
 use crate::LockError;
@@ -44,10 +51,8 @@ pub(crate) struct PermitKeys {
     pub name: String,
     /// `<lock key>:<kind>`: the holders (a sorted set).
     pub holders: String,
-    /// `<holders>:q`: the waiters in arrival order.
+    /// `<holders>:q`: the waiters in arrival order, each member its entry.
     pub queue: String,
-    /// `<holders>:qe`: each waiter's entry.
-    pub entries: String,
 }
 
 impl PermitKeys {
@@ -57,9 +62,11 @@ impl PermitKeys {
         let mut holders = crate::key::lock_key(prefix, &name);
         holders.push(':');
         holders.push_str(kind);
+        let mut queue = String::with_capacity(holders.len() + 2);
+        queue.push_str(&holders);
+        queue.push_str(":q");
         Ok(PermitKeys {
-            queue: format!("{holders}:q"),
-            entries: format!("{holders}:qe"),
+            queue,
             holders,
             name,
         })
@@ -83,11 +90,43 @@ pub(crate) fn member(weight: u64, value: &str) -> String {
     format!("{weight} {value}")
 }
 
+/// A waiting request's member of the queue on Redis: `<weight> <life ms> <ttl ms> <id>
+/// <channel length> <channel><value>`, the same on every attempt of the request (`life`
+/// is its wait as it started waiting), so that it finds and leaves its place by it.
+pub(crate) fn queue_entry(
+    weight: u64,
+    life: Duration,
+    ttl: Duration,
+    id: &str,
+    channel: &str,
+    value: &str,
+) -> String {
+    use std::fmt::Write as _;
+    let mut entry = String::with_capacity(48 + id.len() + channel.len() + value.len());
+    let _ = write!(
+        entry,
+        "{weight} {} {} {id} {} {channel}{value}",
+        crate::backend::millis(life),
+        crate::backend::millis(ttl),
+        channel.len()
+    );
+    entry
+}
+
+/// A request leaving the queue: its id (in memory) and its queue member (on Redis).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Leaving<'a> {
+    pub id: &'a str,
+    pub entry: &'a str,
+}
+
 /// A waiting request, as it stands in the queue.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct QueueWaiter<'a> {
     /// Unique per request (a random token).
     pub id: &'a str,
+    /// Its member of the queue on Redis (see [`queue_entry`]).
+    pub entry: &'a str,
     /// The Locker's channel, where its turn is announced ('' when it polls).
     pub channel: &'a str,
     /// Its wake-up signal (the in-memory store posts to it directly).
@@ -146,7 +185,9 @@ pub(crate) enum Store {
 
 impl Store {
     /// One attempt; on Redis, `sent` notes the connection it goes out on until it is
-    /// answered, for a give-back to follow it there (see [`SentOn`]).
+    /// answered, for a give-back to follow it there (see [`SentOn`]), and the waiters of
+    /// `local` (this Locker's notifier) it hands a permit are woken from its reply.
+    #[allow(clippy::too_many_arguments)]
     pub async fn acquire(
         &self,
         keys: &PermitKeys,
@@ -155,28 +196,34 @@ impl Store {
         ask: Ask,
         waiter: Option<&QueueWaiter<'_>>,
         sent: &SentOn,
+        local: Option<&Notifier>,
     ) -> Result<Attempt, LockError> {
         match self {
             Store::Server(server) => {
-                redis::acquire(server, keys, member, ttl, ask, waiter, sent).await
+                redis::acquire(server, keys, member, ttl, ask, waiter, sent, local).await
             }
             Store::Memory(memory) => Ok(memory.acquire(keys, member, ttl, ask, waiter)),
         }
     }
 
-    /// Gives `member` back and takes `leaving` (a waiter id) out of the queue; true when
-    /// the permit was still held. On Redis, on `sent_on` when given: the connection of an
-    /// attempt that may have taken it and was never answered (see [`SentOn`]).
+    /// Gives `member` back and takes `leaving` out of the queue; true when the permit was
+    /// still held (on Redis: still there, by no clock; the holder's own clock judges
+    /// whether it had ended). On Redis, on `sent_on` when given: the connection of an
+    /// attempt that may have taken it and was never answered (see [`SentOn`]); the waiters
+    /// of `local` (this Locker's notifier) it hands a permit are woken from its reply.
     pub async fn release(
         &self,
         keys: &PermitKeys,
         member: &str,
-        leaving: Option<&str>,
+        leaving: Option<Leaving<'_>>,
         sent_on: Option<&Conn>,
+        local: Option<&Notifier>,
     ) -> Result<bool, LockError> {
         match self {
-            Store::Server(server) => redis::release(server, keys, member, leaving, sent_on).await,
-            Store::Memory(memory) => Ok(memory.release(keys, member, leaving)),
+            Store::Server(server) => {
+                redis::release(server, keys, member, leaving, sent_on, local).await
+            }
+            Store::Memory(memory) => Ok(memory.release(keys, member, leaving.map(|l| l.id))),
         }
     }
 
@@ -217,7 +264,6 @@ fn permit_keys_are_the_lock_key_and_a_suffix() {
             let keys = PermitKeys::new(prefix, name.to_owned(), kind).expect("a valid name");
             assert_eq!(keys.holders, format!("{lock}:{kind}"));
             assert_eq!(keys.queue, format!("{lock}:{kind}:q"));
-            assert_eq!(keys.entries, format!("{lock}:{kind}:qe"));
         }
     }
 }

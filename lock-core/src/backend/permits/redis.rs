@@ -2,20 +2,23 @@
 //! `scripts/permits_*.lua`), so admission, expiry by the server's clock and the queue's
 //! hand-over are one atomic step.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use super::{parse_member, Ask, Attempt, PermitKeys, QueueWaiter, RawHolder, RawHolders};
+use super::{parse_member, Ask, Attempt, Leaving, PermitKeys, QueueWaiter, RawHolder, RawHolders};
+use crate::backend::millis;
 use crate::backend::prim_scripts::{
     SentOn, Server, PERMITS_ACQUIRE, PERMITS_EXTEND, PERMITS_HOLDERS, PERMITS_RELEASE,
 };
-use crate::backend::{millis, CLAIM_WINDOW};
+use crate::connection::notifier::Notifier;
 use crate::connection::shared::Conn;
+use crate::signal::Hint;
 use crate::LockError;
 
-fn window_ms() -> String {
-    millis(CLAIM_WINDOW).to_string()
-}
+/// The claim window ([`CLAIM_WINDOW`](crate::backend::CLAIM_WINDOW)) in milliseconds, as
+/// the scripts take it.
+const WINDOW_MS: &str = "100";
 
+#[allow(clippy::too_many_arguments)]
 pub(super) async fn acquire(
     server: &Server,
     keys: &PermitKeys,
@@ -24,45 +27,47 @@ pub(super) async fn acquire(
     ask: Ask,
     waiter: Option<&QueueWaiter<'_>>,
     sent: &SentOn,
+    local: Option<&Notifier>,
 ) -> Result<Attempt, LockError> {
     let ttl = millis(ttl).to_string();
     let (capacity, weight) = (ask.capacity.to_string(), ask.weight.to_string());
-    let (id, channel, life) = match waiter {
-        Some(w) => (w.id, w.channel, millis(w.life).to_string()),
-        None => ("", "", "0".to_owned()),
+    let (entry, channel, life) = match waiter {
+        Some(w) => (w.entry, w.channel, millis(w.life).to_string()),
+        None => ("", "", String::new()),
     };
-    let reply: Result<(i64, i64, i64), LockError> = server
+    let sent_at = Instant::now();
+    let reply: Result<Vec<redis::Value>, LockError> = server
         .run_replicated(
             &PERMITS_ACQUIRE,
             &keys.name,
-            &[&keys.holders, &keys.queue, &keys.entries],
+            &[&keys.holders, &keys.queue],
             &[
                 member.as_bytes(),
                 ttl.as_bytes(),
                 capacity.as_bytes(),
                 weight.as_bytes(),
-                id.as_bytes(),
-                channel.as_bytes(),
+                entry.as_bytes(),
+                WINDOW_MS.as_bytes(),
                 life.as_bytes(),
-                window_ms().as_bytes(),
+                channel.as_bytes(),
             ],
             sent,
-            |&(taken, _, _)| taken == 1,
+            |reply: &Vec<redis::Value>| matches!(reply.first(), Some(redis::Value::Int(1))),
         )
         .await;
-    let (taken, first_end, place) = match (reply, sent.last()) {
+    let reply = match (reply, sent.last()) {
         (Ok(reply), _) => reply,
         (Err(err @ LockError::NotReplicated { .. }), Some(conn)) => {
             // Taken, but too few replicas have it: given back at once, behind the grant on
             // its connection, so that nothing of a failed attempt stays held (if this
             // fails, the request's own guard gives it back when it ends).
             let undone = server
-                .run_on::<i64>(
+                .run_on::<redis::Value>(
                     &conn,
                     &PERMITS_RELEASE,
                     &keys.name,
-                    &[&keys.holders, &keys.queue, &keys.entries],
-                    &[member.as_bytes(), window_ms().as_bytes(), b""],
+                    &[&keys.holders, &keys.queue],
+                    &[member.as_bytes(), WINDOW_MS.as_bytes(), b"", b""],
                 )
                 .await;
             if let Err(undo) = undone {
@@ -70,8 +75,27 @@ pub(super) async fn acquire(
             }
             return Err(err);
         }
-        (Err(err), _) => return Err(err),
+        (Err(err), _) => {
+            // The attempt may have run and handed permits to other waiters of this Locker
+            // whose wake-up was in the lost reply: they look at Redis themselves.
+            if let Some(notifier) = local {
+                notifier.wake_prefixed(&keys.route(""));
+            }
+            return Err(err);
+        }
     };
+    let mut values = reply.into_iter();
+    let mut number = || {
+        values
+            .next()
+            .and_then(|v| redis::from_redis_value::<i64>(v).ok())
+    };
+    let (taken, first_end, place) = (
+        number().unwrap_or(0),
+        number().unwrap_or(-1),
+        number().unwrap_or(-1),
+    );
+    wake_local(keys, local, values, sent_at);
     if taken == 1 {
         return Ok(Attempt::Taken);
     }
@@ -86,35 +110,89 @@ pub(super) async fn acquire(
     })
 }
 
+/// Wakes the waiters of this Locker that a script's reply names (lines `<kind>:<ms>:<id>`):
+/// `t` granted in the script itself (valid from `sent_at`, before the script ran), `h`
+/// first in line (look again in `ms`), `g` a reservation to claim.
+fn wake_local(
+    keys: &PermitKeys,
+    local: Option<&Notifier>,
+    lines: impl Iterator<Item = redis::Value>,
+    sent_at: Instant,
+) {
+    let Some(notifier) = local else { return };
+    for line in lines {
+        let Ok(line) = redis::from_redis_value::<String>(line) else {
+            continue;
+        };
+        let Some((kind, rest)) = line.split_once(':') else {
+            continue;
+        };
+        let Some((ms, id)) = rest.split_once(':') else {
+            continue;
+        };
+        let Some(wake) = notifier.signal(&keys.route(id)) else {
+            // Gone already: its guard gives back what it was handed.
+            continue;
+        };
+        let ms = Duration::from_millis(ms.parse().unwrap_or(0));
+        match kind {
+            "t" => wake.post_taken(sent_at),
+            "h" => wake.post(Hint::Head(ms)),
+            _ => wake.post(Hint::Granted),
+        }
+    }
+}
+
 /// On `sent_on` when given (the connection of an attempt being given back, see
 /// [`SentOn`]), else on the shared connection.
 pub(super) async fn release(
     server: &Server,
     keys: &PermitKeys,
     member: &str,
-    leaving: Option<&str>,
+    leaving: Option<Leaving<'_>>,
     sent_on: Option<&Conn>,
+    local: Option<&Notifier>,
 ) -> Result<bool, LockError> {
-    let script_keys = [keys.holders.as_str(), &keys.queue, &keys.entries];
-    let window = window_ms();
+    let script_keys = [keys.holders.as_str(), &keys.queue];
+    let channel = local.map_or("", Notifier::own_channel);
     let args = [
         member.as_bytes(),
-        window.as_bytes(),
-        leaving.unwrap_or("").as_bytes(),
+        WINDOW_MS.as_bytes(),
+        leaving.map_or("", |l| l.entry).as_bytes(),
+        channel.as_bytes(),
     ];
-    let released: i64 = match sent_on {
+    let sent_at = Instant::now();
+    let reply: Result<Vec<redis::Value>, LockError> = match sent_on {
         Some(conn) => {
             server
                 .run_on(conn, &PERMITS_RELEASE, &keys.name, &script_keys, &args)
-                .await?
+                .await
         }
         None => {
             server
                 .run(&PERMITS_RELEASE, &keys.name, &script_keys, &args)
-                .await?
+                .await
         }
     };
-    Ok(released == 1)
+    let reply = match reply {
+        Ok(reply) => reply,
+        Err(err) => {
+            // The release may have run and handed permits to waiters of this Locker whose
+            // wake-up was in the lost reply: they look at Redis themselves (and find their
+            // permit).
+            if let Some(notifier) = local {
+                notifier.wake_prefixed(&keys.route(""));
+            }
+            return Err(err);
+        }
+    };
+    let mut values = reply.into_iter();
+    let ours = values
+        .next()
+        .and_then(|v| redis::from_redis_value::<i64>(v).ok())
+        == Some(1);
+    wake_local(keys, local, values, sent_at);
+    Ok(ours)
 }
 
 pub(super) async fn extend(
@@ -130,7 +208,7 @@ pub(super) async fn extend(
         .run_replicated(
             &PERMITS_EXTEND,
             &keys.name,
-            &[&keys.holders, &keys.entries],
+            &[&keys.holders, &keys.queue],
             &[member.as_bytes(), ttl.as_bytes()],
             &SentOn::default(),
             |&extended| extended == 1,
@@ -144,8 +222,8 @@ pub(super) async fn holders(server: &Server, keys: &PermitKeys) -> Result<RawHol
         .run(
             &PERMITS_HOLDERS,
             &keys.name,
-            &[&keys.holders, &keys.queue, &keys.entries],
-            &[],
+            &[&keys.holders, &keys.queue],
+            &[WINDOW_MS.as_bytes()],
         )
         .await?;
     let mut values = reply.into_iter();
@@ -177,4 +255,10 @@ pub(super) async fn holders(server: &Server, keys: &PermitKeys) -> Result<RawHol
         waiting,
         capacity,
     })
+}
+
+#[cfg(test)]
+#[test]
+fn the_window_sent_is_the_claim_window() {
+    assert_eq!(WINDOW_MS, millis(crate::backend::CLAIM_WINDOW).to_string());
 }

@@ -1,10 +1,13 @@
 //! Taking a permit, waiting for one up to a deadline.
 //!
-//! One plain attempt first (no queue, no subscription: the uncontended case is one script).
-//! If it is busy and the request may wait, the request stands in the name's queue under an
-//! id of its own, hears its turn on its Locker's channel (routed to this request alone), and
-//! otherwise sleeps: the first blocked waiter until the first permit ends (a crashed
-//! holder), the next one a claim window longer, the rest on a safety-net timer.
+//! One plain attempt first (no queue, no subscription: the uncontended case is one script),
+//! unless the request may wait and its Locker listens on its channel already: then the
+//! first attempt also queues it if it is busy (one script either way). A waiting request
+//! stands in the name's queue under an id of its own, hears its turn on its Locker's
+//! channel (routed to this request alone) or from the reply of a request of its own Locker
+//! that handed it a permit, and otherwise sleeps: the first blocked waiter until the first
+//! permit ends (a crashed holder), the next one a claim window longer, the rest on a
+//! safety-net timer.
 //!
 //! Cancellation: from the first attempt sent until a grant, a guard gives the permit back
 //! and leaves the queue if the request ends any other way (error, timeout, or the future
@@ -19,7 +22,9 @@ use std::time::{Duration, Instant};
 use futures_util::future::join_all;
 use tracing::Instrument as _;
 
-use crate::backend::permits::{member, Ask, Attempt, PermitKeys, QueueWaiter, Store};
+use crate::backend::permits::{
+    member, queue_entry, Ask, Attempt, Leaving, PermitKeys, QueueWaiter, Store,
+};
 use crate::backend::prim_scripts::SentOn;
 use crate::backend::CLAIM_WINDOW;
 use crate::engine::validity::validity;
@@ -62,6 +67,8 @@ struct Abandon<'a> {
     keys: PermitKeys,
     member: String,
     id: String,
+    /// Its member of the queue on Redis ('' until it may stand there).
+    entry: String,
     /// A reply never came, or the request stands in the queue: something may need undoing.
     dirty: bool,
     in_queue: bool,
@@ -77,17 +84,24 @@ impl Drop for Abandon<'_> {
         let store = self.store.clone();
         let keys = self.keys.clone();
         let member = std::mem::take(&mut self.member);
-        let leaving = self.in_queue.then(|| std::mem::take(&mut self.id));
+        let leaving = self.in_queue.then(|| {
+            (
+                std::mem::take(&mut self.id),
+                std::mem::take(&mut self.entry),
+            )
+        });
         // Nothing sent on a connection (in memory, or no attempt got that far): the store's
         // own release.
         let routes = self.sent.take().unwrap_or_else(|| vec![None]);
         let env = self.env.clone();
         self.env.spawn_background(async move {
             let name = keys.name.clone();
+            let leaving = leaving.as_ref().map(|(id, entry)| Leaving { id, entry });
+            let local = env.queue_notifier();
             let undone = join_all(routes.iter().map(|sent_on| {
                 env.run(
                     &name,
-                    store.release(&keys, &member, leaving.as_deref(), sent_on.as_ref()),
+                    store.release(&keys, &member, leaving, sent_on.as_ref(), local),
                 )
             }))
             .await;
@@ -148,7 +162,8 @@ async fn run(request: Request<'_>) -> Result<Granted, LockError> {
         store: store.clone(),
         keys: keys.clone(),
         member: member.clone(),
-        id: new_value(&keys.name, None)?,
+        id: String::new(),
+        entry: String::new(),
         dirty: true,
         in_queue: false,
         sent: SentOn::default(),
@@ -164,43 +179,51 @@ async fn run(request: Request<'_>) -> Result<Granted, LockError> {
             wait_setting: WaitSetting::default(),
         })
     };
+    let local = match &store {
+        Store::Server(_) => env.queue_notifier(),
+        Store::Memory(_) => None,
+    };
+    // A Locker that listens already queues a waiting request from its first attempt.
+    let queue_at_once = !wait.is_zero() && local.is_some_and(|n| n.listens());
 
-    let started = Instant::now();
-    let first = bounded(
-        bound,
-        store.acquire(&keys, &member, ttl, ask, None, &undo.sent),
-    )
-    .await;
-    match first {
-        None => return Err(timeout(None, None)),
-        Some(Ok(Attempt::Taken)) => return grant(undo, started, ttl),
-        Some(Ok(Attempt::Busy { first_end: end, .. })) => {
-            undo.dirty = false;
-            first_end = end;
-        }
-        Some(Ok(Attempt::Mismatch { stored })) => {
-            undo.dirty = false;
-            return Err(mismatch(&keys, stored, ask));
-        }
-        Some(Err(err)) if !wait.is_zero() && err.is_transient() => transient = Some(err),
-        Some(Err(err)) => return Err(err),
-    }
-    if wait.is_zero() {
-        return Err(LockError::Busy {
-            name: keys.name.clone(),
-            holder: None,
-            retry_after: first_end,
-            wait_setting: WaitSetting::default(),
-        });
-    }
-
-    // Wait in the queue. Listen before queueing, so that a turn announced right after the
-    // queued attempt is not missed.
     let wake = Arc::new(Wake::default());
     let mut channel = "";
     let mut _interest = None;
     let mut told = matches!(store, Store::Memory(_));
-    if let (Store::Server(_), Some(notifier)) = (&store, env.queue_notifier()) {
+    if !queue_at_once {
+        let started = Instant::now();
+        let first = bounded(
+            bound,
+            store.acquire(&keys, &member, ttl, ask, None, &undo.sent, local),
+        )
+        .await;
+        match first {
+            None => return Err(timeout(None, None)),
+            Some(Ok(Attempt::Taken)) => return grant(undo, started, ttl),
+            Some(Ok(Attempt::Busy { first_end: end, .. })) => {
+                undo.dirty = false;
+                first_end = end;
+            }
+            Some(Ok(Attempt::Mismatch { stored })) => {
+                undo.dirty = false;
+                return Err(mismatch(&keys, stored, ask));
+            }
+            Some(Err(err)) if !wait.is_zero() && err.is_transient() => transient = Some(err),
+            Some(Err(err)) => return Err(err),
+        }
+        if wait.is_zero() {
+            return Err(LockError::Busy {
+                name: keys.name.clone(),
+                holder: None,
+                retry_after: first_end,
+                wait_setting: WaitSetting::default(),
+            });
+        }
+    }
+    // Listen before queueing, so that a turn announced right after the queued attempt is
+    // not missed.
+    undo.id = new_value(&keys.name, None)?;
+    if let Some(notifier) = local {
         let route = keys.route(&undo.id);
         match bounded(bound, notifier.listen(&route, &wake)).await {
             None => return Err(timeout(first_end, transient)),
@@ -214,6 +237,16 @@ async fn run(request: Request<'_>) -> Result<Granted, LockError> {
             }
         }
     }
+    undo.entry = queue_entry(
+        ask.weight,
+        deadline.saturating_duration_since(Instant::now()),
+        ttl,
+        &undo.id,
+        channel,
+        crate::backend::permits::parse_member(&member).1,
+    );
+
+    // Wait in the queue.
     let mut backoff = Backoff::new(told);
     let mut retry = Backoff::new(false);
     loop {
@@ -225,8 +258,12 @@ async fn run(request: Request<'_>) -> Result<Granted, LockError> {
         tokio::pin!(notified);
         notified.as_mut().enable();
         let _before_this_look = wake.take_hint();
+        if let Some(at) = wake.take_taken() {
+            return grant(undo, at, ttl);
+        }
         let waiter = QueueWaiter {
             id: &undo.id,
+            entry: &undo.entry,
             channel,
             wake: &wake,
             life: deadline - now,
@@ -235,7 +272,7 @@ async fn run(request: Request<'_>) -> Result<Granted, LockError> {
         undo.in_queue = true;
         let attempt = bounded(
             bound,
-            store.acquire(&keys, &member, ttl, ask, Some(&waiter), &undo.sent),
+            store.acquire(&keys, &member, ttl, ask, Some(&waiter), &undo.sent, local),
         )
         .await;
         let pause = match attempt {
@@ -277,6 +314,9 @@ async fn run(request: Request<'_>) -> Result<Granted, LockError> {
             }
             notified.set(wake.notified());
             notified.as_mut().enable();
+            if let Some(at) = wake.take_taken() {
+                return grant(undo, at, ttl);
+            }
             match wake.take_hint() {
                 Some(Hint::Head(left) | Hint::Standby(left)) => {
                     pause_until = (Instant::now() + left + SLACK).min(deadline);

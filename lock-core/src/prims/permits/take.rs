@@ -59,10 +59,20 @@ struct PermitOps {
 }
 
 impl Ops for PermitOps {
+    fn release_reads_no_clock(&self) -> bool {
+        matches!(self.store, Store::Server(_))
+    }
+
     fn release(&self) -> BoxFuture<'_, Result<bool, LockError>> {
         Box::pin(self.env.run(
             &self.keys.name,
-            self.store.release(&self.keys, &self.member, None, None),
+            self.store.release(
+                &self.keys,
+                &self.member,
+                None,
+                None,
+                self.env.queue_notifier(),
+            ),
         ))
     }
 

@@ -1,0 +1,241 @@
+//! What semaphores and read-write locks cost Redis, counted exactly (INFO commandstats,
+//! script bodies' own calls included): the uncontended cycle, a release behind a waiting
+//! writer, a writer's release to a crowd of readers, and a hand-off inside one Locker.
+
+use std::time::Duration;
+
+use lock_core::{Locker, RwLease};
+use lock_tests::RedisServer;
+
+const SECOND: Duration = Duration::from_secs(1);
+
+/// Calls per command the server executed so far (script bodies' calls included), INFO
+/// and the test's own reads left out.
+fn calls(server: &RedisServer) -> Vec<(String, u64)> {
+    server
+        .command(&["INFO", "commandstats"])
+        .lines()
+        .filter_map(|line| line.strip_prefix("cmdstat_"))
+        .filter_map(|line| {
+            let (name, rest) = line.split_once(':')?;
+            let calls = rest
+                .strip_prefix("calls=")?
+                .split(',')
+                .next()?
+                .parse()
+                .ok()?;
+            Some((name.to_owned(), calls))
+        })
+        .filter(|(name, _)| !["info", "zcard", "zrangebyscore", "exists"].contains(&name.as_str()))
+        .collect()
+}
+
+/// What the server executed between two readings of [`calls`], per command.
+fn since(server: &RedisServer, before: &[(String, u64)]) -> Vec<(String, u64)> {
+    calls(server)
+        .into_iter()
+        .map(|(name, after)| {
+            let was = before
+                .iter()
+                .find(|(b, _)| *b == name)
+                .map_or(0, |(_, n)| *n);
+            (name, after - was)
+        })
+        .filter(|(_, n)| *n > 0)
+        .collect()
+}
+
+fn total(delta: &[(String, u64)]) -> u64 {
+    delta.iter().map(|(_, n)| n).sum()
+}
+
+fn of(delta: &[(String, u64)], command: &str) -> u64 {
+    delta
+        .iter()
+        .find(|(name, _)| name == command)
+        .map_or(0, |(_, n)| *n)
+}
+
+async fn until(what: &str, mut check: impl FnMut() -> bool) {
+    for _ in 0..1000 {
+        if check() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("timed out waiting for {what}");
+}
+
+fn queued(server: &RedisServer, queue: &str) -> usize {
+    server
+        .command(&["ZCARD", queue])
+        .trim()
+        .trim_start_matches(':')
+        .parse()
+        .unwrap_or(0)
+}
+
+/// An uncontended permit costs 7 Redis calls a cycle: the take is the clock, one read and
+/// one write inside its script, the release one removal and one count update (no clock,
+/// no delete of the idle name, so no expiry to re-arm each cycle). It was 9: TIME twice,
+/// ZMSCORE twice, the whole state rewritten, a PEXPIREAT every cycle after the DEL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_uncontended_permit_cycle_is_seven_redis_calls() {
+    let server = RedisServer::start();
+    let locker = Locker::from_url(&server.url()).expect("locker");
+    let semaphore = locker.semaphore("lean", 8);
+    // Loads the scripts and stores the name's state.
+    let permit = semaphore.try_acquire(10 * SECOND).await.expect("permit");
+    assert!(permit.release().await.expect("release"));
+    let before = calls(&server);
+    for _ in 0..10 {
+        let permit = semaphore.try_acquire(10 * SECOND).await.expect("permit");
+        assert!(permit.release().await.expect("release"));
+    }
+    let delta = since(&server, &before);
+    assert!(total(&delta) <= 70, "10 cycles: {delta:?}");
+    assert_eq!(of(&delta, "pexpireat"), 0, "{delta:?}");
+    assert_eq!(of(&delta, "del"), 0, "{delta:?}");
+}
+
+/// Holds `n` read leases of `lock`.
+async fn readers(lock: &lock_core::RwLock, n: usize) -> Vec<RwLease> {
+    let mut held = Vec::new();
+    for _ in 0..n {
+        held.push(lock.read().ttl(30 * SECOND).await.expect("read lease"));
+    }
+    held
+}
+
+/// Behind a waiting writer, a reader's release reads no queue entry: the head's weight
+/// is kept with the state, so the release knows the writer does not fit yet. It read 17
+/// entries (ZRANGE + HMGET) every time, however long the queue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_release_behind_a_waiting_writer_reads_no_queue() {
+    let server = RedisServer::start();
+    let holding = Locker::from_url(&server.url()).expect("locker");
+    let writing = Locker::from_url(&server.url()).expect("locker");
+    let queueing = Locker::from_url(&server.url()).expect("locker");
+    let lock = holding.rwlock("catalog");
+    let mut held = readers(&lock, 4).await;
+    let writer_lock = writing.rwlock("catalog");
+    let writer = tokio::spawn(async move {
+        let lease = writer_lock.write().ttl(30 * SECOND).wait(30 * SECOND).await;
+        lease
+            .expect("write lease")
+            .release()
+            .await
+            .expect("release")
+    });
+    let queue = "lock:{catalog}:rw:q";
+    until("the writer to queue", || queued(&server, queue) == 1).await;
+    let mut later = Vec::new();
+    for _ in 0..20 {
+        let lock = queueing.rwlock("catalog");
+        later.push(tokio::spawn(async move {
+            let lease = lock.read().ttl(30 * SECOND).wait(30 * SECOND).await;
+            lease.expect("read lease").release().await.expect("release")
+        }));
+    }
+    until("the readers to queue", || queued(&server, queue) == 21).await;
+    // Three releases behind the writer (the one before the last).
+    for _ in 0..3 {
+        let before = calls(&server);
+        let lease = held.pop().expect("a reader");
+        assert!(lease.release().await.expect("release"));
+        let delta = since(&server, &before);
+        for read in ["zrange", "zpopmin", "hmget", "hget", "zrank"] {
+            assert_eq!(of(&delta, read), 0, "{delta:?}");
+        }
+        assert!(total(&delta) <= 6, "{delta:?}");
+    }
+    // The last one lets the writer in, then the readers.
+    held.pop()
+        .expect("a reader")
+        .release()
+        .await
+        .expect("release");
+    assert!(writer.await.expect("writer"));
+    for reader in later {
+        assert!(reader.await.expect("reader"));
+    }
+}
+
+/// A writer's release admits the readers queued behind it with one message per Locker
+/// (not one per reader), and readers of the writer's own Locker with none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writers_release_tells_each_locker_once() {
+    let server = RedisServer::start();
+    let lockers: Vec<Locker> = (0..3)
+        .map(|_| Locker::from_url(&server.url()).expect("locker"))
+        .collect();
+    let writer = lockers[0]
+        .rwlock("report")
+        .write()
+        .ttl(30 * SECOND)
+        .await
+        .expect("write lease");
+    let queue = "lock:{report}:rw:q";
+    let mut waiting = Vec::new();
+    for (i, locker) in lockers.iter().enumerate() {
+        // Each Locker listens first (its first wait subscribes its channel).
+        for _ in 0..6 {
+            let lock = locker.rwlock("report");
+            waiting.push(tokio::spawn(async move {
+                let lease = lock.read().ttl(30 * SECOND).wait(30 * SECOND).await;
+                lease.expect("read lease").release().await.expect("release")
+            }));
+        }
+        until("the readers to queue", || {
+            queued(&server, queue) == 6 * (i + 1)
+        })
+        .await;
+    }
+    let before = calls(&server);
+    assert!(writer.release().await.expect("release"));
+    for reader in waiting {
+        assert!(reader.await.expect("reader"));
+    }
+    let delta = since(&server, &before);
+    // Two other Lockers: two messages; the writer's own readers are told by its reply.
+    assert_eq!(of(&delta, "publish"), 2, "{delta:?}");
+}
+
+/// Inside one Locker a released permit goes to the next waiter in the release itself:
+/// no message, no claim; the waiter is woken from the release's reply. Across Lockers the
+/// waiter still claims its reservation within the claim window.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hand_off_inside_one_locker_needs_no_message_and_no_claim() {
+    let server = RedisServer::start();
+    let locker = Locker::from_url(&server.url()).expect("locker");
+    let semaphore = locker.semaphore("pool", 1);
+    // Loads the scripts.
+    let first = semaphore.try_acquire(30 * SECOND).await.expect("permit");
+    assert!(first.release().await.expect("release"));
+    let holder = semaphore.try_acquire(30 * SECOND).await.expect("permit");
+    let queue = "lock:{pool}:sem:q";
+    let mut waiters = Vec::new();
+    for i in 0..4 {
+        let semaphore = semaphore.clone();
+        waiters.push(tokio::spawn(async move {
+            let permit = semaphore
+                .acquire()
+                .ttl(30 * SECOND)
+                .wait(30 * SECOND)
+                .await
+                .expect("permit");
+            permit.release().await.expect("release")
+        }));
+        until("the waiter to queue", || queued(&server, queue) == i + 1).await;
+    }
+    let before = calls(&server);
+    assert!(holder.release().await.expect("release"));
+    for waiter in waiters {
+        assert!(waiter.await.expect("waiter"));
+    }
+    let delta = since(&server, &before);
+    assert_eq!(of(&delta, "publish"), 0, "{delta:?}");
+    // Five releases (each hands over to the next; the last finds nobody), no claim.
+    assert_eq!(of(&delta, "evalsha") + of(&delta, "eval"), 5, "{delta:?}");
+    assert!(total(&delta) <= 5 * 8, "{delta:?}");
+}
