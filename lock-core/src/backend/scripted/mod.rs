@@ -8,9 +8,10 @@ use std::time::{Duration, Instant};
 
 use redis::FromRedisValue;
 
+pub(crate) use self::calls::CLAIM_WINDOW_MS;
 use self::calls::{
-    acquire_queued, acquire_script, release_script, set_nx_get, Announce, CLAIM_WINDOW_MS, EXTEND,
-    LEAVE_QUEUE, RAISE_FENCE, RETURN_CLAIM,
+    acquire_queued, acquire_script, release_script, set_nx_get, Announce, EXTEND, LEAVE_QUEUE,
+    RAISE_FENCE, RETURN_CLAIM,
 };
 use crate::backend::lua::{Lua, ScriptMode};
 use crate::backend::prim_scripts::Server;
@@ -250,6 +251,7 @@ impl Scripted {
             conn: self.conn.clone(),
             mode: self.mode,
             replicated: self.replicated.clone(),
+            announce: self.announce.flag(),
         }
     }
 
