@@ -26,7 +26,10 @@ impl Locker {
     /// and releases them together.
     ///
     /// - **One Redis**: one script checks and sets every key, one round trip; a holder
-    ///   that crashes half-way cannot exist (the script is atomic).
+    ///   that crashes half-way cannot exist (the script is atomic). The release is one
+    ///   script too: it frees every name still holding the lease's value and hands a name
+    ///   that a single-lock waiter queues for to that waiter, as a plain lock's release
+    ///   does (N + 2 Redis calls to take N names, 3 to give them back).
     /// - **Cluster, Redlock, WATCH/MULTI, memory**: the locks are taken one by one in the
     ///   order of their keys, each with its TTL, and at the first busy one those already
     ///   taken are given back before the request waits. Nobody holds part of a multi-lock
