@@ -3,7 +3,7 @@
 
 use std::fmt;
 use std::ops::Deref;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use futures_util::future::BoxFuture;
@@ -44,8 +44,10 @@ use crate::LockError;
 pub struct Lease {
     engine: Arc<Engine>,
     held: Arc<Held>,
-    /// The same lease as a view (`Deref`, [`Lease::handle`]).
-    handle: LeaseHandle,
+    /// The same lease as a view (`Deref`, [`Lease::handle`]), made on first use: a lease
+    /// released without one never clones the engine and state for it (each clone is a
+    /// reference count that every task of the Locker shares).
+    handle: OnceLock<LeaseHandle>,
     released: bool,
 }
 
@@ -86,16 +88,10 @@ pub(crate) trait HoldView: Send + Sync {
 
 impl Lease {
     pub(crate) fn new(engine: Arc<Engine>, held: Arc<Held>) -> Lease {
-        let handle = LeaseHandle {
-            of: Of::Lock {
-                engine: Arc::clone(&engine),
-                held: Arc::clone(&held),
-            },
-        };
         Lease {
             engine,
             held,
-            handle,
+            handle: OnceLock::new(),
             released: false,
         }
     }
@@ -113,7 +109,7 @@ impl Lease {
     /// A cloneable view of this lease (for a watchdog, a log line, or a task that must stop
     /// when the lease is lost).
     pub fn handle(&self) -> LeaseHandle {
-        self.handle.clone()
+        (**self).clone()
     }
 
     /// Gives the lock back. `Ok(true)` if we still held it and it is now free; `Ok(false)` if
@@ -125,17 +121,21 @@ impl Lease {
     /// means the lock is left to expire at the hold's end.
     pub async fn release(mut self) -> Result<bool, LockError> {
         self.released = true;
-        let (engine, held) = (Arc::clone(&self.engine), Arc::clone(&self.held));
+        // Borrowed, not cloned: the lease lives until the release ends.
+        let (engine, held) = (&self.engine, &self.held);
         let span = tracing::debug_span!(
             "lock.release",
             name = %held.keys.name,
             held_ms = held.acquired_at().elapsed().as_millis() as u64,
             held = tracing::field::Empty,
         );
+        let recording = !span.is_disabled();
         async move {
             let released = held.release_now(engine.backend()).await;
             if let Ok(still_held) = released {
-                tracing::Span::current().record("held", still_held);
+                if recording {
+                    tracing::Span::current().record("held", still_held);
+                }
                 if !still_held {
                     tracing::warn!(name = %held.keys.name, "released a lease that had already expired or been taken over");
                 }
@@ -157,7 +157,12 @@ impl Deref for Lease {
     type Target = LeaseHandle;
 
     fn deref(&self) -> &LeaseHandle {
-        &self.handle
+        self.handle.get_or_init(|| LeaseHandle {
+            of: Of::Lock {
+                engine: Arc::clone(&self.engine),
+                held: Arc::clone(&self.held),
+            },
+        })
     }
 }
 

@@ -13,7 +13,7 @@
 //! `orders:7`), cut to 32 bytes, so that cardinality stays bounded by the naming scheme
 //! rather than by the number of orders. Names without `:` are reported as `_`.
 
-use std::time::Duration;
+use std::time::Instant;
 
 /// The bounded label for `name`.
 #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
@@ -44,25 +44,28 @@ impl Family {
         }
     }
 
+    /// Records an acquisition begun at `begun` that ended now with `outcome` (the clock is
+    /// read only with the `metrics` feature).
     #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
-    pub(crate) fn acquire(self, outcome: &'static str, waited: Duration) {
+    pub(crate) fn acquire(self, outcome: &'static str, begun: Instant) {
         #[cfg(feature = "metrics")]
         {
             metrics::counter!("lock_acquire_total", "lock" => self.label.clone(), "outcome" => outcome)
                 .increment(1);
             metrics::histogram!("lock_wait_seconds", "lock" => self.label)
-                .record(waited.as_secs_f64());
+                .record(begun.elapsed().as_secs_f64());
         }
     }
 }
 
 #[cfg(feature = "metrics")]
 mod enabled {
-    use super::{family, Duration};
+    use super::{family, Instant};
 
-    pub(crate) fn released(name: &str, held: Duration) {
+    /// A lease acquired at `acquired_at` was released now.
+    pub(crate) fn released(name: &str, acquired_at: Instant) {
         metrics::histogram!("lock_hold_seconds", "lock" => family(name).to_owned())
-            .record(held.as_secs_f64());
+            .record(acquired_at.elapsed().as_secs_f64());
     }
 
     pub(crate) fn lost(name: &str) {
@@ -77,10 +80,10 @@ mod enabled {
 
 #[cfg(not(feature = "metrics"))]
 mod enabled {
-    use super::Duration;
+    use super::Instant;
 
     #[inline(always)]
-    pub(crate) fn released(_: &str, _: Duration) {}
+    pub(crate) fn released(_: &str, _: Instant) {}
     #[inline(always)]
     pub(crate) fn lost(_: &str) {}
     #[inline(always)]
@@ -92,6 +95,8 @@ pub(crate) use enabled::{lost, released, renewal};
 #[cfg(test)]
 mod tests {
     use super::family;
+    #[cfg(feature = "metrics")]
+    use std::time::Instant;
 
     #[test]
     fn labels_are_bounded() {
@@ -108,8 +113,8 @@ mod tests {
         let recorder = DebuggingRecorder::new();
         let snapshotter = recorder.snapshotter();
         metrics::with_local_recorder(&recorder, || {
-            super::Family::of("orders:1").acquire("acquired", std::time::Duration::from_millis(3));
-            super::Family::of("orders:2").acquire("busy", std::time::Duration::ZERO);
+            super::Family::of("orders:1").acquire("acquired", Instant::now());
+            super::Family::of("orders:2").acquire("busy", Instant::now());
             super::lost("orders:1");
         });
         let snapshot = snapshotter.snapshot().into_vec();

@@ -12,6 +12,7 @@ mod harness;
 mod hostile_names;
 mod loss;
 mod multi;
+mod multi_release;
 mod notified;
 mod permit_costs;
 mod prims_replicated;

@@ -2,7 +2,8 @@
 //! `locker.lock_all(names)` and gives them back (`release()`), against the same N names
 //! as plain locks taken one by one in key order (`locker.lock(name)`, each awaited before
 //! the next, as two such holders must to avoid deadlock) and given back together. Cycle
-//! p50, cycles/s, Redis calls and Redis CPU per cycle (INFO deltas), and each per name.
+//! p50, cycles/s, Redis calls (inner script calls included), Redis execution time and
+//! Redis CPU per cycle (INFO deltas), and each per name.
 
 use std::time::{Duration, Instant};
 
@@ -28,6 +29,15 @@ pub enum Way {
 }
 
 impl Way {
+    /// The commands other than scripts that a cycle sends itself (see `Delta::exec_us_with`):
+    /// the plain locks' `SET`; `lock_all` sends only scripts.
+    fn top_level(self) -> &'static [&'static str] {
+        match self {
+            Way::Together => &[],
+            Way::InOrder => &["set"],
+        }
+    }
+
     pub fn label(self) -> &'static str {
         match self {
             Way::Together => "lock-core lock_all(N names)",
@@ -41,6 +51,7 @@ struct Run {
     cycles_per_s: f64,
     p50_us: f64,
     calls: f64,
+    exec_us: f64,
     cpu_us: f64,
     failures: Failures,
 }
@@ -104,6 +115,9 @@ async fn measure(locker: &Locker, way: Way, n: usize, run_for: Duration, probe: 
         cycles_per_s: cycles as f64 / elapsed,
         p50_us: samples.quantile_us(0.50),
         calls: delta.as_ref().map_or(f64::NAN, |d| per(d.calls as f64)),
+        exec_us: delta
+            .as_ref()
+            .map_or(f64::NAN, |d| per(d.exec_us_with(way.top_level()) as f64)),
         cpu_us: delta.as_ref().map_or(f64::NAN, |d| per(d.cpu_s * 1e6)),
         failures,
     }
@@ -121,6 +135,9 @@ pub struct Row {
     pub p50_vs_in_order: Spread,
     pub redis_calls_per_cycle: Spread,
     pub redis_calls_per_name: Spread,
+    /// Redis's execution time (INFO commandstats' usec of the commands sent, a script's
+    /// inner calls inside its own) per cycle.
+    pub redis_exec_us_per_cycle: Spread,
     pub redis_cpu_us_per_cycle: Spread,
     pub failures: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -166,6 +183,7 @@ pub async fn run(locker: &Locker, settings: &Settings, probe: &Probe) -> Table {
                     .map_or(Spread::of([]), |floor| paired(runs, floor, |r| r.p50_us)),
                 redis_calls_per_cycle: Spread::pick(runs, |r| r.calls),
                 redis_calls_per_name: Spread::pick(runs, |r| per_name(r.calls)),
+                redis_exec_us_per_cycle: Spread::pick(runs, |r| r.exec_us),
                 redis_cpu_us_per_cycle: Spread::pick(runs, |r| r.cpu_us),
                 failures: failures.count,
                 first_error: failures.first,
@@ -178,12 +196,12 @@ pub async fn run(locker: &Locker, settings: &Settings, probe: &Probe) -> Table {
 impl Table {
     pub fn markdown(&self) -> String {
         let mut out = String::from(
-            "| contender | N | cycles/s | cycle p50 µs | p50 µs per name | p50 vs N plain locks | Redis calls/cycle | Redis calls per name | Redis CPU µs/cycle |\n\
-             |---|---|---|---|---|---|---|---|---|\n",
+            "| contender | N | cycles/s | cycle p50 µs | p50 µs per name | p50 vs N plain locks | Redis calls/cycle | Redis calls per name | Redis exec µs/cycle | Redis CPU µs/cycle |\n\
+             |---|---|---|---|---|---|---|---|---|---|\n",
         );
         for row in &self.rows {
             out.push_str(&format!(
-                "| {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
                 row.contender,
                 row.names,
                 row.cycles_per_s.show(0),
@@ -192,6 +210,7 @@ impl Table {
                 row.p50_vs_in_order.show_ratio(),
                 row.redis_calls_per_cycle.show(2),
                 row.redis_calls_per_name.show(2),
+                row.redis_exec_us_per_cycle.show(1),
                 row.redis_cpu_us_per_cycle.show(1),
             ));
         }

@@ -1,5 +1,5 @@
 //! The Lua scripts of semaphores, read-write locks and multi-locks, and the server they run
-//! on: a Functions library of their own (`lockcore_prims_v5`), run like the lock's scripts
+//! on: a Functions library of their own (`lockcore_prims_v6`), run like the lock's scripts
 //! (see [`lua`](crate::backend::lua)).
 
 use std::sync::{Arc, LazyLock, Mutex, PoisonError};
@@ -11,7 +11,9 @@ use crate::backend::replicated::Replicated;
 use crate::connection::shared::{is_connection_failure, Conn, Lent, SharedConnection};
 use crate::LockError;
 
-const LIBRARY_NAME: &str = "lockcore_prims_v5";
+/// Versioned: a script whose keys or arguments change, or a script added, gets a new
+/// library name (v6: the lean permit scripts and `multi_release`).
+const LIBRARY_NAME: &str = "lockcore_prims_v6";
 
 /// The marker in a permits script where the shared functions of `permits_lib.lua` go: after
 /// the script's fast path, so that a call that returns early defines none of them.
@@ -69,6 +71,23 @@ pub(crate) static MULTI_ACQUIRE: LazyLock<Lua> = LazyLock::new(|| {
     )
 });
 
+/// Every lock of a multi-lock given up in one script; a value marked as listened for is
+/// handed over to the lock's queue with the lock's own queue functions (`queue.lua`, shared
+/// with `release.lua`), so single-lock waiters are served as a plain lock's release serves
+/// them.
+pub(crate) static MULTI_RELEASE: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(
+        LIBRARY_NAME,
+        library,
+        "multi_release",
+        concat!(
+            include_str!("../scripts/multi_release.lua"),
+            include_str!("../scripts/queue.lua"),
+            include_str!("../scripts/multi_release_listened.lua")
+        ),
+    )
+});
+
 pub(crate) static MARK_LISTENED: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(
         LIBRARY_NAME,
@@ -88,6 +107,7 @@ static LIBRARY: LazyLock<String> = LazyLock::new(|| {
             &PERMITS_EXTEND,
             &PERMITS_HOLDERS,
             &MULTI_ACQUIRE,
+            &MULTI_RELEASE,
             &MARK_LISTENED,
         ],
     )
@@ -105,6 +125,10 @@ pub(crate) struct Server {
     /// The scripted backend's replica acknowledgement check, when it is on: grants and
     /// extensions ([`Server::run_replicated`]) count only once replicas have them.
     pub replicated: Option<Arc<Replicated>>,
+    /// `release.lua`'s announce argument for this server (`"2"` on a Cluster: announce a
+    /// marked release whether or not this node has subscribers), for scripts that release
+    /// the lock's way.
+    pub announce: &'static [u8],
 }
 
 impl Server {
@@ -377,6 +401,8 @@ fn scripts_touch_only_declared_keys() {
         "leave_queue.lua",
         "mark_listened.lua",
         "multi_acquire.lua",
+        "multi_release.lua",
+        "multi_release_listened.lua",
         "permits_acquire.lua",
         "permits_extend.lua",
         "permits_holders.lua",

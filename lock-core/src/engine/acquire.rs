@@ -74,6 +74,7 @@ pub(crate) fn acquire<L>(
         let begun = Instant::now();
         let acquisition = Acquire {
             engine: &engine,
+            span: &span,
             keys,
             value,
             ttl,
@@ -96,7 +97,7 @@ pub(crate) fn acquire<L>(
             Err(_) => "error",
         };
         span.record("outcome", outcome);
-        family.acquire(outcome, begun.elapsed());
+        family.acquire(outcome, begun);
         result.map(|held| lease(engine, held))
     }
 }
@@ -161,7 +162,8 @@ fn run<'a>(
             } else {
                 bound.filter(|&deadline| !acq.engine.attempt_ends_before(deadline, commands))
             };
-            match acq.attempt(attempt_bound, kind).await {
+            // Counted from the request's start: no clock read of its own.
+            match acq.attempt_at(acq.begun, attempt_bound, kind).await {
                 Ok(Tried::Acquired(started)) => return Ok(acq.grant(started, local)),
                 Ok(Tried::OutOfTime) if wait.is_zero() => return Err(acq.unanswered()),
                 Ok(Tried::OutOfTime) => return Err(acq.timeout()),

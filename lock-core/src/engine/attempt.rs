@@ -36,6 +36,8 @@ pub(super) struct Busy {
 /// One acquisition in progress.
 pub(super) struct Acquire<'a> {
     pub engine: &'a Arc<Engine>,
+    /// The request's `lock.acquire` span: its attempts and time waited are recorded on it.
+    pub span: &'a tracing::Span,
     pub keys: LockKeys,
     pub value: String,
     pub ttl: Duration,
@@ -65,6 +67,18 @@ impl Acquire<'_> {
         bound: Option<Instant>,
         kind: AttemptKind<'_>,
     ) -> Result<Tried, LockError> {
+        self.attempt_at(Instant::now(), bound, kind).await
+    }
+
+    /// [`Acquire::attempt`] counted from `started`, an instant at or before the attempt's
+    /// command is sent (the fast path's first attempt: the request's start, which saves a
+    /// clock read; the lease's validity runs from the earlier instant, never the later).
+    pub async fn attempt_at(
+        &mut self,
+        started: Instant,
+        bound: Option<Instant>,
+        kind: AttemptKind<'_>,
+    ) -> Result<Tried, LockError> {
         if self.attempts > 0 {
             // Every attempt writes a token of its own. An earlier attempt may still have a
             // compare-and-delete of its value in flight (the undo of an attempt abandoned at
@@ -74,7 +88,6 @@ impl Acquire<'_> {
             self.value = new_value(&self.keys.name, self.engine.settings().label.as_deref())?;
         }
         self.attempts += 1;
-        let started = Instant::now();
         let backend = self.engine.backend();
         let call = backend.acquire(&self.keys, &self.value, self.ttl, self.fencing, kind);
         let attempt = match bound {
@@ -152,7 +165,7 @@ impl Acquire<'_> {
     }
 
     pub fn grant(self, attempt_started: Instant, local: NameRef) -> Arc<Held> {
-        record(self.attempts, self.begun);
+        record(self.span, self.attempts, self.begun);
         self.engine.hold(Grant {
             keys: self.keys,
             value: self.value,
@@ -166,7 +179,7 @@ impl Acquire<'_> {
     }
 
     pub fn busy(self) -> LockError {
-        record(self.attempts, self.begun);
+        record(self.span, self.attempts, self.begun);
         if let Some(took) = self.expired_grant {
             return LockError::connection(
                 &self.keys.name,
@@ -184,7 +197,7 @@ impl Acquire<'_> {
     /// A try's attempt that the command timeout cut short: what a command would say that
     /// timed out (the attempt is undone in the background).
     pub fn unanswered(self) -> LockError {
-        record(self.attempts, self.begun);
+        record(self.span, self.attempts, self.begun);
         let within = self.engine.settings().command_timeout;
         LockError::connection(
             &self.keys.name,
@@ -193,7 +206,7 @@ impl Acquire<'_> {
     }
 
     pub fn timeout(self) -> LockError {
-        record(self.attempts, self.begun);
+        record(self.span, self.attempts, self.begun);
         if let Some(err) = self.transient {
             return err;
         }
@@ -215,8 +228,12 @@ impl Acquire<'_> {
     }
 }
 
-fn record(attempts: u32, begun: Instant) {
-    let span = tracing::Span::current();
+/// The request's attempts and time waited, on its span (the clock is read only for a span
+/// that records).
+fn record(span: &tracing::Span, attempts: u32, begun: Instant) {
+    if span.is_disabled() {
+        return;
+    }
     span.record("attempts", attempts);
     span.record("waited_us", begun.elapsed().as_micros() as u64);
 }

@@ -14,8 +14,30 @@ use crate::key::{validate_ttl, LockKeys};
 use crate::token::{decode_value, is_ours};
 use crate::LockError;
 
-/// Numbers leases of one process, to tell a lease from its successor on the same name.
+/// Numbers leases of one process, to tell a lease from its successor on the same name:
+/// each thread takes a block of [`SERIAL_BLOCK`] numbers at a time and hands them out
+/// itself, so that the tasks of a Locker on different threads do not all increment one
+/// shared counter per lease (a cache line bounced between cores).
 static SERIALS: AtomicU64 = AtomicU64::new(1);
+const SERIAL_BLOCK: u64 = 1 << 16;
+
+thread_local! {
+    /// This thread's next serial and the end of its block.
+    static SERIAL_RANGE: std::cell::Cell<(u64, u64)> = const { std::cell::Cell::new((0, 0)) };
+}
+
+/// A serial no other lease of this process has had.
+fn next_serial() -> u64 {
+    SERIAL_RANGE.with(|range| {
+        let (mut next, mut end) = range.get();
+        if next == end {
+            next = SERIALS.fetch_add(SERIAL_BLOCK, Ordering::Relaxed);
+            end = next + SERIAL_BLOCK;
+        }
+        range.set((next + 1, end));
+        next
+    })
+}
 
 pub(crate) struct Held {
     pub keys: LockKeys,
@@ -60,7 +82,7 @@ impl Held {
     /// The state of a fresh lease, recorded as its name's local holder.
     pub fn new(grant: Grant) -> Arc<Held> {
         let token_len = decode_value(&grant.value).0.len();
-        let serial = SERIALS.fetch_add(1, Ordering::Relaxed);
+        let serial = next_serial();
         let valid_until = grant.attempt_started + validity(grant.ttl);
         grant.local.set_holder(serial, valid_until);
         Arc::new(Held {
@@ -95,7 +117,7 @@ impl Held {
             None => backend.release(&self.keys, &self.value).await,
         };
         match result {
-            Ok(true) => crate::metrics::released(&self.keys.name, self.acquired_at.elapsed()),
+            Ok(true) => crate::metrics::released(&self.keys.name, self.acquired_at),
             Ok(false) => self.mark_lost(),
             Err(_) => {}
         }
@@ -177,6 +199,22 @@ impl Held {
             u64::try_from(millis).unwrap_or(u64::MAX),
         ))
     }
+}
+
+#[cfg(test)]
+#[test]
+fn serials_are_unique_across_threads() {
+    let taken: Vec<u64> = std::thread::scope(|scope| {
+        let threads: Vec<_> = (0..4)
+            .map(|_| scope.spawn(|| (0..1000).map(|_| next_serial()).collect::<Vec<_>>()))
+            .collect();
+        threads
+            .into_iter()
+            .flat_map(|thread| thread.join().unwrap_or_default())
+            .collect()
+    });
+    let distinct: std::collections::HashSet<_> = taken.iter().collect();
+    assert_eq!(distinct.len(), 4000);
 }
 
 impl Deref for Held {

@@ -244,6 +244,16 @@ pub(super) enum Announce {
     WhenListenedAnywhere,
 }
 
+impl Announce {
+    /// The release script's `ARGV[2]` for this setting.
+    pub(super) fn flag(self) -> &'static [u8] {
+        match self {
+            Announce::WhenListened => b"0",
+            Announce::WhenListenedAnywhere => b"2",
+        }
+    }
+}
+
 /// The release script: compare-and-delete, or hand the lock to the first live waiter.
 pub(super) async fn release_script(
     mode: ScriptMode,
@@ -252,10 +262,7 @@ pub(super) async fn release_script(
     keys: &LockKeys,
     value: &str,
 ) -> redis::RedisResult<i64> {
-    let announce_flag: &[u8] = match announce {
-        Announce::WhenListened => b"0",
-        Announce::WhenListenedAnywhere => b"2",
-    };
+    let announce_flag = announce.flag();
     // The queue's keys are declared although only a release of a marked value reads them:
     // a script must declare every key it touches (a Cluster checks that they share a slot,
     // and routes by them).
@@ -271,7 +278,7 @@ pub(super) async fn release_script(
 }
 
 /// [`CLAIM_WINDOW`](crate::backend::CLAIM_WINDOW) in milliseconds, as the scripts take it (no formatting per call).
-pub(super) const CLAIM_WINDOW_MS: &str = "100";
+pub(crate) const CLAIM_WINDOW_MS: &str = "100";
 
 #[cfg(test)]
 #[test]

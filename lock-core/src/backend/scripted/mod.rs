@@ -1,6 +1,7 @@
 //! One Redis, Lua scripts: one round trip per operation. The default backend.
 
 mod calls;
+mod in_flight;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -8,14 +9,15 @@ use std::time::{Duration, Instant};
 
 use redis::FromRedisValue;
 
+pub(crate) use self::calls::CLAIM_WINDOW_MS;
 use self::calls::{
-    acquire_queued, acquire_script, release_script, set_nx_get, Announce, CLAIM_WINDOW_MS, EXTEND,
-    LEAVE_QUEUE, RAISE_FENCE, RETURN_CLAIM,
+    acquire_queued, acquire_script, release_script, set_nx_get, Announce, EXTEND, LEAVE_QUEUE,
+    RAISE_FENCE, RETURN_CLAIM,
 };
+use self::in_flight::InFlight;
 use crate::backend::lua::{Lua, ScriptMode};
 use crate::backend::prim_scripts::Server;
 use crate::backend::replicated::Replicated;
-use crate::backend::undo::Undo;
 use crate::backend::{
     millis, remaining_from_pttl, Attempt, AttemptKind, Backend, RawState, Waiter,
 };
@@ -250,6 +252,7 @@ impl Scripted {
             conn: self.conn.clone(),
             mode: self.mode,
             replicated: self.replicated.clone(),
+            announce: self.announce.flag(),
         }
     }
 
@@ -283,20 +286,20 @@ impl Backend for Scripted {
     ) -> Result<Attempt, LockError> {
         let started = Instant::now();
         let shared = self.writer(&[&keys.lock]);
-        let lent = shared.get(&keys.name).await?;
-        let mut conn = lent.conn.clone();
         // A reply that never arrives (the caller dropped the future, or the command timed
-        // out) may hide a SET that took the lock: undo it with a compare-and-delete on the
-        // same multiplexed connection, which keeps request order, so the delete reaches
-        // Redis after the SET it undoes.
-        let undo = Undo::new(|| {
-            spawn_release(self.mode, self.announce, &lent.conn, keys, value);
-            // No answer (a stalled or partitioned server): behind a Sentinel, the next
-            // operation asks where the master is now, or it could lock on a deposed one.
-            if shared.follows_master() {
-                shared.retire(&lent);
-            }
-        });
+        // out) may hide a SET that took the lock: the armed flight undoes it with a
+        // compare-and-delete on the same multiplexed connection, which keeps request order,
+        // so the delete reaches Redis after the SET it undoes.
+        let mut flight = InFlight {
+            lent: shared.get(&keys.name).await?,
+            shared,
+            mode: self.mode,
+            announce: self.announce,
+            keys,
+            value,
+            armed: true,
+        };
+        let conn = &mut flight.lent.conn;
         let waiter = match kind {
             AttemptKind::Queued(waiter) => Some(waiter),
             AttemptKind::Try | AttemptKind::Listening | AttemptKind::BeforeQueueing => None,
@@ -307,7 +310,7 @@ impl Backend for Scripted {
         let mut reply = if let Some(waiter) = waiter {
             Box::pin(acquire_queued(
                 self.mode,
-                &mut conn,
+                conn,
                 keys,
                 value,
                 ttl,
@@ -317,21 +320,15 @@ impl Backend for Scripted {
             ))
             .await
         } else if use_set_get {
-            set_nx_get(&mut conn, keys, value, ttl).await
+            set_nx_get(conn, keys, value, ttl).await
         } else {
-            Box::pin(acquire_script(
-                self.mode, &mut conn, keys, value, ttl, fencing,
-            ))
-            .await
+            Box::pin(acquire_script(self.mode, conn, keys, value, ttl, fencing)).await
         };
         if use_set_get && reply.as_ref().is_err_and(is_syntax_error) {
             // Redis before 7.0 refuses NX together with GET: use the script from now on.
             self.set_get.store(false, Ordering::Relaxed);
             use_set_get = false;
-            reply = Box::pin(acquire_script(
-                self.mode, &mut conn, keys, value, ttl, fencing,
-            ))
-            .await;
+            reply = Box::pin(acquire_script(self.mode, conn, keys, value, ttl, fencing)).await;
         }
         let attempt = match reply {
             Ok(attempt) => attempt,
@@ -339,28 +336,30 @@ impl Backend for Scripted {
                 // A server error means nothing was written; anything else (timeout, broken
                 // connection) may have taken the lock, so the undo stays armed.
                 if matches!(err.kind(), redis::ErrorKind::Server(_)) {
-                    undo.disarm();
+                    flight.armed = false;
                 }
                 if is_connection_failure(&err) {
-                    shared.retire(&lent);
+                    shared.retire(&flight.lent);
                 }
                 return Err(LockError::from_redis(&keys.name, &keys.lock, err));
             }
         };
         if matches!(attempt, Attempt::Acquired { .. }) {
             if let Some(replicated) = &self.replicated {
-                // Granted only once replicas have it; otherwise undone (the armed undo, on
+                // Granted only once replicas have it; otherwise undone (the armed flight, on
                 // this connection, after the write) and a failed attempt.
-                if let Err(err) = replicated.confirm(&mut conn, &keys.name, &keys.lock).await {
+                let confirmed = replicated
+                    .confirm(&mut flight.lent.conn, &keys.name, &keys.lock)
+                    .await;
+                if let Err(err) = confirmed {
                     if let LockError::Connection { .. } = err {
-                        shared.retire(&lent);
+                        shared.retire(&flight.lent);
                     }
-                    drop(undo);
                     return Err(err);
                 }
             }
         }
-        undo.disarm();
+        flight.armed = false;
         match attempt {
             // SET ... GET does not say how long the holder has left; ask, on this
             // contended path only, so that waiters and `Busy` errors can use it (a request
@@ -374,13 +373,15 @@ impl Backend for Scripted {
                 // counts on it), and the lock is busy whatever this says. Without an answer
                 // in time, the holder's TTL is simply not known.
                 let mut cmd = redis::cmd("PTTL");
-                let pttl = cmd.arg(&keys.lock).query_async::<i64>(&mut conn);
+                let pttl = cmd
+                    .arg(&keys.lock)
+                    .query_async::<i64>(&mut flight.lent.conn);
                 let until = started + shared.timeout();
                 let remaining = match tokio::time::timeout_at(until.into(), Box::pin(pttl)).await {
                     Ok(Ok(pttl)) => remaining_from_pttl(pttl),
                     Ok(Err(err)) => {
                         if is_connection_failure(&err) {
-                            shared.retire(&lent);
+                            shared.retire(&flight.lent);
                         }
                         None
                     }
@@ -397,17 +398,15 @@ impl Backend for Scripted {
     }
 
     async fn release(&self, keys: &LockKeys, value: &str) -> Result<bool, LockError> {
-        let lent = self.conn.get(&keys.name).await?;
-        let mut conn = lent.conn.clone();
-        release_script(self.mode, self.announce, &mut conn, keys, value)
-            .await
-            .map(|n| n == 1)
-            .map_err(|err| {
-                if is_connection_failure(&err) {
-                    self.conn.retire(&lent);
-                }
-                LockError::from_redis(&keys.name, &keys.lock, err)
-            })
+        // The lent connection itself: no second clone of it per release.
+        let mut lent = self.conn.get(&keys.name).await?;
+        let released = release_script(self.mode, self.announce, &mut lent.conn, keys, value).await;
+        released.map(|n| n == 1).map_err(|err| {
+            if is_connection_failure(&err) {
+                self.conn.retire(&lent);
+            }
+            LockError::from_redis(&keys.name, &keys.lock, err)
+        })
     }
 
     async fn leave_queue(&self, keys: &LockKeys, waiter: &str) -> Result<(), LockError> {
@@ -576,21 +575,4 @@ fn clone_error(err: &LockError) -> LockError {
 
 fn is_syntax_error(err: &redis::RedisError) -> bool {
     err.to_string().contains("syntax error")
-}
-
-/// Compare-and-deletes `value` on `conn` from a task of its own; the TTL frees the lock if
-/// it fails or there is no runtime to run it on.
-fn spawn_release(mode: ScriptMode, announce: Announce, conn: &Conn, keys: &LockKeys, value: &str) {
-    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-        return;
-    };
-    let mut conn = conn.clone();
-    let keys = keys.clone();
-    let value = value.to_owned();
-    runtime.spawn(async move {
-        let undone = release_script(mode, announce, &mut conn, &keys, &value).await;
-        if let Err(err) = undone {
-            tracing::debug!(key = %keys.lock, %err, "undo of an abandoned acquire failed; the TTL will free the lock");
-        }
-    });
 }

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
 
+use super::release::{release_all, release_each};
 use crate::backend::prim_scripts::{SentOn, Server, MARK_LISTENED, MULTI_ACQUIRE};
 use crate::backend::{AnyBackend, Attempt, AttemptKind, Backend as _};
 use crate::connection::notifier::Subscription;
@@ -46,17 +47,18 @@ struct GiveBack<'a> {
     env: &'a Env,
     keys: Vec<LockKeys>,
     value: String,
-    route: Route,
+    route: Route<'a>,
     /// The one script's connection, noted before it is sent, until it is answered.
     sent: SentOn,
 }
 
 /// Which connection a give-back goes out on. It must reach Redis after the attempt it
 /// undoes (see [`SentOn`]).
-enum Route {
-    /// The one script's connection while its answer is missing; the shared one once it
-    /// was answered; none if it was never sent (nothing to give back).
-    SentOn,
+enum Route<'a> {
+    /// One script on this server (`multi_release.lua`): on the acquire script's connection
+    /// while its answer is missing; on the shared one once it was answered; none if it was
+    /// never sent (nothing to give back).
+    SentOn(&'a Server),
     /// The backend's release of each key (one by one). Every acquire whose answer is
     /// missing is undone by the backend itself, on that acquire's own connection
     /// (`Backend::acquire`'s undo); the others were answered, so nothing is left in
@@ -75,13 +77,14 @@ impl Drop for GiveBack<'_> {
         if self.keys.is_empty() {
             return;
         }
-        let routes = match (&self.route, self.sent.take()) {
-            (Route::SentOn, None) => return,
-            (Route::SentOn, Some(routes)) => routes,
-            (Route::Backend, _) => vec![None],
+        let (server, routes) = match (&self.route, self.sent.take()) {
+            (Route::SentOn(_), None) => return,
+            (Route::SentOn(server), Some(routes)) => (Some((*server).clone()), routes),
+            (Route::Backend, _) => (None, vec![None]),
         };
         release_in_background(
             self.env,
+            server,
             std::mem::take(&mut self.keys),
             &self.value,
             routes,
@@ -90,20 +93,26 @@ impl Drop for GiveBack<'_> {
 }
 
 /// Compare-and-deletes `value` from every key (nobody else's lock is touched), on each
-/// connection of `routes` (`None`: the backend's own release; see [`SentOn::take`]); the
-/// TTL frees them if this fails.
+/// connection of `routes` (`None`: the shared connection, or the backend's own release;
+/// see [`SentOn::take`]): one script per route on `server` when given, else the backend's
+/// release of each key. The TTL frees them if this fails.
 pub(super) fn release_in_background(
     env: &Env,
+    server: Option<Server>,
     keys: Vec<LockKeys>,
     value: &str,
     routes: Vec<Option<Conn>>,
 ) {
     let (worker, value) = (env.clone(), value.to_owned());
     env.spawn_background(async move {
-        let released = join_all(routes.iter().flat_map(|sent_on| {
-            keys.iter().map(|k| {
-                worker.run(&k.name, worker.give_back(sent_on.as_ref(), k, &value))
-            })
+        let released = join_all(routes.iter().map(|sent_on| {
+            let (worker, server, keys, value) = (&worker, &server, &keys, &value);
+            async move {
+                match server {
+                    Some(server) => release_all(server, sent_on.as_ref(), keys, value).await,
+                    None => release_each(worker, keys, value, sent_on.as_ref()).await,
+                }
+            }
         }))
         .await;
         if let Some(Err(err)) = released.into_iter().find(Result::is_err) {
@@ -112,10 +121,13 @@ pub(super) fn release_in_background(
     });
 }
 
-/// The locks are taken: the value they hold and when the successful attempt started.
+/// The locks are taken: the value they hold, when the successful attempt started, and
+/// the server whose one script took them all (`None`: taken one by one), which gives them
+/// back in one script too.
 pub(super) struct Taken {
     pub value: String,
     pub started: Instant,
+    pub server: Option<Server>,
 }
 
 /// Takes every lock of `keys` (sorted, distinct) for `ttl`, waiting up to `wait`.
@@ -155,8 +167,8 @@ pub(super) async fn acquire(
             env,
             keys: keys.to_vec(),
             value: value.clone(),
-            route: match server {
-                Some(_) => Route::SentOn,
+            route: match &server {
+                Some(server) => Route::SentOn(server),
                 None => Route::Backend,
             },
             sent: SentOn::default(),
@@ -185,7 +197,11 @@ pub(super) async fn acquire(
                     ));
                 }
                 give_back.disarm();
-                return Ok(Taken { value, started });
+                return Ok(Taken {
+                    value,
+                    started,
+                    server,
+                });
             }
             Some(Ok(Some(found))) => {
                 // Nothing of this attempt is held any more (`one_by_one` gave back its part).
@@ -396,7 +412,7 @@ async fn one_by_one(
             },
             Err(err) => {
                 // The failed key may have been taken before the connection broke.
-                release_in_background(env, keys[..=taken].to_vec(), value, vec![None]);
+                release_in_background(env, None, keys[..=taken].to_vec(), value, vec![None]);
                 return Err(err);
             }
         };
@@ -409,7 +425,7 @@ async fn one_by_one(
         )
         .await;
         if released.iter().any(Result::is_err) {
-            release_in_background(env, keys[..taken].to_vec(), value, vec![None]);
+            release_in_background(env, None, keys[..taken].to_vec(), value, vec![None]);
         }
         return Ok(Some(busy));
     }

@@ -1,0 +1,64 @@
+//! An acquire in flight on the scripted backend: the connection its commands go out on,
+//! and the undo of what they may have taken when its answer never comes.
+
+use super::calls::{release_script, Announce};
+use crate::backend::lua::ScriptMode;
+use crate::connection::shared::{Conn, Lent, SharedConnection};
+use crate::key::LockKeys;
+
+/// The connection one acquire's commands go out on (lent from the shared connection, used
+/// as it is: no second clone per attempt), and the undo of whatever they may have taken:
+/// dropped while armed (the caller gave up, the reply never came, or no replica
+/// acknowledged the grant), it compare-and-deletes the value on this very connection, behind
+/// the attempt's commands, and behind a Sentinel retires the connection so that the next
+/// operation asks where the master is now (it could lock on a deposed one otherwise).
+pub(super) struct InFlight<'a> {
+    pub lent: Lent,
+    pub shared: &'a SharedConnection,
+    pub mode: ScriptMode,
+    pub announce: Announce,
+    pub keys: &'a LockKeys,
+    pub value: &'a str,
+    pub armed: bool,
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        spawn_release(
+            self.mode,
+            self.announce,
+            &self.lent.conn,
+            self.keys,
+            self.value,
+        );
+        if self.shared.follows_master() {
+            self.shared.retire(&self.lent);
+        }
+    }
+}
+
+/// Compare-and-deletes `value` on `conn` from a task of its own; the TTL frees the lock if
+/// it fails or there is no runtime to run it on.
+pub(super) fn spawn_release(
+    mode: ScriptMode,
+    announce: Announce,
+    conn: &Conn,
+    keys: &LockKeys,
+    value: &str,
+) {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    let mut conn = conn.clone();
+    let keys = keys.clone();
+    let value = value.to_owned();
+    runtime.spawn(async move {
+        let undone = release_script(mode, announce, &mut conn, &keys, &value).await;
+        if let Err(err) = undone {
+            tracing::debug!(key = %keys.lock, %err, "undo of an abandoned acquire failed; the TTL will free the lock");
+        }
+    });
+}
