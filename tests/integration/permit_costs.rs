@@ -75,6 +75,26 @@ fn queued(server: &RedisServer, queue: &str) -> usize {
         .unwrap_or(0)
 }
 
+/// An idle permit set leaves nothing that outlives it: no holder, no queue, and the
+/// holders key (which keeps the name's state between uses instead of being deleted and
+/// created again every cycle) expires by itself.
+pub fn assert_idle(server: &RedisServer, holders: &str) {
+    let live = server.command(&["ZRANGEBYSCORE", holders, "(0", "+inf"]);
+    assert!(
+        live.trim().starts_with("*0"),
+        "{holders} still holds: {live}"
+    );
+    let queue = format!("{holders}:q");
+    assert_eq!(queued(server, &queue), 0, "{queue}");
+    let pttl: i64 = server
+        .command(&["PTTL", holders])
+        .trim()
+        .trim_start_matches(':')
+        .parse()
+        .unwrap_or(0);
+    assert!(pttl == -2 || pttl > 0, "{holders} never expires ({pttl})");
+}
+
 /// An uncontended permit costs 7 Redis calls a cycle: the take is the clock, one read and
 /// one write inside its script, the release one removal and one count update (no clock,
 /// no delete of the idle name, so no expiry to re-arm each cycle). It was 9: TIME twice,

@@ -11,6 +11,7 @@ use lock_core::{LockError, Locker};
 use lock_tests::RedisServer;
 
 use crate::harness::Harness;
+use crate::permit_costs::assert_idle;
 use crate::stopped;
 
 const SECOND: Duration = Duration::from_secs(1);
@@ -23,25 +24,6 @@ fn lockers(server: &RedisServer, n: usize) -> Vec<Locker> {
 
 fn int_reply(reply: &str) -> i64 {
     reply.trim().trim_start_matches(':').parse().unwrap_or(-1)
-}
-
-/// An idle permit set leaves nothing that outlives it: no holder, no queue, and the
-/// holders key (which keeps the name's state between uses instead of being deleted and
-/// created again every cycle) expires by itself.
-fn assert_idle(server: &RedisServer, holders: &str) {
-    let live = server.command(&["ZRANGEBYSCORE", holders, "(0", "+inf"]);
-    assert!(
-        live.trim().starts_with("*0"),
-        "{holders} still holds: {live}"
-    );
-    let queue = format!("{holders}:q");
-    assert_eq!(
-        int_reply(&server.command(&["EXISTS", &queue])),
-        0,
-        "{queue}"
-    );
-    let pttl = int_reply(&server.command(&["PTTL", holders]));
-    assert!(pttl == -2 || pttl > 0, "{holders} never expires ({pttl})");
 }
 
 /// EVALSHA calls the server executed so far.
