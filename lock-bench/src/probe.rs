@@ -238,7 +238,7 @@ mod tests {
         let before = parse("# Commandstats\r\n");
         let delta = parse(info).delta_since(&before);
         // The scripts' 9 µs include their GETs; SET is sent by the client itself.
-        assert_eq!(delta.exec_us(&[]), 9);
-        assert_eq!(delta.exec_us(&["set"]), 14);
+        assert_eq!(delta.exec_us_with(&[]), 9);
+        assert_eq!(delta.exec_us_with(&["set"]), 14);
     }
 }
