@@ -343,6 +343,7 @@ mod backend;
 mod builder;
 mod connection;
 mod current;
+mod cycle;
 mod deadline;
 mod defaults;
 mod duration;
@@ -373,6 +374,7 @@ pub use builder::{LockerBuilder, Protocol, DEFAULT_REDIS_URL, REDIS_URL_ENV};
 #[cfg(feature = "tls-rustls")]
 pub use connection::tls::TlsConfig;
 pub use current::current_lease;
+pub use cycle::DeadlockLink;
 pub use duration::{parse_duration, DurationError};
 pub use election::{Election, Leader, LeaderChange, Leadership, Observer};
 pub use error::{LockError, WaitSetting};

@@ -1,6 +1,7 @@
 //! One Redis, Lua scripts: one round trip per operation. The default backend.
 
 mod calls;
+mod waits;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
