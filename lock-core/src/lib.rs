@@ -366,6 +366,7 @@ mod signal;
 mod token;
 mod using;
 mod wait;
+mod waits_for;
 #[cfg(feature = "tower")]
 pub mod web;
 
@@ -393,6 +394,7 @@ pub use request::LockRequest;
 pub use schedule::Tick;
 pub use token::MAX_LABEL_LEN;
 pub use using::{OnLost, UsingRequest};
+pub use waits_for::{HoldingWaiter, WaitsFor};
 
 #[cfg(feature = "macros")]
 pub use lock_macros::redis_locked;

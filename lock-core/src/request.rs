@@ -167,6 +167,11 @@ impl LockRequest {
         self.spec.wait.is_some()
     }
 
+    /// A lease the request's task holds while it waits (see `LockRequest::holding`).
+    pub(crate) fn declare_held(&mut self, held: Arc<crate::engine::held::Held>) {
+        self.spec.holds.declared.push(held);
+    }
+
     pub(crate) fn engine(&self) -> &Arc<Engine> {
         &self.engine
     }

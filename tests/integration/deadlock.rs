@@ -235,3 +235,108 @@ async fn a_wait_holding_nothing_makes_no_deadlock_call() {
     let stats = server.command(&["INFO", "commandstats"]);
     assert!(!stats.contains("cmdstat_hgetall"), "{stats}");
 }
+
+#[lock_core::redis_locked(key = "attr:{first}", wait = "5s", locker = locker)]
+async fn outer_annotated(
+    locker: &Locker,
+    first: &str,
+    second: &str,
+    barrier: &Barrier,
+) -> Result<(), LockError> {
+    barrier.wait().await;
+    inner_annotated(locker, second).await
+}
+
+#[lock_core::redis_locked(key = "attr:{second}", wait = "5s", locker = locker)]
+async fn inner_annotated(locker: &Locker, second: &str) -> Result<(), LockError> {
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    Ok(())
+}
+
+/// Nested `#[redis_locked]` calls in opposite orders: one of them gets `Deadlock` at once,
+/// the other completes; a web handler answers that error 409 Conflict with Retry-After.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nested_annotated_calls_in_opposite_orders() {
+    let server = RedisServer::start();
+    let lockers = lockers(&server.url(), 2);
+    for _ in 0..5 {
+        let barrier = Arc::new(Barrier::new(2));
+        let started = Instant::now();
+        let (one, two) = tokio::join!(
+            outer_annotated(&lockers[0], "x", "y", &barrier),
+            outer_annotated(&lockers[1], "y", "x", &barrier)
+        );
+        let (told, through) = match (one, two) {
+            (Err(err), Ok(())) | (Ok(()), Err(err)) => (err, true),
+            other => panic!("expected one Deadlock and one success, got {other:?}"),
+        };
+        assert!(through);
+        assert!(started.elapsed() < Duration::from_secs(2));
+        assert!(matches!(told, LockError::Deadlock { .. }), "{told}");
+        assert!(told.is_contention());
+        let problem = lock_core::web::ErrorResponses::new().problem(&told);
+        assert_eq!(problem.status().as_u16(), 409);
+        assert_eq!(problem.retry_after_secs(), Some(1));
+    }
+}
+
+/// Leases taken with plain `lock()` count once named with `holding`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_named_with_holding_are_checked() {
+    let server = RedisServer::start();
+    let lockers = lockers(&server.url(), 2);
+    let a = lockers[0].lock("imp:a").await.expect("a");
+    let b = lockers[1].lock("imp:b").await.expect("b");
+    let (one, two) = tokio::join!(
+        async {
+            let got = lockers[0].lock("imp:b").wait(WAIT).holding(&a).await;
+            drop(a);
+            got
+        },
+        async {
+            let got = lockers[1].lock("imp:a").wait(WAIT).holding(&b).await;
+            drop(b);
+            got
+        }
+    );
+    match (one, two) {
+        (Err(LockError::Deadlock { .. }), Ok(_)) | (Ok(_), Err(LockError::Deadlock { .. })) => {}
+        other => panic!("expected one Deadlock and one grant, got {other:?}"),
+    }
+}
+
+/// `waits_for` shows who waits for a lock while holding what.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_records_of_a_name_are_listed() {
+    let server = RedisServer::start();
+    let lockers = lockers(&server.url(), 2);
+    let held = lockers[1].lock("show:b").await.expect("b");
+    let waiter = {
+        let locker = lockers[0].clone();
+        tokio::spawn(async move {
+            let inner = locker.clone();
+            locker
+                .using("show:a", |_| async move {
+                    inner.lock("show:b").wait(WAIT).await.map(drop)
+                })
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let waits = lockers[1].waits_for("show:b").await.expect("waits");
+    assert!(waits.held);
+    assert_eq!(waits.holder.as_deref(), Some("proc-1"));
+    assert_eq!(waits.waiters.len(), 1, "{waits:?}");
+    assert_eq!(waits.waiters[0].holding, vec!["show:a".to_owned()]);
+    assert_eq!(waits.waiters[0].label.as_deref(), Some("proc-0"));
+    let of_a = lockers[1].waits_for("show:a").await.expect("waits");
+    assert_eq!(of_a.holder_waits_for, vec!["show:b".to_owned()]);
+    assert!(held.release().await.expect("release"));
+    waiter.await.expect("task").expect("granted");
+    // The wait ended: its records are gone (deleted in the background).
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let after = lockers[1].waits_for("show:a").await.expect("waits");
+    assert!(after.holder_waits_for.is_empty(), "{after:?}");
+    let left = server.command(&["EXISTS", "lock:{show:a}:wf", "lock:{show:b}:wf"]);
+    assert_eq!(left, ":0\r\n", "records left behind");
+}
