@@ -101,6 +101,9 @@ impl AnyBackend {
     }
 }
 
+/// A waiter's record: how long it still counts, and the leases (lock key, value) it holds.
+pub(crate) type WaiterRecord = (Duration, Vec<(String, String)>);
+
 /// The records about one lock, for tools (`Locker::waits_on`, `lockctl waits`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct WaitsOn {
@@ -108,7 +111,7 @@ pub(crate) struct WaitsOn {
     pub holder: Option<String>,
     /// Waiters for the lock: how long each record still counts, and the leases (lock key,
     /// value) the waiter holds.
-    pub waited_by: Vec<(Duration, Vec<(String, String)>)>,
+    pub waited_by: Vec<WaiterRecord>,
     /// What the holder waits for: (lock key, that lock's holder when recorded, how long
     /// the record still counts).
     pub waits_for: Vec<(String, String, Duration)>,
@@ -250,7 +253,7 @@ impl MemoryWaits {
         let Some(holder) = holder_of(&keys.lock) else {
             return WaitsOn::default();
         };
-        let mut by: HashMap<&str, (Duration, Vec<(String, String)>)> = HashMap::new();
+        let mut by: HashMap<&str, WaiterRecord> = HashMap::new();
         let mut waits_for = Vec::new();
         for (under, ids) in records.iter() {
             for (id, record) in ids {

@@ -35,12 +35,15 @@ use crate::{DeadlockLink, LockError};
 /// nothing.
 pub(crate) const RECHECK: Duration = Duration::from_millis(200);
 
+/// Reads the leases of a Locker's locks held on the current task's call stack.
+pub(crate) type TaskHolds = fn(&Arc<Engine>) -> Vec<Arc<Held>>;
+
 /// The leases a request's task holds while it waits, as the facade finds them.
 #[derive(Default)]
 pub(crate) struct Holds {
     /// Reads the leases of this Locker held on the task's call stack; called when a wait
     /// begins (not on the fast path), on the task that awaits the request.
-    pub of_task: Option<fn(&Arc<Engine>) -> Vec<Arc<Held>>>,
+    pub of_task: Option<TaskHolds>,
     /// Leases the request was told its task holds (`LockRequest::holding`).
     pub declared: Vec<Arc<Held>>,
 }
