@@ -48,8 +48,8 @@ fn level<'a>(
             return;
         };
         let wait = Duration::from_millis(rng.u64(MAX_WAIT_MS / 2..=MAX_WAIT_MS));
-        let cancel_after = (depth > 0 && rng.u8(0..4) == 0)
-            .then(|| Duration::from_millis(rng.u64(0..wait.as_millis() as u64)));
+        let cancel_after =
+            (depth > 0 && rng.u8(0..4) == 0).then(|| Duration::from_millis(rng.u64(0..400)));
         let pause_inside = Duration::from_millis(rng.u64(0..40));
         let pause_after = Duration::from_millis(rng.u64(0..150));
         // Logged when the wait ends: at the grant (first thing in the body), with the
