@@ -340,3 +340,46 @@ async fn the_records_of_a_name_are_listed() {
     let left = server.command(&["EXISTS", "lock:{show:a}:wf", "lock:{show:b}:wf"]);
     assert_eq!(left, ":0\r\n", "records left behind");
 }
+
+/// On a Cluster a check declares only keys of one slot: locks under one hash tag (here the
+/// prefix's) are checked as on one Redis; locks in different slots are not, and their
+/// cycle is never reported (they wait, as without detection).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_one_slot_is_checked_and_others_never_told() {
+    let cluster = lock_tests::RedisCluster::start(3, 0);
+    let build = |prefix: &str, i: usize| {
+        Locker::builder()
+            .cluster(cluster.urls())
+            .prefix(prefix)
+            .holder_label(format!("proc-{i}"))
+            .build()
+            .expect("cluster locker")
+    };
+    let tagged: Vec<Locker> = (0..3).map(|i| build("{dl}:", i)).collect();
+    ring_is_broken(&tagged, 2, "c2").await;
+    ring_is_broken(&tagged, 3, "c3").await;
+    // Two names on different masters.
+    let layout = lock_core::KeyLayout::new("lock:");
+    let first = "spread:0".to_owned();
+    let second = (1..100)
+        .map(|i| format!("spread:{i}"))
+        .find(|name| {
+            cluster.master_of(&layout.lock_key(name)) != cluster.master_of(&layout.lock_key(&first))
+        })
+        .expect("a name on another master");
+    let plain: Vec<Locker> = (0..2).map(|i| build("lock:", i)).collect();
+    let outcomes = round(
+        &plain,
+        &[
+            (first.clone(), second.clone()),
+            (second.clone(), first.clone()),
+        ],
+    )
+    .await;
+    for (result, _) in &outcomes {
+        assert!(
+            !matches!(result, Err(LockError::Deadlock { .. })),
+            "no check across slots: {outcomes:?}"
+        );
+    }
+}
