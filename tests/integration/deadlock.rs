@@ -383,3 +383,21 @@ async fn on_a_cluster_one_slot_is_checked_and_others_never_told() {
         );
     }
 }
+
+/// Behind Sentinel, on the master it names: the same detection as on one Redis.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_sentinel_the_same() {
+    let master = RedisServer::start();
+    let sentinel = RedisServer::start_sentinel("locks", master.port());
+    let lockers: Vec<Locker> = (0..3)
+        .map(|i| {
+            Locker::builder()
+                .sentinel([sentinel.url()], "locks")
+                .holder_label(format!("proc-{i}"))
+                .build()
+                .expect("sentinel locker")
+        })
+        .collect();
+    ring_is_broken(&lockers, 2, "s2").await;
+    ring_is_broken(&lockers, 3, "s3").await;
+}
