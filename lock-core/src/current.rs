@@ -146,3 +146,14 @@ pub(crate) fn held_by_this_task(engine: &Arc<Engine>, name: &str) -> bool {
     HELD.try_with(|held| held.iter().any(|entry| entry.lease.same_lock(engine, name)))
         .unwrap_or(false)
 }
+
+/// The leases of `engine`'s locks that this task holds on its call stack (the holds a
+/// wait is checked against for deadlocks; see `engine/deadlock.rs`).
+pub(crate) fn task_holds(engine: &Arc<Engine>) -> Vec<Arc<crate::engine::held::Held>> {
+    HELD.try_with(|held| {
+        held.iter()
+            .filter_map(|entry| entry.lease.held_of(engine))
+            .collect()
+    })
+    .unwrap_or_default()
+}

@@ -74,6 +74,22 @@ pub enum LockError {
         wait_setting: WaitSetting,
     },
 
+    /// Waiting would close a cycle of waiters: this request's task holds a lock that
+    /// another waiter of the cycle waits for, so no one of them could ever get through. The
+    /// request fails at once (it is the victim: the request that closes the cycle) and
+    /// the others keep waiting; one of them gets through once this task lets go of what it
+    /// holds. Retrying after releasing (or in the other order) is safe. `cycle` lists the
+    /// locks from the one this request waited for, each held by a waiter of the next;
+    /// the last is held by this task. See [`DeadlockLink`](crate::DeadlockLink).
+    #[error("waiting for lock `{name}` would deadlock: {}; this request gives up so that the others proceed: release what this task holds and retry, or take the locks in one order everywhere", crate::cycle::cycle_text(cycle))]
+    Deadlock {
+        /// The lock this request waited for.
+        name: String,
+        /// The cycle, from `name`: each link's holder waits for the next link's lock; the
+        /// last link's lock is held by this request's task.
+        cycle: Vec<crate::DeadlockLink>,
+    },
+
     /// A semaphore is full: all `permits` permits of `name` are taken, and the request did
     /// not wait (`waited` is `None`) or its wait ran out (`Some`). Every semaphore entry
     /// point says this, never [`Busy`](LockError::Busy) or [`Timeout`](LockError::Timeout)
@@ -238,13 +254,16 @@ pub enum LockError {
 }
 
 impl LockError {
-    /// True for [`Busy`](LockError::Busy), [`Timeout`](LockError::Timeout) and
-    /// [`LimitReached`](LockError::LimitReached): the lock, or every permit, belongs to
-    /// someone else. Such errors are worth retrying later.
+    /// True for [`Busy`](LockError::Busy), [`Timeout`](LockError::Timeout),
+    /// [`Deadlock`](LockError::Deadlock) and [`LimitReached`](LockError::LimitReached): the
+    /// lock, or every permit, belongs to someone else. Such errors are worth retrying later.
     pub fn is_contention(&self) -> bool {
         matches!(
             self,
-            LockError::Busy { .. } | LockError::Timeout { .. } | LockError::LimitReached { .. }
+            LockError::Busy { .. }
+                | LockError::Timeout { .. }
+                | LockError::Deadlock { .. }
+                | LockError::LimitReached { .. }
         )
     }
 
@@ -253,6 +272,7 @@ impl LockError {
         let name = match self {
             LockError::Busy { name, .. }
             | LockError::Timeout { name, .. }
+            | LockError::Deadlock { name, .. }
             | LockError::LimitReached { name, .. }
             | LockError::CapacityMismatch { name, .. }
             | LockError::Lost { name }

@@ -280,6 +280,14 @@ impl LeaseHandle {
         }
     }
 
+    /// The state of this lease when it is a lock's lease of `engine` (one Locker's clones).
+    pub(crate) fn held_of(&self, engine: &Arc<Engine>) -> Option<Arc<Held>> {
+        match &self.of {
+            Of::Lock { engine: ours, held } if Arc::ptr_eq(ours, engine) => Some(Arc::clone(held)),
+            _ => None,
+        }
+    }
+
     /// True for a lock's lease (which nested calls may borrow), false for other holds.
     pub(crate) fn is_lock(&self) -> bool {
         matches!(self.of, Of::Lock { .. })

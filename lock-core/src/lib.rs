@@ -343,6 +343,7 @@ mod backend;
 mod builder;
 mod connection;
 mod current;
+mod cycle;
 mod deadline;
 mod defaults;
 mod duration;
@@ -365,6 +366,7 @@ mod signal;
 mod token;
 mod using;
 mod wait;
+mod waits_for;
 #[cfg(feature = "tower")]
 pub mod web;
 
@@ -373,6 +375,7 @@ pub use builder::{LockerBuilder, Protocol, DEFAULT_REDIS_URL, REDIS_URL_ENV};
 #[cfg(feature = "tls-rustls")]
 pub use connection::tls::TlsConfig;
 pub use current::current_lease;
+pub use cycle::DeadlockLink;
 pub use duration::{parse_duration, DurationError};
 pub use election::{Election, Leader, LeaderChange, Leadership, Observer};
 pub use error::{LockError, WaitSetting};
@@ -391,6 +394,7 @@ pub use request::LockRequest;
 pub use schedule::Tick;
 pub use token::MAX_LABEL_LEN;
 pub use using::{OnLost, UsingRequest};
+pub use waits_for::{HoldingWaiter, WaitsFor};
 
 #[cfg(feature = "macros")]
 pub use lock_macros::redis_locked;

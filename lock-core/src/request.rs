@@ -5,8 +5,9 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::current::held_by_this_task;
+use crate::current::{held_by_this_task, task_holds};
 use crate::engine::acquire::{acquire, Spec};
+use crate::engine::deadlock::Holds;
 use crate::engine::held::Renewal;
 use crate::engine::Engine;
 use crate::{Lease, LockError};
@@ -48,6 +49,10 @@ impl LockRequest {
                 fencing: None,
                 renew: None,
                 hold_at_least: None,
+                holds: Holds {
+                    of_task: Some(task_holds),
+                    declared: Vec::new(),
+                },
             },
         }
     }
@@ -160,6 +165,11 @@ impl LockRequest {
     /// Whether a `wait` was given (otherwise the locker's default applies).
     pub(crate) fn has_wait(&self) -> bool {
         self.spec.wait.is_some()
+    }
+
+    /// A lease the request's task holds while it waits (see `LockRequest::holding`).
+    pub(crate) fn declare_held(&mut self, held: Arc<crate::engine::held::Held>) {
+        self.spec.holds.declared.push(held);
     }
 
     pub(crate) fn engine(&self) -> &Arc<Engine> {

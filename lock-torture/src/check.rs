@@ -61,6 +61,8 @@
 //!   the term, and its observers (`check/election.rs`).
 //! - `tick-once`, `tick-missed`: scheduled runs, one per tick, and no tick missed while
 //!   nothing fails ([`schedule`]).
+//! - `deadlock-real`, `deadlock-persists`: every reported deadlock was a cycle of waiters
+//!   in the history, and no cycle of waiters outlived the detection bound (`check/deadlock.rs`).
 //! - `unexplained-error`: an acquire failed with a Redis error reply (or an error the
 //!   harness cannot classify) while no fault was under way, nor had ended in the last
 //!   five seconds ([`errors`]).
@@ -80,6 +82,7 @@
 
 mod capacity;
 mod deadline;
+mod deadlock;
 mod election;
 mod errors;
 mod failover;
@@ -498,6 +501,7 @@ pub fn check(history: &History, nodes: usize) -> Report {
             | Event::LeaderSeen { .. }
             | Event::RunStarted(_)
             | Event::TickDone(_)
+            | Event::Waited(_)
             | Event::Granted { .. } => {}
             Event::Cancelled { .. } => report.cancelled += 1,
         }
@@ -566,6 +570,7 @@ pub fn check(history: &History, nodes: usize) -> Report {
     errors::check(&history.events, &mut report);
     election::check_observers(&history.events, &mut report);
     schedule::check(&history.events, &downs, &mut report);
+    deadlock::check(&history.events, &mut report);
     report
 }
 

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 mod cancel;
+mod deadlock;
 mod election;
 mod guard;
 mod hiccup;
@@ -260,6 +261,11 @@ async fn run_async(args: ClientArgs) -> Result<(), BoxError> {
                 tasks.spawn(async move { election::candidate(&ctx, task).await });
             }
         }
+        // One task: a holder label names the client, and so the task, in a cycle.
+        Primitive::Deadlock => {
+            let ctx = Arc::clone(&ctx);
+            tasks.spawn(async move { deadlock::task(&ctx, 0).await });
+        }
         // One timer per job: the client is one replica of the fleet.
         Primitive::Schedule => {
             for job in 0..ctx.args.names {
@@ -356,11 +362,13 @@ async fn task_loop(ctx: Arc<Ctx>, task: u32) {
                 };
                 configured!(request).await.map(Guard::Rw)
             }
-            Primitive::Mutex | Primitive::Election | Primitive::Schedule | Primitive::All => {
-                configured!(ctx.locker.lock(name.clone()).fencing())
-                    .await
-                    .map(Guard::Lock)
-            }
+            Primitive::Mutex
+            | Primitive::Election
+            | Primitive::Schedule
+            | Primitive::Deadlock
+            | Primitive::All => configured!(ctx.locker.lock(name.clone()).fencing())
+                .await
+                .map(Guard::Lock),
         };
         match result {
             Ok(lease) => {

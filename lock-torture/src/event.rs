@@ -295,6 +295,9 @@ pub enum Event {
     RunStarted(RunStarted),
     /// A replica's timer fired for a tick, and what came of it.
     TickDone(TickDone),
+    /// The deadlock workload: a nested request, what its task held while it waited, and
+    /// how the wait ended (see [`crate::waits`]).
+    Waited(crate::waits::Waited),
     /// A data node of a replicated deployment executed a successful acquire script for a
     /// lease (seen on the node's `MONITOR` stream): which server granted which lease.
     Granted {

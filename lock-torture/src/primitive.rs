@@ -31,6 +31,10 @@ pub enum Primitive {
     /// replica firing each name's job on a shared tick schedule, each tick up to
     /// [`crate::cadence::Cadence::max_offset`] late. Rules `tick-once`, `tick-missed`.
     Schedule,
+    /// Lock-order deadlocks: each client's task takes two or three of the names in a random
+    /// order, nested, with pauses and cancellations (`client/deadlock.rs`). Rules
+    /// `deadlock-real`, `deadlock-persists` ([`crate::check`]).
+    Deadlock,
     /// Every primitive in turn, one run each (the lock's four; `election` and `schedule`
     /// are asked for by name).
     All,
@@ -52,6 +56,7 @@ impl Primitive {
             Primitive::Multi => "multi",
             Primitive::Election => "election",
             Primitive::Schedule => "schedule",
+            Primitive::Deadlock => "deadlock",
             Primitive::All => "all",
         }
     }
@@ -74,6 +79,7 @@ impl Primitive {
             | Primitive::Multi
             | Primitive::Election
             | Primitive::Schedule
+            | Primitive::Deadlock
             | Primitive::All => "",
             Primitive::Semaphore => ":sem",
             Primitive::Rwlock => ":rw",
@@ -93,7 +99,7 @@ impl Primitive {
     /// Whether lock-core runs this primitive on Lua scripts only (its clients never use
     /// WATCH/MULTI).
     pub fn scripts_only(self) -> bool {
-        self.is_permit_set() || self == Primitive::Election
+        self.is_permit_set() || matches!(self, Primitive::Election | Primitive::Deadlock)
     }
 
     /// Whether the torture can run this primitive on `topology`; the reason when it cannot.
@@ -108,6 +114,12 @@ impl Primitive {
                     .to_owned(),
             ),
             (Primitive::Election, Topology::Cluster | Topology::Sentinel) => Ok(()),
+            (Primitive::Deadlock, _) => Err(
+                "--primitive deadlock runs on one server only: lock-core detects deadlocks on \
+                 one Redis (or Sentinel), within one slot on a Cluster, and not on Redlock; \
+                 use --topology single"
+                    .to_owned(),
+            ),
             (Primitive::Schedule, Topology::Redlock) => Ok(()),
             (Primitive::Schedule, Topology::Cluster | Topology::Sentinel) => Err(format!(
                 "--primitive schedule is not tortured on {} yet: the checker's failover \

@@ -92,7 +92,7 @@ fn run_one(
             format!("rwlock-{}", mode.name()),
             " primitive=rwlock".into(),
         ),
-        Primitive::Multi | Primitive::Election | Primitive::Schedule => (
+        Primitive::Multi | Primitive::Election | Primitive::Schedule | Primitive::Deadlock => (
             format!("{}-{}", primitive.name(), mode.name()),
             format!(" primitive={}", primitive.name()),
         ),

@@ -85,7 +85,7 @@ pub fn start_rig(
     }
     if matches!(
         primitive,
-        Primitive::Multi | Primitive::Election | Primitive::Schedule
+        Primitive::Multi | Primitive::Election | Primitive::Schedule | Primitive::Deadlock
     ) {
         common.extend(["--primitive".to_owned(), primitive.name().to_owned()]);
     }

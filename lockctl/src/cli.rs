@@ -101,6 +101,9 @@ pub enum Command {
     Elect(ElectArgs),
     /// Show who leads an election (label, term, since when); --watch follows every change.
     Leader(LeaderArgs),
+    /// Show the deadlock detector's waits-for records of a lock: who waits for it while
+    /// holding other locks (and what), and what its holder waits for.
+    Waits(StatusArgs),
 }
 
 const ELECT_HELP: &str = "\

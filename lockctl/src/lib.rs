@@ -105,6 +105,7 @@ mod permits;
 mod run;
 mod signals;
 pub mod store;
+mod waits;
 mod watch;
 
 use std::process::ExitCode;
@@ -169,6 +170,7 @@ async fn dispatch(cli: Cli) -> Result<u8, Failure> {
         Command::Watch(args) => watch::watch(&target, &args).await,
         Command::Elect(args) => run::run(&target, cli::RunArgs::election(args)).await,
         Command::Leader(args) => leader::leader(&target, &args).await,
+        Command::Waits(args) => waits::waits(&target, &args).await,
     }
 }
 

@@ -19,6 +19,8 @@ pub(crate) struct Memory {
     permits: std::sync::Arc<crate::backend::permits::memory::MemoryPermits>,
     /// Elections' records and their announcements (`crate::backend::board`).
     elections: crate::backend::board::MemoryBoard,
+    /// Deadlock detection's waits-for records (`crate::backend::waits`).
+    waits: crate::backend::waits::MemoryWaits,
 }
 
 #[derive(Default)]
@@ -51,6 +53,16 @@ impl Memory {
 impl Memory {
     pub(crate) fn elections(&self) -> &crate::backend::board::MemoryBoard {
         &self.elections
+    }
+
+    pub(crate) fn waits(&self) -> &crate::backend::waits::MemoryWaits {
+        &self.waits
+    }
+
+    /// The live value on lock key `key`, unmarked (the waits-for records compare it).
+    pub(crate) fn holder(&self, key: &str) -> Option<String> {
+        let mut state = self.state();
+        state.live(key).map(|entry| entry.value.clone())
     }
 
     pub(crate) fn permits(

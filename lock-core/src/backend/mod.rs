@@ -20,6 +20,7 @@ pub(crate) mod replicated;
 pub(crate) mod scripted;
 pub(crate) mod transaction;
 mod undo;
+pub(crate) mod waits;
 
 /// The result of one attempt to take a lock.
 #[derive(Debug, Clone, PartialEq, Eq)]

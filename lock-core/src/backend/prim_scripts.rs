@@ -412,6 +412,8 @@ fn scripts_touch_only_declared_keys() {
         "raise_fence.lua",
         "release.lua",
         "release_listened.lua",
+        "waits_for.lua",
+        "waits_list.lua",
     );
     let mut found = Vec::new();
     for (file, text) in scripts {

@@ -10,6 +10,7 @@ use tracing::Instrument as _;
 
 use crate::backend::AttemptKind;
 use crate::engine::attempt::{Acquire, Busy, Tried};
+use crate::engine::deadlock::Holds;
 use crate::engine::held::{Held, Renewal};
 use crate::engine::turn::wait_for_turn;
 use crate::engine::Engine;
@@ -28,6 +29,9 @@ pub(crate) struct Spec {
     /// A release before this long after the acquisition leaves the lock to expire then
     /// (a scheduled run's minimum hold) instead of deleting it.
     pub hold_at_least: Option<Duration>,
+    /// The leases this request's task holds: a wait is checked for deadlocks when there
+    /// are any (see `engine/deadlock.rs`).
+    pub holds: Holds,
 }
 
 /// Takes the lock `spec` asks for through `engine`: `lease` of the engine and the fresh
@@ -49,6 +53,7 @@ pub(crate) fn acquire<L>(
             fencing,
             renew,
             hold_at_least,
+            holds,
         } = spec;
         let settings = engine.settings();
         let ttl = ttl.unwrap_or(settings.default_ttl);
@@ -89,11 +94,12 @@ pub(crate) fn acquire<L>(
             transient: None,
             not_replicated: None,
         };
-        let result = run(acquisition, wait).instrument(span.clone()).await;
+        let result = run(acquisition, wait, holds).instrument(span.clone()).await;
         let outcome = match &result {
             Ok(_) => "acquired",
             Err(LockError::Busy { .. }) => "busy",
             Err(LockError::Timeout { .. }) => "timeout",
+            Err(LockError::Deadlock { .. }) => "deadlock",
             Err(_) => "error",
         };
         span.record("outcome", outcome);
@@ -127,6 +133,7 @@ fn validate_hold_at_least(name: &str, hold: Duration) -> Result<(), LockError> {
 fn run<'a>(
     mut acq: Acquire<'a>,
     wait: Duration,
+    holds: Holds,
 ) -> impl Future<Output = Result<Arc<Held>, LockError>> + Send + 'a {
     async move {
         let deadline = acq.begun + wait;
@@ -179,6 +186,12 @@ fn run<'a>(
 
         // Slow path, in a box of its own: the uncontended acquisition above stays a small
         // future (a large one costs an allocation of several kilobytes per lock).
-        Box::pin(wait_for_turn(acq, deadline, bound, local, queue, fast_path)).await
+        // Deadlock detection, beside the wait: only when the task holds other leases.
+        let watch = holds.watch(acq.engine, &acq.keys);
+        let waiting = wait_for_turn(acq, deadline, bound, local, queue, fast_path);
+        match watch {
+            None => Box::pin(waiting).await,
+            Some(watch) => Box::pin(watch.around(waiting, deadline)).await,
+        }
     }
 }

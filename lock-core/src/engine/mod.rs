@@ -9,6 +9,7 @@
 //!   handles and the renewer.
 //! - [`renew`]: the one task per Locker that extends auto-renewed leases in batches.
 //! - [`local`]: per-name state inside this Locker (local waiters, the local holder).
+//! - [`deadlock`]: deadlock detection around a wait whose task holds other leases.
 //! - [`background`]: work left running (background releases), counted for `shutdown`.
 //!
 //! Nothing here knows the public types; it reaches Redis only through the backends.
@@ -16,6 +17,7 @@
 pub(crate) mod acquire;
 mod attempt;
 pub(crate) mod background;
+pub(crate) mod deadlock;
 pub(crate) mod held;
 pub(crate) mod local;
 pub(crate) mod renew;

@@ -22,6 +22,7 @@ static DEFAULT: RwLock<ErrorResponses> = RwLock::new(ErrorResponses::new());
 /// | failure | status | body detail |
 /// |---|---|---|
 /// | [`Busy`](LockError::Busy), [`Timeout`](LockError::Timeout) | `busy_status` (409 by default), with `Retry-After` | names the lock |
+/// | [`Deadlock`](LockError::Deadlock) | `busy_status` (409 by default), with `Retry-After: 1` | names the lock waited for, not the cycle's holders |
 /// | [`LimitReached`](LockError::LimitReached) (`#[redis_locked(permits = N)]` on a handler) | 429, with `Retry-After`, as `LockLayer::permits` | names the key and N |
 /// | [`Connection`](LockError::Connection), [`Redis`](LockError::Redis), [`NoQuorum`](LockError::NoQuorum), [`NotReplicated`](LockError::NotReplicated) | 503 | generic: no URL, host or Redis error text |
 /// | [`InvalidName`](LockError::InvalidName) (a key built from request data is empty or too long) | 400 | generic |
@@ -119,6 +120,14 @@ impl ErrorResponses {
             )
             .with_lock(name)
             .with_retry_after(retry_after.unwrap_or(UNKNOWN_RETRY)),
+            // The request closed a cycle of waiters and gave up so that the others get
+            // through: a conflict the client may retry (at once, or after the others).
+            LockError::Deadlock { name, .. } => Problem::new(
+                self.busy_status,
+                format!("lock `{name}` would deadlock with other requests holding what this one needs; retry"),
+            )
+            .with_lock(name)
+            .with_retry_after(UNKNOWN_RETRY),
             LockError::LimitReached { permits, .. } => {
                 super::held::limit_problem(err, *permits, self)
             }

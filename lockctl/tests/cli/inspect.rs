@@ -282,3 +282,65 @@ async fn names_with_braces_are_found_where_lock_core_keeps_them() {
         assert!(lease.release().await.unwrap());
     }
 }
+
+/// `waits NAME` lists who waits for a lock while holding other locks, and what they hold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waits_shows_who_waits_while_holding_what() {
+    let server = RedisServer::start();
+    let holder = locker(&server);
+    let held = holder.lock("orders:7").await.unwrap();
+    let waiter = Locker::builder()
+        .url(server.url())
+        .app_name("billing")
+        .build()
+        .unwrap();
+    let task = {
+        let waiter = waiter.clone();
+        tokio::spawn(async move {
+            let inner = waiter.clone();
+            waiter
+                .using("account:7", |_| async move {
+                    inner
+                        .lock("orders:7")
+                        .wait(Duration::from_secs(10))
+                        .await
+                        .map(drop)
+                })
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let text = tokio::task::spawn_blocking({
+        let url = server.url();
+        move || {
+            let out = crate::support::lockctl_at(&url)
+                .args(["waits", "orders:7"])
+                .output()
+                .unwrap();
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        }
+    })
+    .await
+    .unwrap();
+    assert!(text.contains("state     held"), "{text}");
+    assert!(text.contains("holder    inventory-sync@"), "{text}");
+    assert!(text.contains("WAITER"), "{text}");
+    assert!(text.contains("billing@"), "{text}");
+    assert!(text.contains("account:7"), "{text}");
+    let of_account = tokio::task::spawn_blocking({
+        let url = server.url();
+        move || {
+            let out = crate::support::lockctl_at(&url)
+                .args(["waits", "account:7", "--json"])
+                .output()
+                .unwrap();
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        }
+    })
+    .await
+    .unwrap();
+    let value = json(&of_account);
+    assert_eq!(value["holder_waits_for"][0], "orders:7", "{value}");
+    assert!(held.release().await.unwrap());
+    task.await.unwrap().unwrap();
+}

@@ -2,6 +2,7 @@
 
 mod calls;
 mod in_flight;
+mod waits;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
