@@ -51,9 +51,10 @@ impl Attempt {
 /// Where a queued attempt left this Locker in the lock's waiter queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Place {
-    /// 0: first in line.
+    /// 0: first in line (of those still in it: a waiter the lock is reserved for has left
+    /// the line).
     pub position: u64,
-    /// The lock is reserved for the waiter ahead of us (its claim window is `remaining`).
+    /// The lock is reserved for a waiter ahead of us (its claim window is `remaining`).
     pub head_reserved: bool,
 }
 
@@ -78,14 +79,34 @@ pub(crate) enum AttemptKind<'a> {
 /// A waiting Locker, as it stands in a waiter queue.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Waiter<'a> {
-    /// The Locker's channel: its name in the queue, and where its turn is announced.
-    pub channel: &'a str,
+    /// The Locker's member in the queue (see [`queue_member`]): its name there, whose
+    /// first 16 characters name its channel, where its turn is announced.
+    pub member: &'a str,
     /// How long the entry counts if it is not renewed: the request's remaining wait.
     pub life: Duration,
     /// When the request began waiting, in microseconds since the UNIX epoch on this
     /// client's clock: its place in line on Redlock, the same on every master, so that
     /// their queues agree on the order (one Redis orders by its own clock instead).
     pub ticket: u64,
+}
+
+/// Length of a waiter channel's own part: 16 hex digits after `<prefix>waiters:`.
+pub(crate) const WAITER_ID_LEN: usize = 16;
+
+/// A Locker's member in waiter queues, from its channel (`<prefix>waiters:<16 hex>`) and
+/// holder label: the 16 hex digits, then `:<label>` (so that a lock reserved for it,
+/// `?<member>`, names its holder label as any value does). The scripts find its channel
+/// again as the waiters' prefix and the member's first 16 characters.
+pub(crate) fn queue_member(channel: &str, label: Option<&str>) -> String {
+    let id = channel
+        .len()
+        .checked_sub(WAITER_ID_LEN)
+        .and_then(|start| channel.get(start..))
+        .unwrap_or(channel);
+    match label {
+        Some(label) => format!("{id}:{label}"),
+        None => id.to_owned(),
+    }
 }
 
 /// How long a waiter whose turn has come has to claim the lock before the next in line

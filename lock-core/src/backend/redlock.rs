@@ -207,7 +207,7 @@ impl Backend for Redlock {
                 (kind, tokio::runtime::Handle::try_current())
             {
                 for node in still_queued {
-                    node.leave_queue_in_background(&runtime, keys, waiter.channel);
+                    node.leave_queue_in_background(&runtime, keys, waiter.member);
                 }
             }
             return Ok(Attempt::Acquired {

@@ -98,8 +98,8 @@ static LIBRARY: LazyLock<String> = LazyLock::new(|| {
 /// Versioned: a script whose keys or arguments change gets a new library name, so that
 /// Lockers of different versions on one server each call their own (v4: `release` declares
 /// the queue's keys; v5: `acquire_queued` takes a Redlock waiter's ticket; v6:
-/// `return_claim`).
-const LIBRARY_NAME: &str = "lockcore_v6";
+/// `return_claim`; v7: the queue without its entries hash, reservations `?<member>`).
+const LIBRARY_NAME: &str = "lockcore_v7";
 
 fn library() -> &'static str {
     LIBRARY.as_str()
@@ -194,33 +194,34 @@ pub(super) async fn acquire_queued(
     ttl: Duration,
     fencing: bool,
     waiter: &Waiter<'_>,
-    ordered_by_ticket: bool,
+    queue: &Queue<'_>,
 ) -> redis::RedisResult<Attempt> {
     let ttl = millis(ttl).to_string();
     let life = millis(waiter.life).to_string();
     let fencing_flag: &[u8] = if fencing { b"1" } else { b"0" };
-    let (fence, queue) = (keys.fence(), keys.queue_keys());
+    let (fence, queue_key) = (keys.fence(), keys.queue());
     let ticket = waiter.ticket.to_string();
-    let args: [&[u8]; 7] = [
+    let args: [&[u8]; 8] = [
         value.as_bytes(),
         ttl.as_bytes(),
         fencing_flag,
-        waiter.channel.as_bytes(),
+        waiter.member.as_bytes(),
         life.as_bytes(),
         CLAIM_WINDOW_MS.as_bytes(),
+        queue.waiters.as_bytes(),
         ticket.as_bytes(),
     ];
     // The ticket orders the queue only on Redlock's masters.
-    let args = if ordered_by_ticket {
+    let args = if queue.ordered_by_ticket {
         &args[..]
     } else {
-        &args[..6]
+        &args[..7]
     };
     let (taken, number, holder, position, head_reserved) = ACQUIRE_QUEUED
         .run::<(i64, i64, Vec<u8>, i64, i64)>(
             mode,
             conn,
-            &[&keys.lock, &fence, queue.queue(), queue.entries()],
+            &[&keys.lock, &fence, &queue_key],
             args,
         )
         .await?;
@@ -229,6 +230,16 @@ pub(super) async fn acquire_queued(
         head_reserved: head_reserved == 1,
     };
     Ok(attempt_of(taken, number, &holder, fencing, Some(place)))
+}
+
+/// What the queue scripts need besides a lock's keys.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Queue<'a> {
+    /// The waiters' channel prefix, `<prefix>waiters:`: a waiter's channel is this and the
+    /// first 16 characters of its member.
+    pub waiters: &'a str,
+    /// A Redlock master: the queue is ordered by the waiters' tickets.
+    pub ordered_by_ticket: bool,
 }
 
 /// Which releases take the release script's full path (waiter queue, release channel).
@@ -244,10 +255,11 @@ pub(super) enum Announce {
     WhenListenedAnywhere,
 }
 
-/// The release script: compare-and-delete, or hand the lock to the first live waiter.
+/// The release script: compare-and-delete, or hand the lock to the head of the queue.
 pub(super) async fn release_script(
     mode: ScriptMode,
     announce: Announce,
+    waiters: &str,
     conn: &mut Conn,
     keys: &LockKeys,
     value: &str,
@@ -256,16 +268,20 @@ pub(super) async fn release_script(
         Announce::WhenListened => b"0",
         Announce::WhenListenedAnywhere => b"2",
     };
-    // The queue's keys are declared although only a release of a marked value reads them:
-    // a script must declare every key it touches (a Cluster checks that they share a slot,
+    // The queue's key is declared although only a release of a marked value reads it: a
+    // script must declare every key it touches (a Cluster checks that they share a slot,
     // and routes by them).
-    let queue = keys.queue_keys();
     RELEASE
         .run::<i64>(
             mode,
             conn,
-            &[&keys.lock, queue.queue(), queue.entries()],
-            &[value.as_bytes(), announce_flag, CLAIM_WINDOW_MS.as_bytes()],
+            &[&keys.lock, &keys.queue()],
+            &[
+                value.as_bytes(),
+                announce_flag,
+                CLAIM_WINDOW_MS.as_bytes(),
+                waiters.as_bytes(),
+            ],
         )
         .await
 }

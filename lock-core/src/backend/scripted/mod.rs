@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use redis::FromRedisValue;
 
 use self::calls::{
-    acquire_queued, acquire_script, release_script, set_nx_get, Announce, CLAIM_WINDOW_MS, EXTEND,
-    LEAVE_QUEUE, RAISE_FENCE, RETURN_CLAIM,
+    acquire_queued, acquire_script, release_script, set_nx_get, Announce, Queue, CLAIM_WINDOW_MS,
+    EXTEND, LEAVE_QUEUE, RAISE_FENCE, RETURN_CLAIM,
 };
 use crate::backend::lua::{Lua, ScriptMode};
 use crate::backend::prim_scripts::Server;
@@ -31,6 +31,8 @@ pub(crate) struct Scripted {
     /// A Redlock master: its waiter queue is ordered by the waiters' tickets, the same on
     /// every master, rather than by this server's clock.
     ordered_by_ticket: bool,
+    /// The waiters' channel prefix, `<prefix>waiters:` (see `Queue::waiters`).
+    waiters: Arc<str>,
     /// Whether the server accepts `SET .. NX .. GET` (Redis 7.0+); cleared on the first
     /// syntax error, after which acquires use the script.
     set_get: AtomicBool,
@@ -40,12 +42,15 @@ pub(crate) struct Scripted {
 }
 
 impl Scripted {
-    pub fn new(conn: SharedConnection, mode: ScriptMode) -> Scripted {
+    /// A backend on `conn`; `waiters` is the waiters' channel prefix (`<prefix>waiters:`),
+    /// where the release tells the head of a lock's queue its turn.
+    pub fn new(conn: SharedConnection, mode: ScriptMode, waiters: &str) -> Scripted {
         Scripted {
             conn,
             mode,
             announce: Announce::WhenListened,
             ordered_by_ticket: false,
+            waiters: Arc::from(waiters),
             set_get: AtomicBool::new(true),
             replicated: None,
         }
@@ -109,13 +114,14 @@ impl Scripted {
     ) {
         let conn = self.conn.clone();
         let (mode, announce) = (self.mode, self.announce);
+        let waiters = Arc::clone(&self.waiters);
         let keys = keys.clone();
         let value = value.to_owned();
         runtime.spawn(async move {
             let undone = match conn.get(&keys.name).await {
                 Ok(lent) => {
                     let mut conn = lent.conn.clone();
-                    release_script(mode, announce, &mut conn, &keys, &value)
+                    release_script(mode, announce, &waiters, &mut conn, &keys, &value)
                         .await
                         .map(drop)
                         .map_err(|err| err.to_string())
@@ -140,10 +146,10 @@ impl Scripted {
     ) {
         let conn = self.conn.clone();
         let mode = self.mode;
+        let waiters = Arc::clone(&self.waiters);
         let keys = keys.clone();
         let waiter = waiter.to_owned();
         runtime.spawn(async move {
-            let queue = keys.queue_keys();
             let left = match conn.get(&keys.name).await {
                 Ok(lent) => {
                     let mut conn = lent.conn.clone();
@@ -151,8 +157,13 @@ impl Scripted {
                         .run::<i64>(
                             mode,
                             &mut conn,
-                            &[&keys.lock, queue.queue(), queue.entries()],
-                            &[waiter.as_bytes(), CLAIM_WINDOW_MS.as_bytes(), b"1"],
+                            &[&keys.lock, &keys.queue()],
+                            &[
+                                waiter.as_bytes(),
+                                CLAIM_WINDOW_MS.as_bytes(),
+                                waiters.as_bytes(),
+                                b"1",
+                            ],
                         )
                         .await
                         .map(drop)
@@ -176,19 +187,19 @@ impl Scripted {
         value: &str,
         waiter: &Waiter<'_>,
     ) -> Result<bool, LockError> {
-        let queue = keys.queue_keys();
         let ticket = waiter.ticket.to_string();
         let life = millis(waiter.life).to_string();
         self.run_on::<i64>(
             &RETURN_CLAIM,
             keys,
-            &[&keys.lock, queue.queue(), queue.entries()],
+            &[&keys.lock, &keys.queue()],
             &[
                 value.as_bytes(),
-                waiter.channel.as_bytes(),
+                waiter.member.as_bytes(),
                 ticket.as_bytes(),
                 life.as_bytes(),
                 CLAIM_WINDOW_MS.as_bytes(),
+                self.waiters.as_bytes(),
             ],
         )
         .await
@@ -265,7 +276,7 @@ impl Scripted {
         value: &str,
     ) -> Result<bool, LockError> {
         let mut conn = conn.clone();
-        release_script(self.mode, self.announce, &mut conn, keys, value)
+        release_script(self.mode, self.announce, &self.waiters, &mut conn, keys, value)
             .await
             .map(|n| n == 1)
             .map_err(|err| LockError::from_redis(&keys.name, &keys.lock, err))
@@ -290,7 +301,12 @@ impl Backend for Scripted {
         // same multiplexed connection, which keeps request order, so the delete reaches
         // Redis after the SET it undoes.
         let undo = Undo::new(|| {
-            spawn_release(self.mode, self.announce, &lent.conn, keys, value);
+            spawn_release(
+                (self.mode, self.announce, &self.waiters),
+                &lent.conn,
+                keys,
+                value,
+            );
             // No answer (a stalled or partitioned server): behind a Sentinel, the next
             // operation asks where the master is now, or it could lock on a deposed one.
             if shared.follows_master() {
@@ -313,7 +329,10 @@ impl Backend for Scripted {
                 ttl,
                 fencing,
                 waiter,
-                self.ordered_by_ticket,
+                &Queue {
+                    waiters: &self.waiters,
+                    ordered_by_ticket: self.ordered_by_ticket,
+                },
             ))
             .await
         } else if use_set_get {
@@ -399,7 +418,14 @@ impl Backend for Scripted {
     async fn release(&self, keys: &LockKeys, value: &str) -> Result<bool, LockError> {
         let lent = self.conn.get(&keys.name).await?;
         let mut conn = lent.conn.clone();
-        release_script(self.mode, self.announce, &mut conn, keys, value)
+        release_script(
+            self.mode,
+            self.announce,
+            &self.waiters,
+            &mut conn,
+            keys,
+            value,
+        )
             .await
             .map(|n| n == 1)
             .map_err(|err| {
@@ -411,12 +437,15 @@ impl Backend for Scripted {
     }
 
     async fn leave_queue(&self, keys: &LockKeys, waiter: &str) -> Result<(), LockError> {
-        let queue = keys.queue_keys();
         self.run_on::<i64>(
             &LEAVE_QUEUE,
             keys,
-            &[&keys.lock, queue.queue(), queue.entries()],
-            &[waiter.as_bytes(), CLAIM_WINDOW_MS.as_bytes()],
+            &[&keys.lock, &keys.queue()],
+            &[
+                waiter.as_bytes(),
+                CLAIM_WINDOW_MS.as_bytes(),
+                self.waiters.as_bytes(),
+            ],
         )
         .await
         .map(drop)
@@ -580,15 +609,21 @@ fn is_syntax_error(err: &redis::RedisError) -> bool {
 
 /// Compare-and-deletes `value` on `conn` from a task of its own; the TTL frees the lock if
 /// it fails or there is no runtime to run it on.
-fn spawn_release(mode: ScriptMode, announce: Announce, conn: &Conn, keys: &LockKeys, value: &str) {
+fn spawn_release(
+    (mode, announce, waiters): (ScriptMode, Announce, &Arc<str>),
+    conn: &Conn,
+    keys: &LockKeys,
+    value: &str,
+) {
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
         return;
     };
     let mut conn = conn.clone();
+    let waiters = Arc::clone(waiters);
     let keys = keys.clone();
     let value = value.to_owned();
     runtime.spawn(async move {
-        let undone = release_script(mode, announce, &mut conn, &keys, &value).await;
+        let undone = release_script(mode, announce, &waiters, &mut conn, &keys, &value).await;
         if let Err(err) = undone {
             tracing::debug!(key = %keys.lock, %err, "undo of an abandoned acquire failed; the TTL will free the lock");
         }
