@@ -24,8 +24,12 @@ mod undo;
 /// The result of one attempt to take a lock.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Attempt {
-    /// Taken; with the fencing token when one was asked for.
-    Acquired { fencing_token: Option<u64> },
+    /// Taken; with the fencing token when one was asked for. `listened`: the value was
+    /// stored with the listened-for mark (others wait), so its release must hand over.
+    Acquired {
+        fencing_token: Option<u64>,
+        listened: bool,
+    },
     /// Someone else holds it.
     Busy {
         /// The holder's remaining TTL, when it has one.
@@ -157,6 +161,17 @@ pub(crate) trait Backend: Send + Sync {
         value: &str,
     ) -> impl Future<Output = Result<bool, LockError>> + Send;
 
+    /// [`Backend::release`] of a value granted without the listened-for mark: backends on
+    /// Lua scripts send a bare compare-and-delete (one key, one argument), and the full
+    /// release only if a waiter marked the value since.
+    fn release_unlistened(
+        &self,
+        keys: &LockKeys,
+        value: &str,
+    ) -> impl Future<Output = Result<bool, LockError>> + Send {
+        self.release(keys, value)
+    }
+
     /// Resets the TTL if the lock still holds `value`. True if it did.
     fn extend(
         &self,
@@ -248,6 +263,10 @@ impl Backend for AnyBackend {
 
     async fn release(&self, keys: &LockKeys, value: &str) -> Result<bool, LockError> {
         dispatch!(self, b => b.release(keys, value))
+    }
+
+    async fn release_unlistened(&self, keys: &LockKeys, value: &str) -> Result<bool, LockError> {
+        dispatch!(self, b => b.release_unlistened(keys, value))
     }
 
     async fn extend(&self, keys: &LockKeys, value: &str, ttl: Duration) -> Result<bool, LockError> {

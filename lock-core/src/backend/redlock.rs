@@ -165,6 +165,7 @@ impl Backend for Redlock {
             }
         });
         let mut acquired = 0;
+        let mut listened = false;
         let mut token = 0u64;
         let mut busy = None;
         let mut wrong_type = None;
@@ -178,8 +179,12 @@ impl Backend for Redlock {
                 may_hold.push(node);
             }
             match result {
-                Ok(Attempt::Acquired { fencing_token }) => {
+                Ok(Attempt::Acquired {
+                    fencing_token,
+                    listened: marked,
+                }) => {
                     acquired += 1;
+                    listened |= marked;
                     token = token.max(fencing_token.unwrap_or(0));
                 }
                 Ok(attempt @ Attempt::Busy { .. }) => {
@@ -212,6 +217,7 @@ impl Backend for Redlock {
             }
             return Ok(Attempt::Acquired {
                 fencing_token: fencing.then_some(token),
+                listened,
             });
         }
         // Not granted: take our value back from every node that may have it (all but those
@@ -260,6 +266,13 @@ impl Backend for Redlock {
     async fn release(&self, keys: &LockKeys, value: &str) -> Result<bool, LockError> {
         let results = self
             .on_all(&keys.name, |node| node.release(keys, value))
+            .await;
+        self.majority(&keys.name, results)
+    }
+
+    async fn release_unlistened(&self, keys: &LockKeys, value: &str) -> Result<bool, LockError> {
+        let results = self
+            .on_all(&keys.name, |node| node.release_unlistened(keys, value))
             .await;
         self.majority(&keys.name, results)
     }

@@ -9,9 +9,7 @@ use std::time::Duration;
 use deadpool_redis::{Connection, Pool};
 
 use super::replicated::Replicated;
-use super::{
-    millis, remaining_from_pttl, Attempt, AttemptKind, Backend, RawState, WAITER_ID_LEN,
-};
+use super::{millis, remaining_from_pttl, Attempt, AttemptKind, Backend, RawState, WAITER_ID_LEN};
 use crate::connection::shared::checkout;
 use crate::deadline::within;
 use crate::key::LockKeys;
@@ -260,7 +258,10 @@ async fn acquire_once(
                         return Err(err);
                     }
                 }
-                return Ok(Attempt::Acquired { fencing_token });
+                return Ok(Attempt::Acquired {
+                    fencing_token,
+                    listened: false,
+                });
             }
             Some((None, _)) | None => continue,
         }

@@ -93,8 +93,13 @@ impl LockerBuilder {
                     .rule(self.sync_timeout_or_default())
                     .map(Replicated::on_callers_connections);
                 AnyBackend::Transaction(
-                    Transactional::new(pool, settings.command_timeout, address, &waiters(&settings))
-                        .with_replica_sync(replicated),
+                    Transactional::new(
+                        pool,
+                        settings.command_timeout,
+                        address,
+                        &waiters(&settings),
+                    )
+                    .with_replica_sync(replicated),
                 )
             }
         };

@@ -76,7 +76,7 @@ pub(super) async fn wait_for_turn(
     bound: Option<Instant>,
     local: NameRef,
     queue: Option<&Notifier>,
-    fast_path: bool,
+    plain_first: bool,
 ) -> Result<Arc<Held>, LockError> {
     // Slow path. Queue behind this locker's other waiters: only the head of the queue
     // talks to Redis, so N local waiters cost Redis what one does.
@@ -145,7 +145,7 @@ pub(super) async fn wait_for_turn(
     let mut subscribe_pending = queue.is_none() && acq.engine.notifier().is_some();
     // Out of the Redis queue, a plain SET comes first: after a release by this very
     // locker, or with nobody queued, it is all it takes (one command, no script).
-    let mut plain_next = !fast_path;
+    let mut plain_next = plain_first;
     // Pauses between attempts that failed with a transient error (a dropped connection,
     // a server restarting): short, since nothing will announce the recovery.
     let mut retry = Backoff::new(false);
@@ -201,7 +201,11 @@ pub(super) async fn wait_for_turn(
                     // Before it is sent: dropped with the attempt in flight, the request
                     // must still leave the queue the attempt may have put it in.
                     local.may_be_in_redis_queue();
-                    acq.attempt(bound, AttemptKind::Queued(&waiter)).await
+                    let tried = acq.attempt(bound, AttemptKind::Queued(&waiter)).await;
+                    if matches!(tried, Ok(Tried::NotYet)) {
+                        local.note_contended(Instant::now());
+                    }
+                    tried
                 }
                 // Told of releases on the release channel (or about to be): a busy answer
                 // marks the holder's value, so that its release is announced whatever

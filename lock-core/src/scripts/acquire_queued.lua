@@ -7,7 +7,7 @@
 -- ARGV[7] the waiters' channel prefix, ARGV[8] (Redlock masters only) the waiter's ticket:
 -- its place in line, the same on every master, so that their queues agree on the order
 -- (one Redis orders by its own clock, and keeps a Locker's place)
--- Returns {1, fencing token or 0, '', 0, 0} when taken,
+-- Returns {1, fencing token or 0, '', 0, 1 if our value carries the mark} when taken,
 --         {0, lock's remaining ttl in ms (-1: not asked), holder value, our place (0 =
 --          first), 1 if the lock is reserved for a waiter ahead of us} when queued.
 -- GET on a non-string key raises WRONGTYPE: a foreign value is an error, never "taken".
@@ -47,7 +47,7 @@ if take then
   if ARGV[3] == '1' then
     token = redis.call('INCR', KEYS[2])
   end
-  return {1, token, '', 0, 0}
+  return {1, token, '', 0, marked and 1 or 0}
 end
 local life = tonumber(ARGV[5]) + tonumber(ARGV[6])
 local queue_ttl = redis.call('PTTL', q)

@@ -41,6 +41,14 @@ pub(super) static RELEASE: LazyLock<Lua> = LazyLock::new(|| {
         ),
     )
 });
+pub(super) static RELEASE_LEAN: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(
+        LIBRARY_NAME,
+        library,
+        "release_lean",
+        include_str!("../../scripts/release_lean.lua"),
+    )
+});
 pub(super) static LEAVE_QUEUE: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(
         LIBRARY_NAME,
@@ -88,6 +96,7 @@ static LIBRARY: LazyLock<String> = LazyLock::new(|| {
             &ACQUIRE,
             &ACQUIRE_QUEUED,
             &RELEASE,
+            &RELEASE_LEAN,
             &LEAVE_QUEUE,
             &RETURN_CLAIM,
             &EXTEND,
@@ -98,7 +107,8 @@ static LIBRARY: LazyLock<String> = LazyLock::new(|| {
 /// Versioned: a script whose keys or arguments change gets a new library name, so that
 /// Lockers of different versions on one server each call their own (v4: `release` declares
 /// the queue's keys; v5: `acquire_queued` takes a Redlock waiter's ticket; v6:
-/// `return_claim`; v7: the queue without its entries hash, reservations `?<member>`).
+/// `return_claim`; v7: the queue without its entries hash, reservations `?<member>`,
+/// `release_lean`).
 const LIBRARY_NAME: &str = "lockcore_v7";
 
 fn library() -> &'static str {
@@ -129,6 +139,7 @@ pub(super) async fn set_nx_get(
     Ok(match previous {
         None => Attempt::Acquired {
             fencing_token: None,
+            listened: false,
         },
         Some(holder) => Attempt::Busy {
             remaining: None,
@@ -158,21 +169,23 @@ pub(super) async fn acquire_script(
             &[value.as_bytes(), ttl.as_bytes(), fencing_flag],
         )
         .await?;
-    Ok(attempt_of(taken, number, &holder, fencing, None))
+    Ok(attempt_of(taken, number, &holder, fencing, None, false))
 }
 
 /// An acquire script's reply: taken (1) or not, then the fencing token or the holder's
-/// PTTL, and the holder's value.
+/// PTTL, and the holder's value; `listened`: a value taken with the listened-for mark.
 fn attempt_of(
     taken: i64,
     number: i64,
     holder: &[u8],
     fencing: bool,
     place: Option<Place>,
+    listened: bool,
 ) -> Attempt {
     if taken == 1 {
         return Attempt::Acquired {
             fencing_token: fencing.then(|| u64::try_from(number).unwrap_or(0)),
+            listened,
         };
     }
     Attempt::Busy {
@@ -218,18 +231,22 @@ pub(super) async fn acquire_queued(
         &args[..7]
     };
     let (taken, number, holder, position, head_reserved) = ACQUIRE_QUEUED
-        .run::<(i64, i64, Vec<u8>, i64, i64)>(
-            mode,
-            conn,
-            &[&keys.lock, &fence, &queue_key],
-            args,
-        )
+        .run::<(i64, i64, Vec<u8>, i64, i64)>(mode, conn, &[&keys.lock, &fence, &queue_key], args)
         .await?;
     let place = Place {
         position: u64::try_from(position).unwrap_or(0),
         head_reserved: head_reserved == 1,
     };
-    Ok(attempt_of(taken, number, &holder, fencing, Some(place)))
+    // Taken: the last field says whether the value carries the mark.
+    let listened = taken == 1 && head_reserved == 1;
+    Ok(attempt_of(
+        taken,
+        number,
+        &holder,
+        fencing,
+        Some(place),
+        listened,
+    ))
 }
 
 /// What the queue scripts need besides a lock's keys.
@@ -283,6 +300,19 @@ pub(super) async fn release_script(
                 waiters.as_bytes(),
             ],
         )
+        .await
+}
+
+/// The lean release of a value granted without the mark: 1 deleted, 0 not ours, 2 ours but
+/// marked since (run [`release_script`] then).
+pub(super) async fn release_lean_script(
+    mode: ScriptMode,
+    conn: &mut Conn,
+    keys: &LockKeys,
+    value: &str,
+) -> redis::RedisResult<i64> {
+    RELEASE_LEAN
+        .run::<i64>(mode, conn, &[&keys.lock], &[value.as_bytes()])
         .await
 }
 

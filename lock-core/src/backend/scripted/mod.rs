@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use redis::FromRedisValue;
 
 use self::calls::{
-    acquire_queued, acquire_script, release_script, set_nx_get, Announce, Queue, CLAIM_WINDOW_MS,
-    EXTEND, LEAVE_QUEUE, RAISE_FENCE, RETURN_CLAIM,
+    acquire_queued, acquire_script, release_lean_script, release_script, set_nx_get, Announce,
+    Queue, CLAIM_WINDOW_MS, EXTEND, LEAVE_QUEUE, RAISE_FENCE, RETURN_CLAIM,
 };
 use crate::backend::lua::{Lua, ScriptMode};
 use crate::backend::prim_scripts::Server;
@@ -276,10 +276,17 @@ impl Scripted {
         value: &str,
     ) -> Result<bool, LockError> {
         let mut conn = conn.clone();
-        release_script(self.mode, self.announce, &self.waiters, &mut conn, keys, value)
-            .await
-            .map(|n| n == 1)
-            .map_err(|err| LockError::from_redis(&keys.name, &keys.lock, err))
+        release_script(
+            self.mode,
+            self.announce,
+            &self.waiters,
+            &mut conn,
+            keys,
+            value,
+        )
+        .await
+        .map(|n| n == 1)
+        .map_err(|err| LockError::from_redis(&keys.name, &keys.lock, err))
     }
 }
 
@@ -426,14 +433,41 @@ impl Backend for Scripted {
             keys,
             value,
         )
-            .await
-            .map(|n| n == 1)
-            .map_err(|err| {
-                if is_connection_failure(&err) {
-                    self.conn.retire(&lent);
-                }
-                LockError::from_redis(&keys.name, &keys.lock, err)
-            })
+        .await
+        .map(|n| n == 1)
+        .map_err(|err| {
+            if is_connection_failure(&err) {
+                self.conn.retire(&lent);
+            }
+            LockError::from_redis(&keys.name, &keys.lock, err)
+        })
+    }
+
+    async fn release_unlistened(&self, keys: &LockKeys, value: &str) -> Result<bool, LockError> {
+        let lent = self.conn.get(&keys.name).await?;
+        let mut conn = lent.conn.clone();
+        let released = match release_lean_script(self.mode, &mut conn, keys, value).await {
+            // Marked since it was granted: a waiter stands in line, the full release hands
+            // the lock over.
+            Ok(2) => {
+                release_script(
+                    self.mode,
+                    self.announce,
+                    &self.waiters,
+                    &mut conn,
+                    keys,
+                    value,
+                )
+                .await
+            }
+            other => other,
+        };
+        released.map(|n| n == 1).map_err(|err| {
+            if is_connection_failure(&err) {
+                self.conn.retire(&lent);
+            }
+            LockError::from_redis(&keys.name, &keys.lock, err)
+        })
     }
 
     async fn leave_queue(&self, keys: &LockKeys, waiter: &str) -> Result<(), LockError> {
