@@ -18,6 +18,7 @@ pub(crate) mod prim_scripts;
 pub(crate) mod redlock;
 pub(crate) mod replicated;
 pub(crate) mod scripted;
+pub(crate) mod ticket;
 pub(crate) mod transaction;
 mod undo;
 
@@ -88,9 +89,10 @@ pub(crate) struct Waiter<'a> {
     pub member: &'a str,
     /// How long the entry counts if it is not renewed: the request's remaining wait.
     pub life: Duration,
-    /// When the request began waiting, in microseconds since the UNIX epoch on this
-    /// client's clock: its place in line on Redlock, the same on every master, so that
-    /// their queues agree on the order (one Redis orders by its own clock instead).
+    /// When the request began waiting, in microseconds since the UNIX epoch on the
+    /// masters' clock (see [`ticket`]): its place in line on Redlock, the same on every
+    /// master, so that their queues agree on the order (one Redis orders by its own clock
+    /// instead).
     pub ticket: u64,
 }
 

@@ -7,6 +7,7 @@ use crate::backend::memory::Memory;
 use crate::backend::redlock::Redlock;
 use crate::backend::replicated::Replicated;
 use crate::backend::scripted::Scripted;
+use crate::backend::ticket::TicketClock;
 use crate::backend::transaction::Transactional;
 use crate::backend::AnyBackend;
 use crate::connection::connect;
@@ -151,7 +152,8 @@ impl LockerBuilder {
             .map(|dial| Notifier::new(dial, channel.clone()));
         let notifier = notifiers.next();
         let others = notifiers.collect();
-        let backend = AnyBackend::Redlock(Redlock::new(nodes, self.node_timeout));
+        let tickets = TicketClock::skewed(self.ticket_skew_ms.saturating_mul(1000));
+        let backend = AnyBackend::Redlock(Redlock::new(nodes, self.node_timeout, tickets));
         Ok(Locker::from_engine(
             Engine::new(backend, settings, notifier, false).told_by_other_masters(others),
         ))

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
 
-use crate::backend::{AttemptKind, Backend as _, Place, Waiter, CLAIM_WINDOW};
+use crate::backend::{AnyBackend, AttemptKind, Backend as _, Place, Waiter, CLAIM_WINDOW};
 use crate::connection::notifier::{Interest, Notifier, Subscription};
 use crate::engine::attempt::{Acquire, Busy, Tried};
 use crate::engine::held::Held;
@@ -92,12 +92,17 @@ pub(super) async fn wait_for_turn(
         return Err(acq.timeout());
     };
     let mut listening = Listening::Polling;
-    // This request's place in line on Redlock's masters (see `Waiter::ticket`).
-    let ticket = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |since| {
-            u64::try_from(since.as_micros()).unwrap_or(u64::MAX)
-        });
+    // This request's place in line on Redlock's masters (see `Waiter::ticket`): now, on
+    // the masters' clock (only Redlock's queues are ordered by it).
+    let ticket = match (queue, engine.backend()) {
+        (Some(_), AnyBackend::Redlock(redlock)) => {
+            match tokio::time::timeout_at(deadline.into(), redlock.ticket(&acq.keys.name)).await {
+                Ok(ticket) => ticket,
+                Err(_) => return Err(acq.timeout()),
+            }
+        }
+        _ => 0,
+    };
     if let Some(notifier) = queue {
         // Stand in the lock's Redis-side queue. Listen first, so that a turn announced
         // right after the queued attempt is not missed.

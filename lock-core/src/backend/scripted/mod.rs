@@ -86,6 +86,31 @@ impl Scripted {
         self
     }
 
+    /// How far this server's clock is ahead of `client_now_us` (a reading of the client's
+    /// clock, in µs since the UNIX epoch), from `TIME` read at the middle of its round trip.
+    pub async fn clock_offset_us(
+        &self,
+        name: &str,
+        client_now_us: impl Fn() -> i64,
+    ) -> Result<i64, LockError> {
+        let lent = self.conn.get(name).await?;
+        let mut conn = lent.conn.clone();
+        let before = client_now_us();
+        let (secs, micros): (i64, i64) =
+            redis::cmd("TIME")
+                .query_async(&mut conn)
+                .await
+                .map_err(|err| {
+                    if is_connection_failure(&err) {
+                        self.conn.retire(&lent);
+                    }
+                    LockError::connection(name, err.to_string())
+                })?;
+        let after = client_now_us();
+        let server = secs.saturating_mul(1_000_000).saturating_add(micros);
+        Ok(server - (before + (after - before) / 2))
+    }
+
     /// Raises the lock's fencing counter to at least `token` (Redlock's write-back).
     pub async fn raise_fence(&self, keys: &LockKeys, token: u64) -> Result<(), LockError> {
         let lent = self.conn.get(&keys.name).await?;
