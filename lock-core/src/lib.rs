@@ -250,14 +250,21 @@
 //!   the lock key alone: a reservation is never anyone's lease.
 //!
 //! On Redlock every master keeps the lock's queue, ordered not by its own clock but by each
-//! waiting request's ticket (when it began waiting, on its client's clock), the same on
-//! every master: the masters agree on who is next, a release reserves the lock for the same
+//! waiting request's ticket, the same on every master: when the request began waiting, on
+//! the masters' clock (each `Locker` measures its clock's offset to the masters with `TIME`,
+//! takes the median over the masters and measures again every 10 s). Redlock waiters are
+//! served in the order they began waiting, whatever their clients' clocks say; requests
+//! that began within a few milliseconds of each other (half a round trip to the masters,
+//! plus the masters' own clock drift over 10 s) may be served in either order. The
+//! masters agree on who is next: the masters agree on who is next, a release reserves the lock for the same
 //! head on each, and that head (told on its channel by every master that reserved it; a
 //! `Locker` listens on each master) claims it with one queued attempt on every master,
 //! granted only on a majority within the validity time, as any Redlock acquisition. A head
 //! that claims fewer than a majority (a release that reached a master after its claim)
-//! gives back what it claimed and keeps its place by its ticket. Clock differences between
-//! clients change only the order, never mutual exclusion.
+//! gives back what it claimed and keeps its place by its ticket. A client whose clock is
+//! seconds off is neither starved nor favoured, and clock differences never touch mutual
+//! exclusion. Only the masters' clocks matter, through the median: a majority of masters
+//! whose clocks disagree by seconds shifts every client's tickets alike.
 //!
 //! Where there is no queue: WATCH/MULTI (no scripts) announces every release on
 //! `<prefix>{N}:released`, and its waiters subscribe to it (every waiting process wakes at
