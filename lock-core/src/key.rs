@@ -28,7 +28,7 @@ pub const NAME_ESCAPE: char = '\0';
 ///
 /// A lock named `N` lives at `<prefix>{N}`; every other key of the lock, and of the
 /// semaphore and read-write lock of that name, is that key with a suffix (`:fence`, `:q`,
-/// `:qe`, `:sem`, `:sem:q`, `:sem:qe`, `:rw`, `:rw:q`, `:rw:qe`). The braces are a Redis
+/// `:sem`, `:sem:q`, `:sem:qe`, `:rw`, `:rw:q`, `:rw:qe`). The braces are a Redis
 /// Cluster hash tag, so that all of them live in one slot and one script may touch them
 /// together. Redis hashes what lies between the key's first `{` and the first `}` after
 /// it, unless that is empty: then the whole key is hashed, and a lock's keys would land in
@@ -167,34 +167,16 @@ impl LockKeys {
         format!("{}:fence", self.lock)
     }
 
-    /// `<lock key>:qe`: the waiter queue's entries (until when each waiter counts, and the
-    /// value the lock is reserved with for it); cut the last byte off for `<lock key>:q`,
-    /// the queue itself (a sorted set of waiting Lockers' channels, in arrival order). One
-    /// allocation for both keys. They exist only while someone waits.
-    pub fn queue_keys(&self) -> QueueKeys {
-        QueueKeys(format!("{}:qe", self.lock))
+    /// `<lock key>:q`: the waiter queue (a sorted set of waiting Lockers, in line; see
+    /// `scripts/queue.lua`). It exists only while someone waits.
+    pub fn queue(&self) -> String {
+        format!("{}:q", self.lock)
     }
 
     /// `<lock key>:released`: the pub/sub channel releases are announced on. The release
     /// script derives the same name from the lock key itself.
     pub fn channel(&self) -> String {
         format!("{}:released", self.lock)
-    }
-}
-
-/// The two keys of a lock's waiter queue, in one string.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct QueueKeys(String);
-
-impl QueueKeys {
-    /// `<lock key>:q`
-    pub fn queue(&self) -> &str {
-        &self.0[..self.0.len() - 1]
-    }
-
-    /// `<lock key>:qe`
-    pub fn entries(&self) -> &str {
-        &self.0
     }
 }
 
@@ -263,9 +245,7 @@ mod tests {
         assert_eq!(keys.lock, "lock:{market:7}");
         assert_eq!(keys.fence(), "lock:{market:7}:fence");
         assert_eq!(keys.channel(), "lock:{market:7}:released");
-        let queue = keys.queue_keys();
-        assert_eq!(queue.queue(), "lock:{market:7}:q");
-        assert_eq!(queue.entries(), "lock:{market:7}:qe");
+        assert_eq!(keys.queue(), "lock:{market:7}:q");
     }
 
     #[test]
@@ -337,13 +317,7 @@ mod slots {
             name: name.to_owned(),
             lock: lock_key(prefix, name),
         };
-        let queue = keys.queue_keys();
-        let mut all = vec![
-            keys.lock.clone(),
-            keys.fence(),
-            queue.queue().to_owned(),
-            queue.entries().to_owned(),
-        ];
+        let mut all = vec![keys.lock.clone(), keys.fence(), keys.queue()];
         // The semaphore's and read-write lock's keys (backend::permits checks that
         // PermitKeys builds exactly these).
         for kind in [":sem", ":rw"] {

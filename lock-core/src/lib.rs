@@ -201,26 +201,30 @@
 //!
 //! 1. A request first tries a plain `SET key value NX PX ttl GET`: when nobody holds the lock
 //!    that is the whole acquisition (no script, no queue, and its release is a
-//!    compare-and-delete that publishes nothing).
+//!    compare-and-delete of one key and one argument that publishes nothing). A `Locker`
+//!    that queued for the name in the last 200 ms skips this try and queues at once (step
+//!    2 takes a free lock too): under contention the try is a call that always fails.
 //! 2. If the lock is busy and the request may wait, its `Locker` subscribes to a channel of
-//!    its own (`<prefix>waiters:<random>`, once per `Locker`), then runs the queued attempt:
-//!    one script that takes the lock if it is free and nobody is queued ahead, claims it if
-//!    it is reserved for this `Locker`, or else adds the `Locker` to the queue (a sorted set
-//!    `<prefix>{N}:q` in arrival order; `<prefix>{N}:qe` keeps each entry's expiry, the
-//!    request's remaining wait, and its value), and marks the holder's value as listened
-//!    for (a `~` in front of it; token, label and TTL unchanged). Finding the lock busy,
-//!    joining the queue and marking are one atomic step, so no release can slip between
-//!    them.
-//! 3. Releasing hands the lock to the first waiter whose entry has not expired: the key
-//!    takes that waiter's value for a claim window of 100 ms (so a newcomer's `SET NX`
-//!    fails: nobody barges past the queue), the waiter's `Locker` is told `g` on its
-//!    channel, and the next one in line is told `s` (standby). The head claims the lock with
-//!    the queued attempt, which sets its own value and TTL and tells the new head `h` (the
-//!    holder's TTL, to wake at if that holder crashes), marking its own value if others
-//!    still wait. A release of an unmarked value is a bare compare-and-delete (`GET`, `DEL`:
-//!    four Redis calls per uncontended cycle, as a lock without a queue); only a marked
-//!    one looks at the queue and the release channel. `lockctl watch` marks the value too,
-//!    so that the release it watches for is announced.
+//!    its own (`<prefix>waiters:<16 random hex digits>`, once per `Locker`), then runs the
+//!    queued attempt: one script that takes the lock if it is free and nobody is queued
+//!    ahead, claims it if it is reserved for this `Locker`, or else adds the `Locker` to the
+//!    queue (a sorted set `<prefix>{N}:q` in arrival order, by the server's clock; the
+//!    member is the channel's hex digits and the holder label), and marks the holder's
+//!    value as listened for (a `~` in front of it; token, label and TTL unchanged).
+//!    Finding the lock busy, joining the queue and marking are one atomic step, so no
+//!    release can slip between them.
+//! 3. Releasing hands the lock to the head of the queue in one step: the head leaves the
+//!    queue and the key takes the value `?<its member>` for a claim window of 100 ms (so a
+//!    newcomer's `SET NX` fails: nobody barges past the queue), marked if others wait; the
+//!    head's `Locker` is told `g` on its channel, and the next one in line `s` (standby: its
+//!    turn if the head has not claimed the lock when the window ends). The head claims the
+//!    lock with the queued attempt (a `GET` and a `SET` of its own value and TTL, marked if
+//!    the reservation was). A release of an unmarked value is a bare compare-and-delete
+//!    (`GET`, `DEL`: four Redis calls per uncontended cycle, as a lock without a queue);
+//!    only a marked one looks at the queue and the release channel. `lockctl watch` marks
+//!    the value too, so that the release it watches for is announced. About 17 Redis calls
+//!    per contended acquisition, inner calls of the scripts included (a try that fails is
+//!    saved, the queued attempt is about 6, the release with its hand-over 8, the claim 3).
 //! 4. Timers cover what no message announces: the head sleeps until the holder's TTL runs
 //!    out (a crashed holder) or its safety-net pause (0.5 s growing to 5 s, for a turn
 //!    message lost while the pub/sub connection stayed up) ends, whichever is first; the
@@ -231,8 +235,9 @@
 //!
 //! - A waiter that dies, is paused (SIGSTOP, a GC pause) or is cut from Redis while queued
 //!   is skipped: when its turn comes nobody claims it, and the next in line takes over one
-//!   claim window later. An entry whose request has given up expires on its own; a request
-//!   that times out (or is dropped, at any point: with its queued attempt in flight, or
+//!   claim window later (the queue keeps no per-entry expiry: a waiter that died while
+//!   queued costs the line that one window, once; the queue key itself expires after the
+//!   longest wait of its waiters). A request that times out (or is dropped, at any point: with its queued attempt in flight, or
 //!   together with its `Locker`'s other requests for the name) leaves the queue and passes
 //!   on a reservation it did not claim, unless another request of its `Locker` still waits
 //!   for the name and keeps the place. A new request of that `Locker` queues only once
@@ -245,14 +250,21 @@
 //!   the lock key alone: a reservation is never anyone's lease.
 //!
 //! On Redlock every master keeps the lock's queue, ordered not by its own clock but by each
-//! waiting request's ticket (when it began waiting, on its client's clock), the same on
-//! every master: the masters agree on who is next, a release reserves the lock for the same
+//! waiting request's ticket, the same on every master: when the request began waiting, on
+//! the masters' clock (each `Locker` measures its clock's offset to the masters with `TIME`,
+//! takes the median over the masters and measures again every 10 s). Redlock waiters are
+//! served in the order they began waiting, whatever their clients' clocks say; requests
+//! that began within a few milliseconds of each other (half a round trip to the masters,
+//! plus the masters' own clock drift over 10 s) may be served in either order. The
+//! masters agree on who is next: the masters agree on who is next, a release reserves the lock for the same
 //! head on each, and that head (told on its channel by every master that reserved it; a
 //! `Locker` listens on each master) claims it with one queued attempt on every master,
 //! granted only on a majority within the validity time, as any Redlock acquisition. A head
 //! that claims fewer than a majority (a release that reached a master after its claim)
-//! gives back what it claimed and keeps its place by its ticket. Clock differences between
-//! clients change only the order, never mutual exclusion.
+//! gives back what it claimed and keeps its place by its ticket. A client whose clock is
+//! seconds off is neither starved nor favoured, and clock differences never touch mutual
+//! exclusion. Only the masters' clocks matter, through the median: a majority of masters
+//! whose clocks disagree by seconds shifts every client's tickets alike.
 //!
 //! Where there is no queue: WATCH/MULTI (no scripts) announces every release on
 //! `<prefix>{N}:released`, and its waiters subscribe to it (every waiting process wakes at
@@ -294,8 +306,8 @@
 //! # Keys
 //!
 //! A lock named `N` lives at `<prefix>{N}` (default prefix `lock:`), its fencing counter at
-//! `<prefix>{N}:fence`, and its waiter queue, while someone waits, at `<prefix>{N}:q` and
-//! `<prefix>{N}:qe`; an election named `N` keeps its record at `<prefix>{N}:leader` (and
+//! `<prefix>{N}:fence`, and its waiter queue, while someone waits, at `<prefix>{N}:q`; an
+//! election named `N` keeps its record at `<prefix>{N}:leader` (and
 //! announces it on a channel of that name). The braces are a Redis Cluster hash tag: every key of a lock shares a
 //! slot, and no lock name can collide with another lock's keys. Any name works, whatever
 //! bytes it and the prefix hold: a name that begins with `}` (its hash tag would be empty,

@@ -78,6 +78,11 @@ pub(crate) const TOKEN_LEN: usize = 32;
 /// only then (see `scripts/queue.lua`). Never part of a token: tokens are hex.
 pub(crate) const LISTENED_MARK: u8 = b'~';
 
+/// The first byte of a lock's value while it is reserved for the head of its waiter queue
+/// (`?<member>`, see `scripts/queue.lua`): no token begins with it, so no holder's
+/// compare-and-delete or extension ever matches a reservation.
+pub(crate) const RESERVED_MARK: u8 = b'?';
+
 /// A stored value without its listened-for mark.
 pub(crate) fn unmarked(value: &str) -> &str {
     value

@@ -111,3 +111,55 @@ async fn a_queued_waiter_marks_the_value_and_the_release_hands_over() {
     assert!(!stored.contains('~'), "{stored}");
     assert!(won.release().await.expect("release"));
 }
+
+/// The words of every command in the server's slow log (every command, with
+/// `slowlog-log-slower-than 0`), oldest first: each entry's arguments.
+fn logged_commands(server: &RedisServer) -> Vec<Vec<String>> {
+    // The reply's lines: `*n` and `$n` headers, `:n` numbers, then the bulk strings. An
+    // entry is `id, time, duration, [args...], client address, client name`.
+    let reply = server.command(&["SLOWLOG", "GET", "100"]);
+    let mut lines = reply.lines().map(|l| l.trim_end_matches('\r')).peekable();
+    let mut entries = Vec::new();
+    while let Some(line) = lines.next() {
+        // The arguments' array follows the entry's third number (its duration).
+        if !line.starts_with(':') || !lines.peek().is_some_and(|l| l.starts_with('*')) {
+            continue;
+        }
+        let count: usize = lines.next().and_then(|l| l[1..].parse().ok()).unwrap_or(0);
+        let mut args = Vec::with_capacity(count);
+        for _ in 0..count {
+            let _header = lines.next();
+            args.push(lines.next().unwrap_or_default().to_owned());
+        }
+        entries.push(args);
+    }
+    entries.reverse();
+    entries
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_uncontended_release_sends_one_key_and_one_argument() {
+    // The release script took three keys and three arguments (the queue's keys, the
+    // announcement flag, the claim window) on every release, though an unmarked value needs
+    // only the lock key and the value: a compare-and-delete.
+    let server = RedisServer::start_with(&["slowlog-log-slower-than 0", "slowlog-max-len 100"]);
+    let locker = lock_core::Locker::from_url(&server.url()).expect("locker");
+    let lease = locker.lock("lean").ttl(10 * SECOND).await.expect("acquire");
+    server.command(&["SLOWLOG", "RESET"]);
+    assert!(lease.release().await.expect("release"));
+    let scripts: Vec<Vec<String>> = logged_commands(&server)
+        .into_iter()
+        .filter(|args| {
+            args.first().is_some_and(|verb| {
+                verb.eq_ignore_ascii_case("evalsha") || verb.eq_ignore_ascii_case("eval")
+            })
+        })
+        .collect();
+    let release = scripts.first().expect("the release ran a script");
+    assert_eq!(
+        release[2..],
+        ["1".to_owned(), "lock:{lean}".to_owned(), release[4].clone()],
+        "one key and one argument: {release:?}"
+    );
+    assert!(release[4].len() >= 32, "the value: {release:?}");
+}

@@ -81,7 +81,7 @@ async fn separate_lockers_are_served_in_arrival_order() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redis_calls_per_acquisition_stay_flat_as_lockers_are_added() {
+async fn redis_calls_per_acquisition_stay_flat_and_low_as_lockers_are_added() {
     // Each Locker stands for a process. Before the queue, every release woke every waiting
     // process and all of them retried: calls per acquisition grew with N (129 at N = 64).
     let server = RedisServer::start();
@@ -114,12 +114,17 @@ async fn redis_calls_per_acquisition_stay_flat_as_lockers_are_added() {
         }
         let acquired = acquisitions.load(Ordering::Relaxed);
         // Calls made by scripts count one by one here (GET, SET, ZADD ... inside EVALSHA),
-        // so the bound is on server work, not round trips: a queued hand-off is about 25.
+        // so the bound is on server work, not round trips. A queued hand-off took 33-36
+        // (the waiter queued with an entry in a side hash and two expiries, the release
+        // reserved the lock for the head and re-wrote its entry, and the claim took it out
+        // of both and told the next head); now the release pops the head as it reserves the
+        // lock for it, and the claim is a GET and a SET: about 17, 18 with two lockers.
         let per_acquisition = (calls(&server) - before) as f64 / acquired as f64;
         eprintln!("N = {n}: {per_acquisition:.1} server calls per acquisition");
+        let bound = if n == 2 { 19.5 } else { 18.0 };
         assert!(
-            per_acquisition < 40.0,
-            "N = {n}: {per_acquisition:.1} server calls per acquisition"
+            per_acquisition <= bound,
+            "N = {n}: {per_acquisition:.1} server calls per acquisition, more than {bound}"
         );
     }
 }

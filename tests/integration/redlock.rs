@@ -302,3 +302,74 @@ async fn a_cancelled_redlock_waiter_leaves_every_masters_queue() {
     let took = handed_over_after(holder, next).await;
     assert!(took < 2 * SECOND, "the next waiter took {took:?}");
 }
+
+/// Three lockers on three masters, the third with its clock `skew_ms` off where it takes
+/// its tickets, each looping (wait 2 s, hold 10 ms) for `run_for`: the grants of each.
+async fn grants_with_one_skewed_clock(skew_ms: i64, run_for: Duration) -> [u64; 3] {
+    let h = Harness::redlock_of(3);
+    let skewed = lock_core::Locker::builder()
+        .redlock(h.nodes.iter().map(lock_tests::RedisServer::url))
+        .node_timeout(Duration::from_millis(500))
+        .app_name("lock-tests-skewed")
+        .ticket_clock_skew_ms(skew_ms)
+        .build()
+        .expect("redlock locker");
+    let lockers = [h.locker.clone(), h.second_locker(), skewed];
+    let started = Instant::now();
+    let tasks: Vec<_> = lockers
+        .into_iter()
+        .map(|locker| {
+            tokio::spawn(async move {
+                let mut grants = 0u64;
+                while started.elapsed() < run_for {
+                    match locker.lock("skew").ttl(SECOND).wait(2 * SECOND).await {
+                        Ok(lease) => {
+                            grants += 1;
+                            tokio::time::sleep(Duration::from_millis(10)).await;
+                            let _ = lease.release().await;
+                        }
+                        Err(LockError::Timeout { .. }) => {}
+                        Err(err) => panic!("{err}"),
+                    }
+                }
+                grants
+            })
+        })
+        .collect();
+    let mut grants = [0u64; 3];
+    for (slot, task) in grants.iter_mut().zip(tasks) {
+        *slot = task.await.expect("join");
+    }
+    grants
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redlock_client_whose_clock_is_ahead_is_not_starved() {
+    // Tickets on the client's own clock put a client 5 s ahead behind every other waiter,
+    // always: it got no grant at all while the two others shared the lock.
+    let grants = grants_with_one_skewed_clock(5_000, 3 * SECOND).await;
+    let total: u64 = grants.iter().sum();
+    eprintln!("grants with one clock 5 s ahead: {grants:?}");
+    assert!(total > 30, "the lock kept changing hands: {grants:?}");
+    assert!(
+        grants[2] * 5 >= total,
+        "the client whose clock is ahead got its share (at least a fifth): {grants:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redlock_client_whose_clock_is_behind_is_not_favoured() {
+    // Tickets on the client's own clock put a client 5 s behind ahead of every other
+    // waiter, always: it took every other turn (half the grants), the two others shared
+    // the rest, and a newcomer ahead of a reserved head cost claim windows.
+    let grants = grants_with_one_skewed_clock(-5_000, 3 * SECOND).await;
+    let total: u64 = grants.iter().sum();
+    eprintln!("grants with one clock 5 s behind: {grants:?}");
+    assert!(total > 30, "the lock kept changing hands: {grants:?}");
+    for (i, &n) in grants.iter().enumerate() {
+        assert!(
+            n * 5 >= total && n * 5 <= total * 2,
+            "client {i} got between a fifth and two fifths of the grants: {grants:?}"
+        );
+    }
+}

@@ -47,6 +47,9 @@ pub struct Hot {
     pub redis_calls_per_acquisition: f64,
     pub commands_per_acquisition: f64,
     pub round_trips_per_acquisition: f64,
+    /// Redis CPU (`used_cpu_user + used_cpu_sys`, INFO cpu) per acquisition, in µs: the
+    /// server's whole cost of a cycle, its network I/O included. Per node on Redlock.
+    pub redis_cpu_us_per_acquisition: f64,
     /// The longest time from asking for the lock to entering the critical section.
     pub max_wait_ms: f64,
     pub failures: Failures,
@@ -115,6 +118,7 @@ pub async fn measure(group: &Group, run_for: Duration, probe: &Probe) -> Hot {
         calls: 0,
         commands: 0,
         reads: 0,
+        cpu_s: 0.0,
     });
     for (i, (probe, before)) in probes.iter().zip(before).enumerate() {
         let label = format!("{}, N={n}, node {i}", group.label);
@@ -124,6 +128,7 @@ pub async fn measure(group: &Group, run_for: Duration, probe: &Probe) -> Hot {
             commands: sum.commands + d.commands.saturating_sub(1),
             // The probe's own INFO request is one read of the window.
             reads: sum.reads + d.reads.saturating_sub(1),
+            cpu_s: sum.cpu_s + d.cpu_s,
         });
     }
     let nodes = probes.len() as u64;
@@ -131,6 +136,7 @@ pub async fn measure(group: &Group, run_for: Duration, probe: &Probe) -> Hot {
         calls: sum.calls / nodes,
         commands: sum.commands / nodes,
         reads: sum.reads / nodes,
+        cpu_s: sum.cpu_s / nodes as f64,
     });
     let mut log = std::mem::take(&mut *holds.lock().unwrap_or_else(PoisonError::into_inner));
     log.sort_by_key(|hold| hold.entered);
@@ -143,6 +149,7 @@ struct Counts {
     calls: u64,
     commands: u64,
     reads: u64,
+    cpu_s: f64,
 }
 
 fn summarize(
@@ -188,6 +195,8 @@ fn summarize(
             .map_or(f64::NAN, |c| c.commands as f64 / acquisitions.max(1) as f64),
         round_trips_per_acquisition: counts
             .map_or(f64::NAN, |c| c.reads as f64 / acquisitions.max(1) as f64),
+        redis_cpu_us_per_acquisition: counts
+            .map_or(f64::NAN, |c| c.cpu_s * 1e6 / acquisitions.max(1) as f64),
         failures,
     }
 }
@@ -204,6 +213,7 @@ pub struct Row {
     pub redis_calls_per_acquisition: Spread,
     pub commands_per_acquisition: Spread,
     pub round_trips_per_acquisition: Spread,
+    pub redis_cpu_us_per_acquisition: Spread,
     pub max_wait_ms: Spread,
     pub failures: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -244,6 +254,9 @@ pub async fn run(
                 redis_calls_per_acquisition: Spread::pick(runs, |r| r.redis_calls_per_acquisition),
                 commands_per_acquisition: Spread::pick(runs, |r| r.commands_per_acquisition),
                 round_trips_per_acquisition: Spread::pick(runs, |r| r.round_trips_per_acquisition),
+                redis_cpu_us_per_acquisition: Spread::pick(runs, |r| {
+                    r.redis_cpu_us_per_acquisition
+                }),
                 max_wait_ms: Spread::pick(runs, |r| r.max_wait_ms),
                 failures: failures.count,
                 first_error: failures.first,
@@ -256,12 +269,12 @@ pub async fn run(
 impl Table {
     pub fn markdown(&self) -> String {
         let mut out = String::from(
-            "| contender | N | acquisitions/s | hand-off p50 µs | hand-off p99 µs | self re-acquire | Jain | Redis calls/acq | commands/acq | round trips/acq | max wait ms |\n\
-             |---|---|---|---|---|---|---|---|---|---|---|\n",
+            "| contender | N | acquisitions/s | hand-off p50 µs | hand-off p99 µs | self re-acquire | Jain | Redis calls/acq | commands/acq | round trips/acq | Redis CPU µs/acq | max wait ms |\n\
+             |---|---|---|---|---|---|---|---|---|---|---|---|\n",
         );
         for row in &self.rows {
             out.push_str(&format!(
-                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
                 row.contender,
                 row.contenders,
                 row.acquisitions_per_s.show(0),
@@ -272,6 +285,7 @@ impl Table {
                 row.redis_calls_per_acquisition.show(1),
                 row.commands_per_acquisition.show(1),
                 row.round_trips_per_acquisition.show(1),
+                row.redis_cpu_us_per_acquisition.show(1),
                 row.max_wait_ms.show(1),
             ));
         }
@@ -317,6 +331,7 @@ mod tests {
             calls: 20,
             commands: 16,
             reads: 12,
+            cpu_s: 0.0001,
         };
         let hot = summarize(&log, 2, 1.0, Some(counts), Failures::default());
         assert_eq!(hot.acquisitions_per_s, 4.0);
@@ -324,6 +339,7 @@ mod tests {
         assert_eq!(hot.redis_calls_per_acquisition, 5.0);
         assert_eq!(hot.commands_per_acquisition, 4.0);
         assert_eq!(hot.round_trips_per_acquisition, 3.0);
+        assert!((hot.redis_cpu_us_per_acquisition - 25.0).abs() < 1e-9);
         assert_eq!(hot.max_wait_ms, 6.0);
         // Gaps: 2 ms (0 -> 1) and 0 ms (1 -> 0); the self re-acquisition is not a hand-off.
         assert_eq!(hot.handoff_p99_us, 2000.0);

@@ -111,7 +111,10 @@ impl Backend for Memory {
             *counter += 1;
             *counter
         });
-        Ok(Attempt::Acquired { fencing_token })
+        Ok(Attempt::Acquired {
+            fencing_token,
+            listened: false,
+        })
     }
 
     async fn release(&self, keys: &LockKeys, value: &str) -> Result<bool, LockError> {

@@ -18,6 +18,7 @@ pub(crate) mod prim_scripts;
 pub(crate) mod redlock;
 pub(crate) mod replicated;
 pub(crate) mod scripted;
+pub(crate) mod ticket;
 pub(crate) mod transaction;
 mod undo;
 pub(crate) mod waits;
@@ -25,8 +26,12 @@ pub(crate) mod waits;
 /// The result of one attempt to take a lock.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Attempt {
-    /// Taken; with the fencing token when one was asked for.
-    Acquired { fencing_token: Option<u64> },
+    /// Taken; with the fencing token when one was asked for. `listened`: the value was
+    /// stored with the listened-for mark (others wait), so its release must hand over.
+    Acquired {
+        fencing_token: Option<u64>,
+        listened: bool,
+    },
     /// Someone else holds it.
     Busy {
         /// The holder's remaining TTL, when it has one.
@@ -52,9 +57,10 @@ impl Attempt {
 /// Where a queued attempt left this Locker in the lock's waiter queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Place {
-    /// 0: first in line.
+    /// 0: first in line (of those still in it: a waiter the lock is reserved for has left
+    /// the line).
     pub position: u64,
-    /// The lock is reserved for the waiter ahead of us (its claim window is `remaining`).
+    /// The lock is reserved for a waiter ahead of us (its claim window is `remaining`).
     pub head_reserved: bool,
 }
 
@@ -79,14 +85,35 @@ pub(crate) enum AttemptKind<'a> {
 /// A waiting Locker, as it stands in a waiter queue.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Waiter<'a> {
-    /// The Locker's channel: its name in the queue, and where its turn is announced.
-    pub channel: &'a str,
+    /// The Locker's member in the queue (see [`queue_member`]): its name there, whose
+    /// first 16 characters name its channel, where its turn is announced.
+    pub member: &'a str,
     /// How long the entry counts if it is not renewed: the request's remaining wait.
     pub life: Duration,
-    /// When the request began waiting, in microseconds since the UNIX epoch on this
-    /// client's clock: its place in line on Redlock, the same on every master, so that
-    /// their queues agree on the order (one Redis orders by its own clock instead).
+    /// When the request began waiting, in microseconds since the UNIX epoch on the
+    /// masters' clock (see [`ticket`]): its place in line on Redlock, the same on every
+    /// master, so that their queues agree on the order (one Redis orders by its own clock
+    /// instead).
     pub ticket: u64,
+}
+
+/// Length of a waiter channel's own part: 16 hex digits after `<prefix>waiters:`.
+pub(crate) const WAITER_ID_LEN: usize = 16;
+
+/// A Locker's member in waiter queues, from its channel (`<prefix>waiters:<16 hex>`) and
+/// holder label: the 16 hex digits, then `:<label>` (so that a lock reserved for it,
+/// `?<member>`, names its holder label as any value does). The scripts find its channel
+/// again as the waiters' prefix and the member's first 16 characters.
+pub(crate) fn queue_member(channel: &str, label: Option<&str>) -> String {
+    let id = channel
+        .len()
+        .checked_sub(WAITER_ID_LEN)
+        .and_then(|start| channel.get(start..))
+        .unwrap_or(channel);
+    match label {
+        Some(label) => format!("{id}:{label}"),
+        None => id.to_owned(),
+    }
 }
 
 /// How long a waiter whose turn has come has to claim the lock before the next in line
@@ -136,6 +163,17 @@ pub(crate) trait Backend: Send + Sync {
         keys: &LockKeys,
         value: &str,
     ) -> impl Future<Output = Result<bool, LockError>> + Send;
+
+    /// [`Backend::release`] of a value granted without the listened-for mark: backends on
+    /// Lua scripts send a bare compare-and-delete (one key, one argument), and the full
+    /// release only if a waiter marked the value since.
+    fn release_unlistened(
+        &self,
+        keys: &LockKeys,
+        value: &str,
+    ) -> impl Future<Output = Result<bool, LockError>> + Send {
+        self.release(keys, value)
+    }
 
     /// Resets the TTL if the lock still holds `value`. True if it did.
     fn extend(
@@ -228,6 +266,10 @@ impl Backend for AnyBackend {
 
     async fn release(&self, keys: &LockKeys, value: &str) -> Result<bool, LockError> {
         dispatch!(self, b => b.release(keys, value))
+    }
+
+    async fn release_unlistened(&self, keys: &LockKeys, value: &str) -> Result<bool, LockError> {
+        dispatch!(self, b => b.release_unlistened(keys, value))
     }
 
     async fn extend(&self, keys: &LockKeys, value: &str, ttl: Duration) -> Result<bool, LockError> {

@@ -129,6 +129,9 @@ pub(crate) struct Server {
     /// marked release whether or not this node has subscribers), for scripts that release
     /// the lock's way.
     pub announce: &'static [u8],
+    /// The waiters' channel prefix (`<prefix>waiters:`), for scripts that hand a lock to
+    /// the head of its queue the lock's way.
+    pub waiters: Arc<str>,
 }
 
 impl Server {

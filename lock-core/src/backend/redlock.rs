@@ -10,7 +10,9 @@
 //!   busy, including those whose reply was lost (an abandoned per-node attempt undoes
 //!   itself in the background); a busy node's lock was not set by the attempt.
 //! - Waiting: every node keeps the lock's waiter queue (`acquire_queued.lua`), ordered by
-//!   the waiters' tickets (when each request began waiting, on its client's clock), so the
+//!   the waiters' tickets (when each request began waiting, on the masters' clock: each
+//!   client corrects its own by the median of its offsets to the masters, see
+//!   [`TicketClock`]), so the
 //!   nodes agree on who is next: a release hands the lock to the same head on each node,
 //!   and that head (told by every node that reserved it, on its channel: a `Locker` listens
 //!   on each node) claims it with one queued attempt on every node, granted like any other
@@ -37,6 +39,7 @@ use futures_util::future::join_all;
 
 use super::prim_scripts::MARK_LISTENED;
 use super::scripted::Scripted;
+use super::ticket::TicketClock;
 use super::undo::Undo;
 use super::{Attempt, AttemptKind, Backend, RawState};
 use crate::key::LockKeys;
@@ -45,14 +48,34 @@ use crate::LockError;
 pub(crate) struct Redlock {
     nodes: Vec<Scripted>,
     node_timeout: Duration,
+    /// Waiters' tickets, on the masters' clock (see [`TicketClock`]).
+    tickets: TicketClock,
 }
 
 impl Redlock {
-    pub fn new(nodes: Vec<Scripted>, node_timeout: Duration) -> Redlock {
+    pub fn new(nodes: Vec<Scripted>, node_timeout: Duration, tickets: TicketClock) -> Redlock {
         Redlock {
             nodes,
             node_timeout,
+            tickets,
         }
+    }
+
+    /// A waiting request's ticket: now, on the masters' clock (measured again on every
+    /// master when the last measure is older than [`FRESH_FOR`](super::ticket::FRESH_FOR);
+    /// each bounded by the per-node deadline).
+    pub async fn ticket(&self, name: &str) -> u64 {
+        let now = Instant::now();
+        if let Some(ticket) = self.tickets.ticket_if_fresh(now) {
+            return ticket;
+        }
+        let offsets = self
+            .on_all(name, |node| {
+                node.clock_offset_us(name, || self.tickets.client_now_us())
+            })
+            .await;
+        self.tickets
+            .record(offsets.into_iter().filter_map(Result::ok).collect(), now)
     }
 
     fn quorum(&self) -> usize {
@@ -165,6 +188,7 @@ impl Backend for Redlock {
             }
         });
         let mut acquired = 0;
+        let mut listened = false;
         let mut token = 0u64;
         let mut busy = None;
         let mut wrong_type = None;
@@ -178,8 +202,12 @@ impl Backend for Redlock {
                 may_hold.push(node);
             }
             match result {
-                Ok(Attempt::Acquired { fencing_token }) => {
+                Ok(Attempt::Acquired {
+                    fencing_token,
+                    listened: marked,
+                }) => {
                     acquired += 1;
+                    listened |= marked;
                     token = token.max(fencing_token.unwrap_or(0));
                 }
                 Ok(attempt @ Attempt::Busy { .. }) => {
@@ -207,11 +235,12 @@ impl Backend for Redlock {
                 (kind, tokio::runtime::Handle::try_current())
             {
                 for node in still_queued {
-                    node.leave_queue_in_background(&runtime, keys, waiter.channel);
+                    node.leave_queue_in_background(&runtime, keys, waiter.member);
                 }
             }
             return Ok(Attempt::Acquired {
                 fencing_token: fencing.then_some(token),
+                listened,
             });
         }
         // Not granted: take our value back from every node that may have it (all but those
@@ -260,6 +289,13 @@ impl Backend for Redlock {
     async fn release(&self, keys: &LockKeys, value: &str) -> Result<bool, LockError> {
         let results = self
             .on_all(&keys.name, |node| node.release(keys, value))
+            .await;
+        self.majority(&keys.name, results)
+    }
+
+    async fn release_unlistened(&self, keys: &LockKeys, value: &str) -> Result<bool, LockError> {
+        let results = self
+            .on_all(&keys.name, |node| node.release_unlistened(keys, value))
             .await;
         self.majority(&keys.name, results)
     }

@@ -9,11 +9,11 @@ use std::time::Duration;
 use deadpool_redis::{Connection, Pool};
 
 use super::replicated::Replicated;
-use super::{millis, remaining_from_pttl, Attempt, AttemptKind, Backend, RawState};
+use super::{millis, remaining_from_pttl, Attempt, AttemptKind, Backend, RawState, WAITER_ID_LEN};
 use crate::connection::shared::checkout;
 use crate::deadline::within;
 use crate::key::LockKeys;
-use crate::token::{is_ours, LISTENED_MARK};
+use crate::token::{is_ours, LISTENED_MARK, RESERVED_MARK};
 use crate::LockError;
 
 /// How often an operation re-runs after EXEC was aborted by a concurrent write. Every abort
@@ -30,15 +30,24 @@ pub(crate) struct Transactional {
     /// extension, on the operation's own pooled connection (which nobody else's commands
     /// queue behind).
     replicated: Option<Arc<Replicated>>,
+    /// The waiters' channel prefix, `<prefix>waiters:`: a release that hands the lock to
+    /// the head of its queue tells it there (see `scripts/queue.lua`).
+    waiters: Arc<str>,
 }
 
 impl Transactional {
-    pub fn new(pool: Pool, command_timeout: Duration, address: Option<String>) -> Transactional {
+    pub fn new(
+        pool: Pool,
+        command_timeout: Duration,
+        address: Option<String>,
+        waiters: &str,
+    ) -> Transactional {
         Transactional {
             pool,
             command_timeout,
             address,
             replicated: None,
+            waiters: Arc::from(waiters),
         }
     }
 
@@ -69,6 +78,7 @@ impl Backend for Transactional {
             let address = self.address.clone();
             let mark = matches!(kind, AttemptKind::Listening);
             let replicated = self.replicated.clone();
+            let waiters = Arc::clone(&self.waiters);
             tokio::spawn(async move {
                 let result = acquire_once(
                     (&pool, address.as_deref(), replicated.as_deref()),
@@ -83,6 +93,7 @@ impl Backend for Transactional {
                     pool,
                     keys: task_keys,
                     value: task_value,
+                    waiters,
                     armed: true,
                 });
                 let _ = reply.send((result, undo));
@@ -101,7 +112,7 @@ impl Backend for Transactional {
     async fn release(&self, keys: &LockKeys, value: &str) -> Result<bool, LockError> {
         within(self.command_timeout, &keys.name, async {
             let mut conn = checkout(&self.pool, &keys.name, self.address.as_deref()).await?;
-            release_now(&mut conn, keys, value).await
+            release_now(&mut conn, keys, value, &self.waiters).await
         })
         .await
     }
@@ -247,7 +258,10 @@ async fn acquire_once(
                         return Err(err);
                     }
                 }
-                return Ok(Attempt::Acquired { fencing_token });
+                return Ok(Attempt::Acquired {
+                    fencing_token,
+                    listened: false,
+                });
             }
             Some((None, _)) | None => continue,
         }
@@ -257,26 +271,23 @@ async fn acquire_once(
 
 /// Gives the lock up if it still holds `value`; false when it does not (nothing is written
 /// then). As `release.lua` does: an unmarked value (nobody listens) is deleted; a marked one
-/// is handed to the first live waiter of the lock's Redis-side queue (Lockers on Lua
-/// scripts stand there and are told their turn on their own channel, never on the release
-/// channel), or deleted when nobody waits there. Every release is announced on the release
-/// channel, where this protocol's own waiters listen.
+/// is handed to the head of the lock's Redis-side queue (Lockers on Lua scripts stand there
+/// and are told their turn on their own channel, never on the release channel), or deleted
+/// when nobody waits there. Every release is announced on the release channel, where this
+/// protocol's own waiters listen.
 ///
 /// A deleted marked value left a queued waiter asleep until its safety net or the holder's
 /// TTL while the lock lay free: after a holder on this protocol, and after the give-back of
 /// a multi-lock attempt on it, which takes the names one by one and returns them at the
-/// first busy one (found by lock-torture's liveness rule, issue 24).
+/// first busy one (found by lock-torture's liveness rule).
 async fn release_now(
     conn: &mut Connection,
     keys: &LockKeys,
     value: &str,
+    waiters: &str,
 ) -> Result<bool, LockError> {
     let redis_err = |err| LockError::from_redis(&keys.name, &keys.lock, err);
-    let queue_keys = keys.queue_keys();
-    let queue = Queue {
-        queue: queue_keys.queue(),
-        entries: queue_keys.entries(),
-    };
+    let queue = keys.queue();
     for _ in 0..MAX_OPTIMISTIC_RETRIES {
         let Some(stored) = watch_ours(conn, keys, value).await? else {
             return Ok(false);
@@ -286,20 +297,15 @@ async fn release_now(
         if stored.first() == Some(&LISTENED_MARK) {
             // The queue is watched too: a waiter that joins or leaves it meanwhile aborts
             // the EXEC, and the next round looks again.
-            let ((secs, micros), members, entries): ((u64, u64), Vec<Vec<u8>>, Entries) =
-                redis::pipe()
-                    .cmd("WATCH")
-                    .arg(queue.queue)
-                    .arg(queue.entries)
-                    .ignore()
-                    .cmd("TIME")
-                    .zrange(queue.queue, 0, -1)
-                    .hgetall(queue.entries)
-                    .query_async(&mut *conn)
-                    .await
-                    .map_err(redis_err)?;
-            let now = secs * 1000 + micros / 1000;
-            queue.hand_over(&mut tx, &keys.lock, now, &members, &entries);
+            let (line,): (Vec<Vec<u8>>,) = redis::pipe()
+                .cmd("WATCH")
+                .arg(&queue)
+                .ignore()
+                .zrange(&queue, 0, 1)
+                .query_async(&mut *conn)
+                .await
+                .map_err(redis_err)?;
+            hand_over(&mut tx, &keys.lock, &queue, waiters, &line);
         } else {
             tx.del(&keys.lock).ignore();
         }
@@ -312,73 +318,48 @@ async fn release_now(
     Err(kept_changing(keys))
 }
 
-/// A queue's entries: waiter -> `<expiry ms> <value>` (see `queue.lua`).
-type Entries = std::collections::HashMap<Vec<u8>, Vec<u8>>;
-
-/// The two keys of a lock's Redis-side waiter queue.
-struct Queue<'a> {
-    queue: &'a str,
-    entries: &'a str,
-}
-
-impl Queue<'_> {
-    /// Queues in `tx` what `hand_over` in `queue.lua` does to the free lock `lock`, given the
-    /// queue's `members` in order, its `entries` and the server's time `now` (ms): waiters
-    /// whose entry expired are dropped; the first live one gets the lock reserved with its
-    /// value for the claim window and is told its turn (`g`), the one after it to stand by
-    /// (`s`). Nobody live: the lock is deleted.
-    fn hand_over(
-        &self,
-        tx: &mut redis::Pipeline,
-        lock: &str,
-        now: u64,
-        members: &[Vec<u8>],
-        entries: &Entries,
-    ) {
-        let window = millis(super::CLAIM_WINDOW);
-        let live = members.iter().enumerate().find_map(|(i, member)| {
-            let (expiry, value) = entry_of(entries.get(member)?)?;
-            (expiry > now).then_some((i, value))
-        });
-        let dead = live.map_or(members.len(), |(i, _)| i);
-        for member in &members[..dead] {
-            tx.zrem(self.queue, member)
-                .ignore()
-                .hdel(self.entries, member)
-                .ignore();
-        }
-        let Some((head, value)) = live else {
-            tx.del(lock).ignore();
-            return;
-        };
-        let mut entry = format!("{} ", now + window).into_bytes();
-        entry.extend_from_slice(value);
-        tx.cmd("SET")
-            .arg(lock)
-            .arg(value)
-            .arg("PX")
-            .arg(window)
-            .ignore()
-            .hset(self.entries, &members[head], entry)
-            .ignore()
-            .publish(&members[head], format!("g:{window}:{lock}"))
+/// Queues in `tx` what `hand_over` in `queue.lua` does to the free lock `lock`, given the
+/// first two members of its queue (`line`): the head leaves the line, the lock is reserved
+/// for it (`?<member>`, marked when someone else waits) for the claim window, and it is
+/// told its turn (`g`), the one after it to stand by (`s`). Nobody in line: the lock is
+/// deleted.
+fn hand_over(tx: &mut redis::Pipeline, lock: &str, queue: &str, waiters: &str, line: &[Vec<u8>]) {
+    let window = millis(super::CLAIM_WINDOW);
+    let Some(head) = line.first() else {
+        tx.del(lock).ignore();
+        return;
+    };
+    // Marked when someone else waits: the head's claim passes the mark on.
+    let mut reserved = Vec::with_capacity(head.len() + 2);
+    if line.len() > 1 {
+        reserved.push(LISTENED_MARK);
+    }
+    reserved.push(RESERVED_MARK);
+    reserved.extend_from_slice(head);
+    tx.zrem(queue, head)
+        .ignore()
+        .cmd("SET")
+        .arg(lock)
+        .arg(reserved)
+        .arg("PX")
+        .arg(window)
+        .ignore()
+        .publish(channel_of(waiters, head), format!("g:{window}:{lock}"))
+        .ignore();
+    if let Some(second) = line.get(1) {
+        tx.publish(channel_of(waiters, second), format!("s:{window}:{lock}"))
             .ignore();
-        if let Some(second) = members.get(head + 1) {
-            tx.publish(second, format!("s:{window}:{lock}")).ignore();
-        }
     }
 }
 
-/// Expiry and value of a queue entry, `<expiry ms> <value>`; `None` when malformed (the
-/// waiter is dropped then, as `entry_of` in `queue.lua` does).
-fn entry_of(raw: &[u8]) -> Option<(u64, &[u8])> {
-    let space = raw.iter().position(|&b| b == b' ')?;
-    // Lua writes a sum of numbers: an integer, though a float to Lua.
-    let expiry = std::str::from_utf8(&raw[..space])
-        .ok()?
-        .parse::<f64>()
-        .ok()?;
-    Some((expiry as u64, &raw[space + 1..]))
+/// The channel of queue member `member`: the waiters' prefix and the member's first
+/// [`WAITER_ID_LEN`] bytes (as `notify` in `queue.lua` finds it).
+fn channel_of(waiters: &str, member: &[u8]) -> Vec<u8> {
+    let id = &member[..member.len().min(WAITER_ID_LEN)];
+    let mut channel = Vec::with_capacity(waiters.len() + id.len());
+    channel.extend_from_slice(waiters.as_bytes());
+    channel.extend_from_slice(id);
+    channel
 }
 
 /// WATCHes the lock key and reads it: the stored value when it holds `value` (marked or
@@ -448,6 +429,7 @@ struct Undo {
     pool: Pool,
     keys: LockKeys,
     value: String,
+    waiters: Arc<str>,
     armed: bool,
 }
 
@@ -468,9 +450,10 @@ impl Drop for Undo {
         let pool = self.pool.clone();
         let keys = self.keys.clone();
         let value = std::mem::take(&mut self.value);
+        let waiters = Arc::clone(&self.waiters);
         runtime.spawn(async move {
             if let Ok(mut conn) = checkout(&pool, &keys.name, None).await {
-                let _ = release_now(&mut conn, &keys, &value).await;
+                let _ = release_now(&mut conn, &keys, &value, &waiters).await;
             }
         });
     }

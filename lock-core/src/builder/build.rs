@@ -7,6 +7,7 @@ use crate::backend::memory::Memory;
 use crate::backend::redlock::Redlock;
 use crate::backend::replicated::Replicated;
 use crate::backend::scripted::Scripted;
+use crate::backend::ticket::TicketClock;
 use crate::backend::transaction::Transactional;
 use crate::backend::AnyBackend;
 use crate::connection::connect;
@@ -82,6 +83,7 @@ impl LockerBuilder {
                     Scripted::new(
                         SharedConnection::new(source, settings.command_timeout, address),
                         self.script_mode,
+                        &waiters(&settings),
                     )
                     .with_replica_sync(replicated),
                 )
@@ -92,8 +94,13 @@ impl LockerBuilder {
                     .rule(self.sync_timeout_or_default())
                     .map(Replicated::on_callers_connections);
                 AnyBackend::Transaction(
-                    Transactional::new(pool, settings.command_timeout, address)
-                        .with_replica_sync(replicated),
+                    Transactional::new(
+                        pool,
+                        settings.command_timeout,
+                        address,
+                        &waiters(&settings),
+                    )
+                    .with_replica_sync(replicated),
                 )
             }
         };
@@ -130,6 +137,7 @@ impl LockerBuilder {
                         Some(redact_url(url)),
                     ),
                     self.script_mode,
+                    &waiters(&settings),
                 )
                 .redlock_master(),
             );
@@ -144,7 +152,8 @@ impl LockerBuilder {
             .map(|dial| Notifier::new(dial, channel.clone()));
         let notifier = notifiers.next();
         let others = notifiers.collect();
-        let backend = AnyBackend::Redlock(Redlock::new(nodes, self.node_timeout));
+        let tickets = TicketClock::skewed(self.ticket_skew_ms.saturating_mul(1000));
+        let backend = AnyBackend::Redlock(Redlock::new(nodes, self.node_timeout, tickets));
         Ok(Locker::from_engine(
             Engine::new(backend, settings, notifier, false).told_by_other_masters(others),
         ))
@@ -163,7 +172,7 @@ impl LockerBuilder {
         let replicated = self.replicated(&source);
         let conn = SharedConnection::new(source, self.command_timeout, None);
         let backend = AnyBackend::Scripted(
-            Scripted::new(conn, self.script_mode)
+            Scripted::new(conn, self.script_mode, &waiters(&settings))
                 .announcing_across_nodes()
                 .with_replica_sync(replicated),
         );
@@ -202,7 +211,8 @@ impl LockerBuilder {
         let replicated = self.replicated(&source);
         let conn = SharedConnection::new(source, self.command_timeout, None);
         let backend = AnyBackend::Scripted(
-            Scripted::new(conn, self.script_mode).with_replica_sync(replicated),
+            Scripted::new(conn, self.script_mode, &waiters(&settings))
+                .with_replica_sync(replicated),
         );
         Ok(assemble(backend, settings, Some(notifier), true))
     }
@@ -254,7 +264,8 @@ impl LockerBuilder {
         let replicated = self.replicated(&source);
         let conn = SharedConnection::new(source, settings.command_timeout, None);
         let backend = AnyBackend::Scripted(
-            Scripted::new(conn, self.script_mode).with_replica_sync(replicated),
+            Scripted::new(conn, self.script_mode, &waiters(&settings))
+                .with_replica_sync(replicated),
         );
         assemble(backend, settings, None, false)
     }
@@ -286,11 +297,16 @@ fn assemble(
     Locker::from_engine(Engine::new(backend, settings, notifier, commands_bounded))
 }
 
-/// A channel name of this Locker's own (`<prefix>waiters:<random>`): its name in waiter
-/// queues, where its turns are announced. Not a secret: a forged message only makes a
-/// waiter look at Redis once more.
+/// A channel name of this Locker's own (`<prefix>waiters:<16 random hex digits>`): its
+/// name in waiter queues (see `backend::queue_member`), where its turns are announced. Not
+/// a secret: a forged message only makes a waiter look at Redis once more.
 fn own_channel(settings: &Settings) -> String {
-    format!("{}waiters:{:016x}", settings.prefix, fastrand::u64(..))
+    format!("{}{:016x}", waiters(settings), fastrand::u64(..))
+}
+
+/// The waiters' channel prefix: what every Locker's own channel begins with.
+fn waiters(settings: &Settings) -> String {
+    format!("{}waiters:", settings.prefix)
 }
 
 #[cfg(test)]

@@ -125,6 +125,8 @@ pub struct LockerBuilder {
     pubsub_client: Option<redis::Client>,
     replica_sync: crate::ReplicaSync,
     sync_timeout: Option<Duration>,
+    /// Tests only: how far off (ms) this Locker's clock reads when it takes Redlock tickets.
+    ticket_skew_ms: i64,
 }
 
 #[derive(Clone)]
@@ -180,6 +182,7 @@ impl LockerBuilder {
             fencing: false,
             command_timeout: Duration::from_secs(3),
             node_timeout: Duration::from_millis(100),
+            ticket_skew_ms: 0,
             script_mode: ScriptMode::Eval,
             tls: TlsSetting::default(),
             pubsub_client: None,
@@ -280,6 +283,15 @@ impl LockerBuilder {
     /// it well under the TTL: validity left after an acquire is TTL minus the time taken.
     pub fn node_timeout(mut self, timeout: Duration) -> Self {
         self.node_timeout = timeout;
+        self
+    }
+
+    /// For tests of clock skew: this Locker reads its clock `skew_ms` off (ahead when
+    /// positive) where it takes Redlock waiters' tickets, as a client whose clock is wrong
+    /// would. Not a setting: leave it alone.
+    #[doc(hidden)]
+    pub fn ticket_clock_skew_ms(mut self, skew_ms: i64) -> Self {
+        self.ticket_skew_ms = skew_ms;
         self
     }
 

@@ -88,6 +88,7 @@ pub(crate) fn acquire<L>(
             attempts: 0,
             last_busy: Busy::default(),
             fencing_token: None,
+            listened: false,
             renew,
             hold_at_least,
             expired_grant: None,
@@ -155,7 +156,10 @@ fn run<'a>(
         // need to ask Redis) or this locker's waiters are queued for it (a newcomer must not
         // barge in ahead of them). A plain SET: the uncontended path runs no script.
         let held_here = local.local_holder_until().is_some();
-        let fast_path = wait.is_zero() || !(local.has_queue() || held_here);
+        // A name this locker queued for a moment ago: queue at once (the queued attempt
+        // takes the lock if it is free and nobody waits), rather than try a SET first.
+        let contended = queue.is_some() && local.contended_lately(acq.begun);
+        let fast_path = wait.is_zero() || !(local.has_queue() || held_here || contended);
         if fast_path {
             let (kind, commands) = if queue.is_some() {
                 (AttemptKind::BeforeQueueing, 1)
@@ -186,9 +190,10 @@ fn run<'a>(
 
         // Slow path, in a box of its own: the uncontended acquisition above stays a small
         // future (a large one costs an allocation of several kilobytes per lock).
+        let plain_first = !(fast_path || contended);
         // Deadlock detection, beside the wait: only when the task holds other leases.
         let watch = holds.watch(acq.engine, &acq.keys);
-        let waiting = wait_for_turn(acq, deadline, bound, local, queue, fast_path);
+        let waiting = wait_for_turn(acq, deadline, bound, local, queue, plain_first);
         match watch {
             None => Box::pin(waiting).await,
             Some(watch) => Box::pin(watch.around(waiting, deadline)).await,

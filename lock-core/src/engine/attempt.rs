@@ -46,6 +46,8 @@ pub(super) struct Acquire<'a> {
     pub attempts: u32,
     pub last_busy: Busy,
     pub fencing_token: Option<u64>,
+    /// The granted value carries the listened-for mark.
+    pub listened: bool,
     pub renew: Option<Renewal>,
     pub hold_at_least: Option<Duration>,
     /// Set when a grant arrived too late to be of use (how long it took).
@@ -116,7 +118,10 @@ impl Acquire<'_> {
             }
         };
         match attempt {
-            Attempt::Acquired { fencing_token } => {
+            Attempt::Acquired {
+                fencing_token,
+                listened,
+            } => {
                 let took = started.elapsed();
                 let trusted = validity(self.ttl);
                 if !trusted.is_zero() && took >= trusted {
@@ -129,6 +134,7 @@ impl Acquire<'_> {
                     return Ok(Tried::NotYet);
                 }
                 self.fencing_token = fencing_token;
+                self.listened = listened;
                 Ok(Tried::Acquired(started))
             }
             Attempt::Busy {
@@ -166,6 +172,10 @@ impl Acquire<'_> {
 
     pub fn grant(self, attempt_started: Instant, local: NameRef) -> Arc<Held> {
         record(self.span, self.attempts, self.begun);
+        // Waiters are likely to mark the value before its release when it was granted
+        // marked, or this locker queued for the name lately: its release then hands over at
+        // once rather than try a bare compare-and-delete first.
+        let listened = self.listened || local.contended_lately(self.begun);
         self.engine.hold(Grant {
             keys: self.keys,
             value: self.value,
@@ -175,6 +185,7 @@ impl Acquire<'_> {
             local,
             renew: self.renew,
             hold_at_least: self.hold_at_least,
+            listened,
         })
     }
 

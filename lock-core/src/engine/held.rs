@@ -56,6 +56,9 @@ pub(crate) struct Held {
     pub local: NameRef,
     /// A release before `acquired_at` plus this leaves the lock to expire then.
     hold_at_least: Option<Duration>,
+    /// The value was stored with the listened-for mark: its release hands over at once
+    /// (otherwise it tries a bare compare-and-delete first).
+    listened: bool,
 }
 
 /// What the acquire loop knows about a fresh lease.
@@ -70,6 +73,8 @@ pub(crate) struct Grant {
     pub renew: Option<Renewal>,
     /// The minimum hold (see [`Held::release_now`]).
     pub hold_at_least: Option<Duration>,
+    /// Stored with the listened-for mark (see [`Held::release_now`]).
+    pub listened: bool,
 }
 
 /// Auto-renewal settings of one lease.
@@ -96,6 +101,7 @@ impl Held {
             validity: Validity::new(grant.attempt_started, grant.ttl),
             local: grant.local,
             hold_at_least: grant.hold_at_least,
+            listened: grant.listened,
         })
     }
 
@@ -114,7 +120,8 @@ impl Held {
         self.finish();
         let result = match self.hold_left() {
             Some(left) => backend.extend(&self.keys, &self.value, left).await,
-            None => backend.release(&self.keys, &self.value).await,
+            None if self.listened => backend.release(&self.keys, &self.value).await,
+            None => backend.release_unlistened(&self.keys, &self.value).await,
         };
         match result {
             Ok(true) => crate::metrics::released(&self.keys.name, self.acquired_at),

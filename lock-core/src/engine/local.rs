@@ -21,6 +21,12 @@ const SHARDS: usize = 16;
 /// States kept per shard for reuse: an uncontended lock cycle then allocates nothing here.
 const SPARES: usize = 16;
 
+/// Names per shard remembered as contended (see [`NameRef::contended_lately`]).
+const CONTENDED: usize = 4;
+
+/// How long a name stays remembered as contended after this locker last queued for it.
+const CONTENDED_FOR: std::time::Duration = std::time::Duration::from_millis(200);
+
 #[derive(Default)]
 pub(crate) struct LocalNames {
     shards: [Mutex<Shard>; SHARDS],
@@ -36,6 +42,11 @@ struct Shard {
     names: HashTable<Arc<NameState>>,
     /// States of names no longer in use, to be reused for the next new name.
     spares: Vec<Arc<NameState>>,
+    /// Names this locker recently queued for in Redis (hash, until when), kept beyond
+    /// their states: a ring, overwritten oldest first.
+    contended: [(u64, Option<Instant>); CONTENDED],
+    /// The ring's next slot.
+    next_contended: usize,
 }
 
 /// The local state of one name.
@@ -200,6 +211,33 @@ impl Drop for NameRef {
 }
 
 impl NameRef {
+    /// Whether this locker queued for the name in Redis within the last
+    /// [`CONTENDED_FOR`] (as of `now`): its next request then queues at once, in the one
+    /// script that also takes a free lock, rather than trying a plain `SET` first that a
+    /// contended name refuses (a call per acquisition saved under contention).
+    pub fn contended_lately(&self, now: Instant) -> bool {
+        let shard = self.names.shard(self.state.hash);
+        shard
+            .contended
+            .iter()
+            .any(|&(hash, until)| hash == self.state.hash && until.is_some_and(|u| u > now))
+    }
+
+    /// Records that this locker queued for the name in Redis (see
+    /// [`NameRef::contended_lately`]).
+    pub fn note_contended(&self, now: Instant) {
+        let until = Some(now + CONTENDED_FOR);
+        let mut shard = self.names.shard(self.state.hash);
+        let hash = self.state.hash;
+        if let Some(slot) = shard.contended.iter_mut().find(|(h, _)| *h == hash) {
+            slot.1 = until;
+            return;
+        }
+        let next = shard.next_contended;
+        shard.contended[next] = (hash, until);
+        shard.next_contended = (next + 1) % CONTENDED;
+    }
+
     /// Joins the name's local queue; the returned guard leaves it.
     pub fn enqueue(&self) -> Queued<'_> {
         self.queued.fetch_add(1, Ordering::AcqRel);

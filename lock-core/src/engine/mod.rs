@@ -29,7 +29,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::backend::AnyBackend;
+use crate::backend::{queue_member, AnyBackend};
 use crate::connection::notifier::Notifier;
 use crate::engine::background::Background;
 use crate::engine::held::{Grant, Held};
@@ -63,6 +63,8 @@ pub(crate) struct Engine {
     /// Redlock: notifiers on the other masters, with the same own channel, so that a
     /// waiter hears its turn from any master (the first one may be down or behind).
     other_masters: Vec<Notifier>,
+    /// This Locker's member in waiter queues (see `backend::queue_member`), when it queues.
+    queue_member: Option<String>,
     /// Every command this locker sends answers or fails within the command timeout (the
     /// connections were configured here): an attempt that ends well before a request's
     /// deadline needs no timer of its own.
@@ -81,7 +83,12 @@ impl Engine {
         // The queue needs the scripts, and a channel to be told on.
         let queued_waits = notifier.is_some()
             && matches!(backend, AnyBackend::Scripted(_) | AnyBackend::Redlock(_));
+        let queue_member = notifier
+            .as_ref()
+            .filter(|_| queued_waits)
+            .map(|notifier| queue_member(notifier.own_channel(), settings.label.as_deref()));
         Engine {
+            queue_member,
             backend: Arc::new(backend),
             settings,
             local: Arc::default(),
@@ -120,6 +127,11 @@ impl Engine {
     /// The notifiers of Redlock's other masters (empty elsewhere).
     pub fn other_masters(&self) -> &[Notifier] {
         &self.other_masters
+    }
+
+    /// This Locker's member in waiter queues (set when waiters use them).
+    pub fn queue_member(&self) -> Option<&str> {
+        self.queue_member.as_deref()
     }
 
     /// The notifier, when waiters use the Redis-side waiter queue.

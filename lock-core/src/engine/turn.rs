@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
 
-use crate::backend::{AttemptKind, Backend as _, Place, Waiter, CLAIM_WINDOW};
+use crate::backend::{AnyBackend, AttemptKind, Backend as _, Place, Waiter, CLAIM_WINDOW};
 use crate::connection::notifier::{Interest, Notifier, Subscription};
 use crate::engine::attempt::{Acquire, Busy, Tried};
 use crate::engine::held::Held;
@@ -43,8 +43,8 @@ struct InLine<'a> {
     queued: Option<Queued<'a>>,
     engine: &'a Arc<Engine>,
     keys: &'a LockKeys,
-    /// The locker's channel: its name in the Redis queue (`None`: it never queues there).
-    channel: Option<&'a str>,
+    /// The locker's member in the Redis queue (`None`: it never queues there).
+    member: Option<&'a str>,
 }
 
 impl Drop for InLine<'_> {
@@ -52,14 +52,14 @@ impl Drop for InLine<'_> {
         let Some(leaving) = self.queued.take().and_then(Queued::leave) else {
             return;
         };
-        let Some(channel) = self.channel else { return };
+        let Some(member) = self.member else { return };
         // Outside a runtime nothing runs (and `leaving`, dropped with the task, lets
-        // newcomers queue): the entry expires with the request's wait.
+        // newcomers queue): the entry costs the line one claim window when its turn comes.
         let engine = Arc::clone(self.engine);
         let keys = self.keys.clone();
-        let channel = channel.to_owned();
+        let member = member.to_owned();
         self.engine.spawn_background(async move {
-            let left = engine.backend().leave_queue(&keys, &channel).await;
+            let left = engine.backend().leave_queue(&keys, &member).await;
             if let Err(err) = left {
                 tracing::debug!(name = %keys.name, %err, "leaving the waiter queue failed; the entry expires by itself");
             }
@@ -76,7 +76,7 @@ pub(super) async fn wait_for_turn(
     bound: Option<Instant>,
     local: NameRef,
     queue: Option<&Notifier>,
-    fast_path: bool,
+    plain_first: bool,
 ) -> Result<Arc<Held>, LockError> {
     // Slow path. Queue behind this locker's other waiters: only the head of the queue
     // talks to Redis, so N local waiters cost Redis what one does.
@@ -86,18 +86,23 @@ pub(super) async fn wait_for_turn(
         queued: Some(local.enqueue()),
         engine,
         keys: &keys,
-        channel: queue.map(Notifier::own_channel),
+        member: queue.and(engine.queue_member()),
     };
     let Ok(turn) = tokio::time::timeout_at(deadline.into(), local.gate.lock()).await else {
         return Err(acq.timeout());
     };
     let mut listening = Listening::Polling;
-    // This request's place in line on Redlock's masters (see `Waiter::ticket`).
-    let ticket = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |since| {
-            u64::try_from(since.as_micros()).unwrap_or(u64::MAX)
-        });
+    // This request's place in line on Redlock's masters (see `Waiter::ticket`): now, on
+    // the masters' clock (only Redlock's queues are ordered by it).
+    let ticket = match (queue, engine.backend()) {
+        (Some(_), AnyBackend::Redlock(redlock)) => {
+            match tokio::time::timeout_at(deadline.into(), redlock.ticket(&acq.keys.name)).await {
+                Ok(ticket) => ticket,
+                Err(_) => return Err(acq.timeout()),
+            }
+        }
+        _ => 0,
+    };
     if let Some(notifier) = queue {
         // Stand in the lock's Redis-side queue. Listen first, so that a turn announced
         // right after the queued attempt is not missed.
@@ -145,7 +150,7 @@ pub(super) async fn wait_for_turn(
     let mut subscribe_pending = queue.is_none() && acq.engine.notifier().is_some();
     // Out of the Redis queue, a plain SET comes first: after a release by this very
     // locker, or with nobody queued, it is all it takes (one command, no script).
-    let mut plain_next = !fast_path;
+    let mut plain_next = plain_first;
     // Pauses between attempts that failed with a transient error (a dropped connection,
     // a server restarting): short, since nothing will announce the recovery.
     let mut retry = Backoff::new(false);
@@ -184,7 +189,7 @@ pub(super) async fn wait_for_turn(
                     }
                     tried
                 }
-                (Listening::Queue { .. }, Some(notifier)) => {
+                (Listening::Queue { .. }, Some(_)) => {
                     // A leave of the queue by this locker's previous request may still be
                     // on its way: landing after this attempt, it would take our new entry.
                     if tokio::time::timeout_at(deadline.into(), local.no_leave_in_flight())
@@ -194,14 +199,18 @@ pub(super) async fn wait_for_turn(
                         return Err(acq.timeout());
                     }
                     let waiter = Waiter {
-                        channel: notifier.own_channel(),
+                        member: engine.queue_member().unwrap_or_default(),
                         life: deadline.saturating_duration_since(Instant::now()),
                         ticket,
                     };
                     // Before it is sent: dropped with the attempt in flight, the request
                     // must still leave the queue the attempt may have put it in.
                     local.may_be_in_redis_queue();
-                    acq.attempt(bound, AttemptKind::Queued(&waiter)).await
+                    let tried = acq.attempt(bound, AttemptKind::Queued(&waiter)).await;
+                    if matches!(tried, Ok(Tried::NotYet)) {
+                        local.note_contended(Instant::now());
+                    }
+                    tried
                 }
                 // Told of releases on the release channel (or about to be): a busy answer
                 // marks the holder's value, so that its release is announced whatever
@@ -301,6 +310,15 @@ fn pause(acq: &Acquire<'_>, backoff: &mut Backoff, queued_in_redis: bool) -> Dur
     let remaining = acq.last_busy.remaining;
     let place = acq.last_busy.place.filter(|_| queued_in_redis);
     match (place, remaining) {
+        // First in line behind a waiter the lock is reserved for (it left the line): our
+        // turn if it does not claim the lock within its claim window, which ends then.
+        (
+            Some(Place {
+                position: 0,
+                head_reserved: true,
+            }),
+            Some(left),
+        ) => left + EXPIRY_SLACK,
         // First in line: the holder's lease ends then, should it never release (a crash).
         // A safety net too, should the turn message be lost with the pub/sub connection up
         // (a failover between the PUBLISH and its delivery, queue keys evicted): the lock
@@ -309,16 +327,9 @@ fn pause(acq: &Acquire<'_>, backoff: &mut Backoff, queued_in_redis: bool) -> Dur
         (Some(Place { position: 0, .. }), Some(left)) => {
             (left + EXPIRY_SLACK).min(backoff.next(None))
         }
-        // Next after a head that has the lock reserved: our turn if it does not claim it.
-        (
-            Some(Place {
-                position: 1,
-                head_reserved: true,
-            }),
-            Some(left),
-        ) => left + EXPIRY_SLACK,
-        // Next after a head that waits for a holder: if the holder crashes and the head is
-        // gone too, it is our turn one claim window after the holder's lease ends.
+        // Next after a head that waits for a holder (or for its reservation's claim): if
+        // the holder crashes and the head is gone too, it is our turn one claim window
+        // after the lease (or the reservation) ends.
         (Some(Place { position: 1, .. }), Some(left)) => left + CLAIM_WINDOW + EXPIRY_SLACK,
         // Further back: our turn is announced; the timer is only a safety net.
         (Some(_), _) => backoff.next(None),

@@ -1,17 +1,18 @@
 -- Give up every lock of a multi-lock that still holds our value, in one script; the others
 -- are left as they are (nobody else's lock is touched).
--- KEYS: three per lock, in order: its lock key, its queue (`<lock key>:q`) and the queue's
--- entries (`<lock key>:qe`), as release.lua declares them (a Cluster routes by them)
--- ARGV[1] value, ARGV[2] and ARGV[3] as release.lua's: "2" to announce a marked release
--- without asking PUBSUB NUMSUB (anything else: only to subscribers), the claim window in ms
+-- KEYS: two per lock, in order: its lock key and its queue (`<lock key>:q`), as release.lua
+-- declares them (a Cluster routes by them)
+-- ARGV[1] value, ARGV[2], ARGV[3] and ARGV[4] as release.lua's: "2" to announce a marked
+-- release without asking PUBSUB NUMSUB (anything else: only to subscribers), the claim
+-- window in ms, the waiters' channel prefix
 -- Returns how many locks held our value (all given up).
 -- The common path first: one MGET over the lock keys, one DEL of those holding the
 -- unmarked value (nobody listens for them). A value marked as listened for (see queue.lua)
 -- goes the way release.lua takes it: the queue.lua functions and multi_release_listened.lua
 -- follow this part, and are only defined when a release gets past it.
 local locks = {}
-for i = 3, #KEYS, 3 do
-  locks[#locks + 1] = KEYS[i - 2]
+for i = 2, #KEYS, 2 do
+  locks[#locks + 1] = KEYS[i - 1]
 end
 local value, marked_value = ARGV[1], '~' .. ARGV[1]
 local n = #locks

@@ -1,9 +1,15 @@
 -- The waiter queue of a lock, shared by the scripts that touch it (prepended to each).
--- q (ZSET): waiters in arrival order; member = the waiting Locker's channel, score = the
---   server time it first queued, in microseconds (ZADD NX keeps a waiter's place).
--- e (HASH): member -> "<expiry ms> <value>": until when the entry counts (the waiter's
---   deadline, or the end of its claim window once the lock is reserved for it), and the
---   value the lock is reserved with for it.
+-- q (ZSET): the waiting Lockers in line; member = the Locker's waiter id (the 16 hex digits
+--   of its channel, then `:<holder label>` when it has one), score = when it first queued:
+--   the server's time in microseconds (ZADD NX keeps a waiter's place), or on Redlock's
+--   masters the waiter's ticket. The key lives as long as its longest-waiting entry could
+--   (PEXPIRE on joining); a waiter that gives up takes its member out (leave_queue.lua).
+-- The head is popped when the lock is reserved for it: the lock's value is then
+-- `?<member>` for the claim window (PX), so newcomers' SET NX fails and nobody barges; the
+-- head claims it by putting its own value there, and if it never does (dead, paused,
+-- partitioned), the reservation lapses by itself and the next in line, told to stand by,
+-- takes the lock. A waiter that died while queued costs the line one claim window, when
+-- its turn comes.
 -- Times are the server's (TIME), never a client's clock.
 --
 -- The lock's value starts with '~' (a "listened" mark) while someone may wait for its
@@ -19,56 +25,38 @@ local function unmarked(v)
   return v
 end
 
--- Marks the value on the lock (if any) as listened for, keeping its TTL.
-local function mark_listened(lock)
-  local v = redis.call('GET', lock)
+-- Marks the value `v` on the lock (nil: free) as listened for, keeping its TTL. On a
+-- reservation the mark is passed on: its claim writes a marked value.
+local function mark_listened(lock, v)
   if v and string.byte(v, 1) ~= 126 then
     redis.call('SET', lock, '~' .. v, 'KEEPTTL')
   end
 end
 
--- The server's time: milliseconds (entry expiries) and microseconds (arrival order).
-local function clock()
-  local t = redis.call('TIME')
-  local us = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  return math.floor(us / 1000), us
+-- Tells waiter `member` (see above) `message` on its Locker's channel: `waiters` (the
+-- channels' common prefix, `<prefix>waiters:`) and the member's first 16 characters. The
+-- one place a queue script publishes.
+local function notify(waiters, member, message)
+  redis.call('PUBLISH', waiters .. string.sub(member, 1, 16), message)
 end
 
--- expiry, value of a waiter's entry (nil when it has none)
-local function entry_of(e, waiter)
-  local raw = redis.call('HGET', e, waiter)
-  if not raw then return nil, nil end
-  local space = string.find(raw, ' ', 1, true)
-  if not space then return nil, nil end
-  return tonumber(string.sub(raw, 1, space - 1)), string.sub(raw, space + 1)
-end
-
--- The first waiter whose entry still counts, and its value; expired ones (dead, paused,
--- partitioned or gone waiters) are dropped on the way.
-local function live_head(q, e, now)
-  while true do
-    local head = redis.call('ZRANGE', q, 0, 0)[1]
-    if not head then return nil, nil end
-    local expiry, value = entry_of(e, head)
-    if expiry and expiry > now then return head, value end
-    redis.call('ZREM', q, head)
-    redis.call('HDEL', e, head)
-  end
-end
-
--- Reserves the free lock for the queue's live head for `window` ms (its value on the key,
--- so newcomers' SET NX fails and nobody barges), tells the head ("g") and the one after it
--- ("s": take over if the head has not claimed it within the window). False when nobody
--- waits.
-local function hand_over(lock, q, e, now, window)
-  local head, value = live_head(q, e, now)
+-- Reserves the free lock for the head of the queue for `window` ms (popping it), tells it
+-- its turn ("g") and the one after it to stand by ("s": take the lock if the head has not
+-- claimed it within the window). The reservation carries the mark when someone else
+-- waits, and the head's claim passes it on. False when nobody waits.
+local function hand_over(lock, q, window, waiters)
+  local line = redis.call('ZRANGE', q, 0, 1)
+  local head, second = line[1], line[2]
   if not head then return false end
-  redis.call('SET', lock, value, 'PX', window)
-  redis.call('HSET', e, head, (now + tonumber(window)) .. ' ' .. value)
-  redis.call('PUBLISH', head, 'g:' .. window .. ':' .. lock)
-  local second = redis.call('ZRANGE', q, 1, 1)[1]
+  redis.call('ZREM', q, head)
+  local reserved = '?' .. head
   if second then
-    redis.call('PUBLISH', second, 's:' .. window .. ':' .. lock)
+    reserved = '~' .. reserved
+  end
+  redis.call('SET', lock, reserved, 'PX', window)
+  notify(waiters, head, 'g:' .. window .. ':' .. lock)
+  if second then
+    notify(waiters, second, 's:' .. window .. ':' .. lock)
   end
   return true
 end

@@ -1,7 +1,6 @@
--- The rest of release.lua, for a release someone may listen for: hand over to the queue's
--- first live waiter, or delete; then tell the release channel's subscribers, if any.
-local q, e = KEYS[2], KEYS[3]
-if redis.call('EXISTS', q) == 0 or not hand_over(KEYS[1], q, e, clock(), ARGV[3]) then
+-- The rest of release.lua, for a release someone may listen for: hand over to the head of
+-- the queue, or delete; then tell the release channel's subscribers, if any.
+if not hand_over(KEYS[1], KEYS[2], ARGV[3], ARGV[4]) then
   redis.call('DEL', KEYS[1])
 end
 local channel = KEYS[1] .. ':released'

@@ -95,7 +95,11 @@ impl Injector<'_> {
                 waiting.extend(queued.filter(|&c| c < clients && !holders.contains(&c)));
                 continue;
             }
-            for entry in self.rig.ask_about(&name, &["HVALS", &format!("{key}:qe")]) {
+            // A lock's queue members are `<16 hex digits>:<holder label>`.
+            let entries = self
+                .rig
+                .ask_about(&name, &["ZRANGE", &format!("{key}:q"), "0", "-1"]);
+            for entry in entries {
                 waiting.extend(slot_in(&entry).filter(|&c| c < clients && !holders.contains(&c)));
             }
         }
@@ -181,26 +185,34 @@ impl Injector<'_> {
                 continue;
             };
             let channel = message.get_channel_name().to_owned();
-            if !channels.contains_key(&channel) {
+            let name = crate::names::name_of_key(&lock_key)
+                .unwrap_or_default()
+                .to_owned();
+            // The lock is reserved for the head (`?<member>`, marked or not; the member is
+            // its channel's 16 hex digits and its holder label) until it claims it; the
+            // head left the queue when the reservation was made.
+            let id = channel.rsplit(':').next().unwrap_or_default();
+            let reserved_for = |held: &[String]| {
+                held.first()
+                    .map(|v| v.trim_start_matches('~'))
+                    .and_then(|v| v.strip_prefix('?'))
+                    .filter(|member| member.starts_with(id))
+                    .and_then(slot_in)
+            };
+            let reserved = reserved_for(&self.rig.ask_about(&name, &["GET", &lock_key]));
+            if reserved.is_none() && !channels.contains_key(&channel) {
                 channels = self.waiter_channels();
             }
-            let Some(&client) = channels.get(&channel) else {
+            let Some(client) = reserved.or_else(|| channels.get(&channel).copied()) else {
                 continue;
             };
             let t = clock::now();
             drop(pubsub);
             self.rig.replace_client(client)?;
-            // Killed before it claimed its turn (the lock still holds the reservation, the
-            // value of its queue entry), or just after.
-            let name = crate::names::name_of_key(&lock_key)
-                .unwrap_or_default()
-                .to_owned();
-            let held = self.rig.ask_about(&name, &["GET", &lock_key]);
-            let entry = self
-                .rig
-                .ask_about(&name, &["HGET", &format!("{lock_key}:qe"), &channel]);
-            let unclaimed = matches!((held.first(), entry.first()),
-                (Some(held), Some(entry)) if entry.ends_with(held.as_str()));
+            // Killed before it claimed its turn (the lock still holds the reservation), or
+            // just after.
+            let unclaimed =
+                reserved_for(&self.rig.ask_about(&name, &["GET", &lock_key])) == Some(client);
             let when = if unclaimed { "unclaimed" } else { "claimed" };
             let target = format!("client{client} {name} {when}");
             return self.fault("kill-woken-head", &target, t, clock::now());
@@ -280,19 +292,16 @@ impl Injector<'_> {
         channels
     }
 
-    /// Every waiting Locker's channel in the queues now, with the client slot it belongs
-    /// to.
+    /// Every waiting Locker's channel in the queues now (`lock:waiters:` and the first 16
+    /// characters of its member), with the client slot it belongs to (from the member's
+    /// holder label).
     fn waiter_channels(&self) -> HashMap<String, usize> {
         let mut channels = HashMap::new();
         for name in self.rig.name_list() {
-            let entries = self
-                .rig
-                .ask_about(&name, &["HGETALL", &format!("{}:qe", ops::lock_key(&name))]);
-            for pair in entries.chunks(2) {
-                if let [channel, entry] = pair {
-                    if let Some(client) = slot_in(entry) {
-                        channels.insert(channel.clone(), client);
-                    }
+            let queue = format!("{}:q", ops::lock_key(&name));
+            for member in self.rig.ask_about(&name, &["ZRANGE", &queue, "0", "-1"]) {
+                if let (Some(id), Some(client)) = (member.get(..16), slot_in(&member)) {
+                    channels.insert(format!("lock:waiters:{id}"), client);
                 }
             }
         }

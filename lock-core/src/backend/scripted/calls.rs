@@ -41,6 +41,14 @@ pub(super) static RELEASE: LazyLock<Lua> = LazyLock::new(|| {
         ),
     )
 });
+pub(super) static RELEASE_LEAN: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(
+        LIBRARY_NAME,
+        library,
+        "release_lean",
+        include_str!("../../scripts/release_lean.lua"),
+    )
+});
 pub(super) static LEAVE_QUEUE: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(
         LIBRARY_NAME,
@@ -88,6 +96,7 @@ static LIBRARY: LazyLock<String> = LazyLock::new(|| {
             &ACQUIRE,
             &ACQUIRE_QUEUED,
             &RELEASE,
+            &RELEASE_LEAN,
             &LEAVE_QUEUE,
             &RETURN_CLAIM,
             &EXTEND,
@@ -98,8 +107,9 @@ static LIBRARY: LazyLock<String> = LazyLock::new(|| {
 /// Versioned: a script whose keys or arguments change gets a new library name, so that
 /// Lockers of different versions on one server each call their own (v4: `release` declares
 /// the queue's keys; v5: `acquire_queued` takes a Redlock waiter's ticket; v6:
-/// `return_claim`).
-const LIBRARY_NAME: &str = "lockcore_v6";
+/// `return_claim`; v7: the queue without its entries hash, reservations `?<member>`,
+/// `release_lean`).
+const LIBRARY_NAME: &str = "lockcore_v7";
 
 fn library() -> &'static str {
     LIBRARY.as_str()
@@ -129,6 +139,7 @@ pub(super) async fn set_nx_get(
     Ok(match previous {
         None => Attempt::Acquired {
             fencing_token: None,
+            listened: false,
         },
         Some(holder) => Attempt::Busy {
             remaining: None,
@@ -158,21 +169,23 @@ pub(super) async fn acquire_script(
             &[value.as_bytes(), ttl.as_bytes(), fencing_flag],
         )
         .await?;
-    Ok(attempt_of(taken, number, &holder, fencing, None))
+    Ok(attempt_of(taken, number, &holder, fencing, None, false))
 }
 
 /// An acquire script's reply: taken (1) or not, then the fencing token or the holder's
-/// PTTL, and the holder's value.
+/// PTTL, and the holder's value; `listened`: a value taken with the listened-for mark.
 fn attempt_of(
     taken: i64,
     number: i64,
     holder: &[u8],
     fencing: bool,
     place: Option<Place>,
+    listened: bool,
 ) -> Attempt {
     if taken == 1 {
         return Attempt::Acquired {
             fencing_token: fencing.then(|| u64::try_from(number).unwrap_or(0)),
+            listened,
         };
     }
     Attempt::Busy {
@@ -194,41 +207,56 @@ pub(super) async fn acquire_queued(
     ttl: Duration,
     fencing: bool,
     waiter: &Waiter<'_>,
-    ordered_by_ticket: bool,
+    queue: &Queue<'_>,
 ) -> redis::RedisResult<Attempt> {
     let ttl = millis(ttl).to_string();
     let life = millis(waiter.life).to_string();
     let fencing_flag: &[u8] = if fencing { b"1" } else { b"0" };
-    let (fence, queue) = (keys.fence(), keys.queue_keys());
+    let (fence, queue_key) = (keys.fence(), keys.queue());
     let ticket = waiter.ticket.to_string();
-    let args: [&[u8]; 7] = [
+    let args: [&[u8]; 8] = [
         value.as_bytes(),
         ttl.as_bytes(),
         fencing_flag,
-        waiter.channel.as_bytes(),
+        waiter.member.as_bytes(),
         life.as_bytes(),
         CLAIM_WINDOW_MS.as_bytes(),
+        queue.waiters.as_bytes(),
         ticket.as_bytes(),
     ];
     // The ticket orders the queue only on Redlock's masters.
-    let args = if ordered_by_ticket {
+    let args = if queue.ordered_by_ticket {
         &args[..]
     } else {
-        &args[..6]
+        &args[..7]
     };
     let (taken, number, holder, position, head_reserved) = ACQUIRE_QUEUED
-        .run::<(i64, i64, Vec<u8>, i64, i64)>(
-            mode,
-            conn,
-            &[&keys.lock, &fence, queue.queue(), queue.entries()],
-            args,
-        )
+        .run::<(i64, i64, Vec<u8>, i64, i64)>(mode, conn, &[&keys.lock, &fence, &queue_key], args)
         .await?;
     let place = Place {
         position: u64::try_from(position).unwrap_or(0),
         head_reserved: head_reserved == 1,
     };
-    Ok(attempt_of(taken, number, &holder, fencing, Some(place)))
+    // Taken: the last field says whether the value carries the mark.
+    let listened = taken == 1 && head_reserved == 1;
+    Ok(attempt_of(
+        taken,
+        number,
+        &holder,
+        fencing,
+        Some(place),
+        listened,
+    ))
+}
+
+/// What the queue scripts need besides a lock's keys.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Queue<'a> {
+    /// The waiters' channel prefix, `<prefix>waiters:`: a waiter's channel is this and the
+    /// first 16 characters of its member.
+    pub waiters: &'a str,
+    /// A Redlock master: the queue is ordered by the waiters' tickets.
+    pub ordered_by_ticket: bool,
 }
 
 /// Which releases take the release script's full path (waiter queue, release channel).
@@ -254,26 +282,44 @@ impl Announce {
     }
 }
 
-/// The release script: compare-and-delete, or hand the lock to the first live waiter.
+/// The release script: compare-and-delete, or hand the lock to the head of the queue.
 pub(super) async fn release_script(
     mode: ScriptMode,
     announce: Announce,
+    waiters: &str,
     conn: &mut Conn,
     keys: &LockKeys,
     value: &str,
 ) -> redis::RedisResult<i64> {
     let announce_flag = announce.flag();
-    // The queue's keys are declared although only a release of a marked value reads them:
-    // a script must declare every key it touches (a Cluster checks that they share a slot,
+    // The queue's key is declared although only a release of a marked value reads it: a
+    // script must declare every key it touches (a Cluster checks that they share a slot,
     // and routes by them).
-    let queue = keys.queue_keys();
     RELEASE
         .run::<i64>(
             mode,
             conn,
-            &[&keys.lock, queue.queue(), queue.entries()],
-            &[value.as_bytes(), announce_flag, CLAIM_WINDOW_MS.as_bytes()],
+            &[&keys.lock, &keys.queue()],
+            &[
+                value.as_bytes(),
+                announce_flag,
+                CLAIM_WINDOW_MS.as_bytes(),
+                waiters.as_bytes(),
+            ],
         )
+        .await
+}
+
+/// The lean release of a value granted without the mark: 1 deleted, 0 not ours, 2 ours but
+/// marked since (run [`release_script`] then).
+pub(super) async fn release_lean_script(
+    mode: ScriptMode,
+    conn: &mut Conn,
+    keys: &LockKeys,
+    value: &str,
+) -> redis::RedisResult<i64> {
+    RELEASE_LEAN
+        .run::<i64>(mode, conn, &[&keys.lock], &[value.as_bytes()])
         .await
 }
 

@@ -17,6 +17,8 @@ pub(super) struct InFlight<'a> {
     pub shared: &'a SharedConnection,
     pub mode: ScriptMode,
     pub announce: Announce,
+    /// The waiters' channel prefix the release script announces turns on.
+    pub waiters: &'a str,
     pub keys: &'a LockKeys,
     pub value: &'a str,
     pub armed: bool,
@@ -28,8 +30,7 @@ impl Drop for InFlight<'_> {
             return;
         }
         spawn_release(
-            self.mode,
-            self.announce,
+            (self.mode, self.announce, self.waiters),
             &self.lent.conn,
             self.keys,
             self.value,
@@ -43,8 +44,7 @@ impl Drop for InFlight<'_> {
 /// Compare-and-deletes `value` on `conn` from a task of its own; the TTL frees the lock if
 /// it fails or there is no runtime to run it on.
 pub(super) fn spawn_release(
-    mode: ScriptMode,
-    announce: Announce,
+    (mode, announce, waiters): (ScriptMode, Announce, &str),
     conn: &Conn,
     keys: &LockKeys,
     value: &str,
@@ -55,8 +55,9 @@ pub(super) fn spawn_release(
     let mut conn = conn.clone();
     let keys = keys.clone();
     let value = value.to_owned();
+    let waiters = waiters.to_owned();
     runtime.spawn(async move {
-        let undone = release_script(mode, announce, &mut conn, &keys, &value).await;
+        let undone = release_script(mode, announce, &waiters, &mut conn, &keys, &value).await;
         if let Err(err) = undone {
             tracing::debug!(key = %keys.lock, %err, "undo of an abandoned acquire failed; the TTL will free the lock");
         }

@@ -12,8 +12,8 @@ use redis::FromRedisValue;
 
 pub(crate) use self::calls::CLAIM_WINDOW_MS;
 use self::calls::{
-    acquire_queued, acquire_script, release_script, set_nx_get, Announce, EXTEND, LEAVE_QUEUE,
-    RAISE_FENCE, RETURN_CLAIM,
+    acquire_queued, acquire_script, release_lean_script, release_script, set_nx_get, Announce,
+    Queue, EXTEND, LEAVE_QUEUE, RAISE_FENCE, RETURN_CLAIM,
 };
 use self::in_flight::InFlight;
 use crate::backend::lua::{Lua, ScriptMode};
@@ -34,6 +34,8 @@ pub(crate) struct Scripted {
     /// A Redlock master: its waiter queue is ordered by the waiters' tickets, the same on
     /// every master, rather than by this server's clock.
     ordered_by_ticket: bool,
+    /// The waiters' channel prefix, `<prefix>waiters:` (see `Queue::waiters`).
+    waiters: Arc<str>,
     /// Whether the server accepts `SET .. NX .. GET` (Redis 7.0+); cleared on the first
     /// syntax error, after which acquires use the script.
     set_get: AtomicBool,
@@ -43,12 +45,15 @@ pub(crate) struct Scripted {
 }
 
 impl Scripted {
-    pub fn new(conn: SharedConnection, mode: ScriptMode) -> Scripted {
+    /// A backend on `conn`; `waiters` is the waiters' channel prefix (`<prefix>waiters:`),
+    /// where the release tells the head of a lock's queue its turn.
+    pub fn new(conn: SharedConnection, mode: ScriptMode, waiters: &str) -> Scripted {
         Scripted {
             conn,
             mode,
             announce: Announce::WhenListened,
             ordered_by_ticket: false,
+            waiters: Arc::from(waiters),
             set_get: AtomicBool::new(true),
             replicated: None,
         }
@@ -84,6 +89,31 @@ impl Scripted {
         self
     }
 
+    /// How far this server's clock is ahead of `client_now_us` (a reading of the client's
+    /// clock, in µs since the UNIX epoch), from `TIME` read at the middle of its round trip.
+    pub async fn clock_offset_us(
+        &self,
+        name: &str,
+        client_now_us: impl Fn() -> i64,
+    ) -> Result<i64, LockError> {
+        let lent = self.conn.get(name).await?;
+        let mut conn = lent.conn.clone();
+        let before = client_now_us();
+        let (secs, micros): (i64, i64) =
+            redis::cmd("TIME")
+                .query_async(&mut conn)
+                .await
+                .map_err(|err| {
+                    if is_connection_failure(&err) {
+                        self.conn.retire(&lent);
+                    }
+                    LockError::connection(name, err.to_string())
+                })?;
+        let after = client_now_us();
+        let server = secs.saturating_mul(1_000_000).saturating_add(micros);
+        Ok(server - (before + (after - before) / 2))
+    }
+
     /// Raises the lock's fencing counter to at least `token` (Redlock's write-back).
     pub async fn raise_fence(&self, keys: &LockKeys, token: u64) -> Result<(), LockError> {
         let lent = self.conn.get(&keys.name).await?;
@@ -112,13 +142,14 @@ impl Scripted {
     ) {
         let conn = self.conn.clone();
         let (mode, announce) = (self.mode, self.announce);
+        let waiters = Arc::clone(&self.waiters);
         let keys = keys.clone();
         let value = value.to_owned();
         runtime.spawn(async move {
             let undone = match conn.get(&keys.name).await {
                 Ok(lent) => {
                     let mut conn = lent.conn.clone();
-                    release_script(mode, announce, &mut conn, &keys, &value)
+                    release_script(mode, announce, &waiters, &mut conn, &keys, &value)
                         .await
                         .map(drop)
                         .map_err(|err| err.to_string())
@@ -143,10 +174,10 @@ impl Scripted {
     ) {
         let conn = self.conn.clone();
         let mode = self.mode;
+        let waiters = Arc::clone(&self.waiters);
         let keys = keys.clone();
         let waiter = waiter.to_owned();
         runtime.spawn(async move {
-            let queue = keys.queue_keys();
             let left = match conn.get(&keys.name).await {
                 Ok(lent) => {
                     let mut conn = lent.conn.clone();
@@ -154,8 +185,13 @@ impl Scripted {
                         .run::<i64>(
                             mode,
                             &mut conn,
-                            &[&keys.lock, queue.queue(), queue.entries()],
-                            &[waiter.as_bytes(), CLAIM_WINDOW_MS.as_bytes(), b"1"],
+                            &[&keys.lock, &keys.queue()],
+                            &[
+                                waiter.as_bytes(),
+                                CLAIM_WINDOW_MS.as_bytes(),
+                                waiters.as_bytes(),
+                                b"1",
+                            ],
                         )
                         .await
                         .map(drop)
@@ -179,19 +215,19 @@ impl Scripted {
         value: &str,
         waiter: &Waiter<'_>,
     ) -> Result<bool, LockError> {
-        let queue = keys.queue_keys();
         let ticket = waiter.ticket.to_string();
         let life = millis(waiter.life).to_string();
         self.run_on::<i64>(
             &RETURN_CLAIM,
             keys,
-            &[&keys.lock, queue.queue(), queue.entries()],
+            &[&keys.lock, &keys.queue()],
             &[
                 value.as_bytes(),
-                waiter.channel.as_bytes(),
+                waiter.member.as_bytes(),
                 ticket.as_bytes(),
                 life.as_bytes(),
                 CLAIM_WINDOW_MS.as_bytes(),
+                self.waiters.as_bytes(),
             ],
         )
         .await
@@ -254,6 +290,7 @@ impl Scripted {
             mode: self.mode,
             replicated: self.replicated.clone(),
             announce: self.announce.flag(),
+            waiters: Arc::clone(&self.waiters),
         }
     }
 
@@ -269,10 +306,17 @@ impl Scripted {
         value: &str,
     ) -> Result<bool, LockError> {
         let mut conn = conn.clone();
-        release_script(self.mode, self.announce, &mut conn, keys, value)
-            .await
-            .map(|n| n == 1)
-            .map_err(|err| LockError::from_redis(&keys.name, &keys.lock, err))
+        release_script(
+            self.mode,
+            self.announce,
+            &self.waiters,
+            &mut conn,
+            keys,
+            value,
+        )
+        .await
+        .map(|n| n == 1)
+        .map_err(|err| LockError::from_redis(&keys.name, &keys.lock, err))
     }
 }
 
@@ -296,6 +340,7 @@ impl Backend for Scripted {
             shared,
             mode: self.mode,
             announce: self.announce,
+            waiters: &self.waiters,
             keys,
             value,
             armed: true,
@@ -317,7 +362,10 @@ impl Backend for Scripted {
                 ttl,
                 fencing,
                 waiter,
-                self.ordered_by_ticket,
+                &Queue {
+                    waiters: &self.waiters,
+                    ordered_by_ticket: self.ordered_by_ticket,
+                },
             ))
             .await
         } else if use_set_get {
@@ -401,7 +449,41 @@ impl Backend for Scripted {
     async fn release(&self, keys: &LockKeys, value: &str) -> Result<bool, LockError> {
         // The lent connection itself: no second clone of it per release.
         let mut lent = self.conn.get(&keys.name).await?;
-        let released = release_script(self.mode, self.announce, &mut lent.conn, keys, value).await;
+        let released = release_script(
+            self.mode,
+            self.announce,
+            &self.waiters,
+            &mut lent.conn,
+            keys,
+            value,
+        )
+        .await;
+        released.map(|n| n == 1).map_err(|err| {
+            if is_connection_failure(&err) {
+                self.conn.retire(&lent);
+            }
+            LockError::from_redis(&keys.name, &keys.lock, err)
+        })
+    }
+
+    async fn release_unlistened(&self, keys: &LockKeys, value: &str) -> Result<bool, LockError> {
+        let mut lent = self.conn.get(&keys.name).await?;
+        let released = match release_lean_script(self.mode, &mut lent.conn, keys, value).await {
+            // Marked since it was granted: a waiter stands in line, the full release hands
+            // the lock over.
+            Ok(2) => {
+                release_script(
+                    self.mode,
+                    self.announce,
+                    &self.waiters,
+                    &mut lent.conn,
+                    keys,
+                    value,
+                )
+                .await
+            }
+            other => other,
+        };
         released.map(|n| n == 1).map_err(|err| {
             if is_connection_failure(&err) {
                 self.conn.retire(&lent);
@@ -411,12 +493,15 @@ impl Backend for Scripted {
     }
 
     async fn leave_queue(&self, keys: &LockKeys, waiter: &str) -> Result<(), LockError> {
-        let queue = keys.queue_keys();
         self.run_on::<i64>(
             &LEAVE_QUEUE,
             keys,
-            &[&keys.lock, queue.queue(), queue.entries()],
-            &[waiter.as_bytes(), CLAIM_WINDOW_MS.as_bytes()],
+            &[&keys.lock, &keys.queue()],
+            &[
+                waiter.as_bytes(),
+                CLAIM_WINDOW_MS.as_bytes(),
+                self.waiters.as_bytes(),
+            ],
         )
         .await
         .map(drop)

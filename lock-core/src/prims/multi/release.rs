@@ -2,7 +2,7 @@
 //! one script, `multi_release.lua`; elsewhere each lock through the backend's own release.
 //!
 //! The script hands a lock whose value is marked as listened for to the first live waiter
-//! of its queue with the same Lua functions the plain lock's `release.lua` uses
+//! of its queue (popping it and reserving the lock for it) with the same Lua functions the plain lock's `release.lua` uses
 //! (`queue.lua`), so a single-lock waiter queued behind a multi-lock is served exactly as
 //! behind a plain lock; a change to that queue's keys or to `hand_over` is a change here
 //! too.
@@ -12,7 +12,7 @@ use futures_util::future::join_all;
 use crate::backend::prim_scripts::{Server, MULTI_RELEASE};
 use crate::backend::scripted::CLAIM_WINDOW_MS;
 use crate::connection::shared::Conn;
-use crate::key::{LockKeys, QueueKeys};
+use crate::key::LockKeys;
 use crate::prims::env::Env;
 use crate::LockError;
 
@@ -26,15 +26,16 @@ pub(super) async fn release_all(
     keys: &[LockKeys],
     value: &str,
 ) -> Result<bool, LockError> {
-    let queues: Vec<QueueKeys> = keys.iter().map(LockKeys::queue_keys).collect();
-    let mut script_keys = Vec::with_capacity(keys.len() * 3);
+    let queues: Vec<String> = keys.iter().map(LockKeys::queue).collect();
+    let mut script_keys = Vec::with_capacity(keys.len() * 2);
     for (lock, queue) in keys.iter().zip(&queues) {
-        script_keys.extend([lock.lock.as_str(), queue.queue(), queue.entries()]);
+        script_keys.extend([lock.lock.as_str(), queue.as_str()]);
     }
-    let args: [&[u8]; 3] = [
+    let args: [&[u8]; 4] = [
         value.as_bytes(),
         server.announce,
         CLAIM_WINDOW_MS.as_bytes(),
+        server.waiters.as_bytes(),
     ];
     let name = keys.first().map_or("", |k| k.name.as_str());
     let given: i64 = match conn {
