@@ -44,6 +44,9 @@
 //!   ([`revival`]).
 //! - `nested-on-lost`: a nested `#[redis_locked]` call began after the enclosing lease's
 //!   trust had ended, and its body ran anyway ([`nested`]).
+//! - `spawned-beside-holder`: a sibling spawned from inside a `#[redis_locked]` body (a
+//!   task of its own, which does not inherit the lease) ran its body while the enclosing
+//!   lease was still trusted ([`nested`]).
 //! - `leftover-after-error`: an acquire that failed with `WrongType` left its value on a
 //!   node ([`leftover`]).
 //! - `liveness`: a request was left waiting while what it waits for was free, longer than

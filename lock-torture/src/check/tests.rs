@@ -529,6 +529,40 @@ fn a_nested_body_must_not_run_on_an_untrusted_lease() {
     assert_eq!(rules(&report), ["nested-on-lost"]);
 }
 
+fn spawned_sibling(id: &str, call_ms: u64, body_ms: Option<u64>) -> Event {
+    Event::Nested {
+        id: id.into(),
+        t_call: call_ms * MS,
+        t_body: body_ms.map(|ms| ms * MS),
+        t_return: (call_ms + 30) * MS,
+        outcome: if body_ms.is_some() { "ok" } else { "busy" }.into(),
+        t_body_end: body_ms.map(|ms| (ms + 10) * MS),
+        sibling: Some("spawned".into()),
+    }
+}
+
+/// A sibling spawned inside a locked body is a task of its own: once the enclosing lease
+/// has ended it may take the lock anew and run (a throughput run flagged exactly that as
+/// `nested-on-lost`, once per 120 s run), and while the lease is trusted it must not.
+#[test]
+fn a_spawned_sibling_is_judged_as_a_request_of_its_own() {
+    let report = run(
+        vec![
+            acq("a", "n", 1, 0, 190),
+            spawned_sibling("a", 250, Some(260)),
+            acq("b", "m", 1, 0, 190),
+            spawned_sibling("b", 100, None),
+        ],
+        &[],
+    );
+    assert!(report.passed(), "{:?}", report.violations);
+    let report = run(
+        vec![acq("a", "n", 1, 0, 190), spawned_sibling("a", 100, Some(110))],
+        &[],
+    );
+    assert_eq!(rules(&report), ["spawned-beside-holder"]);
+}
+
 fn probe(values: [[Option<&str>; 2]; 2]) -> Event {
     let mut looks = Vec::new();
     for (round, row) in values.iter().enumerate() {
