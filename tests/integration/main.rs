@@ -4,6 +4,7 @@ mod behaviour;
 mod cancelled;
 mod cluster;
 mod contention;
+mod degraded;
 mod election;
 mod failover;
 mod fast_path;

@@ -1,6 +1,7 @@
 //! One Redis, Lua scripts: one round trip per operation. The default backend.
 
 mod calls;
+mod confirm;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -282,7 +283,10 @@ impl Backend for Scripted {
         kind: AttemptKind<'_>,
     ) -> Result<Attempt, LockError> {
         let started = Instant::now();
-        let shared = self.writer(&[&keys.lock]);
+        // On the shared connection even with the replica check on: most answers (busy, a
+        // place in line) wait for no replica, and must not queue behind another task's
+        // `WAIT` on the check's connections. A grant is confirmed from there afterwards.
+        let shared = &self.conn;
         let lent = shared.get(&keys.name).await?;
         let mut conn = lent.conn.clone();
         // A reply that never arrives (the caller dropped the future, or the command timed
@@ -351,10 +355,7 @@ impl Backend for Scripted {
             if let Some(replicated) = &self.replicated {
                 // Granted only once replicas have it; otherwise undone (the armed undo, on
                 // this connection, after the write) and a failed attempt.
-                if let Err(err) = replicated.confirm(&mut conn, &keys.name, &keys.lock).await {
-                    if let LockError::Connection { .. } = err {
-                        shared.retire(&lent);
-                    }
+                if let Err(err) = Box::pin(self.confirm_grant(replicated, &mut conn, keys, value, ttl)).await {
                     drop(undo);
                     return Err(err);
                 }
@@ -558,12 +559,14 @@ fn not_replicated_for(err: &LockError, name: &str) -> LockError {
             acknowledged,
             required,
             timeout,
+            connected,
             ..
         } => LockError::NotReplicated {
             name: name.to_owned(),
             acknowledged: *acknowledged,
             required: *required,
             timeout: *timeout,
+            connected: *connected,
         },
         other => LockError::connection(name, other.to_string()),
     }
