@@ -429,8 +429,12 @@ fn limit_suffix(waited: &Option<Duration>, retry_after: &Option<Duration>) -> St
 fn connected_suffix(connected: Option<u32>) -> String {
     match connected {
         Some(0) => " (the master has no connected replica)".to_owned(),
-        Some(1) => " (1 replica is connected but did not acknowledge: stalled or lagging)".to_owned(),
-        Some(n) => format!(" ({n} replicas are connected but too few acknowledged: stalled or lagging)"),
+        Some(1) => {
+            " (1 replica is connected but did not acknowledge: stalled or lagging)".to_owned()
+        }
+        Some(n) => {
+            format!(" ({n} replicas are connected but too few acknowledged: stalled or lagging)")
+        }
         None => String::new(),
     }
 }

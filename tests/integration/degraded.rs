@@ -119,10 +119,13 @@ async fn a_replication_outage_is_reported_as_such() {
     }
     // The master still has its stopped replica connected: the error says so.
     match refused {
-        Err(err @ LockError::NotReplicated {
-            connected: Some(1), ..
-        }) => assert!(
-            err.to_string().contains("connected but did not acknowledge"),
+        Err(
+            err @ LockError::NotReplicated {
+                connected: Some(1), ..
+            },
+        ) => assert!(
+            err.to_string()
+                .contains("connected but did not acknowledge"),
             "{err}"
         ),
         other => panic!("a stalled replica: {other:?}"),
@@ -192,7 +195,10 @@ async fn auto_grants_again_after_a_failover_to_a_replica_without_replicas() {
     let granted = auto.lock("after").ttl(10 * SECOND).wait(20 * SECOND).await;
     let lease = granted.expect("Auto grants on the promoted replica, which has no replica");
     assert!(
-        !pair.replica.command(&["GET", lease.key()]).starts_with("$-1"),
+        !pair
+            .replica
+            .command(&["GET", lease.key()])
+            .starts_with("$-1"),
         "granted by the promoted replica"
     );
     // Later grants too, without waiting for a replica that is not there.
@@ -200,10 +206,14 @@ async fn auto_grants_again_after_a_failover_to_a_replica_without_replicas() {
     let again = auto.try_lock("after", 10 * SECOND).await.expect("again");
     assert!(again.release().await.expect("release"));
 
-    match strict.lock("strict").ttl(10 * SECOND).wait(2 * SECOND).await {
+    match strict
+        .lock("strict")
+        .ttl(10 * SECOND)
+        .wait(2 * SECOND)
+        .await
+    {
         Err(LockError::NotReplicated {
-            connected: Some(0),
-            ..
+            connected: Some(0), ..
         }) => {}
         other => panic!("Required grants only what a replica has: {other:?}"),
     }
@@ -213,7 +223,10 @@ async fn auto_grants_again_after_a_failover_to_a_replica_without_replicas() {
     until_replica_online(&pair.replica);
     // The master is looked at again within a few seconds.
     tokio::time::sleep(6 * SECOND).await;
-    let ok = auto.try_lock("back", 10 * SECOND).await.expect("acknowledged");
+    let ok = auto
+        .try_lock("back", 10 * SECOND)
+        .await
+        .expect("acknowledged");
     assert!(ok.release().await.expect("release"));
     fresh.signal("-STOP");
     let refused = auto.try_lock("back:2", 10 * SECOND).await;

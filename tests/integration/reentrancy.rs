@@ -418,8 +418,16 @@ async fn outer_answered_late(
     nested: &Mutex<Option<Result<(), LockError>>>,
 ) -> Result<(), LockError> {
     let lease = current_lease().expect("a lease inside the body");
-    tokio::time::sleep(lease.expires_in().saturating_sub(Duration::from_millis(300))).await;
-    assert!(!lease.is_lost(), "the lease is still valid when the nested call begins");
+    tokio::time::sleep(
+        lease
+            .expires_in()
+            .saturating_sub(Duration::from_millis(300)),
+    )
+    .await;
+    assert!(
+        !lease.is_lost(),
+        "the lease is still valid when the nested call begins"
+    );
     let result = nested_late(locker, writes).await;
     *nested.lock().expect("mutex") = Some(result);
     Ok(())

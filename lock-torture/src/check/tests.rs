@@ -557,7 +557,10 @@ fn a_spawned_sibling_is_judged_as_a_request_of_its_own() {
     );
     assert!(report.passed(), "{:?}", report.violations);
     let report = run(
-        vec![acq("a", "n", 1, 0, 190), spawned_sibling("a", 100, Some(110))],
+        vec![
+            acq("a", "n", 1, 0, 190),
+            spawned_sibling("a", 100, Some(110)),
+        ],
         &[],
     );
     assert_eq!(rules(&report), ["spawned-beside-holder"]);

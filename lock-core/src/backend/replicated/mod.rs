@@ -15,8 +15,8 @@ use std::time::Instant;
 
 use redis::aio::ConnectionLike;
 
-use crate::connection::shared::{SharedConnection, Source};
 use self::shards::{probe, Master, Shards};
+use crate::connection::shared::{SharedConnection, Source};
 use crate::key::LockKeys;
 use crate::replication::SyncRule;
 
@@ -35,7 +35,6 @@ static REWRITE: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(||
 
 /// Dedicated connections for the writes that wait for replicas.
 pub(crate) const CONNECTIONS: usize = 4;
-
 
 pub(crate) struct Replicated {
     conns: Vec<SharedConnection>,
@@ -144,7 +143,6 @@ impl Replicated {
         let shard = self.shards.of(key);
         !self.rule.when_replicated || (self.shards.is_seen(shard) && !self.shards.is_bare(shard))
     }
-
 
     /// Where the next write that a holder relies on (on `keys`) goes: a dedicated
     /// connection while the check is on for any of them, `shared` otherwise.

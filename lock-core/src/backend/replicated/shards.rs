@@ -184,4 +184,3 @@ fn parse_master(info: &str) -> Option<Master> {
         online,
     })
 }
-

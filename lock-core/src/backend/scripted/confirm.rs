@@ -79,7 +79,6 @@ impl Scripted {
     }
 }
 
-
 impl Scripted {
     /// See [`AnyBackend::replica_wait_cut`](crate::backend::AnyBackend::replica_wait_cut).
     pub(crate) fn replica_wait_cut(&self, value: &str) -> Option<(u32, Duration)> {

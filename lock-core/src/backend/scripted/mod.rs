@@ -355,7 +355,9 @@ impl Backend for Scripted {
             if let Some(replicated) = &self.replicated {
                 // Granted only once replicas have it; otherwise undone (the armed undo, on
                 // this connection, after the write) and a failed attempt.
-                if let Err(err) = Box::pin(self.confirm_grant(replicated, &mut conn, keys, value, ttl)).await {
+                if let Err(err) =
+                    Box::pin(self.confirm_grant(replicated, &mut conn, keys, value, ttl)).await
+                {
                     drop(undo);
                     return Err(err);
                 }
