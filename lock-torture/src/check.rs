@@ -64,6 +64,9 @@
 //!   the term, and its observers (`check/election.rs`).
 //! - `tick-once`, `tick-missed`: scheduled runs, one per tick, and no tick missed while
 //!   nothing fails ([`schedule`]).
+//! - `busy-delayed`: while a replica was stopped, a request that did not wait was answered
+//!   busy later than [`replica_stall::BUSY_BOUND`], or failed with a connection error: an
+//!   answer that needs no replica waited for one ([`replica_stall`]).
 //! - `unexplained-error`: an acquire failed with a Redis error reply (or an error the
 //!   harness cannot classify) while no fault was under way, nor had ended in the last
 //!   five seconds ([`errors`]).
@@ -92,6 +95,7 @@ mod leftover;
 pub mod liveness;
 mod nested;
 mod permits;
+mod replica_stall;
 mod requests;
 mod revival;
 pub mod schedule;
@@ -569,6 +573,7 @@ pub fn check(history: &History, nodes: usize) -> Report {
     errors::check(&history.events, &mut report);
     election::check_observers(&history.events, &mut report);
     schedule::check(&history.events, &downs, &mut report);
+    replica_stall::check(&history.events, &mut report);
     report
 }
 

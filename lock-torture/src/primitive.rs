@@ -31,8 +31,8 @@ pub enum Primitive {
     /// replica firing each name's job on a shared tick schedule, each tick up to
     /// [`crate::cadence::Cadence::max_offset`] late. Rules `tick-once`, `tick-missed`.
     Schedule,
-    /// Every primitive in turn, one run each (the lock's four; `election` and `schedule`
-    /// are asked for by name).
+    /// Every primitive in turn, one run each: the lock's four, leader election and
+    /// scheduled runs.
     All,
 }
 
@@ -57,12 +57,14 @@ impl Primitive {
     }
 
     /// The primitives `all` stands for.
-    pub fn each() -> [Primitive; 4] {
+    pub fn each() -> [Primitive; 6] {
         [
             Primitive::Mutex,
             Primitive::Semaphore,
             Primitive::Rwlock,
             Primitive::Multi,
+            Primitive::Election,
+            Primitive::Schedule,
         ]
     }
 
@@ -164,5 +166,15 @@ mod tests {
         assert!(Primitive::Schedule.supports(Topology::Sentinel).is_err());
         assert!(Primitive::Election.scripts_only());
         assert!(!Primitive::Schedule.scripts_only());
+    }
+
+    /// `all` left elections and scheduled runs out (they were run only when asked for by
+    /// name), so a check of every primitive skipped two of them.
+    #[test]
+    fn all_includes_election_and_schedule() {
+        let each = Primitive::each();
+        assert!(each.contains(&Primitive::Election), "{each:?}");
+        assert!(each.contains(&Primitive::Schedule), "{each:?}");
+        assert!(!each.contains(&Primitive::All));
     }
 }

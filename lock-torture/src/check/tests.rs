@@ -1047,3 +1047,27 @@ fn a_redis_error_outside_every_fault_is_a_violation() {
     let after = run(vec![fault, error(FailKind::Redis, 20_000)], &[]);
     assert_eq!(rules_but_liveness(&after), ["unexplained-error"]);
 }
+
+/// While a replica is stopped, a busy answer (a try of a held name) needs no replica: one
+/// that took 400 ms (it queued behind a grant's WAIT, what lock-core did before) breaks
+/// `busy-delayed`, one of 2 ms does not; a try outside the stall is not judged.
+#[test]
+fn a_busy_answer_during_a_replica_stall_is_not_delayed() {
+    let stall = Event::Fault {
+        kind: "pause-replica".into(),
+        target: "replica 7001".into(),
+        t_start: 100 * MS,
+        t_end: 2_000 * MS,
+    };
+    let report = run(
+        vec![
+            stall.clone(),
+            failed(0, 200, 202, 0),
+            failed(1, 1_900, 2_010, 0),
+        ],
+        &[],
+    );
+    assert!(report.violations.is_empty(), "{:?}", report.violations);
+    let report = run(vec![stall, failed(0, 200, 600, 0)], &[]);
+    assert_eq!(rules(&report), ["busy-delayed"]);
+}
