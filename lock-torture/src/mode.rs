@@ -59,9 +59,10 @@ pub enum Mode {
     /// the failover; Sentinel: until a replica is promoted. Then SIGCONT: the old master
     /// comes back as a replica.
     PauseMaster,
-    /// Sentinel: SIGSTOP of a replica for one to two seconds, then SIGCONT. The master keeps
-    /// it connected; grants wait for it in vain (refused, `NotReplicated`), and answers
-    /// that need no replica (a busy lock) must not wait at all (rule `busy-delayed`).
+    /// Sentinel: SIGSTOP of the replicas for one to two seconds, then SIGCONT. The master
+    /// keeps them connected; grants wait for them in vain (refused, `NotReplicated`), and
+    /// answers that need no replica (a busy lock) must not wait at all (rule
+    /// `busy-delayed`).
     PauseReplica,
     /// Sentinel: SIGKILL of the master and of one of its two replicas at once, neither ever
     /// restarted: the Sentinels promote the other replica, which has no replica of its own.

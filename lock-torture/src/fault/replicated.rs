@@ -64,8 +64,13 @@ impl Injector<'_> {
             (Ha::Sentinel(s), Mode::KillMaster) => s.kill_master(names)?,
             (Ha::Sentinel(s), Mode::PauseReplica) => {
                 let pause = Duration::from_millis(rng.u64(1000..2000));
-                let (port, t_start, t_end) = s.pause_replica(pause)?;
-                return self.fault("pause-replica", &format!("replica {port}"), t_start, t_end);
+                let (ports, t_start, t_end) = s.pause_replica(pause)?;
+                return self.fault(
+                    "pause-replica",
+                    &format!("replicas {ports}"),
+                    t_start,
+                    t_end,
+                );
             }
             (Ha::Sentinel(s), Mode::LoseMaster) => {
                 // Never whole again: no waiting for it.

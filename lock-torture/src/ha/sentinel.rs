@@ -182,22 +182,26 @@ impl SentinelHa {
         ))
     }
 
-    /// SIGSTOP of a replica for `pause`, then SIGCONT: the port and when it was stopped
-    /// and resumed.
-    pub fn pause_replica(&mut self, pause: Duration) -> Result<(u16, Nanos, Nanos), BoxError> {
+    /// SIGSTOP of every replica for `pause`, then SIGCONT (one stopped replica of two
+    /// would leave the other to acknowledge): the master keeps them connected. The ports
+    /// (joined) and when they were stopped and resumed.
+    pub fn pause_replica(&mut self, pause: Duration) -> Result<(String, Nanos, Nanos), BoxError> {
         let master = self.master().ok_or("no Sentinel names a master")?;
-        let replica = self
-            .ports()
-            .into_iter()
-            .find(|&p| p != master)
-            .ok_or("no replica")?;
-        let index = self.index_of(replica).ok_or("the replica is not ours")?;
-        let pid = self.data[index].pid().ok_or("the replica has no process")?;
+        let mut pids = Vec::new();
+        let mut ports = Vec::new();
+        for server in self.data.iter().filter(|s| s.port() != master) {
+            pids.push(server.pid().ok_or("a replica has no process")?);
+            ports.push(server.port().to_string());
+        }
         let t_start = clock::now();
-        crate::spawn::signal(pid, true)?;
+        for &pid in &pids {
+            crate::spawn::signal(pid, true)?;
+        }
         std::thread::sleep(pause);
-        crate::spawn::signal(pid, false)?;
-        Ok((replica, t_start, clock::now()))
+        for &pid in &pids {
+            crate::spawn::signal(pid, false)?;
+        }
+        Ok((ports.join(","), t_start, clock::now()))
     }
 
     /// SIGSTOP of the master until the Sentinels have promoted a replica, and `extra`

@@ -274,14 +274,24 @@ impl Replicated {
     /// asked [`Replicated::required`] already. `Err(None)` when `cover` could not run as
     /// sent (a script the server does not have: run it with loading, then
     /// [`Replicated::confirm_after`]).
+    ///
+    /// While the check's connection is not open yet (the first grants after the master
+    /// was seen with replicas), on `shared` instead: one `WAIT` there rather than a
+    /// connection set-up inside the grant, which a waiter would see as the lock held.
     pub async fn confirm_covered(
         &self,
+        shared: &SharedConnection,
         name: &str,
         key: &str,
         cover: redis::Cmd,
     ) -> Result<(), Option<LockError>> {
         let Some(dedicated) = self.connection() else {
             return Ok(());
+        };
+        let dedicated = if dedicated.is_open() {
+            dedicated
+        } else {
+            shared
         };
         let lent = dedicated.get(name).await.map_err(Some)?;
         let mut conn = lent.conn.clone();

@@ -49,7 +49,7 @@ impl Scripted {
         let args: [&[u8]; 2] = [value.as_bytes(), ttl.as_bytes()];
         let cover = EXTEND.mode_command(self.mode, &[&keys.lock], &args);
         match replicated
-            .confirm_covered(&keys.name, &keys.lock, cover)
+            .confirm_covered(&self.conn, &keys.name, &keys.lock, cover)
             .await
         {
             Ok(()) => Ok(()),
