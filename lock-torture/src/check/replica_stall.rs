@@ -12,10 +12,10 @@ use crate::clock::{ms, Nanos};
 use crate::event::{Event, FailKind};
 
 /// How long a busy answer may take during a replica's stall: one round trip on the local
-/// machine, and scheduling on a loaded two-core machine. A busy answer queued behind a
-/// grant's `WAIT` takes up to the sync timeout (500 ms by default), or the command
-/// timeout.
-pub(super) const BUSY_BOUND: Nanos = 100_000_000;
+/// machine, and scheduling on a loaded two-core machine (debug builds included): half the
+/// default sync timeout. A busy answer queued behind a grant's `WAIT` takes up to the sync
+/// timeout (500 ms by default), or the command timeout.
+pub(super) const BUSY_BOUND: Nanos = 250_000_000;
 
 /// The fault's name in the history.
 const FAULT: &str = "pause-replica";

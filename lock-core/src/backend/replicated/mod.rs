@@ -48,6 +48,8 @@ pub(crate) struct Replicated {
     cut: Mutex<Vec<(String, Instant)>>,
     /// The masters (by `run_id`) seen with a connected replica, the last few.
     masters: Mutex<Vec<String>>,
+    /// One of the check's connections has opened.
+    warm: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// How many masters seen with replicas are remembered.
@@ -116,6 +118,7 @@ impl Replicated {
             shards: Shards::new(cluster),
             cut: Mutex::new(Vec::new()),
             masters: Mutex::new(Vec::new()),
+            warm: std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false)),
         }
     }
 
@@ -176,9 +179,13 @@ impl Replicated {
         };
         for conn in &self.conns {
             let conn = conn.clone();
+            let warm = std::sync::Arc::clone(&self.warm);
             runtime.spawn(async move {
-                if let Err(err) = conn.get("").await {
-                    tracing::debug!(%err, "cannot open a connection for the replica check yet; the first write on it will");
+                match conn.get("").await {
+                    Ok(_) => warm.store(true, Ordering::Relaxed),
+                    Err(err) => {
+                        tracing::debug!(%err, "cannot open a connection for the replica check yet; the first write on it will");
+                    }
                 }
             });
         }
@@ -275,8 +282,8 @@ impl Replicated {
     /// sent (a script the server does not have: run it with loading, then
     /// [`Replicated::confirm_after`]).
     ///
-    /// While the check's connection is not open yet (the first grants after the master
-    /// was seen with replicas), on `shared` instead: one `WAIT` there rather than a
+    /// Until the check's connections have opened (the first grants after the master was
+    /// seen with replicas), on `shared` instead: one `WAIT` there rather than a
     /// connection set-up inside the grant, which a waiter would see as the lock held.
     pub async fn confirm_covered(
         &self,
@@ -288,7 +295,9 @@ impl Replicated {
         let Some(dedicated) = self.connection() else {
             return Ok(());
         };
-        let dedicated = if dedicated.is_open() {
+        // Until one of the check's connections has opened (once: a connection retired
+        // later is reopened by its next write, never replaced by the shared one).
+        let dedicated = if self.warm.load(Ordering::Relaxed) {
             dedicated
         } else {
             shared

@@ -235,9 +235,12 @@ impl Scripted {
     /// its connection is open (no set-up before the command), its one `SET` or script is
     /// bounded by the response timeout, and the `PTTL` that may follow a busy `SET` by the
     /// rest of that timeout. (On Redis before 7.0 the first `SET .. GET` is refused at once
-    /// and the script follows: one round trip more, once per locker.)
+    /// and the script follows: one round trip more, once per locker.) Never with the
+    /// replica check on.
     pub(crate) fn try_is_bounded(&self) -> bool {
-        self.conn.is_open()
+        // A grant checked with replicas takes more commands, on two connections: the
+        // engine bounds such a try with a timer of its own.
+        self.conn.is_open() && self.replicated.is_none()
     }
 
     pub(crate) fn connection(&self) -> &SharedConnection {
