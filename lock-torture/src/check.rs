@@ -842,6 +842,8 @@ fn check_grant(
 }
 
 #[cfg(test)]
+mod degraded_tests;
+#[cfg(test)]
 mod elect_tests;
 #[cfg(test)]
 mod prim_tests;
