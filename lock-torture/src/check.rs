@@ -62,6 +62,9 @@
 //! - `leader-overlap`, `leader-term`, `term-order`, `leader-late-action`,
 //!   `observer-order`: an election's leaderships, judged as locks whose fencing token is
 //!   the term, and its observers (`check/election.rs`).
+//! - `vacancy-unseen`: a leader alone in its election stopped renewing (a paused client)
+//!   and its partner's observer was not told within the lease and an allowance
+//!   ([`vacancy`]).
 //! - `tick-once`, `tick-missed`: scheduled runs, one per tick, and no tick missed while
 //!   nothing fails ([`schedule`]).
 //! - `busy-delayed`: while a replica was stopped, a request that did not wait was answered
@@ -99,6 +102,7 @@ mod replica_stall;
 mod requests;
 mod revival;
 pub mod schedule;
+mod vacancy;
 mod writes;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -574,6 +578,7 @@ pub fn check(history: &History, nodes: usize) -> Report {
     election::check_observers(&history.events, &mut report);
     schedule::check(&history.events, &downs, &mut report);
     replica_stall::check(&history.events, &mut report);
+    vacancy::check(&history.events, &mut report);
     report
 }
 

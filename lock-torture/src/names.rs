@@ -114,3 +114,9 @@ mod tests {
         }
     }
 }
+
+/// The election only client `client` campaigns for (the election workload: a leader with
+/// nobody to take over, whose lapse its partner client must see).
+pub fn lonely_election(client: u32) -> String {
+    format!("lonely-{client}")
+}
