@@ -66,3 +66,39 @@ fn a_busy_answer_during_a_replica_stall_is_not_delayed() {
     let report = run(vec![stall, failed(0, 200, 600, 0)], &[]);
     assert_eq!(rules(&report), ["busy-delayed"]);
 }
+
+fn told(client: u32, t_ms: u64, term: u64, elected: bool) -> Event {
+    Event::LeaderSeen {
+        client,
+        observer: 1,
+        name: crate::names::lonely_election(1),
+        t: t_ms * MS,
+        term,
+        elected,
+        expired: !elected,
+    }
+}
+
+/// Client 1 leads its own election and is stopped for 500 ms (its 200 ms lease runs out):
+/// its partner's observer, told of the election before, must be told of the vacancy within
+/// the lease and the allowance (before, lock-core never told it).
+#[test]
+fn a_lapse_with_nobody_to_take_over_is_seen() {
+    let pause = Event::Fault {
+        kind: "pause".into(),
+        target: "client1".into(),
+        t_start: 1_000 * MS,
+        t_end: 1_500 * MS,
+    };
+    let seen = run(
+        vec![
+            pause.clone(),
+            told(0, 500, 3, true),
+            told(0, 1_300, 3, false),
+        ],
+        &[],
+    );
+    assert!(seen.violations.is_empty(), "{:?}", seen.violations);
+    let unseen = run(vec![pause, told(0, 500, 3, true)], &[]);
+    assert_eq!(rules(&unseen), ["vacancy-unseen"]);
+}

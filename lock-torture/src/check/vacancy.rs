@@ -15,6 +15,9 @@ use crate::event::Event;
 /// After the lease: the library's slack (100 ms) and scheduling on a loaded machine.
 pub(super) const ALLOWANCE: Nanos = 1_000_000_000;
 
+/// A change an observer was told of: (when, term, elected).
+type Told = (Nanos, u64, bool);
+
 /// Checks every pause of a client against the observers of its own election.
 pub(super) fn check(events: &[Event], report: &mut Report) {
     let ttl = events
@@ -40,7 +43,7 @@ pub(super) fn check(events: &[Event], report: &mut Report) {
         })
         .collect();
     // What each client's observers were told of each election: (when, term, elected).
-    let mut seen: HashMap<(u32, &str), Vec<(Nanos, u64, bool)>> = HashMap::new();
+    let mut seen: HashMap<(u32, &str), Vec<Told>> = HashMap::new();
     for event in events {
         if let Event::LeaderSeen {
             client,
