@@ -77,8 +77,7 @@ pub struct Leader {
 pub enum LeaderChange {
     /// A new leader, with a term higher than any seen before.
     Elected(Leader),
-    /// The leader of `term` resigned (a leader that crashed is not announced: the next
-    /// one's `Elected` follows within a lease).
+    /// The leader of `term` resigned.
     Resigned {
         /// The term that ended.
         term: u64,
@@ -86,6 +85,16 @@ pub enum LeaderChange {
         label: Option<String>,
         /// When, by the store's clock.
         at: SystemTime,
+    },
+    /// The lease of the leader of `term` ran out without a resignation (it crashed, was
+    /// paused or cut off from the store) and nobody has taken over: the leadership is
+    /// vacant. Observers see it within [`Observer::EXPIRY_SLACK`] of the lease's end by the store's
+    /// clock. If another candidate was waiting, its `Elected` follows instead.
+    Expired {
+        /// The term that ended.
+        term: u64,
+        /// Its leader's label.
+        label: Option<String>,
     },
 }
 
@@ -160,7 +169,8 @@ impl Election {
         })
     }
 
-    /// Who leads now, if anyone (one round trip, two on Redis).
+    /// Who leads now, if anyone (one round trip, two on Redis): never a leader whose lease
+    /// has ended (the election's lock expires with it), announced or not.
     pub async fn leader(&self) -> Result<Option<Leader>, LockError> {
         let keys = self.keys()?;
         current(&self.locker, &keys).await
@@ -177,6 +187,7 @@ impl Election {
             feed: None,
             current: None,
             seen: None,
+            look_at: None,
         };
         observer.resubscribe().await?;
         Ok(observer)
@@ -185,6 +196,14 @@ impl Election {
 
 /// Reads the lock (who holds it, its term) and the record (since when).
 async fn current(locker: &Locker, keys: &LockKeys) -> Result<Option<Leader>, LockError> {
+    Ok(current_lease(locker, keys).await?.map(|(leader, _)| leader))
+}
+
+/// [`current`], with what is left of the leader's lease by the store's TTL.
+async fn current_lease(
+    locker: &Locker,
+    keys: &LockKeys,
+) -> Result<Option<(Leader, Option<Duration>)>, LockError> {
     let backend = locker.engine().backend();
     board::supported(backend, &keys.name)?;
     let record = board::record(backend, keys).await?;
@@ -199,7 +218,7 @@ async fn current(locker: &Locker, keys: &LockKeys) -> Result<Option<Leader>, Loc
     let since = record
         .filter(|record| record.elected && record.term == term)
         .map(|record| record.at);
-    Ok(Some(Leader { label, term, since }))
+    Ok(Some((Leader { label, term, since }, state.remaining)))
 }
 
 /// The leadership of one term. Renewed in the background while held; [`Leadership::lost`]
@@ -290,11 +309,18 @@ pub struct Observer {
     feed: Option<Feed>,
     current: Option<Leader>,
     /// The last change delivered or known: (term, 0 elected unannounced, 1 elected, 2
-    /// resigned). Announcements at or below it are not delivered again.
+    /// resigned or expired). Announcements at or below it are not delivered again.
     seen: Option<(u64, u8)>,
+    /// While someone leads: when to look whether its lease ran out (its end by the store's
+    /// TTL, plus [`Observer::EXPIRY_SLACK`]).
+    look_at: Option<tokio::time::Instant>,
 }
 
 impl Observer {
+    /// How long after a leader's lease ends (by the store's TTL) an observer looks again
+    /// and reports the vacancy ([`LeaderChange::Expired`]).
+    pub const EXPIRY_SLACK: Duration = Duration::from_millis(100);
+
     /// Who leads, as of the last change seen.
     pub fn current(&self) -> Option<&Leader> {
         self.current.as_ref()
@@ -304,30 +330,95 @@ impl Observer {
     /// order it happened. If announcements may have been missed (the pub/sub connection
     /// dropped), the observer subscribes again and reads the record: a change missed in
     /// that gap is delivered as the state it led to.
+    ///
+    /// A leader whose lease runs out without a resignation, with nobody taking over, is
+    /// reported as [`LeaderChange::Expired`] within [`Observer::EXPIRY_SLACK`] of the lease's end
+    /// (the observer looks at the lease's TTL once per change and once per lease while
+    /// someone leads: no polling in between).
     pub async fn next(&mut self) -> Result<LeaderChange, LockError> {
         loop {
             let Some(feed) = self.feed.as_mut() else {
-                let before = self.seen;
+                let before = (self.seen, self.current.clone());
                 self.resubscribe().await?;
-                if self.seen > before {
+                if self.current.is_none() {
+                    if let Some(change) = self.lapsed_since(before.1) {
+                        return Ok(change);
+                    }
+                }
+                if self.seen > before.0 {
                     if let Some(change) = self.snapshot_change() {
                         return Ok(change);
                     }
                 }
                 continue;
             };
-            match feed.next().await {
-                Next::Record(record) => {
+            let next = match self.look_at {
+                Some(at) => tokio::select! {
+                    next = feed.next() => Some(next),
+                    () = tokio::time::sleep_until(at) => None,
+                },
+                None => Some(feed.next().await),
+            };
+            match next {
+                Some(Next::Record(record)) => {
                     if let Some(change) = self.apply(record) {
                         return Ok(change);
                     }
                 }
-                Next::Gap => {
+                Some(Next::Gap) => {
                     tracing::debug!(election = %self.keys.name, "election feed interrupted; subscribing again");
                     self.feed = None;
                 }
+                None => {
+                    if let Some(change) = self.look().await? {
+                        return Ok(change);
+                    }
+                }
             }
         }
+    }
+
+    /// The leader's lease may have run out: reads the lock. Still held by the same term:
+    /// looks again at its new end. Free: the vacancy. Held by a later term (its
+    /// announcement is on its way): that leader, as a resubscription would find it.
+    async fn look(&mut self) -> Result<Option<LeaderChange>, LockError> {
+        let found = current_lease(&self.locker, &self.keys).await?;
+        let known = self.current.clone();
+        match (found, known) {
+            (Some((leader, left)), Some(known)) if leader.term == known.term => {
+                self.look_at = Some(look_after(left));
+                Ok(None)
+            }
+            (Some((leader, left)), _) => {
+                self.look_at = Some(look_after(left));
+                let order = (leader.term, if leader.since.is_some() { 1 } else { 0 });
+                if self.seen.is_some_and(|seen| order <= seen) {
+                    return Ok(None);
+                }
+                self.seen = Some(order);
+                self.current = Some(leader.clone());
+                Ok(Some(LeaderChange::Elected(leader)))
+            }
+            (None, known) => {
+                self.look_at = None;
+                Ok(self.lapsed_since(known))
+            }
+        }
+    }
+
+    /// `Expired` for `before`, the leader known earlier, now that nobody leads, when its
+    /// term ended unannounced (not resigned, no later term seen).
+    fn lapsed_since(&mut self, before: Option<Leader>) -> Option<LeaderChange> {
+        let before = before?;
+        if self.seen.is_some_and(|seen| seen >= (before.term, 2)) {
+            return None;
+        }
+        self.seen = Some((before.term, 2));
+        self.current = None;
+        Some(LeaderChange::Expired {
+            term: before.term,
+            label: before.label,
+        })
     }
 
     /// Subscribes, then reads the current state, so no announcement falls between them.
@@ -335,7 +426,9 @@ impl Observer {
         let engine = self.locker.engine();
         let feed = board::subscribe(engine.backend(), engine.notifier(), &self.keys).await?;
         self.feed = Some(feed);
-        let leader = current(&self.locker, &self.keys).await?;
+        let found = current_lease(&self.locker, &self.keys).await?;
+        self.look_at = found.as_ref().map(|(_, left)| look_after(*left));
+        let leader = found.map(|(leader, _)| leader);
         let seen = match &leader {
             Some(leader) => Some((leader.term, if leader.since.is_some() { 1 } else { 0 })),
             // Nobody leads: the last term resigned, or its leader is gone unannounced.
@@ -386,9 +479,12 @@ impl Observer {
                 since: Some(record.at),
             };
             self.current = Some(leader.clone());
+            // Its lease's end is read at once (one round trip per change).
+            self.look_at = Some(tokio::time::Instant::now());
             Some(LeaderChange::Elected(leader))
         } else {
             self.current = None;
+            self.look_at = None;
             Some(LeaderChange::Resigned {
                 term: record.term,
                 label,
@@ -396,6 +492,13 @@ impl Observer {
             })
         }
     }
+}
+
+/// When to look whether a lease with `left` to run has ended: just after its end (a
+/// second on when the store gave no TTL).
+fn look_after(left: Option<Duration>) -> tokio::time::Instant {
+    let slack = Observer::EXPIRY_SLACK;
+    tokio::time::Instant::now() + left.map_or(10 * slack, |left| left + slack)
 }
 
 impl fmt::Debug for Observer {
@@ -429,6 +532,7 @@ mod tests {
                 since: None,
             }),
             seen: Some((2, 0)),
+            look_at: None,
         };
         let at = SystemTime::now();
         let record = |elected| Record {

@@ -153,7 +153,12 @@ pub enum LockError {
     /// (an acquisition was undone; an extension did not extend the lease's validity). A
     /// waiting request retries within its wait. Persistent: a replica is down or lagging,
     /// or the master was deposed.
-    #[error("lock `{name}`: only {acknowledged} of the {required} required replicas acknowledged the write within {timeout:?}, so it was not granted (a failover could lose it); check the replicas (down, lagging, or the master was deposed), raise sync_timeout, or turn the check off with ReplicaSync::Off")]
+    ///
+    /// A request that waited reports this, not [`Timeout`](LockError::Timeout), when an
+    /// attempt of it was refused by the check (or its wait ran out during the check), even
+    /// if later attempts found the lock busy: replication is what failed, and the holder
+    /// seen may only be another grant the check refused.
+    #[error("lock `{name}`: only {acknowledged} of the {required} required replicas acknowledged the write within {timeout:?}{}, so it was not granted (a failover could lose it); check the replicas (down, lagging, or the master was deposed), raise sync_timeout, or turn the check off with ReplicaSync::Off", connected_suffix(*connected))]
     NotReplicated {
         /// The lock name.
         name: String,
@@ -163,6 +168,11 @@ pub enum LockError {
         required: u32,
         /// How long the check waited.
         timeout: Duration,
+        /// How many replicas the master had connected when the check failed (`ROLE`),
+        /// when it could be asked: connected but silent replicas are stalled or lagging;
+        /// none connected is a master that lost its replicas (`ReplicaSync::Auto` grants
+        /// there without waiting; `Required` refuses).
+        connected: Option<u32>,
     },
 
     /// Something that is not a lock (a hash, a list, ...) sits on the lock's key.
@@ -433,6 +443,20 @@ fn limit_suffix(waited: &Option<Duration>, retry_after: &Option<Duration>) -> St
         out.push_str(&format!(" (the first frees in at most {left:?})"));
     }
     out
+}
+
+/// What a failed replica check found connected, for its message.
+fn connected_suffix(connected: Option<u32>) -> String {
+    match connected {
+        Some(0) => " (the master has no connected replica)".to_owned(),
+        Some(1) => {
+            " (1 replica is connected but did not acknowledge: stalled or lagging)".to_owned()
+        }
+        Some(n) => {
+            format!(" ({n} replicas are connected but too few acknowledged: stalled or lagging)")
+        }
+        None => String::new(),
+    }
 }
 
 fn holder_suffix(holder: &Option<String>, retry_after: &Option<Duration>) -> String {

@@ -8,6 +8,7 @@
 //! | `lock_hold_seconds` | histogram | `lock`: time from acquisition to release |
 //! | `lock_lost_total` | counter | `lock`: leases found lost (expired, stolen, renewal failed) |
 //! | `lock_renewals_total` | counter | `lock`, `outcome` = renewed, lost, error |
+//! | `lock_masters_without_replica` | gauge | none: masters (Cluster: slots) that had a replica and now have none connected, where `ReplicaSync::Auto` grants without waiting for acknowledgements |
 //!
 //! The `lock` label is the name's first segment, up to the first `:` (`orders` for
 //! `orders:7`), cut to 32 bytes, so that cardinality stays bounded by the naming scheme
@@ -76,6 +77,15 @@ mod enabled {
         metrics::counter!("lock_renewals_total", "lock" => family(name).to_owned(), "outcome" => outcome)
             .increment(1);
     }
+
+    pub(crate) fn unreplicated_master(bare: bool) {
+        let gauge = metrics::gauge!("lock_masters_without_replica");
+        if bare {
+            gauge.increment(1.0);
+        } else {
+            gauge.decrement(1.0);
+        }
+    }
 }
 
 #[cfg(not(feature = "metrics"))]
@@ -88,9 +98,11 @@ mod enabled {
     pub(crate) fn lost(_: &str) {}
     #[inline(always)]
     pub(crate) fn renewal(_: &str, _: &'static str) {}
+    #[inline(always)]
+    pub(crate) fn unreplicated_master(_: bool) {}
 }
 
-pub(crate) use enabled::{lost, released, renewal};
+pub(crate) use enabled::{lost, released, renewal, unreplicated_master};
 
 #[cfg(test)]
 mod tests {

@@ -38,22 +38,34 @@ use std::time::Duration;
 #[non_exhaustive]
 pub enum ReplicaSync {
     /// The default: `replicas` acknowledgements (1 by default) are required as soon as the
-    /// master is seen with a connected replica, and from then on for the locker's life (a
-    /// replica that stops must not turn the check off when it matters most). A master
-    /// without replicas is not asked (it is checked again every few seconds). Sentinel,
-    /// Cluster and a single master with replicas therefore check; a lone Redis does not.
+    /// master is seen with a connected replica (a replica that stops must not turn the
+    /// check off when it matters most: its master still has it connected, and grants are
+    /// refused). A master without replicas is not asked (it is checked again every few
+    /// seconds). Sentinel, Cluster and a single master with replicas therefore check; a
+    /// lone Redis does not.
+    ///
+    /// After a failover to a replica that has no replica of its own (a master and one
+    /// replica, the master lost), the grants of the promoted master count without
+    /// acknowledgements, until a replica is connected to it: nothing could be promoted
+    /// with them, and waiting would stop locking until an operator attaches a replica. A
+    /// failure of that master too loses them. The locker logs a warning each time a
+    /// master enters or leaves this state, and counts the masters in it (the
+    /// `lock_masters_without_replica` gauge). A master this locker saw with replicas and
+    /// that has none now (a deposed master whose replicas follow the new master, or one
+    /// whose replicas all failed) is not trusted so: its grants are refused. For no grant
+    /// ever without acknowledgements, use [`ReplicaSync::Required`].
     ///
     /// Decided per master: on a Cluster, per key slot (the first write in a slot asks
-    /// its master with `ROLE`), so a master with replicas is checked and one without is not,
-    /// whichever the locker met first; the decision stays with the slot through a failover,
-    /// when the promoted replica may have no replica of its own yet. Behind Sentinel it
-    /// stays through failovers too.
+    /// its master with `INFO`), so a master with replicas is checked and one without is
+    /// not, whichever the locker met first; the decision stays with the slot through a
+    /// failover. Behind Sentinel it stays through failovers too.
     Auto {
         /// Acknowledgements required.
         replicas: u32,
     },
     /// Always `replicas` acknowledgements, whatever the master reports: a master without
-    /// replicas grants nothing.
+    /// replicas grants nothing, a promoted replica without replicas of its own included
+    /// (the strict mode: locking stops after such a failover until a replica attaches).
     Required {
         /// Acknowledgements required (at least 1).
         replicas: u32,

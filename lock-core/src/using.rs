@@ -197,6 +197,13 @@ where
     if lease.is_lost() || !Box::pin(lease.is_held()).await.map_err(E::from)? {
         return Err(E::from(LockError::Lost { name }));
     }
+    // Redis's answer says the key still held our value when it read it, not that the lease
+    // is still trusted now: an answer that took longer than what was left of the lease's
+    // validity (a slow network, a stalled process) arrives after the lease ended, when
+    // another holder may already have the lock. Looked at again once the answer is in.
+    if lease.is_lost() {
+        return Err(E::from(LockError::Lost { name }));
+    }
     // The nested call's own entry (with a fresh lending slot) for its own nested calls.
     with_current_lease(lease.clone(), work(lease)).await
 }

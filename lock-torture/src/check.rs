@@ -44,6 +44,9 @@
 //!   ([`revival`]).
 //! - `nested-on-lost`: a nested `#[redis_locked]` call began after the enclosing lease's
 //!   trust had ended, and its body ran anyway ([`nested`]).
+//! - `spawned-beside-holder`: a sibling spawned from inside a `#[redis_locked]` body (a
+//!   task of its own, which does not inherit the lease) ran its body while the enclosing
+//!   lease was still trusted ([`nested`]).
 //! - `leftover-after-error`: an acquire that failed with `WrongType` left its value on a
 //!   node ([`leftover`]).
 //! - `liveness`: a request was left waiting while what it waits for was free, longer than
@@ -59,10 +62,16 @@
 //! - `leader-overlap`, `leader-term`, `term-order`, `leader-late-action`,
 //!   `observer-order`: an election's leaderships, judged as locks whose fencing token is
 //!   the term, and its observers (`check/election.rs`).
+//! - `vacancy-unseen`: a leader alone in its election stopped renewing (a paused client)
+//!   and its partner's observer was not told within the lease and an allowance
+//!   ([`vacancy`]).
 //! - `tick-once`, `tick-missed`: scheduled runs, one per tick, and no tick missed while
 //!   nothing fails ([`schedule`]).
 //! - `deadlock-real`, `deadlock-persists`: every reported deadlock was a cycle of waiters
 //!   in the history, and no cycle of waiters outlived the detection bound (`check/deadlock.rs`).
+//! - `busy-delayed`: while a replica was stopped, a request that did not wait was answered
+//!   busy later than [`replica_stall::BUSY_BOUND`], or failed with a connection error: an
+//!   answer that needs no replica waited for one ([`replica_stall`]).
 //! - `unexplained-error`: an acquire failed with a Redis error reply (or an error the
 //!   harness cannot classify) while no fault was under way, nor had ended in the last
 //!   five seconds ([`errors`]).
@@ -92,9 +101,11 @@ mod leftover;
 pub mod liveness;
 mod nested;
 mod permits;
+mod replica_stall;
 mod requests;
 mod revival;
 pub mod schedule;
+mod vacancy;
 mod writes;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -571,6 +582,8 @@ pub fn check(history: &History, nodes: usize) -> Report {
     election::check_observers(&history.events, &mut report);
     schedule::check(&history.events, &downs, &mut report);
     deadlock::check(&history.events, &mut report);
+    replica_stall::check(&history.events, &mut report);
+    vacancy::check(&history.events, &mut report);
     report
 }
 
@@ -838,6 +851,8 @@ fn check_grant(
     }
 }
 
+#[cfg(test)]
+mod degraded_tests;
 #[cfg(test)]
 mod elect_tests;
 #[cfg(test)]

@@ -256,6 +256,11 @@ async fn run_async(args: ClientArgs) -> Result<(), BoxError> {
         Primitive::Election => {
             let watcher = Arc::clone(&ctx);
             tasks.spawn(async move { election::observer(&watcher).await });
+            // An election only this client campaigns for, observed by its partner client.
+            let alone = Arc::clone(&ctx);
+            tasks.spawn(async move { election::lonely(&alone).await });
+            let watcher = Arc::clone(&ctx);
+            tasks.spawn(async move { election::lonely_observer(&watcher).await });
             for task in 0..ctx.args.tasks {
                 let ctx = Arc::clone(&ctx);
                 tasks.spawn(async move { election::candidate(&ctx, task).await });

@@ -287,8 +287,11 @@ pub enum Event {
         t: Nanos,
         /// The term elected or resigned.
         term: u64,
-        /// `true` for `Elected`, `false` for `Resigned`.
+        /// `true` for `Elected`, `false` for `Resigned` (or `Expired`).
         elected: bool,
+        /// `Expired`: the leader's lease ran out unrenewed and nobody took over.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        expired: bool,
     },
     /// A scheduled run's job began (logged from inside the job, so that a replica killed
     /// mid-run leaves its run in the history).

@@ -77,9 +77,12 @@ impl Injector<'_> {
                 self.client_fault(fault)
             }
             Mode::PartitionMinority | Mode::SlowNode => self.redlock_fault(fault, until),
-            Mode::KillMaster | Mode::Failover | Mode::Reshard | Mode::PauseMaster => {
-                self.replicated_fault(fault)
-            }
+            Mode::KillMaster
+            | Mode::Failover
+            | Mode::Reshard
+            | Mode::PauseMaster
+            | Mode::PauseReplica
+            | Mode::LoseMaster => self.replicated_fault(fault),
             Mode::Kill
             | Mode::KillDelayed
             | Mode::Latency

@@ -59,6 +59,15 @@ pub enum Mode {
     /// the failover; Sentinel: until a replica is promoted. Then SIGCONT: the old master
     /// comes back as a replica.
     PauseMaster,
+    /// Sentinel: SIGSTOP of the replicas for one to two seconds, then SIGCONT. The master
+    /// keeps them connected; grants wait for them in vain (refused, `NotReplicated`), and
+    /// answers that need no replica (a busy lock) must not wait at all (rule
+    /// `busy-delayed`).
+    PauseReplica,
+    /// Sentinel: SIGKILL of the master and of one of its two replicas at once, neither ever
+    /// restarted: the Sentinels promote the other replica, which has no replica of its own.
+    /// Locking must resume on it (a run that never grants again fails). Once per run.
+    LoseMaster,
     /// Client-side cancellation: one request in three is dropped at a random point (a
     /// timeout around it, or two tasks sharing one Locker aborted together); nothing may
     /// be left behind (rules `ghost-grant`, `liveness`). One server only (the probe after a
@@ -95,6 +104,8 @@ impl Mode {
             Mode::Failover => "failover",
             Mode::Reshard => "reshard",
             Mode::PauseMaster => "pause-master",
+            Mode::PauseReplica => "pause-replica",
+            Mode::LoseMaster => "lose-master",
             Mode::Cancel => "cancel",
             Mode::Mixed => "mixed",
             Mode::All => "all",

@@ -83,6 +83,12 @@ pub fn name_of_key(key: &str) -> Option<&str> {
     LAYOUT.name_of(key)
 }
 
+/// The election only client `client` campaigns for (the election workload: a leader with
+/// nobody to take over, whose lapse its partner client must see).
+pub fn lonely_election(client: u32) -> String {
+    format!("lonely-{client}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

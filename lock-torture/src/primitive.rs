@@ -35,8 +35,8 @@ pub enum Primitive {
     /// order, nested, with pauses and cancellations (`client/deadlock.rs`). Rules
     /// `deadlock-real`, `deadlock-persists` ([`crate::check`]).
     Deadlock,
-    /// Every primitive in turn, one run each (the lock's four; `election` and `schedule`
-    /// are asked for by name).
+    /// Every primitive in turn, one run each: the lock's four, leader election and
+    /// scheduled runs (`deadlock` is asked for by name).
     All,
 }
 
@@ -62,12 +62,14 @@ impl Primitive {
     }
 
     /// The primitives `all` stands for.
-    pub fn each() -> [Primitive; 4] {
+    pub fn each() -> [Primitive; 6] {
         [
             Primitive::Mutex,
             Primitive::Semaphore,
             Primitive::Rwlock,
             Primitive::Multi,
+            Primitive::Election,
+            Primitive::Schedule,
         ]
     }
 
@@ -176,5 +178,15 @@ mod tests {
         assert!(Primitive::Schedule.supports(Topology::Sentinel).is_err());
         assert!(Primitive::Election.scripts_only());
         assert!(!Primitive::Schedule.scripts_only());
+    }
+
+    /// `all` left elections and scheduled runs out (they were run only when asked for by
+    /// name), so a check of every primitive skipped two of them.
+    #[test]
+    fn all_includes_election_and_schedule() {
+        let each = Primitive::each();
+        assert!(each.contains(&Primitive::Election), "{each:?}");
+        assert!(each.contains(&Primitive::Schedule), "{each:?}");
+        assert!(!each.contains(&Primitive::All));
     }
 }

@@ -34,7 +34,7 @@ pub struct RunArgs {
     pub topology: Option<Topology>,
     /// Which primitive the clients take: a lock (`mutex`, the default), a `semaphore` of
     /// `--permits` permits, a read-write lock (`rwlock`), or several separated by commas,
-    /// one run each per mode (`all`: the lock's four in turn), a leader `election`, or
+    /// one run each per mode (`all`: all six in turn), a leader `election`, or
     /// scheduled runs (`schedule`). Semaphores and read-write locks run on scripts, on one
     /// server only: lock-core refuses them on Redlock, and the checker cannot yet explain
     /// their anomalies across a Cluster or Sentinel failover. Elections run on scripts,

@@ -115,6 +115,8 @@ impl Topology {
                 Mode::KillMaster,
                 Mode::PauseMaster,
                 Mode::Pause,
+                Mode::PauseReplica,
+                Mode::LoseMaster,
                 Mode::Mixed,
             ],
         }

@@ -36,6 +36,8 @@ pub async fn status(target: &Target, args: &StatusArgs) -> Result<u8, Failure> {
         ),
     };
     let held = info.is_some();
+    // What a grant's replica check finds on this master now.
+    let connected = target.connect().await?.connected_replicas().await;
     let permits::NamePermits {
         rows: permits,
         waiting,
@@ -57,6 +59,8 @@ pub async fn status(target: &Target, args: &StatusArgs) -> Result<u8, Failure> {
         );
         // How many replicas had the lock's value (null: no replica check, no replicas).
         value["on_replicas"] = info.as_ref().and_then(|i| i.on_replicas).into();
+        // Replicas the master has connected (null: not a master, or not allowed to ask).
+        value["replicas_connected"] = connected.into();
         value["permits"] = permits.iter().map(permit_json).collect();
         value["waiting"] = waiting.into();
         value["semaphore_permits"] = capacity.into();
@@ -90,6 +94,7 @@ pub async fn status(target: &Target, args: &StatusArgs) -> Result<u8, Failure> {
         };
         rows.push(("replicas", replicas));
     }
+    rows.push(("master", replication_text(connected)));
     rows.push((
         "fencing",
         fencing_counter.map_or_else(|| "none".to_owned(), |c| c.to_string()),
@@ -228,4 +233,14 @@ pub async fn release(target: &Target, args: &ReleaseArgs) -> Result<u8, Failure>
         None => line(&format!("lock `{name}` is not held; nothing removed"))?,
     }
     Ok(SUCCESS)
+}
+
+/// What `ReplicaSync` does on a master with `connected` replicas.
+fn replication_text(connected: Option<u32>) -> String {
+    match connected {
+        Some(0) => "no connected replica: with ReplicaSync::Auto, grants here are not replicated if this master was promoted without one (a failover would lose them) and refused if it had replicas; Required refuses".to_owned(),
+        Some(1) => "1 connected replica: grants count once it acknowledges them".to_owned(),
+        Some(n) => format!("{n} connected replicas: grants count once they acknowledge them"),
+        None => "replicas unknown (not a master, or INFO is not allowed)".to_owned(),
+    }
 }

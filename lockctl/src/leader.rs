@@ -53,6 +53,11 @@ pub async fn leader(target: &Target, args: &LeaderArgs) -> Result<u8, Failure> {
                 stamp(at),
                 display_safe(label.as_deref().unwrap_or("-"))
             ),
+            LeaderChange::Expired { term, label } => format!(
+                "{}  expired   term {term} ({}): its lease ran out unrenewed and nobody leads",
+                stamp(SystemTime::now()),
+                display_safe(label.as_deref().unwrap_or("-"))
+            ),
             other => format!("{}  {other:?}", stamp(SystemTime::now())),
         };
         line(&text)?;

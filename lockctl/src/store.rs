@@ -178,6 +178,29 @@ impl Store {
         Ok(counter.and_then(|c| c.parse().ok()))
     }
 
+    /// How many replicas the server has connected and online, if it is a master that
+    /// answers `INFO replication` (`None` otherwise: a replica, or no `+info`).
+    pub async fn connected_replicas(&mut self) -> Option<u32> {
+        let info: String = redis::cmd("INFO")
+            .arg("replication")
+            .query_async(&mut self.conn)
+            .await
+            .ok()?;
+        let mut master = false;
+        let mut online = 0;
+        for line in info.lines() {
+            let Some((field, value)) = line.trim_end().split_once(':') else {
+                continue;
+            };
+            if field == "role" {
+                master = value == "master";
+            } else if field.starts_with("slave") && value.contains("state=online") {
+                online += 1;
+            }
+        }
+        master.then_some(online)
+    }
+
     /// The raw value and remaining TTL of the lock key: `None` when it does not exist.
     /// A key holding a non-string value is an error.
     pub async fn peek(

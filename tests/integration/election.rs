@@ -257,10 +257,18 @@ async fn killed_leader_is_replaced(deployment: Deployment) {
     // Within the dead leader's lease (and a second for a loaded machine), not later.
     assert!(started.elapsed() < lease * 2, "{:?}", started.elapsed());
     assert!(next.term() > term);
-    let change = tokio::time::timeout(Duration::from_secs(10), observer.next())
+    let mut change = tokio::time::timeout(Duration::from_secs(10), observer.next())
         .await
         .expect("announced")
         .expect("observe");
+    // The dead leader's lease may be seen running out a moment before the follower's
+    // claim lands: the vacancy, then the new leader.
+    if matches!(change, LeaderChange::Expired { term: t, .. } if t == term) {
+        change = tokio::time::timeout(Duration::from_secs(10), observer.next())
+            .await
+            .expect("announced")
+            .expect("observe");
+    }
     match change {
         LeaderChange::Elected(leader) => {
             assert_eq!(leader.term, next.term());
@@ -394,4 +402,73 @@ fn election_and_schedule_types_cross_threads() {
     let election = locker.election("x");
     spawnable(async move { election.campaign().await.map(|l| l.term()) });
     spawnable(async move { locker.election("x").observe().await.map(|_| ()) });
+}
+
+/// Regression: a leader that crashed while no other candidate campaigned stayed the
+/// observers' `current()` forever (its record has no expiry, and nothing was announced).
+/// Observers now see `Expired` within the lease (plus a small slack) of its last renewal,
+/// and `leader()` names nobody once the lease has ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_leader_with_no_successor_is_seen_to_expire() {
+    let server = RedisServer::start();
+    let lease = Duration::from_secs(1);
+    let watcher = candidate(&server, "watcher");
+    let election = watcher.election("lonely");
+    let mut observer = election.observe().await.expect("observe");
+    let (elected_tx, elected_rx) = std::sync::mpsc::channel();
+    let url = server.url();
+    let leader = process(move || async move {
+        let locker = Locker::builder()
+            .url(url)
+            .app_name("doomed")
+            .build()
+            .expect("locker");
+        let leadership = locker
+            .election("lonely")
+            .lease(lease)
+            .campaign()
+            .await
+            .expect("leads");
+        elected_tx.send(leadership.term()).expect("tell");
+        // Killed while leading: never released, never resigned.
+        std::mem::forget(leadership);
+    });
+    let term = tokio::task::spawn_blocking(move || elected_rx.recv().expect("elected"))
+        .await
+        .expect("join");
+    leader.join().expect("leader process");
+    let change = tokio::time::timeout(Duration::from_secs(10), observer.next())
+        .await
+        .expect("announced")
+        .expect("observe");
+    assert!(
+        matches!(change, LeaderChange::Elected(ref l) if l.term == term),
+        "{change:?}"
+    );
+    // The lease ends a second after the last renewal; ten seconds is "not never" on a
+    // loaded machine.
+    let change = tokio::time::timeout(Duration::from_secs(10), observer.next())
+        .await
+        .expect("the vacancy is seen, not never")
+        .expect("observe");
+    match change {
+        LeaderChange::Expired { term: t, label } => {
+            assert_eq!(t, term);
+            assert!(label.as_deref().is_some_and(|l| l.starts_with("doomed@")));
+        }
+        other => panic!("a crash with nobody to take over: {other:?}"),
+    }
+    assert!(observer.current().is_none());
+    assert!(election.leader().await.expect("leader").is_none());
+    // A new leader is still announced after the vacancy.
+    let next = election.lease(lease).campaign().await.expect("leads");
+    let change = tokio::time::timeout(Duration::from_secs(10), observer.next())
+        .await
+        .expect("announced")
+        .expect("observe");
+    assert!(
+        matches!(change, LeaderChange::Elected(ref l) if l.term == next.term()),
+        "{change:?}"
+    );
+    assert!(next.resign().await.expect("resign"));
 }

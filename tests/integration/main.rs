@@ -5,6 +5,7 @@ mod cancelled;
 mod cluster;
 mod contention;
 mod deadlock;
+mod degraded;
 mod election;
 mod failover;
 mod fast_path;

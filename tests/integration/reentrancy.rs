@@ -399,3 +399,70 @@ async fn a_plain_lock_of_a_name_this_task_holds_fails_at_once() {
         other => panic!("expected the spawned request Busy, got {other:?}"),
     }
 }
+
+/// The nested call of `outer_answered_late`: counts its runs.
+#[redis_locked(key = "reentry:late", wait = "0s", renew = false, locker = locker)]
+async fn nested_late(locker: &Locker, writes: &AtomicU32) -> Result<(), LockError> {
+    writes.fetch_add(1, Ordering::SeqCst);
+    Ok(())
+}
+
+/// Holds `reentry:late` (2 s, not renewed) until 300 ms of its validity are left, then makes
+/// the nested call, whose question to Redis takes 600 ms there and back (the proxy's
+/// latency): Redis still has the key when it reads it, and the answer arrives about 300 ms
+/// after the lease stopped being trusted.
+#[redis_locked(key = "reentry:late", ttl = "2s", wait = "0s", renew = false, locker = locker)]
+async fn outer_answered_late(
+    locker: &Locker,
+    writes: &AtomicU32,
+    nested: &Mutex<Option<Result<(), LockError>>>,
+) -> Result<(), LockError> {
+    let lease = current_lease().expect("a lease inside the body");
+    tokio::time::sleep(
+        lease
+            .expires_in()
+            .saturating_sub(Duration::from_millis(300)),
+    )
+    .await;
+    assert!(
+        !lease.is_lost(),
+        "the lease is still valid when the nested call begins"
+    );
+    let result = nested_late(locker, writes).await;
+    *nested.lock().expect("mutex") = Some(result);
+    Ok(())
+}
+
+/// Regression: a nested call looked at the lease's local validity before asking Redis
+/// whether the lease was still held, and not after: an answer slower than what was left of
+/// the validity let the nested body run on a lease that had ended, when another process
+/// could already hold the lock (lock-torture's `nested-on-lost` under load).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nested_call_answered_after_its_lease_ended_does_not_run() {
+    let server = RedisServer::start();
+    let proxy = lock_tests::proxy::Proxy::start(server.addr()).expect("proxy");
+    let locker = Locker::from_url(&proxy.url()).expect("locker");
+    // Connected before the latency: the set-up's round trips stay fast.
+    drop(
+        locker
+            .try_lock("reentry:warm-up", Duration::from_secs(1))
+            .await
+            .expect("warm-up"),
+    );
+    // Every byte each way 300 ms late: the grant's SET reaches Redis 300 ms after the
+    // attempt began, so the key outlives the lease's local validity by about that much.
+    proxy.set_latency(Duration::from_millis(300));
+    let writes = AtomicU32::new(0);
+    let nested = Mutex::new(None);
+    let outer = outer_answered_late(&locker, &writes, &nested).await;
+    assert_eq!(
+        writes.load(Ordering::SeqCst),
+        0,
+        "the nested body ran on a lease whose validity had ended"
+    );
+    match nested.lock().expect("mutex").take() {
+        Some(Err(LockError::Lost { name })) => assert_eq!(name, "reentry:late"),
+        other => panic!("expected the nested call to be Lost, got {other:?}"),
+    }
+    assert!(outer.is_ok(), "{outer:?}");
+}

@@ -224,6 +224,17 @@ impl AnyBackend {
     }
 }
 
+impl AnyBackend {
+    /// Whether the attempt that wrote `value` was cut short (dropped) while its grant
+    /// waited for replicas: the replica check's required count and timeout, once.
+    pub(crate) fn replica_wait_cut(&self, value: &str) -> Option<(u32, Duration)> {
+        match self {
+            AnyBackend::Scripted(scripted) => scripted.replica_wait_cut(value),
+            AnyBackend::Transaction(_) | AnyBackend::Memory(_) | AnyBackend::Redlock(_) => None,
+        }
+    }
+}
+
 impl std::fmt::Debug for AnyBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {

@@ -55,10 +55,21 @@ pub(super) struct Acquire<'a> {
     /// The error of the last attempt, when it failed with a transient error: what the
     /// request reports if its wait runs out before an attempt succeeds.
     pub transient: Option<LockError>,
-    /// The last attempt was refused by the replica acknowledgement check: (acknowledged,
-    /// required, sync timeout). What a wait that runs out with an attempt in flight
-    /// reports, rather than a plain timeout, until an attempt answers otherwise.
-    pub not_replicated: Option<(u32, u32, Duration)>,
+    /// An attempt was refused by the replica acknowledgement check (or cut short by the
+    /// request's deadline during it), and none has been granted since: what the request
+    /// reports if it fails, rather than a contention error. A busy answer after it does
+    /// not clear it: the holder seen then may be another grant the check refused, and
+    /// replication is what failed.
+    pub not_replicated: Option<Unreplicated>,
+}
+
+/// What the replica check found when it refused an attempt.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Unreplicated {
+    acknowledged: u32,
+    required: u32,
+    timeout: Duration,
+    connected: Option<u32>,
 }
 
 impl Acquire<'_> {
@@ -96,23 +107,39 @@ impl Acquire<'_> {
             None => call.await,
             Some(deadline) => match tokio::time::timeout_at(deadline.into(), call).await {
                 Ok(attempt) => attempt,
-                Err(_) => return Ok(Tried::OutOfTime),
+                Err(_) => {
+                    // Cut short while its grant waited for replicas: that is what failed.
+                    if let Some((required, timeout)) = backend.replica_wait_cut(&self.value) {
+                        // What an earlier refusal found connected still describes it.
+                        let connected = self.not_replicated.and_then(|earlier| earlier.connected);
+                        self.not_replicated = Some(Unreplicated {
+                            acknowledged: 0,
+                            required,
+                            timeout,
+                            connected,
+                        });
+                    }
+                    return Ok(Tried::OutOfTime);
+                }
             },
         };
         let attempt = match attempt {
-            Ok(attempt) => {
-                self.not_replicated = None;
-                attempt
-            }
+            Ok(attempt) => attempt,
             Err(err) => {
                 if let LockError::NotReplicated {
                     acknowledged,
                     required,
                     timeout,
+                    connected,
                     ..
                 } = &err
                 {
-                    self.not_replicated = Some((*acknowledged, *required, *timeout));
+                    self.not_replicated = Some(Unreplicated {
+                        acknowledged: *acknowledged,
+                        required: *required,
+                        timeout: *timeout,
+                        connected: *connected,
+                    });
                 }
                 return Err(err);
             }
@@ -209,6 +236,9 @@ impl Acquire<'_> {
     /// timed out (the attempt is undone in the background).
     pub fn unanswered(self) -> LockError {
         record(self.span, self.attempts, self.begun);
+        if let Some(unreplicated) = self.not_replicated {
+            return unreplicated.error(self.keys.name);
+        }
         let within = self.engine.settings().command_timeout;
         LockError::connection(
             &self.keys.name,
@@ -221,13 +251,8 @@ impl Acquire<'_> {
         if let Some(err) = self.transient {
             return err;
         }
-        if let Some((acknowledged, required, timeout)) = self.not_replicated {
-            return LockError::NotReplicated {
-                name: self.keys.name,
-                acknowledged,
-                required,
-                timeout,
-            };
+        if let Some(unreplicated) = self.not_replicated {
+            return unreplicated.error(self.keys.name);
         }
         LockError::Timeout {
             name: self.keys.name,
@@ -235,6 +260,18 @@ impl Acquire<'_> {
             holder: self.last_busy.holder,
             retry_after: self.last_busy.remaining,
             wait_setting: WaitSetting::default(),
+        }
+    }
+}
+
+impl Unreplicated {
+    fn error(self, name: String) -> LockError {
+        LockError::NotReplicated {
+            name,
+            acknowledged: self.acknowledged,
+            required: self.required,
+            timeout: self.timeout,
+            connected: self.connected,
         }
     }
 }

@@ -43,6 +43,7 @@ fn seen(observer: u32, at_ms: u64, term: u64, elected: bool) -> Event {
         t: at_ms * MS,
         term,
         elected,
+        expired: false,
     }
 }
 

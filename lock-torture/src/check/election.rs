@@ -52,6 +52,7 @@ pub(super) fn check_observers(events: &[Event], report: &mut Report) {
             t,
             term,
             elected,
+            ..
         } = event
         {
             seen.entry((*client, *observer, name.as_str()))

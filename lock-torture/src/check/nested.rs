@@ -29,11 +29,16 @@ pub(super) fn check(
             t_call,
             t_body,
             outcome,
+            sibling,
             ..
         } = event
         else {
             continue;
         };
+        if sibling.as_deref() == Some(SPAWNED) {
+            spawned(id, *t_body, index, acqs, report);
+            continue;
+        }
         if outcome == "lost" {
             report.nested_refused += 1;
         }
@@ -56,6 +61,38 @@ pub(super) fn check(
                 ),
             });
         }
+    }
+}
+
+/// How a sibling run in a task of its own is labelled: not a nested call (a spawned task
+/// does not inherit the enclosing lease) but a request of its own for the same lock.
+const SPAWNED: &str = "spawned";
+
+/// Rule `spawned-beside-holder`: a sibling spawned from inside a `#[redis_locked]` body is
+/// another task, so it must be refused while the enclosing lease is trusted; once that
+/// lease has ended it may take the lock anew (its body then runs under a lease of its own,
+/// not on the enclosing one, which is why `nested-on-lost` does not judge it).
+fn spawned(
+    id: &str,
+    t_body: Option<Nanos>,
+    index: &HashMap<String, usize>,
+    acqs: &[Acq],
+    report: &mut Report,
+) {
+    let (Some(t_body), Some(acq)) = (t_body, index.get(id).map(|&i| &acqs[i])) else {
+        return;
+    };
+    let trusted_until = acq.trusted_until();
+    if t_body < trusted_until {
+        report.violations.push(Violation {
+            rule: "spawned-beside-holder",
+            name: acq.a.name.clone(),
+            detail: format!(
+                "a sibling spawned inside {}'s locked body (another task) ran its body at {t_body}, {} before the enclosing lease stopped being trusted",
+                acq.a.id,
+                ms(trusted_until - t_body)
+            ),
+        });
     }
 }
 

@@ -5,7 +5,7 @@ use crate::event::{HoldKind, Look};
 
 const MS: u64 = 1_000_000;
 
-fn acq(id: &str, name: &str, fence: u64, start_ms: u64, valid_ms: u64) -> Event {
+pub(super) fn acq(id: &str, name: &str, fence: u64, start_ms: u64, valid_ms: u64) -> Event {
     Event::Acquired(Acquired {
         id: id.into(),
         client: 0,
@@ -49,7 +49,7 @@ fn write(id: &str, name: &str, fence: u64, at_ms: u64, outcome: WriteOutcome) ->
     }
 }
 
-fn run(events: Vec<Event>, store: &[(&str, u64, &str)]) -> Report {
+pub(super) fn run(events: Vec<Event>, store: &[(&str, u64, &str)]) -> Report {
     let mut history = History {
         events,
         ..History::default()
@@ -64,7 +64,7 @@ fn run(events: Vec<Event>, store: &[(&str, u64, &str)]) -> Report {
     check(&history, 1)
 }
 
-fn rules(report: &Report) -> Vec<&'static str> {
+pub(super) fn rules(report: &Report) -> Vec<&'static str> {
     report.violations.iter().map(|v| v.rule).collect()
 }
 
@@ -368,7 +368,7 @@ fn with_wait(event: Event, call_start_ms: u64, wait_ms: u64) -> Event {
     Event::Acquired(a)
 }
 
-fn failed(client: u32, start_ms: u64, end_ms: u64, wait_ms: u64) -> Event {
+pub(super) fn failed(client: u32, start_ms: u64, end_ms: u64, wait_ms: u64) -> Event {
     Event::AcquireFailed {
         client,
         name: "n".into(),

@@ -180,6 +180,60 @@ async fn lead(
 pub(super) async fn observer(ctx: &Ctx) {
     let index = ctx.args.id % ctx.args.names.max(1);
     let name = crate::names::name(index, ctx.args.name_kind);
+    observe(ctx, name).await;
+}
+
+/// (term, elected, expired) of a change, `None` for one this harness does not know;
+/// `Err` for an error (a new observer follows).
+#[allow(clippy::result_unit_err)]
+fn seen(
+    change: Result<LeaderChange, lock_core::LockError>,
+) -> Result<Option<(u64, bool, bool)>, ()> {
+    match change {
+        Ok(LeaderChange::Elected(leader)) => Ok(Some((leader.term, true, false))),
+        Ok(LeaderChange::Resigned { term, .. }) => Ok(Some((term, false, false))),
+        Ok(LeaderChange::Expired { term, .. }) => Ok(Some((term, false, true))),
+        Ok(_) => Ok(None),
+        Err(_) => Err(()),
+    }
+}
+
+/// The one candidate of this client's own election: leads it, renewed, until the client
+/// stops; campaigns again if it lost it (a pause past the lease). Nobody else campaigns
+/// for it, so a lapse of its lease is a vacancy the observers of the partner client
+/// (`id ^ 1`) must see (rule `vacancy-unseen`).
+pub(super) async fn lonely(ctx: &Ctx) {
+    let election = ctx
+        .locker
+        .election(crate::names::lonely_election(ctx.args.id))
+        .lease(ctx.ttl());
+    while !ctx.stopped() {
+        let leadership = tokio::select! {
+            result = election.campaign() => result,
+            () = stopped(ctx) => return,
+        };
+        match leadership {
+            Ok(leadership) => {
+                tokio::select! {
+                    () = leadership.lost() => {}
+                    () = stopped(ctx) => {
+                        let _ = leadership.resign().await;
+                        return;
+                    }
+                }
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+        }
+    }
+}
+
+/// Observes the partner client's own election (`lonely-{id ^ 1}`).
+pub(super) async fn lonely_observer(ctx: &Ctx) {
+    observe(ctx, crate::names::lonely_election(ctx.args.id ^ 1)).await;
+}
+
+/// Observes election `name`, logging each change; a new observer after an error.
+async fn observe(ctx: &Ctx, name: String) {
     let election = ctx.locker.election(name.clone()).lease(ctx.ttl());
     let mut number = 0u32;
     while !ctx.stopped() {
@@ -199,11 +253,10 @@ pub(super) async fn observer(ctx: &Ctx) {
                 change = observer.next() => change,
                 () = stopped(ctx) => return,
             };
-            let (term, elected) = match change {
-                Ok(LeaderChange::Elected(leader)) => (leader.term, true),
-                Ok(LeaderChange::Resigned { term, .. }) => (term, false),
-                Ok(_) => continue,
-                Err(_) => break,
+            let (term, elected, expired) = match seen(change) {
+                Ok(Some(seen)) => seen,
+                Ok(None) => continue,
+                Err(()) => break,
             };
             ctx.log(&Event::LeaderSeen {
                 client: ctx.args.id,
@@ -212,6 +265,7 @@ pub(super) async fn observer(ctx: &Ctx) {
                 t: clock::now(),
                 term,
                 elected,
+                expired,
             });
         }
         tokio::time::sleep(Duration::from_millis(20)).await;

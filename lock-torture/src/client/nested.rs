@@ -241,7 +241,14 @@ async fn run_siblings(ctx: &Arc<Ctx>, index: u32, id: &str, how: Siblings) {
             end: body.end,
         })
     };
-    for (body, result) in [(a, ra), (b, rb)] {
+    // The spawned sibling is another task: not a nested call on the enclosing lease but a
+    // request of its own, judged as such (rule `spawned-beside-holder`, not
+    // `nested-on-lost`: past the enclosing lease it may rightly take the lock anew).
+    let labels = match how {
+        "spawn" => ["spawn", "spawned"],
+        other => [other, other],
+    };
+    for ((body, result), label) in [(a, ra), (b, rb)].into_iter().zip(labels) {
         let body = body
             .into_inner()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -259,7 +266,7 @@ async fn run_siblings(ctx: &Arc<Ctx>, index: u32, id: &str, how: Siblings) {
             outcome,
             // A body dropped by `select!` ran until the winner returned.
             t_body_end: body.end.or(body.start.map(|_| t_return)),
-            sibling: Some(how.to_owned()),
+            sibling: Some(label.to_owned()),
         });
     }
 }

@@ -24,6 +24,12 @@ impl Injector<'_> {
         let Some(ha) = self.rig.ha.as_mut() else {
             return Ok(false);
         };
+        // The deployment never becomes whole again after a lost master: nothing more to do.
+        if let Ha::Sentinel(s) = &*ha {
+            if s.is_degraded() {
+                return Ok(false);
+            }
+        }
         if !ha.wait_healthy(RECOVERY_LIMIT) {
             return Err("the deployment did not become whole again after a fault".into());
         }
@@ -56,6 +62,21 @@ impl Injector<'_> {
                 return self.fault("reshard", &target, t_start, clock::now());
             }
             (Ha::Sentinel(s), Mode::KillMaster) => s.kill_master(names)?,
+            (Ha::Sentinel(s), Mode::PauseReplica) => {
+                let pause = Duration::from_millis(rng.u64(1000..2000));
+                let (ports, t_start, t_end) = s.pause_replica(pause)?;
+                return self.fault(
+                    "pause-replica",
+                    &format!("replicas {ports}"),
+                    t_start,
+                    t_end,
+                );
+            }
+            (Ha::Sentinel(s), Mode::LoseMaster) => {
+                // Never whole again: no waiting for it.
+                let failover = s.lose_master(names)?;
+                return self.log_failover(fault, failover);
+            }
             (Ha::Sentinel(s), Mode::PauseMaster) => {
                 s.pause_master(names, Duration::from_millis(rng.u64(200..1000)))?
             }

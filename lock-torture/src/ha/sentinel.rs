@@ -31,6 +31,9 @@ pub struct SentinelHa {
     pub sentinels: Vec<RedisServer>,
     /// When the last failover began: the next one must wait for the Sentinels' cool-down.
     last_failover: Option<Nanos>,
+    /// A master and a replica were killed for good (`lose-master`): the deployment stays
+    /// a lone master.
+    degraded: bool,
 }
 
 impl SentinelHa {
@@ -50,6 +53,7 @@ impl SentinelHa {
             data,
             sentinels,
             last_failover: None,
+            degraded: false,
         };
         let known = |s: &RedisServer, what: &str| {
             ask(s.port(), &["SENTINEL", what, MASTER])
@@ -144,6 +148,60 @@ impl SentinelHa {
         Ok(failover(
             "kill", master, names, t_start, promoted, t_end, copies,
         ))
+    }
+
+    /// Whether a master and a replica were lost for good.
+    pub fn is_degraded(&self) -> bool {
+        self.degraded
+    }
+
+    /// SIGKILL of the master and one replica at once, neither restarted: the Sentinels
+    /// promote the remaining replica, which has no replica of its own.
+    pub fn lose_master(&mut self, names: Vec<String>) -> Result<Failover, BoxError> {
+        let master = self.master().ok_or("no Sentinel names a master")?;
+        let index = self.index_of(master).ok_or("the master is not ours")?;
+        let replicas: Vec<u16> = self.ports().into_iter().filter(|&p| p != master).collect();
+        let lost = *replicas.first().ok_or("no replica")?;
+        let lost_index = self.index_of(lost).ok_or("the replica is not ours")?;
+        let t_start = clock::now();
+        self.last_failover = Some(t_start);
+        self.degraded = true;
+        self.data[index].kill();
+        self.data[lost_index].kill();
+        let copies = read_copies(&replicas[1..], &names, false);
+        let promoted = self.wait_promotion(master);
+        if promoted.is_none() {
+            return Err(format!(
+                "the Sentinels promoted no replica of {master} after it and {lost} were killed"
+            )
+            .into());
+        }
+        let t_end = clock::now();
+        Ok(failover(
+            "lose", master, names, t_start, promoted, t_end, copies,
+        ))
+    }
+
+    /// SIGSTOP of every replica for `pause`, then SIGCONT (one stopped replica of two
+    /// would leave the other to acknowledge): the master keeps them connected. The ports
+    /// (joined) and when they were stopped and resumed.
+    pub fn pause_replica(&mut self, pause: Duration) -> Result<(String, Nanos, Nanos), BoxError> {
+        let master = self.master().ok_or("no Sentinel names a master")?;
+        let mut pids = Vec::new();
+        let mut ports = Vec::new();
+        for server in self.data.iter().filter(|s| s.port() != master) {
+            pids.push(server.pid().ok_or("a replica has no process")?);
+            ports.push(server.port().to_string());
+        }
+        let t_start = clock::now();
+        for &pid in &pids {
+            crate::spawn::signal(pid, true)?;
+        }
+        std::thread::sleep(pause);
+        for &pid in &pids {
+            crate::spawn::signal(pid, false)?;
+        }
+        Ok((ports.join(","), t_start, clock::now()))
     }
 
     /// SIGSTOP of the master until the Sentinels have promoted a replica, and `extra`

@@ -58,6 +58,11 @@ async fn status_shows_holder_ttl_and_fencing_counter() {
             "{text:#?}"
         );
         assert!(text.stdout.contains("state     held\n"), "{text:#?}");
+        // A lone Redis: the master has no replica, and the row says what the check does.
+        assert!(
+            text.stdout.contains("master    no connected replica: "),
+            "{text:#?}"
+        );
         assert!(
             text.stdout.contains("holder    inventory-sync@"),
             "{text:#?}"
@@ -74,6 +79,7 @@ async fn status_shows_holder_ttl_and_fencing_counter() {
         assert!(text.stdout.contains("fencing   1\n"), "{text:#?}");
 
         let value = json(&run(&server, &["status", name, "--json"]).stdout);
+        assert_eq!(value["replicas_connected"], 0, "{value}");
         assert_eq!(value["name"], name);
         assert_eq!(value["held"], true);
         assert_eq!(value["app"], "inventory-sync");

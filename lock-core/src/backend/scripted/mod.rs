@@ -1,6 +1,7 @@
 //! One Redis, Lua scripts: one round trip per operation. The default backend.
 
 mod calls;
+mod confirm;
 mod in_flight;
 mod waits;
 
@@ -273,9 +274,12 @@ impl Scripted {
     /// its connection is open (no set-up before the command), its one `SET` or script is
     /// bounded by the response timeout, and the `PTTL` that may follow a busy `SET` by the
     /// rest of that timeout. (On Redis before 7.0 the first `SET .. GET` is refused at once
-    /// and the script follows: one round trip more, once per locker.)
+    /// and the script follows: one round trip more, once per locker.) Never with the
+    /// replica check on.
     pub(crate) fn try_is_bounded(&self) -> bool {
-        self.conn.is_open()
+        // A grant checked with replicas takes more commands, on two connections: the
+        // engine bounds such a try with a timer of its own.
+        self.conn.is_open() && self.replicated.is_none()
     }
 
     pub(crate) fn connection(&self) -> &SharedConnection {
@@ -330,7 +334,10 @@ impl Backend for Scripted {
         kind: AttemptKind<'_>,
     ) -> Result<Attempt, LockError> {
         let started = Instant::now();
-        let shared = self.writer(&[&keys.lock]);
+        // On the shared connection even with the replica check on: most answers (busy, a
+        // place in line) wait for no replica, and must not queue behind another task's
+        // `WAIT` on the check's connections. A grant is confirmed from there afterwards.
+        let shared = &self.conn;
         // A reply that never arrives (the caller dropped the future, or the command timed
         // out) may hide a SET that took the lock: the armed flight undoes it with a
         // compare-and-delete on the same multiplexed connection, which keeps request order,
@@ -397,13 +404,15 @@ impl Backend for Scripted {
             if let Some(replicated) = &self.replicated {
                 // Granted only once replicas have it; otherwise undone (the armed flight, on
                 // this connection, after the write) and a failed attempt.
-                let confirmed = replicated
-                    .confirm(&mut flight.lent.conn, &keys.name, &keys.lock)
-                    .await;
+                let confirmed = Box::pin(self.confirm_grant(
+                    replicated,
+                    &mut flight.lent.conn,
+                    keys,
+                    value,
+                    ttl,
+                ))
+                .await;
                 if let Err(err) = confirmed {
-                    if let LockError::Connection { .. } = err {
-                        shared.retire(&flight.lent);
-                    }
                     return Err(err);
                 }
             }
@@ -643,12 +652,14 @@ fn not_replicated_for(err: &LockError, name: &str) -> LockError {
             acknowledged,
             required,
             timeout,
+            connected,
             ..
         } => LockError::NotReplicated {
             name: name.to_owned(),
             acknowledged: *acknowledged,
             required: *required,
             timeout: *timeout,
+            connected: *connected,
         },
         other => LockError::connection(name, other.to_string()),
     }
