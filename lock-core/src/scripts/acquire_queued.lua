@@ -29,14 +29,16 @@ end
 if ours then
   local value = ARGV[1]
   if head == waiter then
+    -- The next in line is read before we leave: a Cluster refuses a key the script
+    -- emptied while its slot migrates.
+    local next_head = redis.call('ZRANGE', q, 1, 1)[1]
     redis.call('ZREM', q, waiter)
     redis.call('HDEL', e, waiter)
-    local next_head = redis.call('ZRANGE', q, 0, 0)[1]
     if next_head then
       -- Others wait: our release must hand over, so the value carries the mark.
       value = '~' .. value
       -- Now first in line: wake at our lease's end if we never release it (a crash).
-      redis.call('PUBLISH', next_head, 'h:' .. ARGV[2] .. ':' .. lock)
+      tell(next_head, 'h:' .. ARGV[2] .. ':' .. lock, lock)
     end
   end
   redis.call('SET', lock, value, 'PX', ARGV[2])

@@ -45,15 +45,42 @@ end
 
 -- The first waiter whose entry still counts, and its value; expired ones (dead, paused,
 -- partitioned or gone waiters) are dropped on the way.
+-- Stops once it dropped the last entry: on a Cluster whose slot is migrating, a script may
+-- not touch a key it emptied (Redis answers "non local key").
 local function live_head(q, e, now)
   while true do
-    local head = redis.call('ZRANGE', q, 0, 0)[1]
+    local two = redis.call('ZRANGE', q, 0, 1)
+    local head = two[1]
     if not head then return nil, nil end
     local expiry, value = entry_of(e, head)
     if expiry and expiry > now then return head, value end
     redis.call('ZREM', q, head)
     redis.call('HDEL', e, head)
+    if not two[2] then return nil, nil end
   end
+end
+
+-- Publishes `msg` on `channel`: with SPUBLISH when `sharded` (a Redis Cluster's sharded
+-- pub/sub: the message stays in the channel's shard instead of reaching every node),
+-- falling back to PUBLISH on a server without it (before Redis 7).
+local function publish(channel, msg, sharded)
+  if sharded and type(redis.pcall('SPUBLISH', channel, msg)) == 'number' then
+    return
+  end
+  redis.call('PUBLISH', channel, msg)
+end
+
+-- Tells queued waiter `to` (its Locker's channel) `msg` about `lock`. A channel that begins
+-- with '$' is a Locker on a Cluster that listens in the lock's shard, on
+-- `<lock>:t:<channel>` (the lock's slot); on a server without sharded pub/sub it listens on
+-- its channel, as every other Locker does.
+local function tell(to, msg, lock)
+  if string.byte(to, 1) == 36 then
+    if type(redis.pcall('SPUBLISH', lock .. ':t:' .. to, msg)) == 'number' then
+      return
+    end
+  end
+  redis.call('PUBLISH', to, msg)
 end
 
 -- Reserves the free lock for the queue's live head for `window` ms (its value on the key,
@@ -65,10 +92,10 @@ local function hand_over(lock, q, e, now, window)
   if not head then return false end
   redis.call('SET', lock, value, 'PX', window)
   redis.call('HSET', e, head, (now + tonumber(window)) .. ' ' .. value)
-  redis.call('PUBLISH', head, 'g:' .. window .. ':' .. lock)
+  tell(head, 'g:' .. window .. ':' .. lock, lock)
   local second = redis.call('ZRANGE', q, 1, 1)[1]
   if second then
-    redis.call('PUBLISH', second, 's:' .. window .. ':' .. lock)
+    tell(second, 's:' .. window .. ':' .. lock, lock)
   end
   return true
 end

@@ -8,7 +8,8 @@
 -- only a release of a marked value reads them
 -- ARGV[1] value, ARGV[2] "1" to announce every release (no Locker of this version asks it:
 -- Redlock's waiters queue and mark the value since issue 26), "2" to announce a marked release
--- without asking PUBSUB NUMSUB (a Cluster's counts only the node's own subscribers),
+-- without asking PUBSUB NUMSUB (a Cluster's counts only the node's own subscribers), "3"
+-- the same with SPUBLISH (a Cluster whose Lockers listen in the lock's shard),
 -- ARGV[3] claim window in ms
 -- Returns 1 when given up, 0 when the lock was no longer ours (nothing is touched then).
 -- This part runs first: the waiter-queue functions (queue.lua, then release_listened.lua)

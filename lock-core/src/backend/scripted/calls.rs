@@ -237,11 +237,11 @@ pub(super) enum Announce {
     /// Only releases of a value marked as listened for (see `scripts/queue.lua`); on the
     /// release channel only when this server has subscribers to it.
     WhenListened,
-    /// Only releases of a value marked as listened for, on the release channel whether or
-    /// not this node has subscribers: a Cluster, whose `PUBSUB NUMSUB` counts only the
-    /// node's own subscribers while waiters subscribe on another node.
+    /// Only releases of a value marked as listened for, on the release channel with
+    /// SPUBLISH whether or not the node has subscribers: a Cluster, whose waiters listen in
+    /// the lock's shard (PUBLISH on a server without sharded pub/sub, before Redis 7).
     #[cfg_attr(not(feature = "cluster"), allow(dead_code))]
-    WhenListenedAnywhere,
+    InShard,
 }
 
 /// The release script: compare-and-delete, or hand the lock to the first live waiter.
@@ -254,7 +254,7 @@ pub(super) async fn release_script(
 ) -> redis::RedisResult<i64> {
     let announce_flag: &[u8] = match announce {
         Announce::WhenListened => b"0",
-        Announce::WhenListenedAnywhere => b"2",
+        Announce::InShard => b"3",
     };
     // The queue's keys are declared although only a release of a marked value reads them:
     // a script must declare every key it touches (a Cluster checks that they share a slot,

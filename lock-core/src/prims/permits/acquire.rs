@@ -202,7 +202,7 @@ async fn run(request: Request<'_>) -> Result<Granted, LockError> {
     let mut told = matches!(store, Store::Memory(_));
     if let (Store::Server(_), Some(notifier)) = (&store, env.queue_notifier()) {
         let route = keys.route(&undo.id);
-        match bounded(bound, notifier.listen(&route, &wake)).await {
+        match bounded(bound, notifier.listen_own(&route, &wake)).await {
             None => return Err(timeout(first_end, transient)),
             Some(Ok(interest)) => {
                 _interest = Some(interest);
