@@ -13,6 +13,7 @@ pub mod s6_holders;
 pub mod s6_permits;
 pub mod s7_rwlock;
 pub mod s8_multi;
+pub mod s9_cluster;
 
 /// How long and how often to measure.
 #[derive(Debug, Clone)]

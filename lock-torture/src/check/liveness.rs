@@ -12,7 +12,7 @@
 //! that threshold) is one too.
 //!
 //! Nothing is judged while a fault is active or soon after (one claim window and two TTLs
-//! after it healed): a stopped, killed or cut-off client or server legitimately holds up
+//! after it healed), a Cluster's slot migration ([`RESHARD`]) excepted: a stopped, killed or cut-off client or server legitimately holds up
 //! the queue. On a Cluster or behind Sentinel the window lasts [`REPLICATED_SETTLE`] after
 //! the old master's demotion, and at least until a claim window and two TTLs after the
 //! deployment was seen whole again ([`Failover::t_whole`](crate::event::Failover::t_whole)):
@@ -33,6 +33,11 @@ pub const CLAIM_WINDOW: Nanos = 100_000_000;
 
 /// Scheduling and round trips on a loaded machine, on top of the claim window.
 pub const SLACK: Nanos = 50_000_000;
+
+/// The fault that no request is excused by: a Cluster slot moved to another master and
+/// back (Redis refuses the lock's scripts with TRYAGAIN only for the milliseconds its keys
+/// are split between the two).
+pub const RESHARD: &str = "reshard";
 
 /// The longest a waiter may wait while what it waits for is free.
 pub const THRESHOLD: Nanos = CLAIM_WINDOW + SLACK;
@@ -99,6 +104,8 @@ pub(super) fn check(events: &[Event], acqs: &[Acq], report: &mut Report) {
     let mut seen_multi = std::collections::HashSet::new();
     for event in events {
         match event {
+            // A slot's migration holds nobody up: requests go on when it ends.
+            Event::Fault { kind, .. } if kind == RESHARD => {}
             Event::Fault { t_start, t_end, .. } | Event::Down { t_start, t_end, .. } => {
                 excluded.push((*t_start, t_end.saturating_add(margin)));
             }

@@ -1,5 +1,5 @@
 //! Faults of the replicated deployments: a master killed, paused, or handed over to its
-//! replica, and a lock's slot moved to another master. Each waits first until the
+//! replica, and a lock's slot moved to another master and back. Each waits first until the
 //! deployment is whole (every master has a replica in sync), so that a failover is possible
 //! at all, and logs a [`crate::event::Failover`] beside the fault.
 
@@ -48,11 +48,13 @@ impl Injector<'_> {
                 c.manual_failover(port, replica, names)
             }
             (Ha::Cluster(c), Mode::Reshard) => {
+                // A hot name's slot there and back, a moment apart, while clients use it.
                 let name = &names[rng.usize(..names.len())];
                 let t_start = clock::now();
-                let gap = |rng: &mut fastrand::Rng| Duration::from_millis(rng.u64(0..=ttl_ms / 4));
-                let (slot, from, to) = c.move_slot(name, rng, gap)?;
-                let target = format!("{name} slot {slot}: {from}->{to}");
+                let (slot, from, to) = c.move_slot(name, None, rng)?;
+                std::thread::sleep(Duration::from_millis(rng.u64(0..=ttl_ms / 4)));
+                c.move_slot(name, Some(from), rng)?;
+                let target = format!("{name} slot {slot}: {from}->{to}->{from}");
                 return self.fault("reshard", &target, t_start, clock::now());
             }
             (Ha::Sentinel(s), Mode::KillMaster) => s.kill_master(names)?,
