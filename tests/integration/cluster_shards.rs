@@ -214,3 +214,48 @@ async fn requests_caught_by_a_slot_migration_go_on_when_it_ends() {
          redis-rs's default 1.28 s pause before a retry",
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_while_its_slot_migrates_is_not_refused() {
+    let cluster = RedisCluster::start(3, 0);
+    let holder = locker_on(&cluster);
+    let waiter = locker_on(&cluster);
+    // Fencing, so that every key the waiter's queued attempt declares exists (the lock,
+    // its fencing counter, the queue and its entries): the script then runs on the slot's
+    // old master while the slot migrates, and the claim empties the queue there.
+    let lease = holder
+        .lock("claimed")
+        .ttl(30 * SECOND)
+        .fencing()
+        .await
+        .expect("hold");
+    let key = lease.key().to_owned();
+    let queue = format!("{key}:q");
+    let from = cluster.master_of(&key);
+    let waiting = tokio::spawn(async move {
+        waiter
+            .lock("claimed")
+            .ttl(5 * SECOND)
+            .wait(20 * SECOND)
+            .await
+            .map(drop)
+    });
+    assert!(
+        eventually(|| cluster.nodes[from]
+            .command(&["ZCARD", &queue])
+            .contains(":1"))
+        .await,
+        "the waiter queued"
+    );
+    let moving = cluster.start_slot_move(&key, (from + 1) % 3);
+    assert!(lease.release().await.expect("release"));
+    let claimed = tokio::time::timeout(20 * SECOND, waiting)
+        .await
+        .expect("the waiter ended")
+        .expect("join");
+    tokio::task::block_in_place(|| cluster.finish_slot_move(&moving));
+    claimed.expect(
+        "the claim went through: it emptied the queue, and touched it no more (Redis refuses \
+         a key that a script emptied while its slot migrates)",
+    );
+}

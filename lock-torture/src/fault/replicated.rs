@@ -27,6 +27,30 @@ impl Injector<'_> {
         if !ha.wait_healthy(RECOVERY_LIMIT) {
             return Err("the deployment did not become whole again after a fault".into());
         }
+        if let (Ha::Cluster(c), Mode::Reshard) = (&mut *ha, fault) {
+            // A hot name's slot there and back, a moment apart, while clients use it; each
+            // move is a fault of its own (the liveness rule excuses only the migration).
+            let name = &names[rng.usize(..names.len())];
+            let t_start = clock::now();
+            let (slot, from, to) = c.move_slot(name, None, rng)?;
+            let there = (
+                format!("{name} slot {slot}: {from}->{to}"),
+                t_start,
+                clock::now(),
+            );
+            std::thread::sleep(Duration::from_millis(rng.u64(0..=ttl_ms / 4)));
+            let t_start = clock::now();
+            c.move_slot(name, Some(from), rng)?;
+            let back = (
+                format!("{name} slot {slot}: {to}->{from}"),
+                t_start,
+                clock::now(),
+            );
+            for (target, t_start, t_end) in [there, back] {
+                self.fault("reshard", &target, t_start, t_end)?;
+            }
+            return Ok(true);
+        }
         let mut failover = match (&mut *ha, fault) {
             (Ha::Cluster(c), Mode::KillMaster) => {
                 let (port, replicas, names) = c.pick_master(rng).ok_or("no master")?;
@@ -46,16 +70,6 @@ impl Injector<'_> {
                 let (port, replicas, names) = c.pick_master(rng).ok_or("no master")?;
                 let replica = *replicas.first().ok_or("no replica")?;
                 c.manual_failover(port, replica, names)
-            }
-            (Ha::Cluster(c), Mode::Reshard) => {
-                // A hot name's slot there and back, a moment apart, while clients use it.
-                let name = &names[rng.usize(..names.len())];
-                let t_start = clock::now();
-                let (slot, from, to) = c.move_slot(name, None, rng)?;
-                std::thread::sleep(Duration::from_millis(rng.u64(0..=ttl_ms / 4)));
-                c.move_slot(name, Some(from), rng)?;
-                let target = format!("{name} slot {slot}: {from}->{to}->{from}");
-                return self.fault("reshard", &target, t_start, clock::now());
             }
             (Ha::Sentinel(s), Mode::KillMaster) => s.kill_master(names)?,
             (Ha::Sentinel(s), Mode::PauseMaster) => {

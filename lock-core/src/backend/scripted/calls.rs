@@ -98,8 +98,9 @@ static LIBRARY: LazyLock<String> = LazyLock::new(|| {
 /// Versioned: a script whose keys or arguments change gets a new library name, so that
 /// Lockers of different versions on one server each call their own (v4: `release` declares
 /// the queue's keys; v5: `acquire_queued` takes a Redlock waiter's ticket; v6:
-/// `return_claim`).
-const LIBRARY_NAME: &str = "lockcore_v6";
+/// `return_claim`; v7: turns told with SPUBLISH to waiters whose channel begins with `$`,
+/// and `release`'s announce flag "3").
+const LIBRARY_NAME: &str = "lockcore_v7";
 
 fn library() -> &'static str {
     LIBRARY.as_str()
