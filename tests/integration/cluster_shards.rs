@@ -142,41 +142,67 @@ async fn waiting_on_many_names_takes_one_pubsub_connection_per_master() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn turn_notifications_follow_a_moving_slot() {
-    let cluster = RedisCluster::start(3, 0);
-    let holder = locker_on(&cluster);
-    let waiter = locker_on(&cluster);
-    let lease = holder.lock("mover").ttl(60 * SECOND).await.expect("hold");
-    let key = lease.key().to_owned();
-    let pattern = format!("{key}:t:*");
-    let from = cluster.master_of(&key);
-    let to = (from + 1) % 3;
+/// The waiter waits for `name` (held by `holder`) on a task of its own, until the test
+/// checks where it listens, then the holder lets go and the waiter must get its turn.
+async fn wait_while_held(
+    cluster: &RedisCluster,
+    holder: &Locker,
+    waiter: &Locker,
+    name: &str,
+    master: usize,
+    check: impl FnOnce(&str),
+) {
+    let lease = holder.lock(name).ttl(60 * SECOND).await.expect("hold");
+    let pattern = format!("{}:t:*", lease.key());
+    let (waiter, owned) = (waiter.clone(), name.to_owned());
     let waiting = tokio::spawn(async move {
         let lease = waiter
-            .lock("mover")
+            .lock(owned.as_str())
             .ttl(5 * SECOND)
             .wait(50 * SECOND)
             .await?;
-        let _ = lease.release().await;
-        Ok::<_, LockError>(())
+        lease.release().await.map(drop)
     });
     assert!(
-        eventually(|| !shard_channels(&cluster, from, &pattern).is_empty()).await,
-        "the waiter listens for its turn on the slot's master (SSUBSCRIBE {pattern})"
+        eventually(|| !shard_channels(cluster, master, &pattern).is_empty()).await,
+        "the waiter listens for its turn on the slot's master {master} (SSUBSCRIBE {pattern})"
     );
-    tokio::task::block_in_place(|| cluster.move_slot(&key, to));
-    assert!(
-        eventually(|| !shard_channels(&cluster, to, &pattern).is_empty()).await,
-        "after the slot moved, the waiter listens on its new master"
-    );
-    assert!(shard_channels(&cluster, from, &pattern).is_empty());
+    tokio::task::block_in_place(|| check(lease.key()));
     assert!(lease.release().await.expect("release"), "still held");
     tokio::time::timeout(20 * SECOND, waiting)
         .await
         .expect("the waiter got its turn")
         .expect("join")
-        .expect("acquired");
+        .expect("acquired and released");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn turn_notifications_follow_a_moving_slot() {
+    let cluster = RedisCluster::start(3, 0);
+    let holder = locker_on(&cluster);
+    let waiter = locker_on(&cluster);
+    let key = "lock:{mover}".to_owned();
+    let from = cluster.master_of(&key);
+    let to = (from + 1) % 3;
+    // Moved while the waiter waits: it follows the slot to its new master.
+    wait_while_held(&cluster, &holder, &waiter, "mover", from, |key| {
+        let pattern = format!("{key}:t:*");
+        cluster.move_slot(key, to);
+        let followed = (0..200).any(|_| {
+            std::thread::sleep(Duration::from_millis(50));
+            !shard_channels(&cluster, to, &pattern).is_empty()
+        });
+        assert!(
+            followed,
+            "after the slot moved, the waiter listens on its new master"
+        );
+        assert!(shard_channels(&cluster, from, &pattern).is_empty());
+    })
+    .await;
+    // Moved back while nobody waits (the subscription lingers after the last waiter): the
+    // next wait subscribes where the slot is now, not where it was.
+    tokio::task::block_in_place(|| cluster.move_slot(&key, from));
+    wait_while_held(&cluster, &holder, &waiter, "mover", from, |_| {}).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

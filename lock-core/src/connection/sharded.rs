@@ -204,6 +204,15 @@ impl Shards {
         Ok((conn, reader.abort_handle()))
     }
 
+    /// Records that `channel` is no longer subscribed, unless a waiter wants it again
+    /// meanwhile (then it is subscribed again).
+    async fn forget(&self, channel: &str) {
+        self.inner.link.lock().await.subscribed.remove(channel);
+        if self.wanted().contains_key(channel) {
+            self.follow(channel.to_owned()).await;
+        }
+    }
+
     /// After the old master of `channel`'s slot dropped it: subscribes again where the slot
     /// lives now (retrying while the slot settles), then tells the listener.
     async fn follow(&self, channel: String) {
@@ -247,10 +256,14 @@ async fn read(weak: Weak<Inner>, mut pushes: UnboundedReceiver<PushInfo>) {
                     continue;
                 };
                 let shards = Shards { inner };
-                // Our own SUNSUBSCRIBE's confirmation, or the slot moved: only a channel
-                // still wanted is subscribed again.
+                // Our own SUNSUBSCRIBE's confirmation, or the slot moved: a channel still
+                // wanted is subscribed again; any other is no longer subscribed (a
+                // lingering one whose slot moved must not count as subscribed when a
+                // waiter comes back).
                 if shards.wanted().contains_key(&channel) {
                     tokio::spawn(async move { shards.follow(channel).await });
+                } else {
+                    tokio::spawn(async move { shards.forget(&channel).await });
                 }
             }
             // redis-rs reconnects and subscribes again by itself; what was published
