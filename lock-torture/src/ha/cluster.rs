@@ -245,29 +245,50 @@ impl ClusterHa {
         rng: &mut fastrand::Rng,
     ) -> Result<(u16, u16, u16), BoxError> {
         let slot = *self.slots.get(name).ok_or("unknown name")?;
-        let view = self.view().ok_or("no node answers")?;
-        let owns = |n: &&NodeInfo| n.slots.iter().any(|&(a, b)| a <= slot && slot <= b);
-        let source = view
-            .iter()
-            .find(|n| n.master && owns(n))
-            .ok_or("slot unowned")?;
-        let targets: Vec<&NodeInfo> = view
-            .iter()
-            .filter(|n| n.master && n.port != source.port)
-            .filter(|n| to.map_or(!n.slots.is_empty(), |port| n.port == port))
-            .collect();
-        let target = targets
-            .get(rng.usize(..targets.len().max(1)))
-            .ok_or("no other master")?;
         let s = slot.to_string();
-        ops::ask(
-            target.port,
-            &["CLUSTER", "SETSLOT", &s, "IMPORTING", &source.id],
-        )?;
-        ops::ask(
-            source.port,
-            &["CLUSTER", "SETSLOT", &s, "MIGRATING", &target.id],
-        )?;
+        // The node asked for the view may not know of the last move yet (gossip): a
+        // source that answers it does not own the slot is asked again, the target's
+        // IMPORTING undone.
+        let mut tries = 0;
+        let (view, source, target) = loop {
+            let view = self.view().ok_or("no node answers")?;
+            let owns = |n: &&NodeInfo| n.slots.iter().any(|&(a, b)| a <= slot && slot <= b);
+            let source = view
+                .iter()
+                .find(|n| n.master && owns(n))
+                .ok_or("slot unowned")?
+                .clone();
+            let targets: Vec<&NodeInfo> = view
+                .iter()
+                .filter(|n| n.master && n.port != source.port)
+                .filter(|n| to.map_or(!n.slots.is_empty(), |port| n.port == port))
+                .collect();
+            let target = (*targets
+                .get(rng.usize(..targets.len().max(1)))
+                .ok_or("no other master")?)
+            .clone();
+            let started = ops::ask(
+                target.port,
+                &["CLUSTER", "SETSLOT", &s, "IMPORTING", &source.id],
+            )
+            .and_then(|_| {
+                ops::ask(
+                    source.port,
+                    &["CLUSTER", "SETSLOT", &s, "MIGRATING", &target.id],
+                )
+            });
+            match started {
+                Ok(_) => break (view, source, target),
+                Err(err) => {
+                    let _ = ops::ask(target.port, &["CLUSTER", "SETSLOT", &s, "STABLE"]);
+                    tries += 1;
+                    if tries > 40 {
+                        return Err(format!("slot {slot}: cannot start its move: {err}").into());
+                    }
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+            }
+        };
         let deadline = clock::now() + clock::nanos(Duration::from_secs(15));
         let port = target.port.to_string();
         loop {
