@@ -123,15 +123,20 @@ impl Notifier {
     }
 
     /// The sharded subscriptions, while the cluster has them.
+    #[cfg(feature = "cluster")]
     fn shards(&self) -> Option<&Shards> {
-        #[cfg(feature = "cluster")]
-        return self
-            .inner
+        self.inner
             .shards
             .as_ref()
-            .filter(|shards| shards.supported());
+            .filter(|shards| shards.supported())
+    }
+
+    /// Whether turns and releases come through sharded subscriptions.
+    fn sharded(&self) -> bool {
+        #[cfg(feature = "cluster")]
+        return self.shards().is_some();
         #[cfg(not(feature = "cluster"))]
-        None
+        false
     }
 
     /// A pub/sub connection of its own, opened where this notifier's is (an election's
@@ -152,7 +157,9 @@ impl Notifier {
     /// (an SSUBSCRIBE on the slot's master the first time, kept a while after the last
     /// waiter: free when waited for again soon).
     pub async fn listen(&self, lock_key: &str, signal: &Arc<Wake>) -> redis::RedisResult<Interest> {
+        #[allow(unused_mut)]
         let mut interest = self.interest(lock_key, signal);
+        #[cfg(feature = "cluster")]
         if let Some(shards) = self.shards() {
             let channel = turn_channel(lock_key, &self.inner.own_channel);
             interest.sharded = Some(channel.clone());
@@ -219,11 +226,13 @@ impl Notifier {
                 .or_insert_with(|| (0, Arc::clone(signal)));
             entry.0 += 1;
         }
+        #[allow(unused_mut)]
         let mut subscription = Subscription {
             notifier: self.clone(),
             channel: channel.to_owned(),
             sharded: false,
         };
+        #[cfg(feature = "cluster")]
         if let Some(shards) = self.shards() {
             subscription.sharded = true;
             match shards.want(channel).await {
@@ -250,7 +259,7 @@ impl Notifier {
         let mut link = self.inner.link.lock().await;
         // With sharded pub/sub, only this Locker's own channel is subscribed here.
         let wanted = self.wanted().contains_key(channel)
-            && (channel == self.inner.own_channel || self.shards().is_none());
+            && (channel == self.inner.own_channel || !self.sharded());
         let subscribed = link.subscribed.contains(channel);
         if wanted == subscribed {
             return Ok(());
@@ -489,6 +498,7 @@ const TURN_INFIX: &str = ":t:";
 /// The sharded channel that a Locker whose channel is `own` hears its turns for `lock_key`
 /// on: `<lock key>:t:<own>`, in the lock's slot (the lock key's hash tag comes first); the
 /// scripts build the same (`tell` in `scripts/queue.lua`).
+#[cfg_attr(not(feature = "cluster"), allow(dead_code))]
 pub(crate) fn turn_channel(lock_key: &str, own: &str) -> String {
     format!("{lock_key}{TURN_INFIX}{own}")
 }
@@ -546,9 +556,12 @@ impl Drop for Subscription {
 
 impl Drop for Interest {
     fn drop(&mut self) {
-        #[cfg(feature = "cluster")]
-        if let (Some(channel), Some(shards)) = (&self.sharded, &self.notifier.inner.shards) {
-            shards.unwant(channel);
+        if let Some(channel) = self.sharded.take() {
+            #[cfg(feature = "cluster")]
+            if let Some(shards) = &self.notifier.inner.shards {
+                shards.unwant(&channel);
+            }
+            drop(channel);
         }
         let mut interests = self.notifier.interests();
         match interests.get_mut(&self.lock_key) {
