@@ -132,7 +132,7 @@ impl Notifier {
     }
 
     /// Whether turns and releases come through sharded subscriptions.
-    fn sharded(&self) -> bool {
+    fn in_shards(&self) -> bool {
         #[cfg(feature = "cluster")]
         return self.shards().is_some();
         #[cfg(not(feature = "cluster"))]
@@ -259,7 +259,7 @@ impl Notifier {
         let mut link = self.inner.link.lock().await;
         // With sharded pub/sub, only this Locker's own channel is subscribed here.
         let wanted = self.wanted().contains_key(channel)
-            && (channel == self.inner.own_channel || !self.sharded());
+            && (channel == self.inner.own_channel || !self.in_shards());
         let subscribed = link.subscribed.contains(channel);
         if wanted == subscribed {
             return Ok(());
