@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use lock_core::{LockError, Locker};
+use lock_core::Locker;
 use lock_tests::cluster::bulk_strings;
 use lock_tests::RedisCluster;
 

@@ -105,8 +105,8 @@ fn start(masters: usize, replicas: usize) -> Result<RedisCluster, String> {
     let cluster = started.map_err(|_| format!("cannot start a cluster of {masters} masters"))?;
     // Replicas online, so that the replica check is on from the first lock.
     let deadline = Instant::now() + Duration::from_secs(30);
-    for node in &cluster.nodes {
-        while replicas > 0 {
+    for node in cluster.nodes.iter().filter(|_| replicas > 0) {
+        loop {
             let info = node.command(&["INFO", "replication"]);
             if !info.contains("role:master") || info.contains("state=online") {
                 break;
