@@ -229,7 +229,7 @@ async fn requests_caught_by_a_slot_migration_go_on_when_it_ends() {
             .map(drop)
     });
     let released = tokio::spawn(async move { lease.release().await });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    tokio::time::sleep(Duration::from_millis(150)).await;
     tokio::task::block_in_place(|| cluster.finish_slot_move(&moving));
     assert!(
         released.await.expect("join").expect("released"),
