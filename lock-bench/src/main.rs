@@ -22,7 +22,7 @@ mod stats;
 
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use clap::Parser as _;
 use lock_tests::RedisServer;
@@ -34,7 +34,7 @@ use probe::Probe;
 use report::{Report, RunSettings};
 use scenarios::{
     renewal, s1_latency, s2_throughput, s3_hot, s4_redlock, s5_overrun, s6_holders, s6_permits,
-    s7_rwlock, s7_writer, s8_multi,
+    s7_rwlock, s7_writer, s8_multi, s9_cluster,
 };
 use servers::{start_cluster, start_sentinel, start_servers};
 
@@ -354,6 +354,17 @@ async fn run(args: Args) -> Result<(), Failure> {
             );
             report.s8 = Some(table);
         }
+    }
+
+    if args.runs(Scenario::S9) {
+        let reshard_for = Duration::try_from_secs_f64(args.reshard_seconds)
+            .ok()
+            .filter(|d| !d.is_zero())
+            .ok_or_else(|| Failure::Setup("--reshard-seconds must be positive".into()))?;
+        let table = s9_cluster::run(settings.run_for, reshard_for).await;
+        print_section(&s9_cluster::title(), &table.markdown());
+        report.problems.extend(table.problems.iter().cloned());
+        report.s9 = Some(table);
     }
 
     if args.runs(Scenario::Renewal) {

@@ -14,7 +14,7 @@ use crate::lineup::{
 use crate::machine::Machine;
 use crate::scenarios::{
     renewal, s1_latency, s2_throughput, s3_hot, s4_redlock, s5_overrun, s6_holders, s6_permits,
-    s7_rwlock, s8_multi,
+    s7_rwlock, s8_multi, s9_cluster,
 };
 use crate::stats::{ratio, show_ratio, Spread};
 
@@ -38,6 +38,7 @@ pub struct Report {
     pub s6_holders: Option<s6_holders::Table>,
     pub s7: Option<s7_rwlock::Table>,
     pub s8: Option<s8_multi::Table>,
+    pub s9: Option<s9_cluster::Table>,
     pub renewal: Option<renewal::Table>,
     pub targets: Vec<Target>,
     /// Runs that measured nothing, or failed operations.
@@ -67,6 +68,7 @@ impl Report {
             s6_holders: None,
             s7: None,
             s8: None,
+            s9: None,
             renewal: None,
             targets: Vec::new(),
             problems: Vec::new(),
@@ -156,6 +158,9 @@ impl Report {
         }
         if let Some(t) = &self.s8 {
             sections.push((s8_title(), t.markdown()));
+        }
+        if let Some(t) = &self.s9 {
+            sections.push((s9_cluster::title(), t.markdown()));
         }
         if let Some(t) = &self.renewal {
             sections.push((renewal_title(t), t.markdown()));

@@ -52,8 +52,10 @@ pub enum Mode {
     KillMaster,
     /// Cluster: a coordinated `CLUSTER FAILOVER` on a replica (it catches up first).
     Failover,
-    /// Cluster: the slot of a lock name moved to another master, key by key, while
-    /// clients use it (MIGRATING/IMPORTING, ASK and TRYAGAIN).
+    /// Cluster: the slot of a lock name moved to another master and back, keys migrated
+    /// ten at a time, while clients use it (MIGRATING/IMPORTING, ASK and TRYAGAIN). Judged
+    /// by every rule, `liveness` and `unexplained-error` included: a slot's migration is
+    /// no excuse for a stalled waiter or a Redis error.
     Reshard,
     /// Cluster, Sentinel: SIGSTOP of a master. Cluster: a short pause (a stall) or one past
     /// the failover; Sentinel: until a replica is promoted. Then SIGCONT: the old master

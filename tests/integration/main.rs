@@ -3,6 +3,7 @@
 mod behaviour;
 mod cancelled;
 mod cluster;
+mod cluster_shards;
 mod contention;
 mod deadlock;
 mod degraded;

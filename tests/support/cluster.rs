@@ -201,4 +201,106 @@ impl RedisCluster {
             String::from_utf8_lossy(&output.stderr)
         );
     }
+
+    /// The hash slot of `key`.
+    pub fn slot_of(&self, key: &str) -> u16 {
+        let reply = self.nodes[0].command(&["CLUSTER", "KEYSLOT", key]);
+        reply
+            .trim()
+            .trim_start_matches(':')
+            .parse()
+            .unwrap_or_else(|_| panic!("CLUSTER KEYSLOT answered {reply:?}"))
+    }
+
+    /// Starts moving `key`'s slot to master `to` as a reshard does: IMPORTING on `to`,
+    /// MIGRATING on the slot's master. Until [`RedisCluster::finish_slot_move`], a
+    /// multi-key command on the slot whose keys are partly missing gets TRYAGAIN.
+    pub fn start_slot_move(&self, key: &str, to: usize) -> SlotMove {
+        let slot = self.slot_of(key);
+        let from = self.master_of(key);
+        assert_ne!(from, to, "the slot is on master {to} already");
+        let s = slot.to_string();
+        let (from_id, to_id) = (self.node_id(from), self.node_id(to));
+        let reply = self.nodes[to].command(&["CLUSTER", "SETSLOT", &s, "IMPORTING", &from_id]);
+        assert!(reply.contains("OK"), "SETSLOT IMPORTING answered {reply:?}");
+        let reply = self.nodes[from].command(&["CLUSTER", "SETSLOT", &s, "MIGRATING", &to_id]);
+        assert!(reply.contains("OK"), "SETSLOT MIGRATING answered {reply:?}");
+        SlotMove { slot, from, to }
+    }
+
+    /// Ends a slot's move: its keys MIGRATEd (ten at a time, as `redis-cli --cluster
+    /// reshard` does), then the slot assigned to the new master on it, on the old one and
+    /// on every other node.
+    pub fn finish_slot_move(&self, moving: &SlotMove) {
+        let s = moving.slot.to_string();
+        let port = self.nodes[moving.to].port().to_string();
+        loop {
+            let reply = self.nodes[moving.from].command(&["CLUSTER", "GETKEYSINSLOT", &s, "10"]);
+            let keys = bulk_strings(&reply);
+            if keys.is_empty() {
+                break;
+            }
+            let mut args = vec!["MIGRATE", "127.0.0.1", &port, "", "0", "5000", "KEYS"];
+            args.extend(keys.iter().map(String::as_str));
+            let reply = self.nodes[moving.from].command(&args);
+            assert!(
+                reply.starts_with('+'),
+                "MIGRATE answered {reply:?} (keys {keys:?})"
+            );
+        }
+        let to_id = self.node_id(moving.to);
+        let order = [moving.to, moving.from]
+            .into_iter()
+            .chain((0..self.nodes.len()).filter(|&i| i != moving.to && i != moving.from));
+        for index in order {
+            let reply = self.nodes[index].command(&["CLUSTER", "SETSLOT", &s, "NODE", &to_id]);
+            assert!(reply.contains("OK"), "SETSLOT NODE answered {reply:?}");
+        }
+    }
+
+    /// Moves `key`'s slot to master `to`, keys included (see [`RedisCluster::start_slot_move`]).
+    pub fn move_slot(&self, key: &str, to: usize) {
+        let moving = self.start_slot_move(key, to);
+        self.finish_slot_move(&moving);
+    }
+
+    /// The sum over every node of a `CLUSTER INFO` counter (such as
+    /// `cluster_stats_messages_publish_sent`: the PUBLISH messages sent over the bus).
+    pub fn bus_counter(&self, field: &str) -> u64 {
+        self.nodes
+            .iter()
+            .map(|node| {
+                let info = node.command(&["CLUSTER", "INFO"]);
+                info.lines()
+                    .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
+                    .and_then(|n| n.trim().parse::<u64>().ok())
+                    .unwrap_or(0)
+            })
+            .sum()
+    }
+}
+
+/// A slot on its way from one master to another (indexes into [`RedisCluster::nodes`]).
+#[derive(Debug, Clone, Copy)]
+pub struct SlotMove {
+    /// The slot.
+    pub slot: u16,
+    /// Its master before the move.
+    pub from: usize,
+    /// Its master after the move.
+    pub to: usize,
+}
+
+/// The bulk strings of a raw RESP reply (an array of them, or one).
+pub fn bulk_strings(reply: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut lines = reply.split("\r\n");
+    while let Some(line) = lines.next() {
+        if line.starts_with('$') && line != "$-1" {
+            if let Some(value) = lines.next() {
+                out.push(value.to_owned());
+            }
+        }
+    }
+    out
 }

@@ -162,18 +162,21 @@ impl LockerBuilder {
     #[cfg(feature = "cluster")]
     fn build_cluster(&self, seeds: &[String], settings: Settings) -> Result<Locker, LockError> {
         self.scripts_only("a Redis Cluster")?;
-        // PUBLISH reaches every node of a cluster, so one node's subscription hears all
-        // releases; if that node goes, waiters fall back to timed retries. The release
-        // script cannot see that subscription from the key's node (`PUBSUB NUMSUB` is
+        // Turns and releases are announced with SPUBLISH in the lock's shard, where the
+        // notifier subscribes (SSUBSCRIBE on the slot's master, followed when the slot
+        // moves): a message stays in one shard instead of crossing the cluster's bus to
+        // every node. The release script cannot see that subscription (`PUBSUB NUMSUB` is
         // per node), so a marked release is announced without asking.
-        let (client, dial) = connect::cluster(seeds, self.command_timeout, &self.tls)?;
-        let notifier = dial.map(|dial| Notifier::new(dial, own_channel(&settings)));
+        let (client, dial, shards) = connect::cluster(seeds, self.command_timeout, &self.tls)?;
+        let notifier = dial.map(|dial| Notifier::sharded(dial, shards, &own_channel(&settings)));
         let source = Source::Cluster(Box::new(client));
         let replicated = self.replicated(&source);
         let conn = SharedConnection::new(source, self.command_timeout, None);
         let backend = AnyBackend::Scripted(
-            Scripted::new(conn, self.script_mode, &waiters(&settings))
-                .announcing_across_nodes()
+            // `$` in front: the scripts tell this Locker's waiters in the lock's shard (see
+            // `Notifier::sharded`, whose own channel carries the same mark).
+            Scripted::new(conn, self.script_mode, &format!("${}", waiters(&settings)))
+                .announcing_in_shards()
                 .with_replica_sync(replicated),
         );
         Ok(assemble(backend, settings, notifier, true))

@@ -254,42 +254,78 @@ pub(crate) fn pool(
     Ok((pool, dial))
 }
 
-/// A Cluster client on `seeds`, and where to open the notifier's pub/sub connection (the
-/// first seed: PUBLISH reaches every node of a cluster).
+/// How redis-rs's cluster client retries a command that a slot's migration or a failover
+/// refused (TRYAGAIN, CLUSTERDOWN, MASTERDOWN; MOVED and ASK use up tries too): 16 tries,
+/// the n-th after a random pause of 2 ms to min(2^(n+1) ms, 50 ms), 0.66 s at most in all
+/// (0.35 s on average). redis-rs's default waits at least 1.28 s before each try, so that every command
+/// caught by a slot's migration (which lasts milliseconds) stalled more than a second.
+#[cfg(feature = "cluster")]
+const CLUSTER_RETRY: (u32, u64, u64) = (16, 2, 50);
+
+/// A Cluster client on `seeds`; where to open the notifier's classic pub/sub connection
+/// (the first seed: PUBLISH reaches every node of a cluster); and how to open its sharded
+/// one (a second client on the same seeds, speaking RESP3, its pushes sent to the notifier).
 #[cfg(feature = "cluster")]
 pub(crate) fn cluster(
     seeds: &[String],
     timeout: Duration,
     tls: &TlsSetting,
-) -> Result<(redis::cluster::ClusterClient, Option<Dial>), LockError> {
+) -> Result<
+    (
+        redis::cluster::ClusterClient,
+        Option<Dial>,
+        crate::connection::sharded::ShardDial,
+    ),
+    LockError,
+> {
     tls.refuse_server_name("a Redis Cluster")?;
     if let Some(problem) = seeds.iter().find_map(|seed| url_problem(seed)) {
         return Err(LockError::Config(format!("a cluster seed: {problem}")));
     }
-    #[allow(unused_mut)]
-    let mut builder = redis::cluster::ClusterClient::builder(seeds.to_vec())
-        .connection_timeout(timeout)
-        .response_timeout(timeout);
     #[cfg(feature = "tls-rustls")]
-    if let Some(certificates) = tls.certificates()? {
+    let certificates = tls.certificates()?;
+    #[cfg(feature = "tls-rustls")]
+    if certificates.is_some() {
         if let Some(plain) = seeds.iter().find(|seed| !seed.starts_with("rediss://")) {
             return Err(LockError::Config(format!(
                 "TLS settings are given but the seed {:?} is not a rediss:// URL",
                 redact_url(plain)
             )));
         }
-        builder = builder.certs(certificates);
     }
-    let cluster = builder
-        .build()
-        .map_err(|err| LockError::Config(format!("cannot use the cluster seeds: {err}")))?;
     // A seed that cannot be a client leaves waiters to their timers rather than failing
     // the build: the cluster client accepted the seeds.
     let dial = seeds
         .first()
         .and_then(|seed| client(seed, tls).ok())
         .map(|(_, dial, _)| dial);
-    Ok((cluster, dial))
+    let seeds = seeds.to_vec();
+    let builder = move || {
+        let (retries, min_wait, max_wait) = CLUSTER_RETRY;
+        #[allow(unused_mut)]
+        let mut builder = redis::cluster::ClusterClient::builder(seeds.clone())
+            .connection_timeout(timeout)
+            .response_timeout(timeout)
+            .retries(retries)
+            .min_retry_wait(min_wait)
+            .max_retry_wait(max_wait)
+            .retry_wait_formula(2, 2);
+        #[cfg(feature = "tls-rustls")]
+        if let Some(certificates) = &certificates {
+            builder = builder.certs(certificates.clone());
+        }
+        builder
+    };
+    let cluster = builder()
+        .build()
+        .map_err(|err| LockError::Config(format!("cannot use the cluster seeds: {err}")))?;
+    let shards: crate::connection::sharded::ShardDial = std::sync::Arc::new(move |pushes| {
+        builder()
+            .use_protocol(redis::ProtocolVersion::RESP3)
+            .push_sender(pushes)
+            .build()
+    });
+    Ok((cluster, dial, shards))
 }
 
 /// A Sentinel client for `master`. The Sentinels are reached over TLS when their URLs are

@@ -4,6 +4,8 @@
 //!   deadpool pool, a Cluster client or a Sentinel-named master), reconnected on failure.
 //! - [`connect`]: turning URLs and TLS settings into pools, clients and dialers.
 //! - [`notifier`]: the one pub/sub connection per Locker that tells waiters their turn.
+//! - `sharded`: on a Redis Cluster, the notifier's sharded subscriptions (SSUBSCRIBE in
+//!   each lock's shard), following slots that move (feature `cluster`).
 //! - `sentinel`: connecting to the master the Sentinels name, and retiring connections to
 //!   a deposed one at the Sentinels' `+switch-master` (feature `sentinel`).
 //! - `tls`: [`TlsConfig`](crate::TlsConfig) (feature `tls-rustls`).
@@ -14,6 +16,8 @@ pub(crate) mod connect;
 pub(crate) mod notifier;
 #[cfg(feature = "sentinel")]
 pub(crate) mod sentinel;
+#[cfg(feature = "cluster")]
+pub(crate) mod sharded;
 pub(crate) mod shared;
 #[cfg(feature = "tls-rustls")]
 pub(crate) mod tls;

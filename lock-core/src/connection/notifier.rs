@@ -10,6 +10,13 @@
 //!   waiter subscribes to that channel (reference-counted: the first waiter on a name sends
 //!   SUBSCRIBE, the last one to leave sends UNSUBSCRIBE).
 //!
+//! On a Redis Cluster (Redis 7+) both go through sharded pub/sub instead
+//! ([`crate::connection::sharded`]): the Locker's channel begins with `$`, which tells the
+//! scripts to announce a turn with SPUBLISH on `<lock key>:t:<channel>` (in the lock's
+//! slot) rather than PUBLISH on the channel, and the waiter subscribes to that with
+//! SSUBSCRIBE on the slot's master; release channels likewise. A message then stays in the
+//! lock's shard instead of reaching every node of the cluster.
+//!
 //! If the pub/sub connection drops, every waiter is woken (messages may have been lost, so
 //! they look again) and the connection is re-opened and re-subscribed by itself. Behind
 //! Sentinel the same happens at each switch of the master the Sentinels announce: a
@@ -27,6 +34,8 @@ use futures_util::StreamExt as _;
 use redis::aio::PubSubSink;
 
 use crate::connection::connect::Dial;
+#[cfg(feature = "cluster")]
+use crate::connection::sharded::{Listener, ShardDial, Shards};
 use crate::signal::{parse_batch, parse_message, Wake};
 
 #[derive(Clone)]
@@ -50,6 +59,9 @@ struct Inner {
     /// Behind Sentinel: the task that retires the connection at each switch was started.
     #[cfg(feature = "sentinel")]
     following: AtomicBool,
+    /// On a Redis Cluster: the sharded subscriptions (turns and release channels).
+    #[cfg(feature = "cluster")]
+    shards: Option<Shards>,
 }
 
 #[derive(Default)]
@@ -73,28 +85,58 @@ struct Opened {
 pub(crate) struct Subscription {
     notifier: Notifier,
     channel: String,
+    /// Subscribed in the channel's shard (a Cluster's sharded pub/sub).
+    sharded: bool,
 }
 
 /// A waiter's interest in the queue messages of one lock; dropping it withdraws it.
 pub(crate) struct Interest {
     notifier: Notifier,
     lock_key: String,
+    /// The sharded channel its turns come on (a Cluster's sharded pub/sub), if any.
+    sharded: Option<String>,
 }
 
 impl Notifier {
     /// A notifier whose own channel (for waiter-queue messages) is `own_channel`.
     pub fn new(dial: impl Into<Dial>, own_channel: String) -> Notifier {
         Notifier {
-            inner: Arc::new(Inner {
-                dial: dial.into(),
-                own_channel,
-                wanted: Mutex::new(HashMap::new()),
-                interests: Mutex::new(HashMap::new()),
-                link: tokio::sync::Mutex::new(Link::default()),
-                #[cfg(feature = "sentinel")]
-                following: AtomicBool::new(false),
-            }),
+            inner: Arc::new(Inner::new(dial.into(), own_channel)),
         }
+    }
+
+    /// A notifier on a Redis Cluster that listens in the shards of the locks it waits for
+    /// (`shards`), and on `dial` only for what is published on its own channel (semaphores'
+    /// turns; every turn on a server without sharded pub/sub). Its channel is `own_channel`
+    /// with a `$` in front: the mark that tells the scripts to announce its turns with
+    /// SPUBLISH in the lock's slot.
+    #[cfg(feature = "cluster")]
+    pub fn sharded(dial: impl Into<Dial>, shards: ShardDial, own_channel: &str) -> Notifier {
+        let dial = dial.into();
+        let inner = Arc::new_cyclic(|weak: &std::sync::Weak<Inner>| {
+            let listener: std::sync::Weak<dyn Listener> = weak.clone();
+            let mut inner = Inner::new(dial, format!("${own_channel}"));
+            inner.shards = Some(Shards::new(shards, listener));
+            inner
+        });
+        Notifier { inner }
+    }
+
+    /// The sharded subscriptions, while the cluster has them.
+    #[cfg(feature = "cluster")]
+    fn shards(&self) -> Option<&Shards> {
+        self.inner
+            .shards
+            .as_ref()
+            .filter(|shards| shards.supported())
+    }
+
+    /// Whether turns and releases come through sharded subscriptions.
+    fn in_shards(&self) -> bool {
+        #[cfg(feature = "cluster")]
+        return self.shards().is_some();
+        #[cfg(not(feature = "cluster"))]
+        false
     }
 
     /// A pub/sub connection of its own, opened where this notifier's is (an election's
@@ -110,19 +152,51 @@ impl Notifier {
 
     /// Routes the queue messages about `lock_key` to `signal`; returns once the Locker's
     /// channel is subscribed (a round trip the first time, free afterwards), so that no
-    /// message published after this point is missed.
+    /// message published after this point is missed. On a Cluster with sharded pub/sub,
+    /// the turns come on the lock's own sharded channel
+    /// (an SSUBSCRIBE on the slot's master the first time, kept a while after the last
+    /// waiter: free when waited for again soon).
     pub async fn listen(&self, lock_key: &str, signal: &Arc<Wake>) -> redis::RedisResult<Interest> {
-        {
-            let mut interests = self.interests();
-            let entry = interests
-                .entry(lock_key.to_owned())
-                .or_insert_with(|| (0, Arc::clone(signal)));
-            entry.0 += 1;
+        #[allow(unused_mut)]
+        let mut interest = self.interest(lock_key, signal);
+        #[cfg(feature = "cluster")]
+        if let Some(shards) = self.shards() {
+            let channel = turn_channel(lock_key, &self.inner.own_channel);
+            interest.sharded = Some(channel.clone());
+            match shards.want(&channel).await {
+                Err(_) if !shards.supported() => {
+                    // Redis before 7: the scripts fall back to PUBLISH on our channel.
+                    if let Some(channel) = interest.sharded.take() {
+                        shards.unwant(&channel);
+                    }
+                }
+                done => return done.map(|()| interest),
+            }
         }
-        let interest = Interest {
+        self.listen_on_own_channel(interest).await
+    }
+
+    /// Routes the queue messages about `key` to `signal`, as [`Notifier::listen`], always on
+    /// this Locker's own channel (a semaphore's waiters, whose turns are published there).
+    pub async fn listen_own(&self, key: &str, signal: &Arc<Wake>) -> redis::RedisResult<Interest> {
+        let interest = self.interest(key, signal);
+        self.listen_on_own_channel(interest).await
+    }
+
+    fn interest(&self, key: &str, signal: &Arc<Wake>) -> Interest {
+        let mut interests = self.interests();
+        let entry = interests
+            .entry(key.to_owned())
+            .or_insert_with(|| (0, Arc::clone(signal)));
+        entry.0 += 1;
+        Interest {
             notifier: self.clone(),
-            lock_key: lock_key.to_owned(),
-        };
+            lock_key: key.to_owned(),
+            sharded: None,
+        }
+    }
+
+    async fn listen_on_own_channel(&self, interest: Interest) -> redis::RedisResult<Interest> {
         let own = &self.inner.own_channel;
         self.wanted()
             .entry(own.clone())
@@ -180,10 +254,23 @@ impl Notifier {
                 .or_insert_with(|| (0, Arc::clone(signal)));
             entry.0 += 1;
         }
-        let subscription = Subscription {
+        #[allow(unused_mut)]
+        let mut subscription = Subscription {
             notifier: self.clone(),
             channel: channel.to_owned(),
+            sharded: false,
         };
+        #[cfg(feature = "cluster")]
+        if let Some(shards) = self.shards() {
+            subscription.sharded = true;
+            match shards.want(channel).await {
+                Err(_) if !shards.supported() => {
+                    subscription.sharded = false;
+                    shards.unwant(channel);
+                }
+                done => return done.map(|()| subscription),
+            }
+        }
         self.reconcile(channel).await?;
         Ok(subscription)
     }
@@ -198,7 +285,9 @@ impl Notifier {
     /// Brings the connection's subscription to `channel` in line with the waiters' wish.
     async fn reconcile(&self, channel: &str) -> redis::RedisResult<()> {
         let mut link = self.inner.link.lock().await;
-        let wanted = self.wanted().contains_key(channel);
+        // With sharded pub/sub, only this Locker's own channel is subscribed here.
+        let wanted = self.wanted().contains_key(channel)
+            && (channel == self.inner.own_channel || !self.in_shards());
         let subscribed = link.subscribed.contains(channel);
         if wanted == subscribed {
             return Ok(());
@@ -254,51 +343,8 @@ impl Notifier {
         let reader = tokio::spawn(async move {
             while let Some(message) = stream.next().await {
                 let Some(inner) = weak.upgrade() else { return };
-                let channel = message.get_channel_name();
-                if channel == inner.own_channel {
-                    let payload: String = message.get_payload().unwrap_or_default();
-                    if let Some((holders, ids)) = parse_batch(&payload) {
-                        let interests = inner
-                            .interests
-                            .lock()
-                            .unwrap_or_else(PoisonError::into_inner);
-                        let mut route = String::new();
-                        for id in ids {
-                            route.clear();
-                            route.push_str(holders);
-                            route.push('#');
-                            route.push_str(id);
-                            if let Some((_, signal)) = interests.get(&route) {
-                                signal.post(crate::signal::Hint::Granted);
-                            }
-                        }
-                        continue;
-                    }
-                    let Some((lock_key, hint)) = parse_message(&payload) else {
-                        continue;
-                    };
-                    let signal = inner
-                        .interests
-                        .lock()
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .get(lock_key)
-                        .map(|(_, signal)| Arc::clone(signal));
-                    // No local waiter any more: the reservation lapses after its window,
-                    // or the waiter that left already passed it on.
-                    if let Some(signal) = signal {
-                        signal.post(hint);
-                    }
-                    continue;
-                }
-                let signal = inner
-                    .wanted
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .get(channel)
-                    .map(|(_, signal)| Arc::clone(signal));
-                if let Some(signal) = signal {
-                    signal.wake();
-                }
+                let payload: String = message.get_payload().unwrap_or_default();
+                inner.deliver(message.get_channel_name(), &payload);
             }
             // The connection is gone: releases may have been missed. Wake everyone so they
             // look at Redis themselves, and re-subscribe what is still wanted.
@@ -397,8 +443,136 @@ impl Notifier {
     }
 }
 
+impl Inner {
+    fn new(dial: Dial, own_channel: String) -> Inner {
+        Inner {
+            dial,
+            own_channel,
+            wanted: Mutex::new(HashMap::new()),
+            interests: Mutex::new(HashMap::new()),
+            link: tokio::sync::Mutex::new(Link::default()),
+            #[cfg(feature = "sentinel")]
+            following: AtomicBool::new(false),
+            #[cfg(feature = "cluster")]
+            shards: None,
+        }
+    }
+
+    /// Hands a message to its waiters: a turn (on our channel, or on a lock's sharded turn
+    /// channel) to the lock's signal, with its hint; a release to the channel's.
+    fn deliver(&self, channel: &str, payload: &str) {
+        if channel == self.own_channel || is_turn_channel(channel, &self.own_channel) {
+            // Several waiters of this Locker granted permits at once: one message.
+            if let Some((holders, ids)) = parse_batch(payload) {
+                let interests = self
+                    .interests
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner);
+                let mut route = String::new();
+                for id in ids {
+                    route.clear();
+                    route.push_str(holders);
+                    route.push('#');
+                    route.push_str(id);
+                    if let Some((_, signal)) = interests.get(&route) {
+                        signal.post(crate::signal::Hint::Granted);
+                    }
+                }
+                return;
+            }
+            let Some((lock_key, hint)) = parse_message(payload) else {
+                return;
+            };
+            let signal = self
+                .interests
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .get(lock_key)
+                .map(|(_, signal)| Arc::clone(signal));
+            // No local waiter any more: the reservation lapses after its window, or the
+            // waiter that left already passed it on.
+            if let Some(signal) = signal {
+                signal.post(hint);
+            }
+            return;
+        }
+        let signal = self
+            .wanted
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(channel)
+            .map(|(_, signal)| Arc::clone(signal));
+        if let Some(signal) = signal {
+            signal.wake();
+        }
+    }
+}
+
+#[cfg(feature = "cluster")]
+impl Listener for Inner {
+    fn message(&self, channel: &str, payload: &str) {
+        self.deliver(channel, payload);
+    }
+
+    fn missed(&self, channel: Option<&str>) {
+        let lock_key = channel.and_then(|channel| {
+            channel
+                .strip_suffix(self.own_channel.as_str())?
+                .strip_suffix(TURN_INFIX)
+        });
+        let wake = |map: &Mutex<HashMap<String, (usize, Arc<Wake>)>>, key: Option<&str>| {
+            let map = map.lock().unwrap_or_else(PoisonError::into_inner);
+            match key {
+                Some(key) => map.get(key).iter().for_each(|(_, signal)| signal.wake()),
+                None => map.values().for_each(|(_, signal)| signal.wake()),
+            }
+        };
+        match (channel, lock_key) {
+            (None, _) => {
+                wake(&self.wanted, None);
+                wake(&self.interests, None);
+            }
+            (Some(_), Some(lock_key)) => wake(&self.interests, Some(lock_key)),
+            (Some(channel), None) => wake(&self.wanted, Some(channel)),
+        }
+    }
+}
+
+/// Between a lock key and a Locker's channel in the lock's sharded turn channel.
+const TURN_INFIX: &str = ":t:";
+
+/// The sharded channel that a Locker whose channel is `own` hears its turns for `lock_key`
+/// on: `<lock key>:t:<own>`, in the lock's slot (the lock key's hash tag comes first); the
+/// scripts build the same (`tell` in `scripts/queue.lua`).
+#[cfg_attr(not(feature = "cluster"), allow(dead_code))]
+pub(crate) fn turn_channel(lock_key: &str, own: &str) -> String {
+    format!("{lock_key}{TURN_INFIX}{own}")
+}
+
+fn is_turn_channel(channel: &str, own: &str) -> bool {
+    channel
+        .strip_suffix(own)
+        .is_some_and(|rest| rest.ends_with(TURN_INFIX))
+}
+
 impl Drop for Subscription {
     fn drop(&mut self) {
+        if self.sharded {
+            let mut wanted = self.notifier.wanted();
+            match wanted.get_mut(&self.channel) {
+                Some(entry) if entry.0 > 1 => entry.0 -= 1,
+                Some(_) => {
+                    wanted.remove(&self.channel);
+                }
+                None => {}
+            }
+            drop(wanted);
+            #[cfg(feature = "cluster")]
+            if let Some(shards) = &self.notifier.inner.shards {
+                shards.unwant(&self.channel);
+            }
+            return;
+        }
         let last = {
             let mut wanted = self.notifier.wanted();
             match wanted.get_mut(&self.channel) {
@@ -428,6 +602,13 @@ impl Drop for Subscription {
 
 impl Drop for Interest {
     fn drop(&mut self) {
+        if let Some(channel) = self.sharded.take() {
+            #[cfg(feature = "cluster")]
+            if let Some(shards) = &self.notifier.inner.shards {
+                shards.unwant(&channel);
+            }
+            drop(channel);
+        }
         let mut interests = self.notifier.interests();
         match interests.get_mut(&self.lock_key) {
             Some(entry) if entry.0 > 1 => entry.0 -= 1,
@@ -440,90 +621,5 @@ impl Drop for Interest {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn numsub(server: &lock_tests::RedisServer, channel: &str) -> String {
-        server.command(&["PUBSUB", "NUMSUB", channel])
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn subscriptions_are_counted_per_channel_and_dropped_with_the_last_waiter() {
-        let server = lock_tests::RedisServer::start();
-        let notifier = Notifier::new(
-            redis::Client::open(server.url()).unwrap(),
-            "lock:waiters:test".into(),
-        );
-        let signal = Arc::new(Wake::default());
-        let first = notifier
-            .subscribe("lock:{a}:released", &signal)
-            .await
-            .unwrap();
-        let second = notifier
-            .subscribe("lock:{a}:released", &signal)
-            .await
-            .unwrap();
-        assert_eq!(
-            notifier.wanted().get("lock:{a}:released").map(|e| e.0),
-            Some(2)
-        );
-        assert!(
-            numsub(&server, "lock:{a}:released").contains(":1\r\n"),
-            "one connection, one subscription"
-        );
-
-        // A publish reaches the waiter's signal.
-        let woken = signal.notified();
-        tokio::pin!(woken);
-        woken.as_mut().enable();
-        server.command(&["PUBLISH", "lock:{a}:released", "released"]);
-        tokio::time::timeout(Duration::from_secs(5), woken)
-            .await
-            .unwrap();
-
-        drop(first);
-        assert_eq!(
-            notifier.wanted().get("lock:{a}:released").map(|e| e.0),
-            Some(1)
-        );
-        drop(second);
-        assert!(notifier.wanted().is_empty());
-        let started = std::time::Instant::now();
-        while !numsub(&server, "lock:{a}:released").contains(":0\r\n") {
-            assert!(
-                started.elapsed() < Duration::from_secs(5),
-                "UNSUBSCRIBE was sent"
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_lost_connection_wakes_waiters_and_resubscribes() {
-        let mut server = lock_tests::RedisServer::start();
-        let notifier = Notifier::new(
-            redis::Client::open(server.url()).unwrap(),
-            "lock:waiters:test".into(),
-        );
-        let signal = Arc::new(Wake::default());
-        let _sub = notifier
-            .subscribe("lock:{b}:released", &signal)
-            .await
-            .unwrap();
-        let woken = signal.notified();
-        tokio::pin!(woken);
-        woken.as_mut().enable();
-        server.restart();
-        tokio::time::timeout(Duration::from_secs(5), woken)
-            .await
-            .expect("waiters are told that notifications may have been missed");
-        let started = std::time::Instant::now();
-        while !numsub(&server, "lock:{b}:released").contains(":1\r\n") {
-            assert!(
-                started.elapsed() < Duration::from_secs(10),
-                "re-subscribed by itself"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-}
+#[path = "notifier_tests.rs"]
+mod tests;

@@ -2,9 +2,9 @@
 -- are left as they are (nobody else's lock is touched).
 -- KEYS: two per lock, in order: its lock key and its queue (`<lock key>:q`), as release.lua
 -- declares them (a Cluster routes by them)
--- ARGV[1] value, ARGV[2], ARGV[3] and ARGV[4] as release.lua's: "2" to announce a marked
--- release without asking PUBSUB NUMSUB (anything else: only to subscribers), the claim
--- window in ms, the waiters' channel prefix
+-- ARGV[1] value, ARGV[2], ARGV[3] and ARGV[4] as release.lua's: "3" to announce a marked
+-- release with SPUBLISH without asking PUBSUB NUMSUB (anything else: PUBLISH, only to
+-- subscribers), the claim window in ms, the waiters' channel prefix
 -- Returns how many locks held our value (all given up).
 -- The common path first: one MGET over the lock keys, one DEL of those holding the
 -- unmarked value (nobody listens for them). A value marked as listened for (see queue.lua)

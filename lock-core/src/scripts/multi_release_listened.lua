@@ -7,8 +7,10 @@ for _, i in ipairs(marked) do
     redis.call('DEL', lock)
   end
   local channel = lock .. ':released'
-  if ARGV[2] == '2' or redis.call('PUBSUB', 'NUMSUB', channel)[2] > 0 then
-    redis.call('PUBLISH', channel, 'released')
+  if ARGV[2] == '3' then
+    publish(channel, 'released', true)
+  elseif redis.call('PUBSUB', 'NUMSUB', channel)[2] > 0 then
+    publish(channel, 'released', false)
   end
 end
 return given + #marked

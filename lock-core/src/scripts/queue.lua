@@ -33,11 +33,30 @@ local function mark_listened(lock, v)
   end
 end
 
--- Tells waiter `member` (see above) `message` on its Locker's channel: `waiters` (the
--- channels' common prefix, `<prefix>waiters:`) and the member's first 16 characters. The
--- one place a queue script publishes.
-local function notify(waiters, member, message)
-  redis.call('PUBLISH', waiters .. string.sub(member, 1, 16), message)
+-- Publishes `msg` on `channel`: with SPUBLISH when `sharded` (a Redis Cluster's sharded
+-- pub/sub: the message stays in the channel's shard instead of reaching every node),
+-- falling back to PUBLISH on a server without it (before Redis 7).
+local function publish(channel, msg, sharded)
+  if sharded and type(redis.pcall('SPUBLISH', channel, msg)) == 'number' then
+    return
+  end
+  redis.call('PUBLISH', channel, msg)
+end
+
+-- Tells waiter `member` (see above) `message` about `lock` on its Locker's channel:
+-- `waiters` (the channels' common prefix, `<prefix>waiters:`) and the member's first 16
+-- characters. A prefix that begins with '$' is a Cluster's, whose Lockers listen in the
+-- lock's shard, on `<lock>:t:<channel>` (the lock's slot): told with SPUBLISH there (with
+-- PUBLISH on the channel itself on a server without sharded pub/sub). The one place a
+-- queue script tells a waiter.
+local function notify(waiters, member, message, lock)
+  local channel = waiters .. string.sub(member, 1, 16)
+  if string.byte(channel, 1) == 36 then
+    if type(redis.pcall('SPUBLISH', lock .. ':t:' .. channel, message)) == 'number' then
+      return
+    end
+  end
+  redis.call('PUBLISH', channel, message)
 end
 
 -- Reserves the free lock for the head of the queue for `window` ms (popping it), tells it
@@ -54,9 +73,9 @@ local function hand_over(lock, q, window, waiters)
     reserved = '~' .. reserved
   end
   redis.call('SET', lock, reserved, 'PX', window)
-  notify(waiters, head, 'g:' .. window .. ':' .. lock)
+  notify(waiters, head, 'g:' .. window .. ':' .. lock, lock)
   if second then
-    notify(waiters, second, 's:' .. window .. ':' .. lock)
+    notify(waiters, second, 's:' .. window .. ':' .. lock, lock)
   end
   return true
 end

@@ -5,8 +5,9 @@
 -- when there are any.
 -- KEYS[1] lock key, KEYS[2] its queue (`<lock key>:q`): declared, as every key a script
 -- touches must be on a Cluster, though only a release of a marked value reads it
--- ARGV[1] value, ARGV[2] "2" to announce a marked release without asking PUBSUB NUMSUB (a
--- Cluster's counts only the node's own subscribers), else "0", ARGV[3] claim window in ms,
+-- ARGV[1] value, ARGV[2] "3" to announce a marked release with SPUBLISH without asking
+-- PUBSUB NUMSUB (a Cluster, whose Lockers listen in the lock's shard), else "0",
+-- ARGV[3] claim window in ms,
 -- ARGV[4] the waiters' channel prefix
 -- Returns 1 when given up, 0 when the lock was no longer ours (nothing is touched then).
 -- This part runs first: the waiter-queue functions (queue.lua, then release_listened.lua)

@@ -4,7 +4,9 @@ if not hand_over(KEYS[1], KEYS[2], ARGV[3], ARGV[4]) then
   redis.call('DEL', KEYS[1])
 end
 local channel = KEYS[1] .. ':released'
-if ARGV[2] == '2' or redis.call('PUBSUB', 'NUMSUB', channel)[2] > 0 then
-  redis.call('PUBLISH', channel, 'released')
+if ARGV[2] == '3' then
+  publish(channel, 'released', true)
+elseif ARGV[2] == '2' or redis.call('PUBSUB', 'NUMSUB', channel)[2] > 0 then
+  publish(channel, 'released', false)
 end
 return 1

@@ -5,10 +5,11 @@
 //! library that cannot take a lock at all (every acquisition of a name refused with
 //! `CROSSSLOT`, say, because its keys fall into different Cluster slots) passed every run
 //! with `acquire_errors=redis:222`. Faults explain errors (a server killed, a failover, a
-//! reshard, a foreign value): a failure of kind `redis` or `other` is a violation unless it
+//! foreign value): a failure of kind `redis` or `other` is a violation unless it
 //! came back during a fault, or within [`SETTLE`] after one ended. Connection errors,
 //! timeouts, missing quorums and refused replica acknowledgements are left alone: a loaded
-//! machine or a slow network explains them.
+//! machine or a slow network explains them. A Cluster's slot migration (`reshard`) explains
+//! nothing: the library must retry through it.
 
 use super::{Report, Violation};
 use crate::clock::Nanos;
@@ -23,6 +24,8 @@ pub(super) fn check(events: &[Event], report: &mut Report) {
     let mut windows: Vec<(Nanos, Nanos)> = Vec::new();
     for event in events {
         match event {
+            // A slot's migration explains no error: the library retries through it.
+            Event::Fault { kind, .. } if kind == super::liveness::RESHARD => {}
             Event::Fault { t_start, t_end, .. } | Event::Down { t_start, t_end, .. } => {
                 windows.push((*t_start, *t_end));
             }

@@ -12,7 +12,7 @@
 //! that threshold) is one too.
 //!
 //! Nothing is judged while a fault is active or soon after (one claim window and two TTLs
-//! after it healed): a stopped, killed or cut-off client or server legitimately holds up
+//! after it healed); a Cluster's slot migration ([`RESHARD`]) only while it lasts: a stopped, killed or cut-off client or server legitimately holds up
 //! the queue. On a Cluster or behind Sentinel the window lasts [`REPLICATED_SETTLE`] after
 //! the old master's demotion, and at least until a claim window and two TTLs after the
 //! deployment was seen whole again ([`Failover::t_whole`](crate::event::Failover::t_whole)):
@@ -33,6 +33,11 @@ pub const CLAIM_WINDOW: Nanos = 100_000_000;
 
 /// Scheduling and round trips on a loaded machine, on top of the claim window.
 pub const SLACK: Nanos = 50_000_000;
+
+/// The fault that excuses a wait only while it lasts: a Cluster slot moved to another
+/// master (Redis refuses the lock's scripts with TRYAGAIN while it migrates, and no
+/// longer).
+pub const RESHARD: &str = "reshard";
 
 /// The longest a waiter may wait while what it waits for is free.
 pub const THRESHOLD: Nanos = CLAIM_WINDOW + SLACK;
@@ -99,6 +104,14 @@ pub(super) fn check(events: &[Event], acqs: &[Acq], report: &mut Report) {
     let mut seen_multi = std::collections::HashSet::new();
     for event in events {
         match event {
+            // While a slot migrates, Redis refuses the lock's scripts (TRYAGAIN): that
+            // time is not free, but requests must go on as soon as the migration ends.
+            Event::Fault {
+                kind,
+                t_start,
+                t_end,
+                ..
+            } if kind == RESHARD => excluded.push((*t_start, *t_end)),
             Event::Fault { t_start, t_end, .. } | Event::Down { t_start, t_end, .. } => {
                 excluded.push((*t_start, t_end.saturating_add(margin)));
             }

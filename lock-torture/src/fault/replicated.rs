@@ -1,5 +1,5 @@
 //! Faults of the replicated deployments: a master killed, paused, or handed over to its
-//! replica, and a lock's slot moved to another master. Each waits first until the
+//! replica, and a lock's slot moved to another master and back. Each waits first until the
 //! deployment is whole (every master has a replica in sync), so that a failover is possible
 //! at all, and logs a [`crate::event::Failover`] beside the fault.
 
@@ -33,6 +33,30 @@ impl Injector<'_> {
         if !ha.wait_healthy(RECOVERY_LIMIT) {
             return Err("the deployment did not become whole again after a fault".into());
         }
+        if let (Ha::Cluster(c), Mode::Reshard) = (&mut *ha, fault) {
+            // A hot name's slot there and back, a moment apart, while clients use it; each
+            // move is a fault of its own (the liveness rule excuses only the migration).
+            let name = &names[rng.usize(..names.len())];
+            let t_start = clock::now();
+            let (slot, from, to) = c.move_slot(name, None, rng)?;
+            let there = (
+                format!("{name} slot {slot}: {from}->{to}"),
+                t_start,
+                clock::now(),
+            );
+            std::thread::sleep(Duration::from_millis(rng.u64(0..=ttl_ms / 4)));
+            let t_start = clock::now();
+            c.move_slot(name, Some(from), rng)?;
+            let back = (
+                format!("{name} slot {slot}: {to}->{from}"),
+                t_start,
+                clock::now(),
+            );
+            for (target, t_start, t_end) in [there, back] {
+                self.fault("reshard", &target, t_start, t_end)?;
+            }
+            return Ok(true);
+        }
         let mut failover = match (&mut *ha, fault) {
             (Ha::Cluster(c), Mode::KillMaster) => {
                 let (port, replicas, names) = c.pick_master(rng).ok_or("no master")?;
@@ -52,14 +76,6 @@ impl Injector<'_> {
                 let (port, replicas, names) = c.pick_master(rng).ok_or("no master")?;
                 let replica = *replicas.first().ok_or("no replica")?;
                 c.manual_failover(port, replica, names)
-            }
-            (Ha::Cluster(c), Mode::Reshard) => {
-                let name = &names[rng.usize(..names.len())];
-                let t_start = clock::now();
-                let gap = |rng: &mut fastrand::Rng| Duration::from_millis(rng.u64(0..=ttl_ms / 4));
-                let (slot, from, to) = c.move_slot(name, rng, gap)?;
-                let target = format!("{name} slot {slot}: {from}->{to}");
-                return self.fault("reshard", &target, t_start, clock::now());
             }
             (Ha::Sentinel(s), Mode::KillMaster) => s.kill_master(names)?,
             (Ha::Sentinel(s), Mode::PauseReplica) => {

@@ -232,58 +232,86 @@ impl ClusterHa {
         )
     }
 
-    /// Moves `name`'s slot to another master the way a reshard does: IMPORTING on the
-    /// target, MIGRATING on the source, then the slot's keys one `MIGRATE` at a time (with
-    /// `gap` between two, while clients keep locking: ASK and TRYAGAIN), then the slot is
-    /// assigned to the target. Returns `(slot, from, to)`.
+    /// Moves `name`'s slot to another master the way `redis-cli --cluster reshard` does:
+    /// IMPORTING on the target, MIGRATING on the source, then the slot's keys `MIGRATE`d
+    /// ten at a time (clients meanwhile get ASK and TRYAGAIN), then the slot assigned to the
+    /// target on the target, on the source and on every other master. The target is
+    /// `to` (a master's port), or another master picked at random. Returns `(slot, from,
+    /// to)`.
     pub fn move_slot(
         &self,
         name: &str,
+        to: Option<u16>,
         rng: &mut fastrand::Rng,
-        gap: impl Fn(&mut fastrand::Rng) -> Duration,
     ) -> Result<(u16, u16, u16), BoxError> {
         let slot = *self.slots.get(name).ok_or("unknown name")?;
-        let view = self.view().ok_or("no node answers")?;
-        let owns = |n: &&NodeInfo| n.slots.iter().any(|&(a, b)| a <= slot && slot <= b);
-        let source = view
-            .iter()
-            .find(|n| n.master && owns(n))
-            .ok_or("slot unowned")?;
-        let targets: Vec<&NodeInfo> = view
-            .iter()
-            .filter(|n| n.master && !n.slots.is_empty() && n.port != source.port)
-            .collect();
-        let target = targets
-            .get(rng.usize(..targets.len().max(1)))
-            .ok_or("no other master")?;
         let s = slot.to_string();
-        ops::ask(
-            target.port,
-            &["CLUSTER", "SETSLOT", &s, "IMPORTING", &source.id],
-        )?;
-        ops::ask(
-            source.port,
-            &["CLUSTER", "SETSLOT", &s, "MIGRATING", &target.id],
-        )?;
+        // The node asked for the view may not know of the last move yet (gossip): a
+        // source that answers it does not own the slot is asked again, the target's
+        // IMPORTING undone.
+        let mut tries = 0;
+        let (view, source, target) = loop {
+            let view = self.view().ok_or("no node answers")?;
+            let owns = |n: &&NodeInfo| n.slots.iter().any(|&(a, b)| a <= slot && slot <= b);
+            let source = view
+                .iter()
+                .find(|n| n.master && owns(n))
+                .ok_or("slot unowned")?
+                .clone();
+            let targets: Vec<&NodeInfo> = view
+                .iter()
+                .filter(|n| n.master && n.port != source.port)
+                .filter(|n| to.map_or(!n.slots.is_empty(), |port| n.port == port))
+                .collect();
+            let target = (*targets
+                .get(rng.usize(..targets.len().max(1)))
+                .ok_or("no other master")?)
+            .clone();
+            let started = ops::ask(
+                target.port,
+                &["CLUSTER", "SETSLOT", &s, "IMPORTING", &source.id],
+            )
+            .and_then(|_| {
+                ops::ask(
+                    source.port,
+                    &["CLUSTER", "SETSLOT", &s, "MIGRATING", &target.id],
+                )
+            });
+            match started {
+                Ok(_) => break (view, source, target),
+                Err(err) => {
+                    let _ = ops::ask(target.port, &["CLUSTER", "SETSLOT", &s, "STABLE"]);
+                    tries += 1;
+                    if tries > 40 {
+                        return Err(format!("slot {slot}: cannot start its move: {err}").into());
+                    }
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+            }
+        };
         let deadline = clock::now() + clock::nanos(Duration::from_secs(15));
+        let port = target.port.to_string();
         loop {
-            let keys = ops::ask(source.port, &["CLUSTER", "GETKEYSINSLOT", &s, "1"])?;
-            let Some(key) = first_text(&keys) else { break };
-            let port = target.port.to_string();
-            // One key at a time; a failure (the key expired meanwhile) is asked again.
-            let _ = ops::ask(
-                source.port,
-                &["MIGRATE", "127.0.0.1", &port, &key, "0", "5000"],
-            );
+            let keys = ops::ask(source.port, &["CLUSTER", "GETKEYSINSLOT", &s, "10"])?;
+            let keys = texts(&keys);
+            if keys.is_empty() {
+                break;
+            }
+            let mut args = vec!["MIGRATE", "127.0.0.1", &port, "", "0", "5000", "KEYS"];
+            args.extend(keys.iter().map(String::as_str));
+            // A failure (a key expired meanwhile) is asked again.
+            let _ = ops::ask(source.port, &args);
             if clock::now() > deadline {
                 return Err(format!("slot {slot}: keys would not migrate").into());
             }
-            std::thread::sleep(gap(rng));
         }
         // The target first, then the source, then everyone: the documented order.
         ops::ask(target.port, &["CLUSTER", "SETSLOT", &s, "NODE", &target.id])?;
         ops::ask(source.port, &["CLUSTER", "SETSLOT", &s, "NODE", &target.id])?;
-        for node in view.iter().filter(|n| n.master) {
+        for node in view
+            .iter()
+            .filter(|n| n.master && n.port != target.port && n.port != source.port)
+        {
             let _ = ops::ask(node.port, &["CLUSTER", "SETSLOT", &s, "NODE", &target.id]);
         }
         Ok((slot, source.port, target.port))
@@ -303,10 +331,10 @@ fn clock_since(t: Nanos) -> Duration {
     Duration::from_nanos(clock::now().saturating_sub(t))
 }
 
-fn first_text(value: &redis::Value) -> Option<String> {
+fn texts(value: &redis::Value) -> Vec<String> {
     match value {
-        redis::Value::Array(items) => items.first().and_then(text),
-        _ => None,
+        redis::Value::Array(items) => items.iter().filter_map(text).collect(),
+        _ => Vec::new(),
     }
 }
 

@@ -108,8 +108,9 @@ static LIBRARY: LazyLock<String> = LazyLock::new(|| {
 /// Lockers of different versions on one server each call their own (v4: `release` declares
 /// the queue's keys; v5: `acquire_queued` takes a Redlock waiter's ticket; v6:
 /// `return_claim`; v7: the queue without its entries hash, reservations `?<member>`,
-/// `release_lean`).
-const LIBRARY_NAME: &str = "lockcore_v7";
+/// `release_lean`; v8: turns told with SPUBLISH to waiters whose channel begins with `$`,
+/// and `release`'s announce flag "3").
+const LIBRARY_NAME: &str = "lockcore_v8";
 
 fn library() -> &'static str {
     LIBRARY.as_str()
@@ -265,11 +266,11 @@ pub(super) enum Announce {
     /// Only releases of a value marked as listened for (see `scripts/queue.lua`); on the
     /// release channel only when this server has subscribers to it.
     WhenListened,
-    /// Only releases of a value marked as listened for, on the release channel whether or
-    /// not this node has subscribers: a Cluster, whose `PUBSUB NUMSUB` counts only the
-    /// node's own subscribers while waiters subscribe on another node.
+    /// Only releases of a value marked as listened for, on the release channel with
+    /// SPUBLISH whether or not the node has subscribers: a Cluster, whose waiters listen in
+    /// the lock's shard (PUBLISH on a server without sharded pub/sub, before Redis 7).
     #[cfg_attr(not(feature = "cluster"), allow(dead_code))]
-    WhenListenedAnywhere,
+    InShard,
 }
 
 impl Announce {
@@ -277,7 +278,7 @@ impl Announce {
     pub(super) fn flag(self) -> &'static [u8] {
         match self {
             Announce::WhenListened => b"0",
-            Announce::WhenListenedAnywhere => b"2",
+            Announce::InShard => b"3",
         }
     }
 }

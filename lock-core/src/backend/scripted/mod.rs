@@ -75,12 +75,11 @@ impl Scripted {
         }
     }
 
-    /// Announces the release of a marked value on the lock's release channel whether or not
-    /// the node it runs on has subscribers (a Cluster: waiters subscribe on one node, and
-    /// `PUBSUB NUMSUB` counts only the node's own).
+    /// Announces the release of a marked value on the lock's release channel with SPUBLISH,
+    /// in the lock's shard (a Cluster whose notifier listens there), without asking.
     #[cfg(feature = "cluster")]
-    pub fn announcing_across_nodes(mut self) -> Scripted {
-        self.announce = Announce::WhenListenedAnywhere;
+    pub fn announcing_in_shards(mut self) -> Scripted {
+        self.announce = Announce::InShard;
         self
     }
 

@@ -58,7 +58,7 @@ fn hash_of(lock: &str) -> String {
 impl Scripted {
     /// A Cluster: a script may only declare keys of one slot.
     fn on_cluster(&self) -> bool {
-        self.announce == Announce::WhenListenedAnywhere
+        self.announce == Announce::InShard
     }
 
     /// See [`crate::backend::AnyBackend::check_wait`]. On a Cluster, only the locks in the

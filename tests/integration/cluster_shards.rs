@@ -1,0 +1,287 @@
+//! Redis Cluster at scale: hand-off messages stay in the lock's shard (sharded pub/sub),
+//! the notifier follows a slot that moves, and requests caught by a slot's migration go on
+//! as soon as it ends.
+
+use std::time::Duration;
+
+use lock_core::Locker;
+use lock_tests::cluster::bulk_strings;
+use lock_tests::RedisCluster;
+
+const SECOND: Duration = Duration::from_secs(1);
+
+fn locker_on(cluster: &RedisCluster) -> Locker {
+    Locker::builder()
+        .cluster(cluster.urls())
+        .app_name("lock-tests")
+        .build()
+        .expect("cluster locker")
+}
+
+/// The sharded channels matching `pattern` that node `index` has subscribers for.
+fn shard_channels(cluster: &RedisCluster, index: usize, pattern: &str) -> Vec<String> {
+    bulk_strings(&cluster.nodes[index].command(&["PUBSUB", "SHARDCHANNELS", pattern]))
+}
+
+/// Waits up to 10 s for `done`; false if it never held.
+async fn eventually(mut done: impl FnMut() -> bool) -> bool {
+    for _ in 0..200 {
+        if done() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    done()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hand_offs_stay_in_the_locks_shard() {
+    let cluster = RedisCluster::start(3, 1);
+    let lockers: Vec<Locker> = (0..3).map(|_| locker_on(&cluster)).collect();
+    // Warm up: every locker has waited once, so its subscriptions exist.
+    let broadcast_before = cluster.bus_counter("cluster_stats_messages_publish_sent");
+    let sharded_before = cluster.bus_counter("cluster_stats_messages_publishshard_sent");
+    let tasks: Vec<_> = lockers
+        .iter()
+        .cloned()
+        .map(|locker| {
+            tokio::spawn(async move {
+                for _ in 0..15 {
+                    let lease = locker
+                        .lock("hot")
+                        .ttl(5 * SECOND)
+                        .wait(20 * SECOND)
+                        .await
+                        .expect("acquire");
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    assert!(lease.release().await.expect("release"));
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.expect("join");
+    }
+    let broadcast = cluster.bus_counter("cluster_stats_messages_publish_sent") - broadcast_before;
+    let sharded = cluster.bus_counter("cluster_stats_messages_publishshard_sent") - sharded_before;
+    assert!(
+        sharded > 0,
+        "turns were announced to waiters in the lock's shard (its replica heard them)"
+    );
+    assert_eq!(
+        broadcast, 0,
+        "no hand-off message was broadcast to every node ({sharded} stayed in the shard)"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiting_on_many_names_takes_one_pubsub_connection_per_master() {
+    let cluster = RedisCluster::start(3, 0);
+    let holder = locker_on(&cluster);
+    let waiter = locker_on(&cluster);
+    let names: Vec<String> = (0..24).map(|i| format!("many:{i}")).collect();
+    let mut leases = Vec::new();
+    for name in &names {
+        leases.push(
+            holder
+                .lock(name.as_str())
+                .ttl(30 * SECOND)
+                .await
+                .expect("hold"),
+        );
+    }
+    let waits: Vec<_> = names
+        .iter()
+        .map(|name| {
+            let (waiter, name) = (waiter.clone(), name.clone());
+            tokio::spawn(async move {
+                waiter
+                    .lock(name.as_str())
+                    .ttl(5 * SECOND)
+                    .wait(30 * SECOND)
+                    .await
+            })
+        })
+        .collect();
+    // (connections with sharded subscriptions, sharded subscriptions) over every node.
+    let count = || {
+        let mut connections = 0;
+        let mut subscriptions = 0;
+        for node in &cluster.nodes {
+            for line in node.command(&["CLIENT", "LIST"]).lines() {
+                let ssub = line
+                    .split(' ')
+                    .find_map(|field| field.strip_prefix("ssub="))
+                    .and_then(|n| n.parse::<usize>().ok())
+                    .unwrap_or(0);
+                if ssub > 0 {
+                    connections += 1;
+                    subscriptions += ssub;
+                }
+            }
+        }
+        (connections, subscriptions)
+    };
+    let all_listening = eventually(|| count().1 == names.len()).await;
+    let (connections, subscriptions) = count();
+    assert!(
+        all_listening,
+        "each waiting name has a sharded subscription: {subscriptions} of {}",
+        names.len()
+    );
+    assert!(
+        connections <= 3,
+        "{subscriptions} subscriptions on {connections} connections: at most one per master"
+    );
+    drop(leases);
+    for wait in waits {
+        let _lease = wait
+            .await
+            .expect("join")
+            .expect("acquired once the holder let go");
+    }
+}
+
+/// The waiter waits for `name` (held by `holder`) on a task of its own, until the test
+/// checks where it listens, then the holder lets go and the waiter must get its turn.
+async fn wait_while_held(
+    cluster: &RedisCluster,
+    holder: &Locker,
+    waiter: &Locker,
+    name: &str,
+    master: usize,
+    check: impl FnOnce(&str),
+) {
+    let lease = holder.lock(name).ttl(60 * SECOND).await.expect("hold");
+    let pattern = format!("{}:t:*", lease.key());
+    let (waiter, owned) = (waiter.clone(), name.to_owned());
+    let waiting = tokio::spawn(async move {
+        let lease = waiter
+            .lock(owned.as_str())
+            .ttl(5 * SECOND)
+            .wait(50 * SECOND)
+            .await?;
+        lease.release().await.map(drop)
+    });
+    assert!(
+        eventually(|| !shard_channels(cluster, master, &pattern).is_empty()).await,
+        "the waiter listens for its turn on the slot's master {master} (SSUBSCRIBE {pattern})"
+    );
+    tokio::task::block_in_place(|| check(lease.key()));
+    assert!(lease.release().await.expect("release"), "still held");
+    tokio::time::timeout(20 * SECOND, waiting)
+        .await
+        .expect("the waiter got its turn")
+        .expect("join")
+        .expect("acquired and released");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn turn_notifications_follow_a_moving_slot() {
+    let cluster = RedisCluster::start(3, 0);
+    let holder = locker_on(&cluster);
+    let waiter = locker_on(&cluster);
+    let key = "lock:{mover}".to_owned();
+    let from = cluster.master_of(&key);
+    let to = (from + 1) % 3;
+    // Moved while the waiter waits: it follows the slot to its new master.
+    wait_while_held(&cluster, &holder, &waiter, "mover", from, |key| {
+        let pattern = format!("{key}:t:*");
+        cluster.move_slot(key, to);
+        let followed = (0..200).any(|_| {
+            std::thread::sleep(Duration::from_millis(50));
+            !shard_channels(&cluster, to, &pattern).is_empty()
+        });
+        assert!(
+            followed,
+            "after the slot moved, the waiter listens on its new master"
+        );
+        assert!(shard_channels(&cluster, from, &pattern).is_empty());
+    })
+    .await;
+    // Moved back while nobody waits (the subscription lingers after the last waiter): the
+    // next wait subscribes where the slot is now, not where it was.
+    tokio::task::block_in_place(|| cluster.move_slot(&key, from));
+    wait_while_held(&cluster, &holder, &waiter, "mover", from, |_| {}).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_caught_by_a_slot_migration_go_on_when_it_ends() {
+    let cluster = RedisCluster::start(3, 0);
+    let holder = locker_on(&cluster);
+    let waiter = locker_on(&cluster);
+    let lease = holder
+        .lock("migrating")
+        .ttl(30 * SECOND)
+        .await
+        .expect("hold");
+    let key = lease.key().to_owned();
+    let to = (cluster.master_of(&key) + 1) % 3;
+    // While the slot is half moved, the waiter's queued attempt and the holder's release
+    // (scripts on the lock's keys, some of them missing) get TRYAGAIN.
+    let moving = cluster.start_slot_move(&key, to);
+    let waiting = tokio::spawn(async move {
+        waiter
+            .lock("migrating")
+            .ttl(5 * SECOND)
+            .wait(SECOND)
+            .await
+            .map(drop)
+    });
+    let released = tokio::spawn(async move { lease.release().await });
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    tokio::task::block_in_place(|| cluster.finish_slot_move(&moving));
+    assert!(
+        released.await.expect("join").expect("released"),
+        "the release went through once the slot settled"
+    );
+    waiting.await.expect("join").expect(
+        "a 1 s wait was enough: the request went on when the migration ended, not after \
+         redis-rs's default 1.28 s pause before a retry",
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_while_its_slot_migrates_is_not_refused() {
+    let cluster = RedisCluster::start(3, 0);
+    let holder = locker_on(&cluster);
+    let waiter = locker_on(&cluster);
+    // Fencing, so that every key the waiter's queued attempt declares exists (the lock,
+    // its fencing counter, the queue and its entries): the script then runs on the slot's
+    // old master while the slot migrates, and the claim empties the queue there.
+    let lease = holder
+        .lock("claimed")
+        .ttl(30 * SECOND)
+        .fencing()
+        .await
+        .expect("hold");
+    let key = lease.key().to_owned();
+    let queue = format!("{key}:q");
+    let from = cluster.master_of(&key);
+    let waiting = tokio::spawn(async move {
+        waiter
+            .lock("claimed")
+            .ttl(5 * SECOND)
+            .wait(20 * SECOND)
+            .await
+            .map(drop)
+    });
+    assert!(
+        eventually(|| cluster.nodes[from]
+            .command(&["ZCARD", &queue])
+            .contains(":1"))
+        .await,
+        "the waiter queued"
+    );
+    let moving = cluster.start_slot_move(&key, (from + 1) % 3);
+    assert!(lease.release().await.expect("release"));
+    let claimed = tokio::time::timeout(20 * SECOND, waiting)
+        .await
+        .expect("the waiter ended")
+        .expect("join");
+    tokio::task::block_in_place(|| cluster.finish_slot_move(&moving));
+    claimed.expect(
+        "the claim went through: it emptied the queue, and touched it no more (Redis refuses \
+         a key that a script emptied while its slot migrates)",
+    );
+}
