@@ -173,6 +173,22 @@ pub enum LockError {
         source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
     },
 
+    /// Redis refuses this client whatever is retried: it requires a password the URL does
+    /// not give (`NOAUTH`), the user or password is wrong (`WRONGPASS`), the database
+    /// number does not exist, or the ACL user may not run a command of the connection's
+    /// set-up. Nothing was taken, and the request did not wait: fix the URL or the server's
+    /// settings. (An HTTP handler answers it 503, as any unavailability.)
+    #[error("cannot use Redis for lock `{name}`: {reason}")]
+    Misconfigured {
+        /// The lock name (empty when the failure was not about one lock).
+        name: String,
+        /// What the server refused, and what to change.
+        reason: String,
+        /// The underlying error.
+        #[source]
+        source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
+    },
+
     /// Redis answered with an error other than the ones above.
     #[error("Redis refused an operation on lock `{name}`: {source}")]
     Redis {
@@ -258,6 +274,7 @@ impl LockError {
             | LockError::Lost { name }
             | LockError::WrongType { name, .. }
             | LockError::Connection { name, .. }
+            | LockError::Misconfigured { name, .. }
             | LockError::Redis { name, .. }
             | LockError::InvalidName { name, .. }
             | LockError::InvalidDuration { name, .. }
@@ -288,6 +305,13 @@ impl LockError {
             return LockError::WrongType {
                 name: name.to_owned(),
                 key: key.to_owned(),
+            };
+        }
+        if let Some(reason) = misconfiguration(&err, "the server") {
+            return LockError::Misconfigured {
+                name: name.to_owned(),
+                reason,
+                source: Some(Box::new(err)),
             };
         }
         if err.is_io_error()
@@ -367,6 +391,46 @@ impl LockError {
             source: None,
         }
     }
+}
+
+/// Why `err`, from the server `at` ("the server at redis://..."), means the client's
+/// settings do not fit the server, so that retrying cannot help; `None` for every other
+/// error. What to change is part of the answer.
+pub(crate) fn misconfiguration(err: &redis::RedisError, at: &str) -> Option<String> {
+    let code = err.code().unwrap_or_default();
+    let text = err.to_string();
+    // Redis refuses a large request before authentication with a protocol error that
+    // says "unauthenticated" (and closes the connection).
+    if code == "NOAUTH" || text.contains("NOAUTH") || text.contains("unauthenticated") {
+        return Some(format!(
+            "{at} requires a password (NOAUTH: authentication required) and none was given: \
+             put it in the URL, redis://:PASSWORD@host:port/ (redis://USER:PASSWORD@host:port/ \
+             for an ACL user; lockctl reads --url or REDIS_URL)"
+        ));
+    }
+    if err.kind() == redis::ErrorKind::AuthenticationFailed
+        || code == "WRONGPASS"
+        || text.contains("WRONGPASS")
+    {
+        return Some(format!(
+            "{at} refused the credentials (WRONGPASS: wrong user or password): check the \
+             user and password in the URL, redis://USER:PASSWORD@host:port/"
+        ));
+    }
+    if text.contains("DB index is out of range") {
+        return Some(format!(
+            "{at} has no such database (DB index is out of range): use a database number \
+             below the server's `databases` setting (16 by default) at the end of the URL, \
+             redis://host:port/0"
+        ));
+    }
+    if text.contains("refused to switch database") {
+        return Some(format!(
+            "{at} refused to switch to the URL's database ({text}): check the database number \
+             and the ACL user's permission for SELECT"
+        ));
+    }
+    None
 }
 
 /// Which setting makes a request wait for a busy lock or a full semaphore: a contention

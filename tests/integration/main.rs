@@ -13,6 +13,7 @@ mod hostile_names;
 mod loss;
 mod multi;
 mod notified;
+mod outage;
 mod prims_replicated;
 mod queue;
 mod redis_only;

@@ -272,6 +272,7 @@ impl LockerBuilder {
             label,
             fencing: self.fencing,
             command_timeout: self.command_timeout,
+            unreachable_timeout: self.unreachable_timeout,
         }
     }
 }

@@ -15,6 +15,7 @@ use crate::engine::turn::wait_for_turn;
 use crate::engine::Engine;
 use crate::key::{validate_ttl, validate_wait, LockKeys};
 use crate::token::new_value;
+use crate::wait::Outage;
 use crate::LockError;
 
 /// What a request asks for; `None` takes the Locker's default.
@@ -87,6 +88,7 @@ pub(crate) fn acquire<L>(
             expired_grant: None,
             transient: None,
             not_replicated: None,
+            outage: (!wait.is_zero()).then(|| Outage::new(settings.unreachable_timeout)),
         };
         let result = run(acquisition, wait).instrument(span.clone()).await;
         let outcome = match &result {
@@ -166,8 +168,11 @@ fn run<'a>(
                 Ok(Tried::OutOfTime) if wait.is_zero() => return Err(acq.unanswered()),
                 Ok(Tried::OutOfTime) => return Err(acq.timeout()),
                 Ok(Tried::NotYet) => {}
-                // A waiting request rides out a dropped connection within its wait.
-                Err(err) if !wait.is_zero() && err.is_transient() => acq.transient = Some(err),
+                // A waiting request rides out a dropped connection within its wait, for
+                // the locker's unreachable timeout at most.
+                Err(err) if !wait.is_zero() && err.is_transient() && acq.keeps_trying() => {
+                    acq.transient = Some(err);
+                }
                 Err(err) => return Err(err),
             }
             if wait.is_zero() {

@@ -12,6 +12,7 @@ use crate::engine::validity::validity;
 use crate::engine::Engine;
 use crate::key::LockKeys;
 use crate::token::{decode_value, new_value};
+use crate::wait::Outage;
 use crate::{LockError, WaitSetting};
 
 /// What one attempt came to.
@@ -55,6 +56,10 @@ pub(super) struct Acquire<'a> {
     /// required, sync timeout). What a wait that runs out with an attempt in flight
     /// reports, rather than a plain timeout, until an attempt answers otherwise.
     pub not_replicated: Option<(u32, u32, Duration)>,
+    /// A waiting request's count of Redis's silence (`None` for a try, whose one attempt
+    /// has the command timeout): it gives up once Redis has not answered for the locker's
+    /// `unreachable_timeout`, whatever is left of its wait.
+    pub outage: Option<Outage>,
 }
 
 impl Acquire<'_> {
@@ -75,15 +80,28 @@ impl Acquire<'_> {
         }
         self.attempts += 1;
         let started = Instant::now();
+        let (bound, outage_ends) = match &self.outage {
+            Some(outage) => outage.cap(bound, started),
+            None => (bound, false),
+        };
         let backend = self.engine.backend();
         let call = backend.acquire(&self.keys, &self.value, self.ttl, self.fencing, kind);
         let attempt = match bound {
             None => call.await,
             Some(deadline) => match tokio::time::timeout_at(deadline.into(), call).await {
                 Ok(attempt) => attempt,
+                Err(_) if outage_ends => return Err(self.unreachable(started)),
                 Err(_) => return Ok(Tried::OutOfTime),
             },
         };
+        if let Some(outage) = &mut self.outage {
+            match &attempt {
+                Err(LockError::Connection { .. } | LockError::NoQuorum { .. }) => {
+                    outage.may_retry(started);
+                }
+                _ => outage.answered(),
+            }
+        }
         let attempt = match attempt {
             Ok(attempt) => {
                 self.not_replicated = None;
@@ -134,6 +152,30 @@ impl Acquire<'_> {
                 Ok(Tried::NotYet)
             }
         }
+    }
+
+    /// Whether a waiting request may try again after a transient error: Redis has not been
+    /// silent for the locker's `unreachable_timeout` yet.
+    pub fn keeps_trying(&self) -> bool {
+        self.outage.as_ref().is_none_or(Outage::keeps_trying)
+    }
+
+    /// The attempt started at `started` was cut at the end of the unreachable timeout:
+    /// the last transient error, or that nothing answered.
+    fn unreachable(&mut self, started: Instant) -> LockError {
+        let limit = self.outage.as_mut().map(|outage| {
+            outage.may_retry(started);
+            outage.limit()
+        });
+        self.transient.take().unwrap_or_else(|| {
+            LockError::connection(
+                &self.keys.name,
+                format!(
+                    "Redis did not answer within the locker's unreachable timeout ({:?})",
+                    limit.unwrap_or_default()
+                ),
+            )
+        })
     }
 
     /// Deletes this request's value from the lock in the background (compare-and-delete:

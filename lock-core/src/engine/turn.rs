@@ -15,7 +15,7 @@ use crate::engine::local::{NameRef, Queued};
 use crate::engine::Engine;
 use crate::key::LockKeys;
 use crate::signal::Hint;
-use crate::wait::Backoff;
+use crate::wait::{Backoff, Outage};
 use crate::LockError;
 
 /// Slack after a lease's end before looking: Redis expires keys at millisecond
@@ -221,11 +221,14 @@ pub(super) async fn wait_for_turn(
                     acq.transient = None;
                     tried
                 }
-                Err(err) if err.is_transient() => {
-                    tracing::debug!(name = %acq.keys.name, %err, "attempt failed; retrying within the wait");
+                Err(err) if err.is_transient() && acq.keeps_trying() => {
+                    tracing::debug!(name = %acq.keys.name, %err, "attempt failed; retrying within the wait and the unreachable timeout");
                     acq.transient = Some(err);
                     let now = Instant::now();
-                    let pause_until = (now + retry.next(None)).min(deadline);
+                    let gives_up_at = acq.outage.as_ref().and_then(Outage::gives_up_at);
+                    let pause_until = (now + retry.next(None))
+                        .min(deadline)
+                        .min(gives_up_at.unwrap_or(deadline));
                     tokio::select! {
                         () = released.as_mut() => {}
                         () = tokio::time::sleep_until(pause_until.into()) => {}
