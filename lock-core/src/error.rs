@@ -233,11 +233,16 @@ pub enum LockError {
     },
 
     /// A plain [`lock`](crate::Locker::lock) (or `try_lock`) of a lock that this task
-    /// already holds on its call stack: inside a `#[redis_locked]` function, `using` closure
-    /// or `LockLayer`-guarded handler holding it. A lock is not reentrant through `lock()`:
-    /// the request could only succeed after the enclosing body released the lock, which it
-    /// does only once this request ends, so it fails at once instead of waiting its wait out.
-    #[error("lock `{name}` is already held by this task (an enclosing #[redis_locked] function, `using` closure or LockLayer handler holds it), and lock() is not reentrant: call a #[redis_locked] function or `using` for the nested part, which reuses the enclosing lease, or use lock_core::current_lease()")]
+    /// already holds: through a [`Lease`](crate::Lease) of the same `Locker` that this task
+    /// took (and has not released), or on its call stack, inside a `#[redis_locked]`
+    /// function, `using` closure or `LockLayer`-guarded handler holding it. A lock is not
+    /// reentrant through `lock()`: the request could only succeed after this task released
+    /// the lock, which it can do only once this request ends, so it fails at once instead of
+    /// waiting its wait out. (A lease that another task of the same `Locker` holds is waited
+    /// for as usual; a busy or timeout error names it as "a lease of this Locker, in this
+    /// process". A lease this task took and handed to another task still counts as this
+    /// task's.)
+    #[error("lock `{name}` is already held by this task (a lease it took from this Locker, or an enclosing #[redis_locked] function, `using` closure or LockLayer handler), and lock() is not reentrant: release that lease first, or for nested code call a #[redis_locked] function or `using`, which reuse the enclosing lease, or use lock_core::current_lease()")]
     HeldByThisTask {
         /// The lock name.
         name: String,

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use tracing::Instrument as _;
 
 use crate::backend::AttemptKind;
-use crate::engine::attempt::{Acquire, Busy, Tried};
+use crate::engine::attempt::{Acquire, Busy, Tried, THIS_LOCKER};
 use crate::engine::held::{Held, Renewal};
 use crate::engine::turn::wait_for_turn;
 use crate::engine::Engine;
@@ -149,6 +149,14 @@ fn run<'a>(
         // need to ask Redis) or this locker's waiters are queued for it (a newcomer must not
         // barge in ahead of them). A plain SET: the uncontended path runs no script.
         let held_here = local.local_holder_until().is_some();
+        // A lease this very task took: waiting for it would wait on itself (its release
+        // can only come after this request ends), so say so at once, as the attribute does.
+        // (A try waits for nothing: its busy error names this locker's lease as the holder.)
+        if held_here && !wait.is_zero() && local.held_by_current_task() {
+            return Err(LockError::HeldByThisTask {
+                name: acq.keys.name,
+            });
+        }
         let fast_path = wait.is_zero() || !(local.has_queue() || held_here);
         if fast_path {
             let (kind, commands) = if queue.is_some() {
@@ -176,6 +184,9 @@ fn run<'a>(
                 Err(err) => return Err(err),
             }
             if wait.is_zero() {
+                if held_here {
+                    acq.last_busy.holder = Some(THIS_LOCKER.to_owned());
+                }
                 return Err(acq.busy());
             }
         }

@@ -15,6 +15,10 @@ use crate::token::{decode_value, new_value};
 use crate::wait::Outage;
 use crate::{LockError, WaitSetting};
 
+/// Who holds a lock that a lease of the requesting Locker holds, in messages: not the
+/// label the lease wrote (this process's own host:pid), which reads as someone else.
+pub(crate) const THIS_LOCKER: &str = "a lease of this Locker, in this process";
+
 /// What one attempt came to.
 pub(super) enum Tried {
     /// A lease with validity left, from an attempt that started at this instant.

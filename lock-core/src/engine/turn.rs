@@ -9,7 +9,7 @@ use futures_util::future::join_all;
 
 use crate::backend::{AttemptKind, Backend as _, Place, Waiter, CLAIM_WINDOW};
 use crate::connection::notifier::{Interest, Notifier, Subscription};
-use crate::engine::attempt::{Acquire, Busy, Tried};
+use crate::engine::attempt::{Acquire, Busy, Tried, THIS_LOCKER};
 use crate::engine::held::Held;
 use crate::engine::local::{NameRef, Queued};
 use crate::engine::Engine;
@@ -169,7 +169,7 @@ pub(super) async fn wait_for_turn(
             // be asked until then.
             acq.last_busy = Busy {
                 remaining: Some(holder_until.saturating_duration_since(Instant::now())),
-                holder: acq.engine.settings().label.clone(),
+                holder: Some(THIS_LOCKER.to_owned()),
                 place: None,
             };
             plain_next = true;
