@@ -53,7 +53,8 @@ pub enum LockError {
         name: String,
         /// Who holds it, when the holder stored a label.
         holder: Option<String>,
-        /// When the current holder's lease runs out, as Redis reported it.
+        /// When the current holder's lease runs out unless it is renewed, as Redis reported
+        /// it (a holder with auto-renewal keeps the lock longer).
         retry_after: Option<Duration>,
         /// The setting that makes the request wait, named in the advice.
         wait_setting: WaitSetting,
@@ -68,7 +69,8 @@ pub enum LockError {
         waited: Duration,
         /// Who held it at the last attempt, when the holder stored a label.
         holder: Option<String>,
-        /// When the holder's lease runs out, as Redis reported it at the last attempt.
+        /// When the holder's lease runs out unless it is renewed, as Redis reported it at the
+        /// last attempt.
         retry_after: Option<Duration>,
         /// The setting that made the request wait, named in the advice.
         wait_setting: WaitSetting,
@@ -87,7 +89,7 @@ pub enum LockError {
         permits: u64,
         /// How long the request waited for a permit (`None`: it did not wait).
         waited: Option<Duration>,
-        /// When the first permit held ends, as Redis reported it.
+        /// When the first permit held ends unless its holder renews it, as Redis reported it.
         retry_after: Option<Duration>,
         /// The setting that makes the request wait, named in the advice.
         wait_setting: WaitSetting,
@@ -293,8 +295,10 @@ impl LockError {
         (!name.is_empty()).then_some(name.as_str())
     }
 
-    /// For contention errors: how long until the current holder's lease runs out, as Redis
-    /// reported it. Useful for a `Retry-After` header.
+    /// For contention errors: how long until the current holder's lease runs out unless it
+    /// is renewed, as Redis reported it. Not a promise that the lock is free then: a holder
+    /// that renews (auto-renewal, `extend`) keeps it longer, and the stored value does not
+    /// say whether it will. A hint for a `Retry-After` header.
     pub fn retry_after(&self) -> Option<Duration> {
         match self {
             LockError::Busy { retry_after, .. }
@@ -472,14 +476,17 @@ fn limit_advice(waited: &Option<Duration>, setting: &WaitSetting) -> String {
     }
 }
 
-/// ` after waiting 2s, the first frees in at most 1.5s`, or what of it is known.
+/// ` after waiting 2s (the first lease ends in 1.5s unless its holder renews it)`, or what
+/// of it is known. Not "frees in at most": a holder that renews keeps it longer.
 fn limit_suffix(waited: &Option<Duration>, retry_after: &Option<Duration>) -> String {
     let mut out = String::new();
     if let Some(waited) = waited {
         out.push_str(&format!(" after waiting {waited:?}"));
     }
     if let Some(left) = retry_after {
-        out.push_str(&format!(" (the first frees in at most {left:?})"));
+        out.push_str(&format!(
+            " (the first lease ends in {left:?} unless its holder renews it)"
+        ));
     }
     out
 }
@@ -492,7 +499,7 @@ fn holder_suffix(holder: &Option<String>, retry_after: &Option<Duration>) -> Str
         out.push(')');
     }
     if let Some(left) = retry_after {
-        out.push_str(&format!(", free in at most {left:?}"));
+        out.push_str(&format!(", its lease ends in {left:?} unless renewed"));
     }
     out
 }
@@ -514,6 +521,12 @@ mod tests {
         assert!(text.contains("`orders:7`"), "{text}");
         assert!(text.contains("held by web-1:42"), "{text}");
         assert!(text.contains("1.5s"), "{text}");
+        // What is known: when the lease ends unless renewed, not when the lock is free.
+        assert!(
+            text.contains("its lease ends in 1.5s unless renewed"),
+            "{text}"
+        );
+        assert!(!text.contains("at most"), "{text}");
         assert!(err.is_contention());
         assert_eq!(err.retry_after(), Some(Duration::from_millis(1500)));
     }

@@ -150,7 +150,7 @@ impl Failure {
         }
         if let Some(left) = retry_after {
             parts.push(format!(
-                "the first frees in at most {}",
+                "the first lease ends in {} unless its holder renews it",
                 format_duration(*left)
             ));
         }
@@ -183,7 +183,8 @@ impl fmt::Display for Failure {
 
 impl std::error::Error for Failure {}
 
-/// ` (held by X, free in at most 12.5s)`, or what of it is known.
+/// ` (held by X, its lease ends in 12.5s unless renewed)`, or what of it is known (not
+/// "free in at most": a holder that renews, as `lockctl run` does, keeps it longer).
 fn held_by(holder: Option<&str>, retry_after: Option<std::time::Duration>) -> String {
     let mut out = String::new();
     match holder {
@@ -194,8 +195,9 @@ fn held_by(holder: Option<&str>, retry_after: Option<std::time::Duration>) -> St
         None => out.push_str(" (holder unknown"),
     }
     if let Some(left) = retry_after {
-        out.push_str(", free in at most ");
+        out.push_str(", its lease ends in ");
         out.push_str(&format_duration(left));
+        out.push_str(" unless renewed");
     }
     out.push(')');
     out
@@ -246,7 +248,7 @@ mod tests {
         assert_eq!(failure.code, CONFLICT);
         assert_eq!(
             failure.message,
-            "lock `deploy` is busy (held by lockctl/sleep@web-1:42, free in at most 1.5s)"
+            "lock `deploy` is busy (held by lockctl/sleep@web-1:42, its lease ends in 1.5s unless renewed)"
         );
     }
 
@@ -265,12 +267,12 @@ mod tests {
         assert_eq!(failure.code, CONFLICT);
         assert_eq!(
             failure.message,
-            "all 2 permits of `exports` are taken (held by a@h:1, b@h:2; the first frees in at most 3s)"
+            "all 2 permits of `exports` are taken (held by a@h:1, b@h:2; the first lease ends in 3s unless its holder renews it)"
         );
         let unknown = Failure::from_lock_error(&err, "redis://h/");
         assert_eq!(
             unknown.message,
-            "all 2 permits of `exports` are taken (the first frees in at most 3s)"
+            "all 2 permits of `exports` are taken (the first lease ends in 3s unless its holder renews it)"
         );
     }
 
