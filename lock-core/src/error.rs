@@ -211,7 +211,7 @@ pub enum LockError {
     },
 
     /// The TTL (or another duration setting) is out of range.
-    #[error("invalid {what} {value:?} for lock `{name}`: {reason}")]
+    #[error("invalid {what} {} for lock `{name}`: {reason}", shown(*value))]
     InvalidDuration {
         /// The lock name.
         name: String,
@@ -405,7 +405,7 @@ impl LockError {
 /// Why `err`, from the server `at` ("the server at redis://..."), means the client's
 /// settings do not fit the server, so that retrying cannot help; `None` for every other
 /// error. What to change is part of the answer.
-pub(crate) fn misconfiguration(err: &redis::RedisError, at: &str) -> Option<String> {
+pub fn misconfiguration(err: &redis::RedisError, at: &str) -> Option<String> {
     let code = err.code().unwrap_or_default();
     let text = err.to_string();
     // Redis refuses a large request before authentication with a protocol error that
@@ -440,6 +440,28 @@ pub(crate) fn misconfiguration(err: &redis::RedisError, at: &str) -> Option<Stri
         ));
     }
     None
+}
+
+/// `duration` as it is written in this project's grammar (`0s`, `1500ms` as `1s500ms`,
+/// `25h`, `1m30s`), for messages that quote a setting back: not `Debug`'s `0ns` or
+/// `90000s`. A part below a millisecond, which the grammar cannot write, is shown as
+/// `Debug` shows it.
+pub(crate) fn shown(duration: Duration) -> String {
+    if duration.is_zero() {
+        return "0s".to_owned();
+    }
+    if duration.subsec_nanos() % 1_000_000 != 0 {
+        return format!("{duration:?}");
+    }
+    let mut millis = duration.as_millis();
+    let mut out = String::new();
+    for (unit, size) in [("h", 3_600_000), ("m", 60_000), ("s", 1_000), ("ms", 1)] {
+        if millis >= size {
+            out.push_str(&format!("{}{unit}", millis / size));
+            millis %= size;
+        }
+    }
+    out
 }
 
 /// Which setting makes a request wait for a busy lock or a full semaphore: a contention
@@ -576,6 +598,27 @@ mod tests {
         // Other errors are left as they are.
         let lost = LockError::Lost { name: "a".into() }.waiting_through(WaitSetting::Layer);
         assert!(matches!(lost, LockError::Lost { .. }));
+    }
+
+    #[test]
+    fn durations_are_shown_as_they_are_written() {
+        for (duration, text) in [
+            (Duration::ZERO, "0s"),
+            (Duration::from_millis(1), "1ms"),
+            (Duration::from_millis(1500), "1s500ms"),
+            (Duration::from_secs(90), "1m30s"),
+            (Duration::from_secs(25 * 3600), "25h"),
+            (Duration::from_micros(1500), "1.5ms"),
+        ] {
+            assert_eq!(shown(duration), text);
+        }
+        let err = LockError::InvalidDuration {
+            name: "a".into(),
+            what: "ttl",
+            value: Duration::ZERO,
+            reason: "r".into(),
+        };
+        assert_eq!(err.to_string(), "invalid ttl 0s for lock `a`: r");
     }
 
     #[test]

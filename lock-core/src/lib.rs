@@ -352,6 +352,7 @@ mod error;
 mod holder;
 mod key;
 mod lease;
+mod limits;
 mod locker;
 mod macro_held;
 mod macro_support;
@@ -362,6 +363,7 @@ mod replication;
 mod request;
 mod schedule;
 mod signal;
+mod slot;
 mod token;
 mod using;
 mod wait;
@@ -377,15 +379,15 @@ pub use duration::{parse_duration, DurationError};
 pub use election::{Election, Leader, LeaderChange, Leadership, Observer};
 pub use error::{LockError, WaitSetting};
 pub use holder::Holder;
-pub use key::{KeyLayout, MAX_NAME_LEN, MAX_TTL, MAX_WAIT, MIN_TTL, NAME_ESCAPE};
+pub use key::{KeyLayout, NAME_ESCAPE};
 pub use lease::{Lease, LeaseHandle};
+pub use limits::{MAX_NAME_LEN, MAX_TTL, MAX_WAIT, MIN_TTL};
 pub use locker::{LockInfo, Locker};
 pub use macro_support::{default_locker, set_default_locker};
 pub use prims::{
     GuardHandle, HoldMode, MultiLease, MultiRequest, Permit, PermitHolder, PermitHolders,
     PermitRequest, RwLease, RwLock, RwRequest, Semaphore, MAX_PERMITS,
 };
-pub use redact::redact_url;
 pub use replication::ReplicaSync;
 pub use request::LockRequest;
 pub use schedule::Tick;
@@ -402,7 +404,12 @@ pub use deadpool_redis;
 /// in any release.
 #[doc(hidden)]
 pub mod __private {
+    /// For lockctl, which shows URLs and refusals as this crate's errors do; not part of
+    /// the API.
+    pub use crate::error::misconfiguration;
     pub use crate::macro_support::{body, locker_of, run_locked, AsLocker, LockSpec, LockedReturn};
+    /// See [`misconfiguration`].
+    pub use crate::redact::redact_url;
     pub use crate::{LockError, Locker};
     pub use core::time::Duration;
     pub use std::format;

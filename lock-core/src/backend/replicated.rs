@@ -17,8 +17,9 @@ use std::time::Instant;
 use redis::aio::ConnectionLike;
 
 use crate::connection::shared::{SharedConnection, Source};
-use crate::key::{cluster_slot, LockKeys, CLUSTER_SLOTS};
+use crate::key::LockKeys;
 use crate::replication::SyncRule;
+use crate::slot::{cluster_slot, CLUSTER_SLOTS};
 use crate::LockError;
 
 /// Rewrites a lock's value as it is, keeping its TTL, if it is still `ARGV[1]`: a write

@@ -13,7 +13,8 @@ use crate::engine::attempt::{Acquire, Busy, Tried, THIS_LOCKER};
 use crate::engine::held::{Held, Renewal};
 use crate::engine::turn::wait_for_turn;
 use crate::engine::Engine;
-use crate::key::{validate_ttl, validate_wait, LockKeys};
+use crate::key::LockKeys;
+use crate::limits::{validate_ttl, validate_wait};
 use crate::token::new_value;
 use crate::wait::Outage;
 use crate::LockError;
@@ -112,8 +113,8 @@ fn validate_hold_at_least(name: &str, hold: Duration) -> Result<(), LockError> {
             what: "hold_at_least",
             value: hold,
             reason: format!(
-                "it must be more than zero and at most {:?}; leave it out for no minimum hold",
-                crate::MAX_TTL
+                "it must be more than zero and at most {}; leave it out for no minimum hold",
+                crate::error::shown(crate::limits::MAX_TTL)
             ),
         });
     }
