@@ -407,7 +407,10 @@ pub mod __private {
     /// For lockctl, which shows URLs and refusals as this crate's errors do; not part of
     /// the API.
     pub use crate::error::misconfiguration;
-    pub use crate::macro_support::{body, locker_of, run_locked, AsLocker, LockSpec, LockedReturn};
+    pub use crate::macro_support::{
+        body, key_part, locker_of, run_locked, run_locked_result, AsLocker, FromLockError, KeyPart,
+        LockSpec, LockedReturn,
+    };
     /// See [`misconfiguration`].
     pub use crate::redact::redact_url;
     pub use crate::{LockError, Locker};
