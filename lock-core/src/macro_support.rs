@@ -260,6 +260,12 @@ pub fn key_part<T: KeyPart>(value: &T) -> KeyValue<'_> {
 #[doc(hidden)]
 pub struct KeyValue<'a>(&'a dyn std::fmt::Display);
 
+impl std::fmt::Debug for KeyValue<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "KeyValue({})", self.0)
+    }
+}
+
 impl std::fmt::Display for KeyValue<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         self.0.fmt(f)

@@ -288,13 +288,25 @@ async fn inspect_reports_the_holder(h: Harness) {
 
 async fn extend_keeps_the_lock_past_its_first_ttl(h: Harness) {
     let other = h.second_locker();
-    let lease = h.locker.try_lock("x", SECOND).await.expect("acquire");
-    // Five extends 400 ms apart carry a 1 s lease past 2 s, with room for a loaded machine.
-    for _ in 0..5 {
-        tokio::time::sleep(Duration::from_millis(400)).await;
-        lease.extend(SECOND).await.expect("still ours");
+    // A 2 s lease extended every 500 ms until it is 5 s old: held past twice its first TTL
+    // only through the extensions, and each extension may come 1.5 s late (a loaded
+    // machine stalling the test process) without losing it. (A 1 s lease extended every
+    // 400 ms was lost to stalls over 600 ms.)
+    let ttl = 2 * SECOND;
+    let begun = Instant::now();
+    let lease = h.locker.try_lock("x", ttl).await.expect("acquire");
+    let mut extensions = 0;
+    while begun.elapsed() < ttl * 5 / 2 {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        lease.extend(ttl).await.expect("still ours");
+        extensions += 1;
     }
+    assert!(extensions >= 2, "{extensions} extensions");
     assert!(!lease.is_lost());
+    assert!(
+        lease.is_held().await.expect("is_held"),
+        "past twice its first TTL"
+    );
     assert!(matches!(
         other.try_lock("x", SECOND).await,
         Err(LockError::Busy { .. })
