@@ -108,6 +108,12 @@
 //!   itself. `#[redis_locked]` treats a function as a handler when one of its parameters is
 //!   an axum extractor (`State<..>`, `Path<..>`, `Json<..>`, `Query<..>`, `Form<..>`,
 //!   `Extension<..>`, `HeaderMap`, ...); `wait = ".."` overrides it either way.
+//! - **Redis down.** The wait is for a holder, not for Redis: a request that waits gives up
+//!   with [`LockError::Connection`] once Redis has not answered for the locker's
+//!   [`unreachable_timeout`](LockerBuilder::unreachable_timeout) (2 s), so an outage is an
+//!   error within seconds, not a stall for the whole wait; a server that refuses the
+//!   client's settings (no or wrong password, no such database) is
+//!   [`LockError::Misconfigured`] at once. A campaign keeps standing in line.
 //! - **Renewal.** Where the lock's scope is the work (an annotated function, a closure, a
 //!   request), the lease is renewed while the work runs, so slow work never shares its lock,
 //!   and the TTL only bounds how long a crashed holder blocks others. A [`Lease`] from
