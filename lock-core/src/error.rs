@@ -450,7 +450,7 @@ pub(crate) fn shown(duration: Duration) -> String {
     if duration.is_zero() {
         return "0s".to_owned();
     }
-    if duration.subsec_nanos() % 1_000_000 != 0 {
+    if !duration.subsec_nanos().is_multiple_of(1_000_000) {
         return format!("{duration:?}");
     }
     let mut millis = duration.as_millis();
