@@ -316,7 +316,7 @@ impl LockError {
                 key: key.to_owned(),
             };
         }
-        if let Some(reason) = misconfiguration(&err, "the server") {
+        if let Some(reason) = crate::refusal::misconfiguration(&err, "the server") {
             return LockError::Misconfigured {
                 name: name.to_owned(),
                 reason,
@@ -400,46 +400,6 @@ impl LockError {
             source: None,
         }
     }
-}
-
-/// Why `err`, from the server `at` ("the server at redis://..."), means the client's
-/// settings do not fit the server, so that retrying cannot help; `None` for every other
-/// error. What to change is part of the answer.
-pub fn misconfiguration(err: &redis::RedisError, at: &str) -> Option<String> {
-    let code = err.code().unwrap_or_default();
-    let text = err.to_string();
-    // Redis refuses a large request before authentication with a protocol error that
-    // says "unauthenticated" (and closes the connection).
-    if code == "NOAUTH" || text.contains("NOAUTH") || text.contains("unauthenticated") {
-        return Some(format!(
-            "{at} requires a password (NOAUTH: authentication required) and none was given: \
-             put it in the URL, redis://:PASSWORD@host:port/ (redis://USER:PASSWORD@host:port/ \
-             for an ACL user; lockctl reads --url or REDIS_URL)"
-        ));
-    }
-    if err.kind() == redis::ErrorKind::AuthenticationFailed
-        || code == "WRONGPASS"
-        || text.contains("WRONGPASS")
-    {
-        return Some(format!(
-            "{at} refused the credentials (WRONGPASS: wrong user or password): check the \
-             user and password in the URL, redis://USER:PASSWORD@host:port/"
-        ));
-    }
-    if text.contains("DB index is out of range") {
-        return Some(format!(
-            "{at} has no such database (DB index is out of range): use a database number \
-             below the server's `databases` setting (16 by default) at the end of the URL, \
-             redis://host:port/0"
-        ));
-    }
-    if text.contains("refused to switch database") {
-        return Some(format!(
-            "{at} refused to switch to the URL's database ({text}): check the database number \
-             and the ACL user's permission for SELECT"
-        ));
-    }
-    None
 }
 
 /// `duration` as it is written in this project's grammar (`0s`, `1500ms` as `1s500ms`,

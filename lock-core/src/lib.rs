@@ -365,6 +365,7 @@ mod macro_support;
 pub mod metrics;
 mod prims;
 mod redact;
+mod refusal;
 mod replication;
 mod request;
 mod schedule;
@@ -412,7 +413,7 @@ pub use deadpool_redis;
 pub mod __private {
     /// For lockctl, which shows URLs and refusals as this crate's errors do; not part of
     /// the API.
-    pub use crate::error::misconfiguration;
+    pub use crate::refusal::misconfiguration;
     pub use crate::macro_support::{
         body, key_part, locker_of, run_locked, run_locked_result, AsLocker, FromLockError, KeyPart,
         LockSpec, LockedReturn,

@@ -413,7 +413,8 @@ impl LockerBuilder {
     /// 2 s), separate from its wait for a holder: a refused or dropped connection, a
     /// command that times out, a Redlock round short of a majority. It is counted from the
     /// start of the first attempt that got no answer, and an attempt in flight is cut when
-    /// it runs out; the request then fails with [`LockError::Connection`] (Redlock:
+    /// it runs out (so a waiting request's command gets at most the smaller of this and the
+    /// command timeout: raise both on a slow link); the request then fails with [`LockError::Connection`] (Redlock:
     /// [`LockError::NoQuorum`]) even if its wait is longer. Any answer from Redis resets it.
     /// So an outage turns a locked call into an error within this bound, not a stall for
     /// the whole wait; raise it to ride out a longer restart or a Sentinel failover.

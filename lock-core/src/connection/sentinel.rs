@@ -279,7 +279,7 @@ fn host_port(addr: &redis::ConnectionAddr) -> Option<(String, u16)> {
 }
 
 fn cannot_connect(name: &str, err: redis::RedisError) -> LockError {
-    if let Some(reason) = crate::error::misconfiguration(&err, "the master") {
+    if let Some(reason) = crate::refusal::misconfiguration(&err, "the master") {
         return LockError::Misconfigured {
             name: name.to_owned(),
             reason,

@@ -17,7 +17,7 @@ use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::{Cmd, Pipeline, RedisFuture, Value};
 
 use crate::deadline::within;
-use crate::error::misconfiguration;
+use crate::refusal::misconfiguration;
 use crate::LockError;
 
 /// Where the shared connection comes from.
