@@ -411,15 +411,15 @@ pub use deadpool_redis;
 /// in any release.
 #[doc(hidden)]
 pub mod __private {
-    /// For lockctl, which shows URLs and refusals as this crate's errors do; not part of
-    /// the API.
-    pub use crate::refusal::misconfiguration;
     pub use crate::macro_support::{
         body, key_part, locker_of, run_locked, run_locked_result, AsLocker, FromLockError, KeyPart,
         LockSpec, LockedReturn,
     };
     /// See [`misconfiguration`].
     pub use crate::redact::redact_url;
+    /// For lockctl, which shows URLs and refusals as this crate's errors do; not part of
+    /// the API.
+    pub use crate::refusal::misconfiguration;
     pub use crate::{LockError, Locker};
     pub use core::time::Duration;
     pub use std::format;

@@ -239,7 +239,7 @@ mod tests {
         );
         assert!(out.starts_with("# [doc = r\" Docs stay.\"] # [inline] pub async fn purchase_item (buyer : & Buyer , item_id : & str) -> Result < bool , AppError >"), "{out}");
         assert!(
-            out.contains(":: lock_core :: __private :: format ! (\"market:{}\" , item_id)"),
+            out.contains(":: lock_core :: __private :: format ! (\"market:{}\" , :: lock_core :: __private :: key_part (& (item_id)))"),
             "{out}"
         );
         assert!(out.contains("Duration :: from_millis (10000)) . wait (:: lock_core :: __private :: Duration :: from_millis (5000))"), "{out}");
