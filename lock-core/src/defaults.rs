@@ -10,6 +10,11 @@ pub(crate) const TTL: Duration = Duration::from_secs(30);
 /// doing the same short work (the book's `acquire_timeout`), short enough to fail visibly.
 pub(crate) const WAIT: Duration = Duration::from_secs(10);
 
+/// How long a waiting request keeps trying while Redis does not answer: long enough to
+/// ride out a dropped connection or a quick restart, short enough that an outage fails a
+/// locked call quickly instead of stalling it for its whole wait.
+pub(crate) const UNREACHABLE: Duration = Duration::from_secs(2);
+
 /// How long an HTTP request waits for a busy lock: not at all. The client is told 409 with
 /// `Retry-After` at once instead of holding a connection (and a server slot) while the
 /// holder works; it decides whether to retry.

@@ -12,6 +12,9 @@ use crate::key::LockKeys;
 use crate::token::decode_value;
 use crate::{Lease, LeaseHandle, LockError, Locker};
 
+/// The pause before a candidate stands in line again after Redis was out of reach.
+const CAMPAIGN_RETRY: Duration = Duration::from_millis(500);
+
 /// How long a leader's lease lasts without renewal (Kubernetes' `leaseDuration`): a crashed
 /// leader is replaced this long after its last renewal at the latest.
 const DEFAULT_LEASE: Duration = Duration::from_secs(15);
@@ -124,6 +127,17 @@ impl Election {
     pub async fn campaign(&self) -> Result<Leadership, LockError> {
         let keys = self.keys()?;
         board::supported(self.locker.engine().backend(), &keys.name)?;
+        // Said as the election's setting, not as the TTL of a lock.
+        if let Err(LockError::InvalidDuration { name, reason, .. }) =
+            crate::limits::validate_ttl(&keys.name, self.lease)
+        {
+            return Err(LockError::InvalidDuration {
+                name,
+                what: "election lease",
+                value: self.lease,
+                reason,
+            });
+        }
         let lease = loop {
             let request = self
                 .locker
@@ -136,6 +150,14 @@ impl Election {
                 Ok(lease) => break lease,
                 // A day without a turn: stand in line again.
                 Err(LockError::Timeout { .. }) => continue,
+                // Redis out of reach for the locker's unreachable timeout: a candidate
+                // waits for as long as it takes, so it stands in line again once Redis
+                // answers (a server that refuses this client fails at once).
+                Err(err) if err.is_transient() => {
+                    tracing::debug!(election = %self.name, %err, "campaign: Redis out of reach; trying again");
+                    tokio::time::sleep(CAMPAIGN_RETRY).await;
+                    continue;
+                }
                 Err(err) => return Err(err),
             }
         };

@@ -53,7 +53,8 @@ pub enum LockError {
         name: String,
         /// Who holds it, when the holder stored a label.
         holder: Option<String>,
-        /// When the current holder's lease runs out, as Redis reported it.
+        /// When the current holder's lease runs out unless it is renewed, as Redis reported
+        /// it (a holder with auto-renewal keeps the lock longer).
         retry_after: Option<Duration>,
         /// The setting that makes the request wait, named in the advice.
         wait_setting: WaitSetting,
@@ -68,7 +69,8 @@ pub enum LockError {
         waited: Duration,
         /// Who held it at the last attempt, when the holder stored a label.
         holder: Option<String>,
-        /// When the holder's lease runs out, as Redis reported it at the last attempt.
+        /// When the holder's lease runs out unless it is renewed, as Redis reported it at the
+        /// last attempt.
         retry_after: Option<Duration>,
         /// The setting that made the request wait, named in the advice.
         wait_setting: WaitSetting,
@@ -103,7 +105,7 @@ pub enum LockError {
         permits: u64,
         /// How long the request waited for a permit (`None`: it did not wait).
         waited: Option<Duration>,
-        /// When the first permit held ends, as Redis reported it.
+        /// When the first permit held ends unless its holder renews it, as Redis reported it.
         retry_after: Option<Duration>,
         /// The setting that makes the request wait, named in the advice.
         wait_setting: WaitSetting,
@@ -199,6 +201,22 @@ pub enum LockError {
         source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
     },
 
+    /// Redis refuses this client whatever is retried: it requires a password the URL does
+    /// not give (`NOAUTH`), the user or password is wrong (`WRONGPASS`), the database
+    /// number does not exist, or the ACL user may not run a command of the connection's
+    /// set-up. Nothing was taken, and the request did not wait: fix the URL or the server's
+    /// settings. (An HTTP handler answers it 503, as any unavailability.)
+    #[error("cannot use Redis for lock `{name}`: {reason}")]
+    Misconfigured {
+        /// The lock name (empty when the failure was not about one lock).
+        name: String,
+        /// What the server refused, and what to change.
+        reason: String,
+        /// The underlying error.
+        #[source]
+        source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
+    },
+
     /// Redis answered with an error other than the ones above.
     #[error("Redis refused an operation on lock `{name}`: {source}")]
     Redis {
@@ -219,7 +237,7 @@ pub enum LockError {
     },
 
     /// The TTL (or another duration setting) is out of range.
-    #[error("invalid {what} {value:?} for lock `{name}`: {reason}")]
+    #[error("invalid {what} {} for lock `{name}`: {reason}", shown(*value))]
     InvalidDuration {
         /// The lock name.
         name: String,
@@ -243,11 +261,16 @@ pub enum LockError {
     },
 
     /// A plain [`lock`](crate::Locker::lock) (or `try_lock`) of a lock that this task
-    /// already holds on its call stack: inside a `#[redis_locked]` function, `using` closure
-    /// or `LockLayer`-guarded handler holding it. A lock is not reentrant through `lock()`:
-    /// the request could only succeed after the enclosing body released the lock, which it
-    /// does only once this request ends, so it fails at once instead of waiting its wait out.
-    #[error("lock `{name}` is already held by this task (an enclosing #[redis_locked] function, `using` closure or LockLayer handler holds it), and lock() is not reentrant: call a #[redis_locked] function or `using` for the nested part, which reuses the enclosing lease, or use lock_core::current_lease()")]
+    /// already holds: through a [`Lease`](crate::Lease) of the same `Locker` that this task
+    /// took (and has not released), or on its call stack, inside a `#[redis_locked]`
+    /// function, `using` closure or `LockLayer`-guarded handler holding it. A lock is not
+    /// reentrant through `lock()`: the request could only succeed after this task released
+    /// the lock, which it can do only once this request ends, so it fails at once instead of
+    /// waiting its wait out. (A lease that another task of the same `Locker` holds is waited
+    /// for as usual; a busy or timeout error names it as "a lease of this Locker, in this
+    /// process". A lease this task took and handed to another task still counts as this
+    /// task's.)
+    #[error("lock `{name}` is already held by this task (a lease it took from this Locker, or an enclosing #[redis_locked] function, `using` closure or LockLayer handler), and lock() is not reentrant: release that lease first, or for nested code call a #[redis_locked] function or `using`, which reuse the enclosing lease, or use lock_core::current_lease()")]
     HeldByThisTask {
         /// The lock name.
         name: String,
@@ -288,6 +311,7 @@ impl LockError {
             | LockError::Lost { name }
             | LockError::WrongType { name, .. }
             | LockError::Connection { name, .. }
+            | LockError::Misconfigured { name, .. }
             | LockError::Redis { name, .. }
             | LockError::InvalidName { name, .. }
             | LockError::InvalidDuration { name, .. }
@@ -301,8 +325,10 @@ impl LockError {
         (!name.is_empty()).then_some(name.as_str())
     }
 
-    /// For contention errors: how long until the current holder's lease runs out, as Redis
-    /// reported it. Useful for a `Retry-After` header.
+    /// For contention errors: how long until the current holder's lease runs out unless it
+    /// is renewed, as Redis reported it. Not a promise that the lock is free then: a holder
+    /// that renews (auto-renewal, `extend`) keeps it longer, and the stored value does not
+    /// say whether it will. A hint for a `Retry-After` header.
     pub fn retry_after(&self) -> Option<Duration> {
         match self {
             LockError::Busy { retry_after, .. }
@@ -318,6 +344,13 @@ impl LockError {
             return LockError::WrongType {
                 name: name.to_owned(),
                 key: key.to_owned(),
+            };
+        }
+        if let Some(reason) = crate::refusal::misconfiguration(&err, "the server") {
+            return LockError::Misconfigured {
+                name: name.to_owned(),
+                reason,
+                source: Some(Box::new(err)),
             };
         }
         if err.is_io_error()
@@ -399,6 +432,28 @@ impl LockError {
     }
 }
 
+/// `duration` as it is written in this project's grammar (`0s`, `1500ms` as `1s500ms`,
+/// `25h`, `1m30s`), for messages that quote a setting back: not `Debug`'s `0ns` or
+/// `90000s`. A part below a millisecond, which the grammar cannot write, is shown as
+/// `Debug` shows it.
+pub(crate) fn shown(duration: Duration) -> String {
+    if duration.is_zero() {
+        return "0s".to_owned();
+    }
+    if !duration.subsec_nanos().is_multiple_of(1_000_000) {
+        return format!("{duration:?}");
+    }
+    let mut millis = duration.as_millis();
+    let mut out = String::new();
+    for (unit, size) in [("h", 3_600_000), ("m", 60_000), ("s", 1_000), ("ms", 1)] {
+        if millis >= size {
+            out.push_str(&format!("{}{unit}", millis / size));
+            millis %= size;
+        }
+    }
+    out
+}
+
 /// Which setting makes a request wait for a busy lock or a full semaphore: a contention
 /// error's advice names it, so that it can be followed where the request was made.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -433,14 +488,17 @@ fn limit_advice(waited: &Option<Duration>, setting: &WaitSetting) -> String {
     }
 }
 
-/// ` after waiting 2s, the first frees in at most 1.5s`, or what of it is known.
+/// ` after waiting 2s (the first lease ends in 1.5s unless its holder renews it)`, or what
+/// of it is known. Not "frees in at most": a holder that renews keeps it longer.
 fn limit_suffix(waited: &Option<Duration>, retry_after: &Option<Duration>) -> String {
     let mut out = String::new();
     if let Some(waited) = waited {
         out.push_str(&format!(" after waiting {waited:?}"));
     }
     if let Some(left) = retry_after {
-        out.push_str(&format!(" (the first frees in at most {left:?})"));
+        out.push_str(&format!(
+            " (the first lease ends in {left:?} unless its holder renews it)"
+        ));
     }
     out
 }
@@ -467,7 +525,7 @@ fn holder_suffix(holder: &Option<String>, retry_after: &Option<Duration>) -> Str
         out.push(')');
     }
     if let Some(left) = retry_after {
-        out.push_str(&format!(", free in at most {left:?}"));
+        out.push_str(&format!(", its lease ends in {left:?} unless renewed"));
     }
     out
 }
@@ -489,6 +547,12 @@ mod tests {
         assert!(text.contains("`orders:7`"), "{text}");
         assert!(text.contains("held by web-1:42"), "{text}");
         assert!(text.contains("1.5s"), "{text}");
+        // What is known: when the lease ends unless renewed, not when the lock is free.
+        assert!(
+            text.contains("its lease ends in 1.5s unless renewed"),
+            "{text}"
+        );
+        assert!(!text.contains("at most"), "{text}");
         assert!(err.is_contention());
         assert_eq!(err.retry_after(), Some(Duration::from_millis(1500)));
     }
@@ -538,6 +602,27 @@ mod tests {
         // Other errors are left as they are.
         let lost = LockError::Lost { name: "a".into() }.waiting_through(WaitSetting::Layer);
         assert!(matches!(lost, LockError::Lost { .. }));
+    }
+
+    #[test]
+    fn durations_are_shown_as_they_are_written() {
+        for (duration, text) in [
+            (Duration::ZERO, "0s"),
+            (Duration::from_millis(1), "1ms"),
+            (Duration::from_millis(1500), "1s500ms"),
+            (Duration::from_secs(90), "1m30s"),
+            (Duration::from_secs(25 * 3600), "25h"),
+            (Duration::from_micros(1500), "1.5ms"),
+        ] {
+            assert_eq!(shown(duration), text);
+        }
+        let err = LockError::InvalidDuration {
+            name: "a".into(),
+            what: "ttl",
+            value: Duration::ZERO,
+            reason: "r".into(),
+        };
+        assert_eq!(err.to_string(), "invalid ttl 0s for lock `a`: r");
     }
 
     #[test]

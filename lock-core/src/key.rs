@@ -1,22 +1,8 @@
-//! Lock names, the Redis keys they map to, and the limits on names and durations.
+//! Lock names and the Redis keys they map to (the limits on names and durations are in
+//! `limits.rs`, Redis Cluster's slot rule in `slot.rs`).
 
-use std::time::Duration;
-
-use crate::LockError;
-
-/// Longest accepted lock name, in bytes. Longer names are refused with
-/// [`LockError::InvalidName`] before anything is sent to Redis.
-pub const MAX_NAME_LEN: usize = 512;
-
-/// Shortest accepted TTL.
-pub const MIN_TTL: Duration = Duration::from_millis(1);
-
-/// Longest accepted TTL (24 hours). Work that runs longer should hold a shorter lease with
-/// auto-renewal, so that a crashed holder does not block everyone for a day.
-pub const MAX_TTL: Duration = Duration::from_secs(24 * 60 * 60);
-
-/// Longest accepted `wait` (24 hours).
-pub const MAX_WAIT: Duration = Duration::from_secs(24 * 60 * 60);
+use crate::error::LockError;
+use crate::limits::validate_name;
 
 /// The byte put in front of a lock name whose key would otherwise have an empty hash tag
 /// (a name that begins with `}`), and in front of a name that begins with it itself, so
@@ -180,61 +166,6 @@ impl LockKeys {
     }
 }
 
-/// Checks a lock name: not empty, at most [`MAX_NAME_LEN`] bytes. Any other bytes are fine:
-/// names travel to Redis only as key arguments, never inside script text.
-pub fn validate_name(name: &str) -> Result<(), LockError> {
-    let reason = if name.is_empty() {
-        "it is empty; give every lock a name that says what it protects"
-    } else if name.len() > MAX_NAME_LEN {
-        "it is longer than lock_core::MAX_NAME_LEN (512) bytes; hash long identifiers first"
-    } else {
-        return Ok(());
-    };
-    Err(LockError::InvalidName {
-        name: shorten(name),
-        reason,
-    })
-}
-
-/// Checks a TTL against [`MIN_TTL`]..=[`MAX_TTL`].
-pub fn validate_ttl(name: &str, ttl: Duration) -> Result<(), LockError> {
-    if (MIN_TTL..=MAX_TTL).contains(&ttl) {
-        return Ok(());
-    }
-    Err(LockError::InvalidDuration {
-        name: shorten(name),
-        what: "ttl",
-        value: ttl,
-        reason: format!("it must be between {MIN_TTL:?} and {MAX_TTL:?}"),
-    })
-}
-
-/// Checks a wait against `0..=MAX_WAIT`.
-pub fn validate_wait(name: &str, wait: Duration) -> Result<(), LockError> {
-    if wait <= MAX_WAIT {
-        return Ok(());
-    }
-    Err(LockError::InvalidDuration {
-        name: shorten(name),
-        what: "wait",
-        value: wait,
-        reason: format!("it must be at most {MAX_WAIT:?}"),
-    })
-}
-
-/// Keeps error messages readable when someone passes a megabyte as a name.
-fn shorten(name: &str) -> String {
-    const SHOWN: usize = 64;
-    if name.len() <= SHOWN {
-        return name.to_owned();
-    }
-    let mut end = SHOWN;
-    while !name.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}... ({} bytes)", &name[..end], name.len())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -247,58 +178,6 @@ mod tests {
         assert_eq!(keys.channel(), "lock:{market:7}:released");
         assert_eq!(keys.queue(), "lock:{market:7}:q");
     }
-
-    #[test]
-    fn names_are_bounded() {
-        assert!(matches!(
-            validate_name(""),
-            Err(LockError::InvalidName { .. })
-        ));
-        assert!(validate_name(&"x".repeat(MAX_NAME_LEN)).is_ok());
-        let err = validate_name(&"é".repeat(MAX_NAME_LEN)).unwrap_err();
-        assert!(err.to_string().contains("bytes"), "{err}");
-    }
-
-    #[test]
-    fn ttl_bounds() {
-        assert!(validate_ttl("a", Duration::ZERO).is_err());
-        assert!(validate_ttl("a", MIN_TTL).is_ok());
-        assert!(validate_ttl("a", MAX_TTL).is_ok());
-        assert!(validate_ttl("a", MAX_TTL + Duration::from_millis(1)).is_err());
-        assert!(validate_wait("a", Duration::ZERO).is_ok());
-        assert!(validate_wait("a", MAX_WAIT * 2).is_err());
-    }
-}
-
-/// The number of key slots of a Redis Cluster.
-pub(crate) const CLUSTER_SLOTS: u16 = 16_384;
-
-/// CRC16/XMODEM (polynomial 0x1021, initial value 0), the checksum of Redis Cluster's key
-/// slots.
-fn crc16(bytes: &[u8]) -> u16 {
-    let mut crc: u16 = 0;
-    for &byte in bytes {
-        crc ^= u16::from(byte) << 8;
-        for _ in 0..8 {
-            crc = if crc & 0x8000 == 0 {
-                crc << 1
-            } else {
-                (crc << 1) ^ 0x1021
-            };
-        }
-    }
-    crc
-}
-
-/// Redis Cluster's slot of `key`: the CRC16 of what lies between the first `{` and the
-/// first `}` after it, if that is not empty; else of the whole key.
-pub(crate) fn cluster_slot(key: &[u8]) -> u16 {
-    let tagged = key.iter().position(|&b| b == b'{').and_then(|open| {
-        let rest = &key[open + 1..];
-        let close = rest.iter().position(|&b| b == b'}')?;
-        (close > 0).then(|| &rest[..close])
-    });
-    crc16(tagged.unwrap_or(key)) % CLUSTER_SLOTS
 }
 
 /// The key layout against Redis Cluster's slot rule: every key derived from one name (the
@@ -310,6 +189,7 @@ mod slots {
     use proptest::prelude::*;
 
     use super::*;
+    use crate::slot::cluster_slot;
 
     /// Every key the crate derives from one name, lock and primitives.
     fn derived(prefix: &str, name: &str) -> Vec<String> {
@@ -325,20 +205,6 @@ mod slots {
             all.extend([format!("{holders}:q"), format!("{holders}:qe"), holders]);
         }
         all
-    }
-
-    #[test]
-    fn crc16_and_slot_match_redis() {
-        // The examples of the Redis Cluster specification and known slots.
-        assert_eq!(crc16(b"123456789"), 0x31C3);
-        assert_eq!(cluster_slot(b"foo"), 12182);
-        assert_eq!(
-            cluster_slot(b"{user1000}.following"),
-            cluster_slot(b"{user1000}.followers")
-        );
-        assert_eq!(cluster_slot(b"foo{}{bar}"), crc16(b"foo{}{bar}") % 16384);
-        assert_eq!(cluster_slot(b"foo{{bar}}zap"), crc16(b"{bar") % 16384);
-        assert_eq!(cluster_slot(b"foo{bar}{zap}"), crc16(b"bar") % 16384);
     }
 
     #[test]
@@ -432,167 +298,6 @@ mod slots {
                 let (ka, kb) = (derived(&prefix, &a), derived(&prefix, &b));
                 for key in &ka {
                     prop_assert!(!kb.contains(key), "{:?} of {:?} is also a key of {:?}", key, a, b);
-                }
-            }
-        }
-    }
-}
-
-/// Property tests: any name and any duration give `Ok` or the precise error, never a panic,
-/// and the name in the error is cut on a character boundary.
-#[cfg(test)]
-mod properties {
-    use proptest::prelude::*;
-
-    use super::*;
-
-    /// What `shorten` may keep of a name: all of it up to 64 bytes, else at most 64 bytes
-    /// cut on a character boundary (so at least 61) and the full length.
-    fn check_shortened(name: &str, shown: &str) -> Result<(), TestCaseError> {
-        if name.len() <= 64 {
-            prop_assert_eq!(shown, name);
-            return Ok(());
-        }
-        let suffix = format!("... ({} bytes)", name.len());
-        let kept = shown.strip_suffix(&suffix);
-        prop_assert!(kept.is_some(), "{:?} lacks {:?}", shown, suffix);
-        let kept = kept.unwrap_or_default();
-        prop_assert!(name.starts_with(kept), "{:?} is not a prefix", kept);
-        prop_assert!((61..=64).contains(&kept.len()), "kept {} bytes", kept.len());
-        // The next character would not have fit.
-        let next = name[kept.len()..].chars().next().map_or(0, char::len_utf8);
-        prop_assert!(kept.len() + next > 64);
-        Ok(())
-    }
-
-    fn check_name(name: &str) -> Result<(), TestCaseError> {
-        let result = validate_name(name);
-        let valid = !name.is_empty() && name.len() <= MAX_NAME_LEN;
-        match result {
-            Ok(()) => prop_assert!(valid, "{} bytes accepted", name.len()),
-            Err(LockError::InvalidName {
-                name: ref shown,
-                reason,
-            }) => {
-                prop_assert!(!valid, "{} bytes refused", name.len());
-                let expected = if name.is_empty() {
-                    "empty"
-                } else {
-                    "MAX_NAME_LEN (512)"
-                };
-                prop_assert!(reason.contains(expected), "{}", reason);
-                check_shortened(name, shown)?;
-                let err = result.unwrap_err();
-                prop_assert!(err.to_string().contains(reason));
-            }
-            Err(other) => prop_assert!(false, "not InvalidName: {other:?}"),
-        }
-        Ok(())
-    }
-
-    /// Characters of every UTF-8 width, ASCII most often.
-    fn mixed_char() -> impl Strategy<Value = char> {
-        prop_oneof![
-            4 => proptest::char::range('a', 'z'),
-            1 => Just('é'),
-            1 => Just('日'),
-            1 => Just('🦀'),
-            1 => any::<char>(),
-        ]
-    }
-
-    /// Durations anywhere, and near the bounds to the nanosecond.
-    fn duration() -> impl Strategy<Value = Duration> {
-        let bound = proptest::sample::select(&[Duration::ZERO, MIN_TTL, MAX_TTL, MAX_WAIT][..]);
-        prop_oneof![
-            2 => any::<Duration>(),
-            1 => Just(Duration::MAX),
-            4 => (bound, -2_000_000i64..2_000_000).prop_map(|(bound, delta)| {
-                let delta_abs = Duration::from_nanos(delta.unsigned_abs());
-                if delta < 0 {
-                    bound.saturating_sub(delta_abs)
-                } else {
-                    bound + delta_abs
-                }
-            }),
-        ]
-    }
-
-    proptest! {
-        #![proptest_config(ProptestConfig::with_cases(512))]
-
-        /// Any string: accepted exactly when 1..=512 bytes, else `InvalidName` with its reason.
-        #[test]
-        fn any_name(name in prop_oneof![
-            any::<String>(),
-            proptest::collection::vec(mixed_char(), 0..700).prop_map(String::from_iter),
-        ]) {
-            check_name(&name)?;
-        }
-
-        /// Names at and around 512 bytes (the limit) and 64 bytes (where the message cuts),
-        /// with a multi-byte character across the boundary.
-        #[test]
-        fn names_around_the_limits(
-            limit in prop_oneof![Just(MAX_NAME_LEN), Just(64usize)],
-            offset in -4isize..=4,
-            cut in prop_oneof![Just('é'), Just('日'), Just('🦀'), Just('x')],
-            tail in proptest::collection::vec(mixed_char(), 0..4),
-            filler in prop_oneof![Just('a'), Just('é'), Just('日'), Just('🦀')],
-        ) {
-            // Fill up to `limit + offset` bytes with `filler` (as far as it fits), then `cut`.
-            let target = limit.saturating_add_signed(offset);
-            let mut name = String::new();
-            while name.len() + filler.len_utf8() <= target {
-                name.push(filler);
-            }
-            while name.len() < target {
-                name.push('a');
-            }
-            name.push(cut);
-            name.extend(tail);
-            check_name(&name)?;
-            let shorter: String = name.chars().take(name.chars().count() - 1).collect();
-            check_name(&shorter)?;
-        }
-
-        /// Any TTL: accepted exactly within MIN_TTL..=MAX_TTL, else `InvalidDuration` naming
-        /// `ttl`, the value as given and the range.
-        #[test]
-        fn any_ttl(ttl in duration(), name in "(.{0,8}|.{60,80})") {
-            match validate_ttl(&name, ttl) {
-                Ok(()) => prop_assert!((MIN_TTL..=MAX_TTL).contains(&ttl), "{:?} accepted", ttl),
-                Err(err) => {
-                    let LockError::InvalidDuration { name: ref shown, what, value, ref reason } = err else {
-                        return Err(TestCaseError::fail(format!("not InvalidDuration: {err:?}")));
-                    };
-                    prop_assert!(!(MIN_TTL..=MAX_TTL).contains(&ttl), "{:?} refused", ttl);
-                    prop_assert_eq!(what, "ttl");
-                    prop_assert_eq!(value, ttl);
-                    prop_assert!(reason.contains("between 1ms and 86400s"), "{}", reason);
-                    check_shortened(&name, shown)?;
-                    let msg = err.to_string();
-                    prop_assert!(msg.contains(&format!("{ttl:?}")), "{}", msg);
-                }
-            }
-        }
-
-        /// Any wait: accepted exactly up to MAX_WAIT, zero included.
-        #[test]
-        fn any_wait(wait in duration(), name in "(.{0,8}|.{60,80})") {
-            match validate_wait(&name, wait) {
-                Ok(()) => prop_assert!(wait <= MAX_WAIT, "{:?} accepted", wait),
-                Err(err) => {
-                    let LockError::InvalidDuration { name: ref shown, what, value, ref reason } = err else {
-                        return Err(TestCaseError::fail(format!("not InvalidDuration: {err:?}")));
-                    };
-                    prop_assert!(wait > MAX_WAIT, "{:?} refused", wait);
-                    prop_assert_eq!(what, "wait");
-                    prop_assert_eq!(value, wait);
-                    prop_assert!(reason.contains("at most 86400s"), "{}", reason);
-                    check_shortened(&name, shown)?;
-                    let msg = err.to_string();
-                    prop_assert!(msg.contains(&format!("{wait:?}")), "{}", msg);
                 }
             }
         }

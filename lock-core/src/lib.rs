@@ -108,6 +108,12 @@
 //!   itself. `#[redis_locked]` treats a function as a handler when one of its parameters is
 //!   an axum extractor (`State<..>`, `Path<..>`, `Json<..>`, `Query<..>`, `Form<..>`,
 //!   `Extension<..>`, `HeaderMap`, ...); `wait = ".."` overrides it either way.
+//! - **Redis down.** The wait is for a holder, not for Redis: a request that waits gives up
+//!   with [`LockError::Connection`] once Redis has not answered for the locker's
+//!   [`unreachable_timeout`](LockerBuilder::unreachable_timeout) (2 s), so an outage is an
+//!   error within seconds, not a stall for the whole wait; a server that refuses the
+//!   client's settings (no or wrong password, no such database) is
+//!   [`LockError::Misconfigured`] at once. A campaign keeps standing in line.
 //! - **Renewal.** Where the lock's scope is the work (an annotated function, a closure, a
 //!   request), the lease is renewed while the work runs, so slow work never shares its lock,
 //!   and the TTL only bounds how long a crashed holder blocks others. A [`Lease`] from
@@ -365,16 +371,19 @@ mod error;
 mod holder;
 mod key;
 mod lease;
+mod limits;
 mod locker;
 mod macro_held;
 mod macro_support;
 pub mod metrics;
 mod prims;
 mod redact;
+mod refusal;
 mod replication;
 mod request;
 mod schedule;
 mod signal;
+mod slot;
 mod token;
 mod using;
 mod wait;
@@ -392,15 +401,15 @@ pub use duration::{parse_duration, DurationError};
 pub use election::{Election, Leader, LeaderChange, Leadership, Observer};
 pub use error::{LockError, WaitSetting};
 pub use holder::Holder;
-pub use key::{KeyLayout, MAX_NAME_LEN, MAX_TTL, MAX_WAIT, MIN_TTL, NAME_ESCAPE};
+pub use key::{KeyLayout, NAME_ESCAPE};
 pub use lease::{Lease, LeaseHandle};
+pub use limits::{MAX_NAME_LEN, MAX_TTL, MAX_WAIT, MIN_TTL};
 pub use locker::{LockInfo, Locker};
 pub use macro_support::{default_locker, set_default_locker};
 pub use prims::{
     GuardHandle, HoldMode, MultiLease, MultiRequest, Permit, PermitHolder, PermitHolders,
     PermitRequest, RwLease, RwLock, RwRequest, Semaphore, MAX_PERMITS,
 };
-pub use redact::redact_url;
 pub use replication::ReplicaSync;
 pub use request::LockRequest;
 pub use schedule::Tick;
@@ -418,7 +427,15 @@ pub use deadpool_redis;
 /// in any release.
 #[doc(hidden)]
 pub mod __private {
-    pub use crate::macro_support::{body, locker_of, run_locked, AsLocker, LockSpec, LockedReturn};
+    pub use crate::macro_support::{
+        body, key_part, locker_of, run_locked, run_locked_result, AsLocker, FromLockError, KeyPart,
+        LockSpec, LockedReturn,
+    };
+    /// See [`misconfiguration`].
+    pub use crate::redact::redact_url;
+    /// For lockctl, which shows URLs and refusals as this crate's errors do; not part of
+    /// the API.
+    pub use crate::refusal::misconfiguration;
     pub use crate::{LockError, Locker};
     pub use core::time::Duration;
     pub use std::format;

@@ -233,6 +233,76 @@ where
     async move { R::from_result(run_boxed(locker, spec, body).await) }
 }
 
+/// A value of a key template's `{..}` placeholder: written with `Display`. Its own trait,
+/// so that a value that is not `Display` is one error that says what to write, not
+/// `format!`'s advice to use `{:?}` (which key templates do not accept: a `Debug` form is
+/// no stable key).
+#[doc(hidden)]
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot go in a lock key: a key template writes each `{{..}}` with `Display`, which `{Self}` does not implement",
+    label = "`{Self}` is not `Display`",
+    note = "name a field that is `Display` in the template (`{{order.id}}` rather than `{{order}}`), or implement `std::fmt::Display` for the type; a key template has no `{{:?}}`: a `Debug` form is no stable lock name"
+)]
+pub trait KeyPart: std::fmt::Display {}
+
+#[diagnostic::do_not_recommend]
+impl<T: std::fmt::Display> KeyPart for T {}
+
+/// `value`, checked to be a [`KeyPart`], as a type that is always `Display`: a value that
+/// is not one is reported here once, not again by `format!`.
+#[doc(hidden)]
+#[inline(always)]
+pub fn key_part<T: KeyPart>(value: &T) -> KeyValue<'_> {
+    KeyValue(value)
+}
+
+/// A placeholder's value in a key, from [`key_part`].
+#[doc(hidden)]
+pub struct KeyValue<'a>(&'a dyn std::fmt::Display);
+
+impl std::fmt::Debug for KeyValue<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "KeyValue({})", self.0)
+    }
+}
+
+impl std::fmt::Display for KeyValue<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// [`run_locked`] for a function whose return type is written `Result<T, E>`: the bound on
+/// `E` is its own, so that a missing `From<LockError>` is reported on `E` with
+/// [`FromLockError`]'s message, not through [`LockedReturn`].
+#[doc(hidden)]
+pub fn run_locked_result<F, T, E>(
+    locker: Option<Locker>,
+    spec: LockSpec,
+    body: F,
+) -> impl Future<Output = Result<T, E>>
+where
+    F: Future<Output = Result<T, E>>,
+    E: FromLockError,
+{
+    run_locked(locker, spec, body)
+}
+
+/// The error type of an annotated function: one that a [`LockError`] converts into. Its own
+/// trait (implemented for every such type) so that a missing `From<LockError>` is one error
+/// that says what to write, at the error type, without the macro's internals.
+#[doc(hidden)]
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` has no `From<lock_core::LockError>`, which the error type of a #[redis_locked] function needs",
+    label = "needs `impl From<lock_core::LockError> for {Self}`",
+    note = "a lock that cannot be had (busy, timed out, Redis unreachable) becomes `Err(..)` of this type, and the body does not run",
+    note = "add `impl From<lock_core::LockError> for {Self}` (with thiserror, a variant such as `#[error(transparent)] Lock(#[from] lock_core::LockError)`), or return `Result<_, lock_core::LockError>`"
+)]
+pub trait FromLockError: From<LockError> {}
+
+#[diagnostic::do_not_recommend]
+impl<E: From<LockError>> FromLockError for E {}
+
 /// What an annotated function may return: `Result<T, E>` with `E: From<LockError>`, the
 /// only implementation. The macro sees the return type as written and cannot resolve an
 /// alias (`type Res = Option<u8>`), so the expansion leaves that check to this bound, with
@@ -255,7 +325,7 @@ pub trait LockedReturn {
     fn from_result(result: Result<Self::Ok, Self::Err>) -> Self;
 }
 
-impl<T, E: From<LockError>> LockedReturn for Result<T, E> {
+impl<T, E: FromLockError> LockedReturn for Result<T, E> {
     type Ok = T;
     type Err = E;
 

@@ -2,13 +2,12 @@
 
 /// A Redis URL with its user and password replaced by `***`, for messages and logs (this
 /// crate's errors show URLs this way): `redis://app:s3cret@db:6379/0` becomes
-/// `redis://***@db:6379/0`; a URL without credentials is returned as it is.
+/// `redis://***@db:6379/0`; a URL without credentials is returned as it is. Not part of
+/// the public API: lockctl reaches it through `__private`.
 ///
-/// ```
-/// assert_eq!(
-///     lock_core::redact_url("redis://app:s3cret@db:6379/0"),
-///     "redis://***@db:6379/0"
-/// );
+/// ```compile_fail
+/// // Not exported at the crate root.
+/// let _ = lock_core::redact_url("redis://app:s3cret@db:6379/0");
 /// ```
 pub fn redact_url(url: &str) -> String {
     match (url.find("://"), url.rfind('@')) {

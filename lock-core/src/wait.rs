@@ -1,6 +1,7 @@
-//! How long a blocked acquirer sleeps between attempts.
+//! How a blocked acquirer sleeps between attempts, and how long it keeps trying while
+//! Redis does not answer.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Pauses when nothing tells the waiter about releases (a locker built from a pool, or a
 /// pub/sub connection that failed): short, because polling is the only way to learn.
@@ -41,6 +42,64 @@ impl Backoff {
     }
 }
 
+/// How long a waiting request keeps trying while Redis does not answer (the locker's
+/// `unreachable_timeout`): separate from its wait for a holder, so that an outage fails a
+/// request within this bound rather than after its whole wait.
+///
+/// The clock starts with the first attempt that got no answer (a refused or dropped
+/// connection, a command timeout, a Redlock round short of a majority) and stops at the
+/// next answer, whatever it says.
+#[derive(Debug)]
+pub(crate) struct Outage {
+    limit: Duration,
+    /// When the first unanswered attempt of the current run of them started.
+    since: Option<Instant>,
+}
+
+impl Outage {
+    pub fn new(limit: Duration) -> Outage {
+        Outage { limit, since: None }
+    }
+
+    /// Redis answered: the outage, if there was one, is over.
+    pub fn answered(&mut self) {
+        self.since = None;
+    }
+
+    /// An attempt started at `started` got no answer: whether the request may try again.
+    pub fn may_retry(&mut self, started: Instant) -> bool {
+        let since = *self.since.get_or_insert(started);
+        Instant::now() < since + self.limit
+    }
+
+    /// When the request gives up unless Redis answers first (`None`: it is answering).
+    pub fn gives_up_at(&self) -> Option<Instant> {
+        self.since.map(|since| since + self.limit)
+    }
+
+    /// Whether the request may still try again: no outage, or one younger than the limit.
+    pub fn keeps_trying(&self) -> bool {
+        self.gives_up_at().is_none_or(|end| Instant::now() < end)
+    }
+
+    /// The limit.
+    pub fn limit(&self) -> Duration {
+        self.limit
+    }
+
+    /// The latest end of an attempt starting at `started`: the earlier of the request's
+    /// `bound` and the outage's end (counted from `started` when none runs yet: an attempt
+    /// that gets no answer by then starts an outage that is already over), and whether the
+    /// outage's end is the earlier.
+    pub fn cap(&self, bound: Option<Instant>, started: Instant) -> (Option<Instant>, bool) {
+        let end = self.since.unwrap_or(started) + self.limit;
+        match bound {
+            Some(bound) if bound <= end => (Some(bound), false),
+            _ => (Some(end), true),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -55,5 +114,38 @@ mod tests {
         }
         assert!(last >= POLLING.1 / 2);
         assert!(backoff.next(Some(Duration::from_millis(1))) <= Duration::from_micros(1200));
+    }
+
+    #[test]
+    fn an_outage_is_counted_from_its_first_unanswered_attempt() {
+        let mut outage = Outage::new(Duration::from_secs(60));
+        assert_eq!(outage.gives_up_at(), None);
+        let started = Instant::now();
+        assert!(outage.may_retry(started));
+        assert_eq!(
+            outage.gives_up_at(),
+            Some(started + Duration::from_secs(60))
+        );
+        // A later failure does not move the start.
+        assert!(outage.may_retry(started + Duration::from_secs(1)));
+        assert_eq!(
+            outage.gives_up_at(),
+            Some(started + Duration::from_secs(60))
+        );
+        let far = started + Duration::from_secs(3600);
+        assert_eq!(outage.cap(Some(far), far), (outage.gives_up_at(), true));
+        assert!(outage.keeps_trying());
+        outage.answered();
+        assert_eq!(outage.gives_up_at(), None);
+        // Without an outage, an attempt may run for the limit from its start.
+        let near = started + Duration::from_secs(1);
+        assert_eq!(outage.cap(Some(near), started), (Some(near), false));
+        assert_eq!(
+            outage.cap(None, started),
+            (Some(started + Duration::from_secs(60)), true)
+        );
+        let mut over = Outage::new(Duration::ZERO);
+        assert!(!over.may_retry(Instant::now()));
+        assert!(!over.keeps_trying());
     }
 }

@@ -363,10 +363,72 @@ fn string_literal(value: &Expr, name: &str) -> syn::Result<LitStr> {
         "key" => "a string literal template, checked at compile time; parameters go in `{..}`",
         _ => "a string literal",
     };
+    let values_elsewhere = matches!(name, "key" | "ttl" | "wait" | "hold_at_least");
+    if let Some(what) = named_elsewhere(value).filter(|_| values_elsewhere) {
+        return Err(syn::Error::new(
+            value.span(),
+            format!(
+                "`{name}` takes {why}, not {what}: the attribute reads its arguments as \
+                 written, before constants are evaluated and macros expanded, so it cannot \
+                 see that value; write it out ({}){}",
+                example(name),
+                at_run_time(name)
+            ),
+        ));
+    }
     Err(syn::Error::new(
         value.span(),
         format!("`{name}` takes {why}: {}", example(name)),
     ))
+}
+
+/// `a constant such as `KEY`` or `a macro call such as `key!()``: a value the attribute
+/// cannot read, said as what it is.
+fn named_elsewhere(value: &Expr) -> Option<String> {
+    match value {
+        Expr::Path(path) if path.qself.is_none() => {
+            let shown = path
+                .path
+                .segments
+                .iter()
+                .map(|segment| segment.ident.to_string())
+                .collect::<Vec<_>>()
+                .join("::");
+            Some(format!("a constant or static (`{shown}`)"))
+        }
+        Expr::Macro(call) => {
+            let shown = call
+                .mac
+                .path
+                .segments
+                .last()
+                .map(|segment| segment.ident.to_string())
+                .unwrap_or_default();
+            Some(format!("a macro call (`{shown}!(..)`)"))
+        }
+        _ => None,
+    }
+}
+
+/// What to do instead when the value is only known elsewhere.
+fn at_run_time(name: &str) -> &'static str {
+    match name {
+        "key" | "keys" => {
+            "; for a name computed at run time, take the lock in the body instead: \
+             `locker.lock(KEY).await?` or `locker.using(KEY, |lease| ..)`"
+        }
+        "ttl" => {
+            "; for a TTL set elsewhere, leave `ttl` out and set the locker's default \
+             (`Locker::builder().default_ttl(TTL)`), or take the lock in the body with \
+             `locker.lock(..).ttl(TTL)`"
+        }
+        "wait" => {
+            "; for a wait set elsewhere, leave `wait` out and set the locker's default \
+             (`Locker::builder().default_wait(WAIT)`), or take the lock in the body with \
+             `locker.lock(..).wait(WAIT)`"
+        }
+        _ => "",
+    }
 }
 
 /// The value of `renew`: `true` or `false`.

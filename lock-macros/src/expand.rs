@@ -71,9 +71,23 @@ fn generate(args: &Args, function: ItemFn) -> TokenStream {
         ReturnType::Type(_, ty) => ty.span(),
         ReturnType::Default => Span::call_site(),
     };
-    let run_locked = match &args.krate {
-        Some(path) => quote_spanned!(return_span=> #path::__private::run_locked),
-        None => quote_spanned!(return_span=> ::lock_core::__private::run_locked),
+    // A return type written `Result<T, E>`: `E` is checked on its own, spanned on it, so
+    // that a missing `From<LockError>` is one error at `E` saying what to write.
+    let result_error = match &sig.output {
+        ReturnType::Type(_, ty) => {
+            signature::result_error_type(ty).filter(|error| !signature::mentions_impl_trait(error))
+        }
+        ReturnType::Default => None,
+    };
+    let run_locked = match (result_error, &args.krate) {
+        (Some(error), Some(path)) => {
+            quote_spanned!(error.span()=> #path::__private::run_locked_result::<_, _, #error>)
+        }
+        (Some(error), None) => quote_spanned!(error.span()=>
+            ::lock_core::__private::run_locked_result::<_, _, #error>
+        ),
+        (None, Some(path)) => quote_spanned!(return_span=> #path::__private::run_locked),
+        (None, None) => quote_spanned!(return_span=> ::lock_core::__private::run_locked),
     };
     // Mixed-site hygiene: user code (the body, the locker expression) cannot see these
     // locals at all; the prefix keeps them readable in `cargo expand` output.
@@ -89,7 +103,13 @@ fn generate(args: &Args, function: ItemFn) -> TokenStream {
                 quote!(::core::convert::From::from(#text))
             } else {
                 let format = key.format_string();
-                let values = key.placeholders();
+                // Each value through `key_part`, spanned on the template: a value that is
+                // not `Display` is one error there that says what to write.
+                let span = key.span;
+                let values = key.placeholders().map(|value| match &args.krate {
+                    Some(path) => quote_spanned!(span=> #path::__private::key_part(&(#value))),
+                    None => quote_spanned!(span=> ::lock_core::__private::key_part(&(#value))),
+                });
                 quote!(#private::format!(#format, #(#values),*))
             }
         })
@@ -173,7 +193,8 @@ fn generate(args: &Args, function: ItemFn) -> TokenStream {
     // it (a `Result` whose error converts from `LockError`), and rustc reports the two
     // identical errors as one, where the user has to fix it: a return type the macro could
     // not judge (an alias) that is not a `Result` is one error that says so.
-    let call = quote_spanned!(return_span=>
+    let call_span = result_error.map_or(return_span, |error| error.span());
+    let call = quote_spanned!(call_span=>
         #run_locked(#locker, #spec, #body).await
     );
     // syn keeps the body's inner attributes (`#![allow(..)]`) with the outer ones; they
@@ -218,7 +239,7 @@ mod tests {
         );
         assert!(out.starts_with("# [doc = r\" Docs stay.\"] # [inline] pub async fn purchase_item (buyer : & Buyer , item_id : & str) -> Result < bool , AppError >"), "{out}");
         assert!(
-            out.contains(":: lock_core :: __private :: format ! (\"market:{}\" , item_id)"),
+            out.contains(":: lock_core :: __private :: format ! (\"market:{}\" , :: lock_core :: __private :: key_part (& (item_id)))"),
             "{out}"
         );
         assert!(out.contains("Duration :: from_millis (10000)) . wait (:: lock_core :: __private :: Duration :: from_millis (5000))"), "{out}");

@@ -161,6 +161,32 @@ fn well_known_non_result(path: &TypePath) -> Option<String> {
 
 /// True when `ty` mentions `impl Trait` anywhere (`Result<impl Display, E>`): such a type
 /// cannot be written in a `let`, so the expansion leaves out its type-inference hint.
+/// The `E` of a return type written `Result<T, E>` (any path ending in `Result` with two
+/// type arguments): the expansion checks it for `From<LockError>` on its own, so that the
+/// error says what to write there.
+pub(crate) fn result_error_type(ty: &Type) -> Option<&Type> {
+    let Type::Path(path) = ty else { return None };
+    let last = path.path.segments.last()?;
+    if last.ident != "Result" {
+        return None;
+    }
+    let syn::PathArguments::AngleBracketed(args) = &last.arguments else {
+        return None;
+    };
+    let types: Vec<&Type> = args
+        .args
+        .iter()
+        .filter_map(|arg| match arg {
+            syn::GenericArgument::Type(ty) => Some(ty),
+            _ => None,
+        })
+        .collect();
+    match types.as_slice() {
+        [_, error] if args.args.len() == 2 => Some(error),
+        _ => None,
+    }
+}
+
 pub(crate) fn mentions_impl_trait(ty: &Type) -> bool {
     struct Finder(bool);
     impl<'ast> Visit<'ast> for Finder {

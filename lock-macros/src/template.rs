@@ -275,7 +275,12 @@ fn placeholder(inner: &str, span: Span) -> Result<FieldPath, String> {
                 let index = segment.parse().map_err(|_| invalid())?;
                 return Ok(Member::Unnamed(Index { index, span }));
             }
-            Ok(Member::Named(name(segment)?))
+            // Resolved as the macro's own tokens (still located at the template): a field
+            // that does not exist is rustc's "no field" error at the template, without its
+            // suggestion to replace the whole template with the field's name.
+            let mut field = name(segment)?;
+            field.set_span(span.resolved_at(Span::mixed_site()));
+            Ok(Member::Named(field))
         })
         .collect::<Result<Vec<_>, String>>()?;
     Ok(FieldPath { root, members })

@@ -53,7 +53,9 @@ impl Market {
 #[tokio::test]
 async fn body_does_not_run_while_the_lock_is_busy() {
     let market = Market::new();
-    let held = market.locks.try_lock("market:7", TTL).await.unwrap();
+    // Taken by another task, as another holder would: a lease this very task took would
+    // be refused at once as this task's (`HeldByThisTask`), not waited for.
+    let held = elsewhere(&market.locks, "market:7").await;
 
     match market.purchase("7").await {
         Err(AppError::Lock(LockError::Busy { name, .. })) => assert_eq!(name, "market:7"),
@@ -84,7 +86,9 @@ async fn export(locker: &Locker) -> Result<(), LockError> {
 async fn contention_advice_names_the_attribute_setting() {
     const ATTRIBUTE: &str = "`wait = \"..\"` on #[redis_locked]";
     let market = Market::new();
-    let held = market.locks.try_lock("market:7", TTL).await.unwrap();
+    // Taken by another task, as another holder would: a lease this very task took would
+    // be refused at once as this task's (`HeldByThisTask`), not waited for.
+    let held = elsewhere(&market.locks, "market:7").await;
     let Err(AppError::Lock(busy)) = market.purchase("7").await else {
         panic!("expected a lock error");
     };
@@ -420,4 +424,13 @@ async fn renewal_and_loss_policies() {
         0,
         "the body stopped at its await"
     );
+}
+
+/// `name` locked for [`TTL`] by a task of its own.
+async fn elsewhere(locks: &Locker, name: &'static str) -> lock_core::Lease {
+    let locks = locks.clone();
+    tokio::spawn(async move { locks.try_lock(name, TTL).await })
+        .await
+        .expect("join")
+        .expect("take the lock")
 }

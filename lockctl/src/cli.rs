@@ -11,25 +11,35 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::duration::parse_duration;
 
-const EXIT_CODES: &str = "\
-Exit codes:
-  0        success (run: the command exited 0; status: the name is held)
-  1        status: nothing of the name is held (free)
-  other    run: the command's own exit code
+/// The exit codes, durations and environment, after every command's help.
+macro_rules! exit_codes {
+    () => {
+        "\
+Exit codes (every command):
+  0        success (run, elect: the command exited 0; status: the name is held;
+           leader: the election has a leader)
+  1        status: nothing of the name is held (free); leader: no leader
+  other    run, elect: the command's own exit code
   64       usage: bad option, duration, Redis URL or lock name
   69       Redis unreachable, or the connection broke
   70       internal: unexpected Redis error, a key that is not a lock
   75       run: the lock is busy (change with --conflict-exit-code)
-  79       run: the lease was lost while the command ran (change with --lost-exit-code)
-  126/127  run: the command cannot be executed / was not found
-  128+N    run: the command died of signal N, or lockctl got signal N while waiting
+  78       Redis refuses lockctl's settings: no or wrong password, no such database, an
+           ACL user without a needed permission (fix --url / REDIS_URL)
+  79       run, elect: the lease was lost while the command ran (run: --lost-exit-code)
+  126/127  run, elect: the command cannot be executed / was not found
+  128+N    run, elect: the command died of signal N, or lockctl got signal N while waiting
 
 Durations: 500ms, 30s, 1m30s, 1h 15m (units h, m, s, ms, largest first; 0 alone is zero).
 No fractions, days or months: write 1500ms, not 1.5s; --ttl 1M is refused (1m is a minute).
 
 Environment:
   REDIS_URL       Redis to use when --url is not given (default redis://127.0.0.1:6379/)
-  LOCKCTL_PREFIX  key prefix when --prefix is not given (default lock:)";
+  LOCKCTL_PREFIX  key prefix when --prefix is not given (default lock:)"
+    };
+}
+
+const EXIT_CODES: &str = exit_codes!();
 
 /// `lockctl`: see, take and act on lock-core's locks from a shell.
 #[derive(Debug, Parser)]
@@ -81,7 +91,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run a command while holding a lock, like flock(1) for a whole fleet.
-    #[command(after_help = RUN_HELP)]
+    #[command(after_help = RUN_AFTER_HELP)]
     Run(RunArgs),
     /// Show whether a lock is held, by whom, for how long, and its fencing counter (and
     /// every holder of the name's semaphore and read-write lock). Exits 0 when anything of
@@ -90,23 +100,31 @@ pub enum Command {
     Status(StatusArgs),
     /// List all held locks, semaphore permits and read-write leases (SCAN, never KEYS) with
     /// holder and remaining TTL.
+    #[command(after_help = EXIT_CODES)]
     List(ListArgs),
     /// Delete a lock whoever holds it (for operators), and say whose it was.
+    #[command(after_help = EXIT_CODES)]
     Release(ReleaseArgs),
     /// Print acquire and release events of a lock as they happen, until Ctrl-C.
+    #[command(after_help = EXIT_CODES)]
     Watch(WatchArgs),
     /// Run a command as the fleet's leader: started once elected, stopped when leadership
     /// is lost, resigned when it exits.
-    #[command(after_help = ELECT_HELP)]
+    #[command(after_help = ELECT_AFTER_HELP)]
     Elect(ElectArgs),
     /// Show who leads an election (label, term, since when); --watch follows every change.
+    /// Exits 0 when the election has a leader, 1 when it has none, as `status` does for a
+    /// lock: `if lockctl leader NAME; then ...`.
+    #[command(after_help = EXIT_CODES)]
     Leader(LeaderArgs),
     /// Show the deadlock detector's waits-for records of a lock: who waits for it while
     /// holding other locks (and what), and what its holder waits for.
     Waits(StatusArgs),
 }
 
-const ELECT_HELP: &str = "\
+macro_rules! elect_help {
+    () => {
+        "\
 Candidates wait in line (FIFO) for the election's lock; the one holding it leads. Its lease \
 is renewed every lease/3 while the command runs. The command sees LOCKCTL_ELECTION and \
 LOCKCTL_TERM (strictly increasing across leaders: pass it to storage that must refuse a \
@@ -115,13 +133,23 @@ unreachable for a whole lease, the lock removed), the command gets SIGTERM, then
 after --kill-after, and lockctl exits with 79. When the command exits, lockctl resigns: the \
 next candidate leads at once. A leader killed outright is replaced when its lease runs out.
 
-Example: lockctl elect --name billing-scheduler --lease 15s -- ./scheduler";
+Example: lockctl elect --name billing-scheduler --lease 15s -- ./scheduler"
+    };
+}
+
+const ELECT_AFTER_HELP: &str = concat!(elect_help!(), "\n\n", exit_codes!());
 
 /// `lockctl elect`.
 #[derive(Debug, Args)]
 pub struct ElectArgs {
-    /// Name of the election (its lock has the same name).
-    #[arg(long, short = 'n', value_name = "NAME")]
+    /// Name of the election (its lock has the same name; `--key` works too, as for `run`).
+    #[arg(
+        long,
+        short = 'n',
+        visible_alias = "key",
+        short_alias = 'k',
+        value_name = "NAME"
+    )]
     pub name: String,
 
     /// The leader's lease: a dead leader is replaced this long after its last renewal.
@@ -161,7 +189,9 @@ pub struct LeaderArgs {
     pub count: Option<u64>,
 }
 
-const RUN_HELP: &str = "\
+macro_rules! run_help {
+    () => {
+        "\
 The command runs only while the lock is held. lockctl forwards SIGINT, SIGTERM, SIGHUP and \
 SIGQUIT to it, releases the lock when it exits, and exits with its status.
 
@@ -190,14 +220,24 @@ held at least D from the start even when the command ends sooner: its release le
 to expire then, so hosts whose timer fires a little later find it taken and skip the run. A \
 skipped run exits with --conflict-exit-code (give 0 to count it as a success).
 
-Example: lockctl run --key nightly-report --ttl 1m -- ./report.sh --full
-Example: lockctl run --key hourly-digest --hold-at-least 5m --conflict-exit-code 0 -- ./digest.sh";
+Example: lockctl run --name nightly-report --ttl 1m -- ./report.sh --full
+Example: lockctl run --name hourly-digest --hold-at-least 5m --conflict-exit-code 0 -- ./digest.sh"
+    };
+}
+
+const RUN_AFTER_HELP: &str = concat!(run_help!(), "\n\n", exit_codes!());
 
 /// `lockctl run`.
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// Name of the lock.
-    #[arg(long, short = 'k', value_name = "NAME")]
+    /// Name of the lock (`--name`, as for `elect`; `--key` and `-k` still work).
+    #[arg(
+        long = "name",
+        short = 'n',
+        visible_alias = "key",
+        short_alias = 'k',
+        value_name = "NAME"
+    )]
     pub key: String,
 
     /// Lease time: the lock frees itself this long after the last renewal.

@@ -12,7 +12,7 @@ use crate::holder::display_safe;
 pub const SUCCESS: u8 = 0;
 /// `status`: nothing of the name is held (its lock, its semaphore's permits and its
 /// read-write lock are all free), so that `if lockctl status NAME; then ...` reads "if it is
-/// held". Not an error: the status is printed as for a held lock.
+/// held"; `leader`: the election has no leader. Not an error: the status is printed.
 pub const FREE: u8 = 1;
 /// A bad command line: unknown option, bad duration, bad Redis URL, invalid lock name
 /// (`EX_USAGE`).
@@ -23,6 +23,11 @@ pub const UNAVAILABLE: u8 = 69;
 /// Anything unexpected: an error reply from Redis, a key that is not a lock (WRONGTYPE), a
 /// failure to set up signal handling (`EX_SOFTWARE`).
 pub const INTERNAL: u8 = 70;
+/// Redis refuses lockctl's settings: a password is required and none was given, the user
+/// or password is wrong, the database does not exist, the ACL user may not run a command
+/// lockctl needs (`EX_CONFIG`). Retrying does not help; fix --url (or REDIS_URL) or the
+/// server's ACL.
+pub const CONFIG: u8 = 78;
 /// `run`: the lock is held by someone else (after `--wait`). The default of
 /// `--conflict-exit-code` (`EX_TEMPFAIL`).
 pub const CONFLICT: u8 = 75;
@@ -77,6 +82,32 @@ impl Failure {
             LockError::Connection { reason, .. } => {
                 Failure::unavailable(format!("cannot reach Redis at {url}: {reason}"))
             }
+            LockError::Misconfigured { reason, .. } => Failure::new(
+                CONFIG,
+                format!("Redis at {url} refuses lockctl's settings: {reason}"),
+            ),
+            LockError::Redis { source, .. } if source.code() == Some("NOPERM") => {
+                Failure::new(CONFIG, no_permission(source, url))
+            }
+            LockError::InvalidDuration {
+                name,
+                what,
+                value,
+                reason,
+            } => {
+                let (flag, of) = match *what {
+                    "ttl" => ("--ttl", "lock"),
+                    "wait" => ("--wait", "lock"),
+                    "hold_at_least" => ("--hold-at-least", "lock"),
+                    "election lease" => ("--lease", "election"),
+                    other => (other, "lock"),
+                };
+                Failure::usage(format!(
+                    "invalid {flag} {}: {reason} (for {of} `{}`)",
+                    echo_duration(*value),
+                    display_safe(name)
+                ))
+            }
             LockError::Busy {
                 name,
                 holder,
@@ -114,7 +145,6 @@ impl Failure {
                 ),
             ),
             LockError::InvalidName { .. }
-            | LockError::InvalidDuration { .. }
             | LockError::CapacityMismatch { .. }
             | LockError::Config(_) => Failure::usage(err.to_string()),
             other => Failure::internal(other.to_string()),
@@ -150,7 +180,7 @@ impl Failure {
         }
         if let Some(left) = retry_after {
             parts.push(format!(
-                "the first frees in at most {}",
+                "the first lease ends in {} unless its holder renews it",
                 format_duration(*left)
             ));
         }
@@ -162,6 +192,15 @@ impl Failure {
 
     /// Maps a redis-rs error from lockctl's own connection.
     pub fn from_redis(err: &redis::RedisError, url: &str) -> Failure {
+        if let Some(reason) = lock_core::__private::misconfiguration(err, "the server") {
+            return Failure::new(
+                CONFIG,
+                format!("Redis at {url} refuses lockctl's settings: {reason}"),
+            );
+        }
+        if err.code() == Some("NOPERM") || err.to_string().contains("NoPerm") {
+            return Failure::new(CONFIG, no_permission(err, url));
+        }
         if err.is_io_error()
             || err.is_connection_dropped()
             || err.is_connection_refusal()
@@ -170,8 +209,41 @@ impl Failure {
         {
             Failure::unavailable(format!("cannot reach Redis at {url}: {err}"))
         } else {
-            Failure::internal(format!("Redis at {url} answered with an error: {err}"))
+            Failure::internal(format!(
+                "Redis at {url} answered with an error: {}",
+                without_pipeline(&err.to_string())
+            ))
         }
+    }
+}
+
+/// An ACL refusal, with what to do.
+fn no_permission(err: &dyn fmt::Display, url: &str) -> String {
+    format!(
+        "Redis at {url} refused a command to this ACL user ({}): grant the user the \
+         commands and keys lockctl needs (see the least-privilege ACL in the README)",
+        without_pipeline(&err.to_string())
+    )
+}
+
+/// redis-rs's error for a pipeline, `Pipeline failures: [(Index 0, <error>)]`, as the one
+/// error it carries.
+fn without_pipeline(text: &str) -> String {
+    match text
+        .strip_prefix("Pipeline failures: [(Index ")
+        .and_then(|rest| rest.split_once(", "))
+    {
+        Some((_, inner)) => inner.strip_suffix(")]").unwrap_or(inner).to_owned(),
+        None => text.to_owned(),
+    }
+}
+
+/// A duration given on the command line, echoed back as it reads: `0s`, `25h`, `1m30s`.
+fn echo_duration(duration: std::time::Duration) -> String {
+    if duration.is_zero() {
+        "0s".to_owned()
+    } else {
+        format_duration(duration)
     }
 }
 
@@ -183,7 +255,8 @@ impl fmt::Display for Failure {
 
 impl std::error::Error for Failure {}
 
-/// ` (held by X, free in at most 12.5s)`, or what of it is known.
+/// ` (held by X, its lease ends in 12.5s unless renewed)`, or what of it is known (not
+/// "free in at most": a holder that renews, as `lockctl run` does, keeps it longer).
 fn held_by(holder: Option<&str>, retry_after: Option<std::time::Duration>) -> String {
     let mut out = String::new();
     match holder {
@@ -194,8 +267,9 @@ fn held_by(holder: Option<&str>, retry_after: Option<std::time::Duration>) -> St
         None => out.push_str(" (holder unknown"),
     }
     if let Some(left) = retry_after {
-        out.push_str(", free in at most ");
+        out.push_str(", its lease ends in ");
         out.push_str(&format_duration(left));
+        out.push_str(" unless renewed");
     }
     out.push(')');
     out
@@ -246,7 +320,7 @@ mod tests {
         assert_eq!(failure.code, CONFLICT);
         assert_eq!(
             failure.message,
-            "lock `deploy` is busy (held by lockctl/sleep@web-1:42, free in at most 1.5s)"
+            "lock `deploy` is busy (held by lockctl/sleep@web-1:42, its lease ends in 1.5s unless renewed)"
         );
     }
 
@@ -265,12 +339,12 @@ mod tests {
         assert_eq!(failure.code, CONFLICT);
         assert_eq!(
             failure.message,
-            "all 2 permits of `exports` are taken (held by a@h:1, b@h:2; the first frees in at most 3s)"
+            "all 2 permits of `exports` are taken (held by a@h:1, b@h:2; the first lease ends in 3s unless its holder renews it)"
         );
         let unknown = Failure::from_lock_error(&err, "redis://h/");
         assert_eq!(
             unknown.message,
-            "all 2 permits of `exports` are taken (the first frees in at most 3s)"
+            "all 2 permits of `exports` are taken (the first lease ends in 3s unless its holder renews it)"
         );
     }
 
@@ -284,6 +358,17 @@ mod tests {
         let failure = Failure::from_lock_error(&err, "redis://127.0.0.1:1/");
         assert_eq!(failure.code, UNAVAILABLE);
         assert!(failure.message.contains("redis://127.0.0.1:1/"));
+    }
+
+    #[test]
+    fn pipeline_errors_are_shown_as_their_one_error() {
+        assert_eq!(
+            without_pipeline(
+                r#"Pipeline failures: [(Index 0, "NOAUTH": Authentication required.)]"#
+            ),
+            r#""NOAUTH": Authentication required."#
+        );
+        assert_eq!(without_pipeline("ERR x"), "ERR x");
     }
 
     #[test]

@@ -9,6 +9,30 @@ use crate::output::{line, lock_json, or_dash, table, ttl_text};
 use crate::permits::{self, PermitRow};
 use crate::store::Target;
 
+/// The `state` line of `status`: the name's lock, or else its semaphore or read-write
+/// lock. `free` only when nothing of the name is held, as the exit code says.
+fn state_of(held: bool, permits: &[PermitRow], capacity: Option<u64>) -> String {
+    if held {
+        return "held".to_owned();
+    }
+    if permits.is_empty() {
+        return "free".to_owned();
+    }
+    let taken = permits.iter().filter(|row| row.kind == "permit").count() as u64;
+    match capacity {
+        Some(capacity) if taken >= capacity => {
+            format!("full (all {capacity} permits of the semaphore are held)")
+        }
+        Some(capacity) if taken > 0 => {
+            format!("in use ({taken} of the semaphore's {capacity} permits held)")
+        }
+        _ => format!(
+            "in use ({} holders of the name's permits or leases)",
+            permits.len()
+        ),
+    }
+}
+
 /// `lockctl status NAME`: held or free, holder (label, app, host, pid), remaining TTL,
 /// how many replicas acknowledged the lock's value (where the master has replicas) and
 /// fencing counter. Exits 0 when the lock, or a permit or lease of the name's semaphore or
@@ -48,6 +72,7 @@ pub async fn status(target: &Target, args: &StatusArgs) -> Result<u8, Failure> {
     } else {
         FREE
     };
+    let state = state_of(held, &permits, capacity);
     if args.json {
         let mut value = lock_json(
             &args.name,
@@ -64,13 +89,15 @@ pub async fn status(target: &Target, args: &StatusArgs) -> Result<u8, Failure> {
         value["permits"] = permits.iter().map(permit_json).collect();
         value["waiting"] = waiting.into();
         value["semaphore_permits"] = capacity.into();
+        // One word for the whole name, as the exit code says: held, full, in use or free.
+        value["state"] = state.split(' ').next().unwrap_or("free").into();
         line(&value.to_string())?;
         return Ok(code);
     }
     let mut rows = vec![
         ("lock", display_safe(&args.name).into_owned()),
         ("key", display_safe(&keys.lock).into_owned()),
-        ("state", if held { "held" } else { "free" }.to_owned()),
+        ("state", state),
     ];
     if held {
         rows.push(("holder", or_dash(holder.as_deref())));

@@ -1,4 +1,5 @@
-//! `lockctl leader`: who leads an election (label, term, since when), and with `--watch`
+//! `lockctl leader`: who leads an election (label, term, since when; exit 0, or 1 when
+//! nobody leads, as `status` for a lock), and with `--watch`
 //! every change of leadership as lock-core's observers see it (pub/sub, each change once,
 //! in order), until Ctrl-C or `--count` changes.
 
@@ -7,7 +8,7 @@ use std::time::SystemTime;
 use lock_core::{Leader, LeaderChange, Locker};
 
 use crate::cli::LeaderArgs;
-use crate::exit::Failure;
+use crate::exit::{Failure, FREE, SUCCESS};
 use crate::holder::display_safe;
 use crate::output::line;
 use crate::signals::Signals;
@@ -26,7 +27,8 @@ pub async fn leader(target: &Target, args: &LeaderArgs) -> Result<u8, Failure> {
     if !args.watch {
         let leader = election.leader().await.map_err(failed)?;
         line(&describe(leader.as_ref()))?;
-        return Ok(0);
+        // As `status` for a lock: 0 when someone leads, 1 when nobody does.
+        return Ok(if leader.is_some() { SUCCESS } else { FREE });
     }
     let mut signals = Signals::install()?;
     let mut observer = election.observe().await.map_err(failed)?;

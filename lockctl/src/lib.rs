@@ -206,7 +206,18 @@ fn clap_message(rendered: &str) -> String {
         .collect();
     let text = first.join(" ");
     let text = text.strip_prefix("error: ").unwrap_or(&text);
-    format!("{text} (see lockctl --help)")
+    // clap's "did you mean": `tip: a similar subcommand exists: 'status'`.
+    let tips: Vec<&str> = rendered
+        .lines()
+        .map(str::trim)
+        .filter_map(|line| line.strip_prefix("tip: "))
+        .filter(|tip| tip.contains("similar"))
+        .collect();
+    if tips.is_empty() {
+        format!("{text} (see lockctl --help)")
+    } else {
+        format!("{text}; {} (see lockctl --help)", tips.join("; "))
+    }
 }
 
 #[cfg(test)]
@@ -219,6 +230,15 @@ mod tests {
         assert_eq!(
             clap_message(rendered),
             "the following required arguments were not provided: --key <NAME> (see lockctl --help)"
+        );
+    }
+
+    #[test]
+    fn clap_tips_are_kept() {
+        let rendered = "error: unrecognized subcommand 'statuss'\n\n  tip: a similar subcommand exists: 'status'\n\nUsage: lockctl [OPTIONS] <COMMAND>\n\nFor more information, try '--help'.\n";
+        assert_eq!(
+            clap_message(rendered),
+            "unrecognized subcommand 'statuss'; a similar subcommand exists: 'status' (see lockctl --help)"
         );
     }
 

@@ -9,7 +9,8 @@
 
 use std::time::Duration;
 
-use lock_core::{redact_url, KeyLayout, MAX_NAME_LEN, NAME_ESCAPE};
+use lock_core::__private::redact_url;
+use lock_core::{KeyLayout, MAX_NAME_LEN, NAME_ESCAPE};
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client, Value};
 

@@ -43,9 +43,12 @@ impl Sentinelled {
     }
 
     /// A Sentinel locker with a command timeout of a second and `sync`.
+    /// A locker whose waiting requests ride out a failover (several seconds without an
+    /// answer), as the tests here expect: `unreachable_timeout` raised from its 2 s.
     fn locker(&self, sync: ReplicaSync) -> Locker {
         self.builder()
             .command_timeout(SECOND)
+            .unreachable_timeout(30 * SECOND)
             .replica_sync(sync)
             .build()
             .expect("sentinel locker")

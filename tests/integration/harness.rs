@@ -124,6 +124,12 @@ impl Harness {
     }
 
     /// Another locker on the same store, as a second process would have.
+    /// Whether [`Harness::second_locker`] is this harness's own locker (in memory): its
+    /// requests then see the first one's leases as this Locker's.
+    pub fn shares_locker(&self) -> bool {
+        self.server.is_none() && self.nodes.is_empty()
+    }
+
     pub fn second_locker(&self) -> Locker {
         match (&self.server, self.protocol) {
             (Some(server), Some(protocol)) => Harness::locker_for(server, protocol),

@@ -18,6 +18,7 @@ mod multi;
 mod multi_release;
 mod notified;
 mod permit_costs;
+mod outage;
 mod prims_replicated;
 mod queue;
 mod redis_only;

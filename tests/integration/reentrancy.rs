@@ -465,4 +465,99 @@ async fn a_nested_call_answered_after_its_lease_ended_does_not_run() {
         other => panic!("expected the nested call to be Lost, got {other:?}"),
     }
     assert!(outer.is_ok(), "{outer:?}");
+/// A lease this task took with `lock()`, locked again from the same task: the second
+/// request would wait on itself (the whole wait, then a timeout "held by" our own host:pid;
+/// with a TTL under the wait it succeeded once the first lease expired). It fails at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_this_task_took_is_refused_at_once_not_waited_for() {
+    let server = RedisServer::start();
+    let locker = Locker::from_url(&server.url()).expect("locker");
+    let first = locker.lock("mine").await.expect("first");
+    let begun = std::time::Instant::now();
+    let again = locker.lock("mine").wait(Duration::from_secs(30)).await;
+    assert!(
+        begun.elapsed() < Duration::from_secs(10),
+        "waited {:?}",
+        begun.elapsed()
+    );
+    match again {
+        Err(LockError::HeldByThisTask { name }) => assert_eq!(name, "mine"),
+        other => panic!("expected HeldByThisTask, got {other:?}"),
+    }
+    assert!(first.release().await.expect("release"));
+    // Released: the same task takes it again.
+    let second = locker.lock("mine").await.expect("after the release");
+    assert!(second.release().await.expect("release"));
+
+    // A TTL shorter than the wait: refused, not granted once the first lease expires.
+    let short = locker
+        .lock("short")
+        .ttl(Duration::from_secs(1))
+        .await
+        .expect("short");
+    let again = locker.lock("short").wait(Duration::from_secs(5)).await;
+    assert!(
+        matches!(again, Err(LockError::HeldByThisTask { .. })),
+        "{again:?}"
+    );
+    drop(short);
+}
+
+/// Another task of the same Locker holds the lease: waited for as usual, and a busy or
+/// timeout error names it as this Locker's, not by our own host:pid as if it were someone
+/// else's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_of_another_task_of_this_locker_is_named_as_such() {
+    let server = RedisServer::start();
+    let locker = Locker::builder()
+        .url(server.url())
+        .app_name("reentrancy")
+        .build()
+        .expect("locker");
+    let (taken, is_taken) = tokio::sync::oneshot::channel();
+    let (done, is_done) = tokio::sync::oneshot::channel::<()>();
+    let holder = {
+        let locker = locker.clone();
+        tokio::spawn(async move {
+            let lease = locker.lock("theirs").await.expect("the other task's lease");
+            let _ = taken.send(());
+            let _ = is_done.await;
+            lease.release().await.expect("release");
+        })
+    };
+    is_taken.await.expect("taken");
+    let busy = locker
+        .try_lock("theirs", Duration::from_secs(5))
+        .await
+        .expect_err("busy");
+    assert!(matches!(busy, LockError::Busy { .. }), "{busy:?}");
+    assert!(
+        busy.to_string()
+            .contains("held by a lease of this Locker, in this process"),
+        "{busy}"
+    );
+    let timeout = locker
+        .lock("theirs")
+        .wait(Duration::from_millis(300))
+        .await
+        .expect_err("still held");
+    assert!(matches!(timeout, LockError::Timeout { .. }), "{timeout:?}");
+    assert!(
+        timeout
+            .to_string()
+            .contains("held by a lease of this Locker, in this process"),
+        "{timeout}"
+    );
+    // Waited for as usual: granted once the other task releases it.
+    let waiter = {
+        let locker = locker.clone();
+        tokio::spawn(async move { locker.lock("theirs").wait(Duration::from_secs(10)).await })
+    };
+    let _ = done.send(());
+    holder.await.expect("holder");
+    let lease = waiter
+        .await
+        .expect("join")
+        .expect("granted after the release");
+    assert!(lease.release().await.expect("release"));
 }

@@ -138,8 +138,11 @@ async fn a_try_that_must_reconnect_still_ends_within_the_command_timeout() {
     let warm = locker.try_lock("try", SECOND).await.expect("warm up");
     assert!(warm.release().await.expect("release"));
 
-    // Every round trip now takes 2 x 200 ms, and the next operation must reconnect first.
-    proxy.set_latency(Duration::from_millis(200));
+    // Every round trip now takes 2 x 1 s, and the next operation must reconnect first: a
+    // try that spent the set-up (bounded by the 500 ms timeout) and then a whole command
+    // timeout would take over 1 s, one bounded as a whole ends at 500 ms. The margin below
+    // (400 ms, where 150 ms failed under load) still tells the two apart.
+    proxy.set_latency(Duration::from_millis(1000));
     proxy.drop_connections();
     // The first try finds the connection closed (and retires it)...
     let _ = locker.try_lock("try", 10 * SECOND).await;
@@ -148,9 +151,9 @@ async fn a_try_that_must_reconnect_still_ends_within_the_command_timeout() {
     let result = locker.try_lock("try", 10 * SECOND).await;
     let took = started.elapsed();
     // Within the command timeout plus scheduling slack, whatever the outcome; before the
-    // fix, the reconnection's round trips came on top of the command's.
+    // fix, the reconnection's round trips (2 s each here) came on top of the command's.
     assert!(
-        took < command_timeout + Duration::from_millis(150),
+        took < command_timeout + Duration::from_millis(400),
         "a try with a {command_timeout:?} command timeout took {took:?} ({result:?})"
     );
     drop(result);

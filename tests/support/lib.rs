@@ -292,7 +292,10 @@ impl RedisServer {
                     return Err(StartError::Failed(self.log()));
                 }
             }
-            if send_command(self.addr(), &["PING"]).is_ok_and(|r| r.starts_with("+PONG")) {
+            // A server with `requirepass` answers NOAUTH: it is up all the same.
+            if send_command(self.addr(), &["PING"])
+                .is_ok_and(|r| r.starts_with("+PONG") || r.starts_with("-NOAUTH"))
+            {
                 return Ok(());
             }
             std::thread::sleep(Duration::from_millis(5));

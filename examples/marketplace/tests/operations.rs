@@ -162,15 +162,19 @@ async fn locked_variants_wait_for_the_lock_and_never_run_without_it() {
     let (mut conn, keys, locker) = setup(&server, "held").await;
     let market = LockedMarket::new(conn.clone(), keys.clone(), locker.clone());
 
-    // Someone else holds item 1's lock and the market lock for longer than the 5 s wait.
-    let item_lease = locker
-        .try_lock("market:1", Duration::from_secs(30))
+    // Someone else holds item 1's lock and the market lock for longer than the 5 s wait:
+    // taken by a task of its own (a lease this very task took would be refused at once as
+    // this task's, not waited for).
+    let (item_lease, market_lease) = {
+        let locker = locker.clone();
+        tokio::spawn(async move {
+            let item = locker.try_lock("market:1", Duration::from_secs(30)).await;
+            let market = locker.try_lock("market:", Duration::from_secs(30)).await;
+            (item.unwrap(), market.unwrap())
+        })
         .await
-        .unwrap();
-    let market_lease = locker
-        .try_lock("market:", Duration::from_secs(30))
-        .await
-        .unwrap();
+        .unwrap()
+    };
 
     let started = Instant::now();
     let (by_item, by_market, other_item) = tokio::join!(

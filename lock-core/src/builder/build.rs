@@ -14,7 +14,7 @@ use crate::connection::connect;
 use crate::connection::notifier::Notifier;
 use crate::connection::shared::{SharedConnection, Source};
 use crate::engine::{Engine, Settings};
-use crate::key::{validate_ttl, validate_wait};
+use crate::limits::{validate_ttl, validate_wait};
 use crate::redact::redact_url;
 use crate::token::{bound_label, default_label};
 use crate::{LockError, Locker};
@@ -286,6 +286,7 @@ impl LockerBuilder {
             label,
             fencing: self.fencing,
             command_timeout: self.command_timeout,
+            unreachable_timeout: self.unreachable_timeout,
         }
     }
 }

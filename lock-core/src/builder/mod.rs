@@ -119,6 +119,7 @@ pub struct LockerBuilder {
     protocol: Protocol,
     fencing: bool,
     command_timeout: Duration,
+    unreachable_timeout: Duration,
     node_timeout: Duration,
     script_mode: ScriptMode,
     tls: TlsSetting,
@@ -181,6 +182,7 @@ impl LockerBuilder {
             protocol: Protocol::Scripts,
             fencing: false,
             command_timeout: Duration::from_secs(3),
+            unreachable_timeout: crate::defaults::UNREACHABLE,
             node_timeout: Duration::from_millis(100),
             ticket_skew_ms: 0,
             script_mode: ScriptMode::Eval,
@@ -416,6 +418,37 @@ impl LockerBuilder {
     /// that stops answering yields [`LockError::Connection`] after it.
     pub fn command_timeout(mut self, timeout: Duration) -> Self {
         self.command_timeout = timeout;
+        self
+    }
+
+    /// How long a request that waits keeps trying while Redis does not answer (default
+    /// 2 s), separate from its wait for a holder: a refused or dropped connection, a
+    /// command that times out, a Redlock round short of a majority. It is counted from the
+    /// start of the first attempt that got no answer, and an attempt in flight is cut when
+    /// it runs out (so a waiting request's command gets at most the smaller of this and the
+    /// command timeout: raise both on a slow link); the request then fails with [`LockError::Connection`] (Redlock:
+    /// [`LockError::NoQuorum`]) even if its wait is longer. Any answer from Redis resets it.
+    /// So an outage turns a locked call into an error within this bound, not a stall for
+    /// the whole wait; raise it to ride out a longer restart or a Sentinel failover.
+    ///
+    /// A server that refuses this client's settings (a missing or wrong password, a
+    /// database that does not exist) fails at once with [`LockError::Misconfigured`]
+    /// instead, and a try (`wait` zero) makes one attempt, bounded by the
+    /// [command timeout](LockerBuilder::command_timeout).
+    ///
+    /// ```
+    /// # use lock_core::Locker;
+    /// # use std::time::Duration;
+    /// // Ride out a failover of up to 10 s.
+    /// let locker = Locker::builder()
+    ///     .url("redis://127.0.0.1:6379/")
+    ///     .unreachable_timeout(Duration::from_secs(10))
+    ///     .build()?;
+    /// # drop(locker);
+    /// # Ok::<(), lock_core::LockError>(())
+    /// ```
+    pub fn unreachable_timeout(mut self, timeout: Duration) -> Self {
+        self.unreachable_timeout = timeout;
         self
     }
 }

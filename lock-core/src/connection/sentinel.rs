@@ -279,6 +279,13 @@ fn host_port(addr: &redis::ConnectionAddr) -> Option<(String, u16)> {
 }
 
 fn cannot_connect(name: &str, err: redis::RedisError) -> LockError {
+    if let Some(reason) = crate::refusal::misconfiguration(&err, "the master") {
+        return LockError::Misconfigured {
+            name: name.to_owned(),
+            reason,
+            source: Some(Box::new(err)),
+        };
+    }
     LockError::Connection {
         name: name.to_owned(),
         reason: format!("cannot connect: {err}"),

@@ -17,6 +17,7 @@ use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::{Cmd, Pipeline, RedisFuture, Value};
 
 use crate::deadline::within;
+use crate::refusal::misconfiguration;
 use crate::LockError;
 
 /// Where the shared connection comes from.
@@ -264,6 +265,13 @@ impl SharedConnection {
 
 #[cfg(feature = "cluster")]
 fn cannot_connect(name: &str, err: redis::RedisError) -> LockError {
+    if let Some(reason) = misconfiguration(&err, "the server") {
+        return LockError::Misconfigured {
+            name: name.to_owned(),
+            reason,
+            source: Some(Box::new(err)),
+        };
+    }
     LockError::Connection {
         name: name.to_owned(),
         reason: cannot_open(&err, "the server"),
@@ -278,20 +286,37 @@ pub(crate) async fn checkout(
     name: &str,
     address: Option<&str>,
 ) -> Result<Connection, LockError> {
-    pool.get().await.map_err(|err| LockError::Connection {
-        name: name.to_owned(),
-        reason: no_connection(&err, address),
-        source: Some(Box::new(err)),
+    pool.get().await.map_err(|err| {
+        // Retrying cannot help a server that refuses this client's settings.
+        if let PoolError::Backend(backend) = &err {
+            if let Some(reason) = misconfiguration(backend, &server_at(address)) {
+                return LockError::Misconfigured {
+                    name: name.to_owned(),
+                    reason,
+                    source: Some(Box::new(err)),
+                };
+            }
+        }
+        LockError::Connection {
+            name: name.to_owned(),
+            reason: no_connection(&err, address),
+            source: Some(Box::new(err)),
+        }
     })
+}
+
+/// `the server at <url>`, or `the Redis server` when the address is unknown.
+fn server_at(address: Option<&str>) -> String {
+    address.map_or_else(
+        || "the Redis server".to_owned(),
+        |address| format!("the server at {address}"),
+    )
 }
 
 /// Why the pool gave no connection, in words that say what happened at which server (not
 /// the pool's "Error occurred while creating a new object").
 pub(crate) fn no_connection(err: &PoolError, address: Option<&str>) -> String {
-    let at = address.map_or_else(
-        || "the Redis server".to_owned(),
-        |address| format!("the server at {address}"),
-    );
+    let at = server_at(address);
     match err {
         PoolError::Backend(err) => cannot_open(err, &at),
         PoolError::Timeout(TimeoutType::Wait) => {

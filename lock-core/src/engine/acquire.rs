@@ -9,13 +9,15 @@ use std::time::{Duration, Instant};
 use tracing::Instrument as _;
 
 use crate::backend::AttemptKind;
-use crate::engine::attempt::{Acquire, Busy, Tried};
+use crate::engine::attempt::{Acquire, Busy, Tried, THIS_LOCKER};
 use crate::engine::deadlock::Holds;
 use crate::engine::held::{Held, Renewal};
 use crate::engine::turn::wait_for_turn;
 use crate::engine::Engine;
-use crate::key::{validate_ttl, validate_wait, LockKeys};
+use crate::key::LockKeys;
+use crate::limits::{validate_ttl, validate_wait};
 use crate::token::new_value;
+use crate::wait::Outage;
 use crate::LockError;
 
 /// What a request asks for; `None` takes the Locker's default.
@@ -94,6 +96,7 @@ pub(crate) fn acquire<L>(
             expired_grant: None,
             transient: None,
             not_replicated: None,
+            outage: (!wait.is_zero()).then(|| Outage::new(settings.unreachable_timeout)),
         };
         let result = run(acquisition, wait, holds).instrument(span.clone()).await;
         let outcome = match &result {
@@ -118,8 +121,8 @@ fn validate_hold_at_least(name: &str, hold: Duration) -> Result<(), LockError> {
             what: "hold_at_least",
             value: hold,
             reason: format!(
-                "it must be more than zero and at most {:?}; leave it out for no minimum hold",
-                crate::MAX_TTL
+                "it must be more than zero and at most {}; leave it out for no minimum hold",
+                crate::error::shown(crate::limits::MAX_TTL)
             ),
         });
     }
@@ -156,6 +159,14 @@ fn run<'a>(
         // need to ask Redis) or this locker's waiters are queued for it (a newcomer must not
         // barge in ahead of them). A plain SET: the uncontended path runs no script.
         let held_here = local.local_holder_until().is_some();
+        // A lease this very task took: waiting for it would wait on itself (its release
+        // can only come after this request ends), so say so at once, as the attribute does.
+        // (A try waits for nothing: its busy error names this locker's lease as the holder.)
+        if held_here && !wait.is_zero() && local.held_by_current_task() {
+            return Err(LockError::HeldByThisTask {
+                name: acq.keys.name,
+            });
+        }
         // A name this locker queued for a moment ago: queue at once (the queued attempt
         // takes the lock if it is free and nobody waits), rather than try a SET first.
         let contended = queue.is_some() && local.contended_lately(acq.begun);
@@ -179,11 +190,17 @@ fn run<'a>(
                 Ok(Tried::OutOfTime) if wait.is_zero() => return Err(acq.unanswered()),
                 Ok(Tried::OutOfTime) => return Err(acq.timeout()),
                 Ok(Tried::NotYet) => {}
-                // A waiting request rides out a dropped connection within its wait.
-                Err(err) if !wait.is_zero() && err.is_transient() => acq.transient = Some(err),
+                // A waiting request rides out a dropped connection within its wait, for
+                // the locker's unreachable timeout at most.
+                Err(err) if !wait.is_zero() && err.is_transient() && acq.keeps_trying() => {
+                    acq.transient = Some(err);
+                }
                 Err(err) => return Err(err),
             }
             if wait.is_zero() {
+                if held_here {
+                    acq.last_busy.holder = Some(THIS_LOCKER.to_owned());
+                }
                 return Err(acq.busy());
             }
         }

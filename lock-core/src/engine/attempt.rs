@@ -12,7 +12,12 @@ use crate::engine::validity::validity;
 use crate::engine::Engine;
 use crate::key::LockKeys;
 use crate::token::{decode_value, new_value};
+use crate::wait::Outage;
 use crate::{LockError, WaitSetting};
+
+/// Who holds a lock that a lease of the requesting Locker holds, in messages: not the
+/// label the lease wrote (this process's own host:pid), which reads as someone else.
+pub(crate) const THIS_LOCKER: &str = "a lease of this Locker, in this process";
 
 /// What one attempt came to.
 pub(super) enum Tried {
@@ -61,6 +66,10 @@ pub(super) struct Acquire<'a> {
     /// not clear it: the holder seen then may be another grant the check refused, and
     /// replication is what failed.
     pub not_replicated: Option<Unreplicated>,
+    /// A waiting request's count of Redis's silence (`None` for a try, whose one attempt
+    /// has the command timeout): it gives up once Redis has not answered for the locker's
+    /// `unreachable_timeout`, whatever is left of its wait.
+    pub outage: Option<Outage>,
 }
 
 /// What the replica check found when it refused an attempt.
@@ -101,12 +110,17 @@ impl Acquire<'_> {
             self.value = new_value(&self.keys.name, self.engine.settings().label.as_deref())?;
         }
         self.attempts += 1;
+        let (bound, outage_ends) = match &self.outage {
+            Some(outage) => outage.cap(bound, started),
+            None => (bound, false),
+        };
         let backend = self.engine.backend();
         let call = backend.acquire(&self.keys, &self.value, self.ttl, self.fencing, kind);
         let attempt = match bound {
             None => call.await,
             Some(deadline) => match tokio::time::timeout_at(deadline.into(), call).await {
                 Ok(attempt) => attempt,
+                Err(_) if outage_ends => return Err(self.unreachable(started)),
                 Err(_) => {
                     // Cut short while its grant waited for replicas: that is what failed.
                     if let Some((required, timeout)) = backend.replica_wait_cut(&self.value) {
@@ -123,6 +137,14 @@ impl Acquire<'_> {
                 }
             },
         };
+        if let Some(outage) = &mut self.outage {
+            match &attempt {
+                Err(LockError::Connection { .. } | LockError::NoQuorum { .. }) => {
+                    outage.may_retry(started);
+                }
+                _ => outage.answered(),
+            }
+        }
         let attempt = match attempt {
             Ok(attempt) => attempt,
             Err(err) => {
@@ -180,6 +202,30 @@ impl Acquire<'_> {
                 Ok(Tried::NotYet)
             }
         }
+    }
+
+    /// Whether a waiting request may try again after a transient error: Redis has not been
+    /// silent for the locker's `unreachable_timeout` yet.
+    pub fn keeps_trying(&self) -> bool {
+        self.outage.as_ref().is_none_or(Outage::keeps_trying)
+    }
+
+    /// The attempt started at `started` was cut at the end of the unreachable timeout:
+    /// the last transient error, or that nothing answered.
+    fn unreachable(&mut self, started: Instant) -> LockError {
+        let limit = self.outage.as_mut().map(|outage| {
+            outage.may_retry(started);
+            outage.limit()
+        });
+        self.transient.take().unwrap_or_else(|| {
+            LockError::connection(
+                &self.keys.name,
+                format!(
+                    "Redis did not answer within the locker's unreachable timeout ({:?})",
+                    limit.unwrap_or_default()
+                ),
+            )
+        })
     }
 
     /// Deletes this request's value from the lock in the background (compare-and-delete:

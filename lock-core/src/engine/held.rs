@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 use crate::backend::{AnyBackend, Backend as _};
 use crate::engine::local::NameRef;
 use crate::engine::validity::{validity, Validity};
-use crate::key::{validate_ttl, LockKeys};
+use crate::key::LockKeys;
+use crate::limits::validate_ttl;
 use crate::token::{decode_value, is_ours};
 use crate::LockError;
 

@@ -64,8 +64,9 @@ pub(crate) struct NameState {
     /// a turn in the waiter queue (through the notifier), or when the notifier lost
     /// messages.
     pub released: Arc<Wake>,
-    /// The lease of this locker holding the name, if any: its serial and validity end.
-    holder: Mutex<Option<(u64, Instant)>>,
+    /// The lease of this locker holding the name, if any: its serial, validity end, and
+    /// the task that took it.
+    holder: Mutex<Option<(u64, Instant, Owner)>>,
     /// This locker's place in the name's Redis-side waiter queue. Its lock also covers
     /// leaving the local queue (`Queued::leave`), so that "the last local waiter left, and
     /// the Redis place with it" is one step no newcomer can slip into.
@@ -317,16 +318,22 @@ impl NameState {
         self.queued.load(Ordering::Acquire) > 0
     }
 
-    /// Records that lease `serial` of this locker holds the name until `valid_until`.
+    /// Records that lease `serial` of this locker holds the name until `valid_until`. A new
+    /// holder is recorded as the current task's; an extension keeps the task.
     pub fn set_holder(&self, serial: u64, valid_until: Instant) {
-        *self.holder.lock().unwrap_or_else(PoisonError::into_inner) = Some((serial, valid_until));
+        let mut holder = self.holder.lock().unwrap_or_else(PoisonError::into_inner);
+        let task = match *holder {
+            Some((held, _, task)) if held == serial => task,
+            _ => Owner::current(),
+        };
+        *holder = Some((serial, valid_until, task));
     }
 
     /// Forgets lease `serial` as holder (if it still is) and wakes the waiters.
     pub fn clear_holder(&self, serial: u64) {
         {
             let mut holder = self.holder.lock().unwrap_or_else(PoisonError::into_inner);
-            if holder.is_some_and(|(s, _)| s == serial) {
+            if holder.is_some_and(|(s, _, _)| s == serial) {
                 *holder = None;
             }
         }
@@ -337,8 +344,33 @@ impl NameState {
     pub fn local_holder_until(&self) -> Option<Instant> {
         let holder = *self.holder.lock().unwrap_or_else(PoisonError::into_inner);
         holder
-            .map(|(_, until)| until)
+            .map(|(_, until, _)| until)
             .filter(|until| *until > Instant::now())
+    }
+
+    /// Whether a valid lease of this locker that the current task took holds the name: a
+    /// request for it from this task would wait on itself.
+    pub fn held_by_current_task(&self) -> bool {
+        let holder = *self.holder.lock().unwrap_or_else(PoisonError::into_inner);
+        let current = Owner::current();
+        holder.is_some_and(|(_, until, task)| task == current && until > Instant::now())
+    }
+}
+
+/// Who runs the code that took a lease: a Tokio task, or outside any task (the future a
+/// runtime's `block_on` drives, e.g. `#[tokio::main]`'s body), the thread that drives it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Owner {
+    Task(tokio::task::Id),
+    Thread(std::thread::ThreadId),
+}
+
+impl Owner {
+    fn current() -> Owner {
+        match tokio::task::try_id() {
+            Some(task) => Owner::Task(task),
+            None => Owner::Thread(std::thread::current().id()),
+        }
     }
 }
 

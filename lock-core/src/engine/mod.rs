@@ -45,6 +45,8 @@ pub(crate) struct Settings {
     pub label: Option<String>,
     pub fencing: bool,
     pub command_timeout: Duration,
+    /// How long a waiting request keeps trying while Redis does not answer.
+    pub unreachable_timeout: Duration,
 }
 
 /// What the clones of one `Locker` share.

@@ -9,13 +9,13 @@ use futures_util::future::join_all;
 
 use crate::backend::{AnyBackend, AttemptKind, Backend as _, Place, Waiter, CLAIM_WINDOW};
 use crate::connection::notifier::{Interest, Notifier, Subscription};
-use crate::engine::attempt::{Acquire, Busy, Tried};
+use crate::engine::attempt::{Acquire, Busy, Tried, THIS_LOCKER};
 use crate::engine::held::Held;
 use crate::engine::local::{NameRef, Queued};
 use crate::engine::Engine;
 use crate::key::LockKeys;
 use crate::signal::Hint;
-use crate::wait::Backoff;
+use crate::wait::{Backoff, Outage};
 use crate::LockError;
 
 /// Slack after a lease's end before looking: Redis expires keys at millisecond
@@ -174,7 +174,7 @@ pub(super) async fn wait_for_turn(
             // be asked until then.
             acq.last_busy = Busy {
                 remaining: Some(holder_until.saturating_duration_since(Instant::now())),
-                holder: acq.engine.settings().label.clone(),
+                holder: Some(THIS_LOCKER.to_owned()),
                 place: None,
             };
             plain_next = true;
@@ -230,11 +230,14 @@ pub(super) async fn wait_for_turn(
                     acq.transient = None;
                     tried
                 }
-                Err(err) if err.is_transient() => {
-                    tracing::debug!(name = %acq.keys.name, %err, "attempt failed; retrying within the wait");
+                Err(err) if err.is_transient() && acq.keeps_trying() => {
+                    tracing::debug!(name = %acq.keys.name, %err, "attempt failed; retrying within the wait and the unreachable timeout");
                     acq.transient = Some(err);
                     let now = Instant::now();
-                    let pause_until = (now + retry.next(None)).min(deadline);
+                    let gives_up_at = acq.outage.as_ref().and_then(Outage::gives_up_at);
+                    let pause_until = (now + retry.next(None))
+                        .min(deadline)
+                        .min(gives_up_at.unwrap_or(deadline));
                     tokio::select! {
                         () = released.as_mut() => {}
                         () = tokio::time::sleep_until(pause_until.into()) => {}

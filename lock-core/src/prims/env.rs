@@ -45,6 +45,11 @@ impl Env {
         self.engine.settings().default_wait
     }
 
+    /// A waiting request's count of Redis's silence, with the locker's unreachable timeout.
+    pub fn outage(&self) -> crate::wait::Outage {
+        crate::wait::Outage::new(self.engine.settings().unreachable_timeout)
+    }
+
     pub fn backend(&self) -> &AnyBackend {
         self.engine.backend()
     }

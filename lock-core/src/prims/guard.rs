@@ -119,7 +119,7 @@ impl Guard {
 
     pub async fn extend(&self, ttl: Duration) -> Result<(), LockError> {
         let shared = &self.handle.shared;
-        crate::key::validate_ttl(&shared.name, ttl)?;
+        crate::limits::validate_ttl(&shared.name, ttl)?;
         let sent_at = Instant::now();
         let extended = shared.ops.extend(ttl).await.inspect_err(|err| {
             if matches!(err, LockError::WrongType { .. }) {

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::key::{validate_ttl, validate_wait};
+use crate::limits::{validate_ttl, validate_wait};
 use crate::prims::env::Env;
 use crate::LockError;
 

@@ -1,5 +1,6 @@
 //! End-to-end tests of the `lockctl` binary against private redis-server processes.
 
+mod consistency;
 mod elect;
 mod errors;
 mod inspect;

@@ -58,7 +58,7 @@ pub(crate) struct PermitKeys {
 impl PermitKeys {
     /// `kind` tells semaphores (`sem`) and read-write locks (`rw`) of one name apart.
     pub fn new(prefix: &str, name: String, kind: &str) -> Result<PermitKeys, LockError> {
-        crate::key::validate_name(&name)?;
+        crate::limits::validate_name(&name)?;
         let mut holders = crate::key::lock_key(prefix, &name);
         holders.push(':');
         holders.push_str(kind);

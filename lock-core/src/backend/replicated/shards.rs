@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use redis::aio::ConnectionLike;
 
-use crate::key::{cluster_slot, CLUSTER_SLOTS};
+use crate::slot::{cluster_slot, CLUSTER_SLOTS};
 
 /// How often a shard's master is looked at again (`ReplicaSync::Auto`).
 const PROBE_EVERY_MS: u64 = 5_000;

@@ -14,7 +14,8 @@ use crate::backend::lua::{self, Lua};
 use crate::backend::millis;
 use crate::backend::waits::{Checked, WaitRecord, WaitsOn};
 use crate::connection::shared::is_connection_failure;
-use crate::key::{cluster_slot, LockKeys};
+use crate::key::LockKeys;
+use crate::slot::cluster_slot;
 use crate::LockError;
 
 static WAITS_FOR: LazyLock<Lua> = LazyLock::new(|| {

@@ -146,6 +146,7 @@ pub(super) async fn acquire(
     };
     let mut busy = Busy::default();
     let mut transient = None;
+    let mut outage = env.outage();
     let mut backoff = Backoff::new(false);
     // The busy lock's name, its name signal (kept: the subscription routes to this very
     // signal), and whether its release channel was subscribed to (`None`: not tried yet).
@@ -179,12 +180,34 @@ pub(super) async fn acquire(
                 None => one_by_one(env, keys, &value, ttl).await,
             }
         };
+        // A waiting request's attempts end when Redis has been silent for the unreachable
+        // timeout too.
+        let (cap, outage_ends) = outage.cap(Some(deadline), started);
         let tried = if wait.is_zero() {
             Some(attempt.await)
         } else {
-            tokio::time::timeout_at(deadline.into(), attempt).await.ok()
+            tokio::time::timeout_at(cap.unwrap_or(deadline).into(), attempt)
+                .await
+                .ok()
         };
+        match &tried {
+            None | Some(Err(LockError::Connection { .. } | LockError::NoQuorum { .. })) => {
+                outage.may_retry(started);
+            }
+            Some(_) => outage.answered(),
+        }
         match tried {
+            None if outage_ends => {
+                return Err(transient.unwrap_or_else(|| {
+                    LockError::connection(
+                        &keys[0].name,
+                        format!(
+                            "Redis did not answer within the locker's unreachable timeout ({:?})",
+                            outage.limit()
+                        ),
+                    )
+                }))
+            }
             None => return Err(timeout(busy, begun, transient)),
             Some(Ok(None)) => {
                 let took = started.elapsed();
@@ -209,7 +232,7 @@ pub(super) async fn acquire(
                 busy = found;
                 transient = None;
             }
-            Some(Err(err)) if !wait.is_zero() && err.is_transient() => {
+            Some(Err(err)) if !wait.is_zero() && err.is_transient() && outage.keeps_trying() => {
                 drop(give_back);
                 transient = Some(err);
             }
@@ -264,7 +287,9 @@ pub(super) async fn acquire(
             Some(left) => backoff.next(Some(left + SLACK)),
             None => backoff.next(None),
         };
-        let until = (Instant::now() + pause).min(deadline);
+        let until = (Instant::now() + pause)
+            .min(deadline)
+            .min(outage.gives_up_at().unwrap_or(deadline));
         match armed.as_mut().as_pin_mut().filter(|_| armed_here) {
             Some(armed) => tokio::select! {
                 () = armed => {}

@@ -31,7 +31,7 @@ use crate::engine::validity::validity;
 use crate::prims::env::Env;
 use crate::signal::{Hint, Wake};
 use crate::token::new_value;
-use crate::wait::Backoff;
+use crate::wait::{Backoff, Outage};
 use crate::{LockError, WaitSetting};
 
 /// Slack after a permit's end before looking (Redis expires at millisecond granularity).
@@ -120,6 +120,31 @@ async fn bounded<T>(bound: Option<Instant>, work: impl Future<Output = T>) -> Op
     }
 }
 
+/// Counts an attempt started at `started` that ended with `result` (`None`: cut short) in
+/// `outage`: Redis answered, or it did not.
+fn answered<T>(outage: &mut Outage, result: Option<&Result<T, LockError>>, started: Instant) {
+    match result {
+        None | Some(Err(LockError::Connection { .. } | LockError::NoQuorum { .. })) => {
+            outage.may_retry(started);
+        }
+        Some(_) => outage.answered(),
+    }
+}
+
+/// What a request ends with when Redis stayed silent for the unreachable timeout: the last
+/// transient error, or that nothing answered.
+fn unanswered(name: &str, outage: &Outage, transient: Option<LockError>) -> LockError {
+    transient.unwrap_or_else(|| {
+        LockError::connection(
+            name,
+            format!(
+                "Redis did not answer within the locker's unreachable timeout ({:?})",
+                outage.limit()
+            ),
+        )
+    })
+}
+
 pub(crate) async fn acquire(request: Request<'_>) -> Result<Granted, LockError> {
     let span = tracing::debug_span!(
         "lock.permit.acquire",
@@ -186,18 +211,27 @@ async fn run(request: Request<'_>) -> Result<Granted, LockError> {
     // A Locker that listens already queues a waiting request from its first attempt.
     let queue_at_once = !wait.is_zero() && local.is_some_and(|n| n.listens());
 
+    let mut outage = env.outage();
     let wake = Arc::new(Wake::default());
     let mut channel = "";
     let mut _interest = None;
     let mut told = matches!(store, Store::Memory(_));
     if !queue_at_once {
         let started = Instant::now();
+        // A waiting request's attempts end when Redis has been silent for the unreachable
+        // timeout; a try's one attempt has the command timeout.
+        let (cap, outage_ends) = match bound {
+            Some(_) => outage.cap(bound, started),
+            None => (None, false),
+        };
         let first = bounded(
-            bound,
+            cap,
             store.acquire(&keys, &member, ttl, ask, None, &undo.sent, local),
         )
         .await;
+        answered(&mut outage, first.as_ref(), started);
         match first {
+            None if outage_ends => return Err(unanswered(&keys.name, &outage, None)),
             None => return Err(timeout(None, None)),
             Some(Ok(Attempt::Taken)) => return grant(undo, started, ttl),
             Some(Ok(Attempt::Busy { first_end: end, .. })) => {
@@ -208,7 +242,9 @@ async fn run(request: Request<'_>) -> Result<Granted, LockError> {
                 undo.dirty = false;
                 return Err(mismatch(&keys, stored, ask));
             }
-            Some(Err(err)) if !wait.is_zero() && err.is_transient() => transient = Some(err),
+            Some(Err(err)) if !wait.is_zero() && err.is_transient() && outage.keeps_trying() => {
+                transient = Some(err);
+            }
             Some(Err(err)) => return Err(err),
         }
         if wait.is_zero() {
@@ -270,12 +306,16 @@ async fn run(request: Request<'_>) -> Result<Granted, LockError> {
         };
         undo.dirty = true;
         undo.in_queue = true;
+        let started = Instant::now();
+        let (cap, outage_ends) = outage.cap(bound, started);
         let attempt = bounded(
-            bound,
+            cap,
             store.acquire(&keys, &member, ttl, ask, Some(&waiter), &undo.sent, local),
         )
         .await;
+        answered(&mut outage, attempt.as_ref(), started);
         let pause = match attempt {
+            None if outage_ends => return Err(unanswered(&keys.name, &outage, transient)),
             None => return Err(timeout(first_end, transient)),
             Some(Ok(Attempt::Taken)) => return grant(undo, now, ttl),
             Some(Ok(Attempt::Busy {
@@ -298,14 +338,16 @@ async fn run(request: Request<'_>) -> Result<Granted, LockError> {
             // Nothing was queued or taken by this attempt; the guard still takes back an
             // entry an earlier attempt left.
             Some(Ok(Attempt::Mismatch { stored })) => return Err(mismatch(&keys, stored, ask)),
-            Some(Err(err)) if err.is_transient() => {
-                tracing::debug!(name = %keys.name, %err, "permit attempt failed; retrying within the wait");
+            Some(Err(err)) if err.is_transient() && outage.keeps_trying() => {
+                tracing::debug!(name = %keys.name, %err, "permit attempt failed; retrying within the wait and the unreachable timeout");
                 transient = Some(err);
                 retry.next(None)
             }
             Some(Err(err)) => return Err(err),
         };
-        let mut pause_until = (Instant::now() + pause).min(deadline);
+        let mut pause_until = (Instant::now() + pause)
+            .min(deadline)
+            .min(outage.gives_up_at().unwrap_or(deadline));
         // A message that only moves the timer costs no Redis call.
         loop {
             tokio::select! {
