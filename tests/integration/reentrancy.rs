@@ -465,6 +465,8 @@ async fn a_nested_call_answered_after_its_lease_ended_does_not_run() {
         other => panic!("expected the nested call to be Lost, got {other:?}"),
     }
     assert!(outer.is_ok(), "{outer:?}");
+}
+
 /// A lease this task took with `lock()`, locked again from the same task: the second
 /// request would wait on itself (the whole wait, then a timeout "held by" our own host:pid;
 /// with a TTL under the wait it succeeded once the first lease expired). It fails at once.
