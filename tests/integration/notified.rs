@@ -22,6 +22,19 @@ pub fn subscribed_on(server: &RedisServer, port: u16) -> bool {
         .any(|line| line.contains(&format!("laddr=127.0.0.1:{port} ")) && line.contains(" sub=1 "))
 }
 
+/// True when a client connected to `server` on `port` holds a sharded subscription
+/// (SSUBSCRIBE: a Cluster locker waiting in a lock's shard).
+pub fn shard_subscribed_on(server: &RedisServer, port: u16) -> bool {
+    server.command(&["CLIENT", "LIST"]).lines().any(|line| {
+        line.contains(&format!("laddr=127.0.0.1:{port} "))
+            && line
+                .split(' ')
+                .find_map(|field| field.strip_prefix("ssub="))
+                .and_then(|n| n.parse::<usize>().ok())
+                .is_some_and(|n| n > 0)
+    })
+}
+
 pub async fn until(what: &str, mut check: impl FnMut() -> bool) {
     for _ in 0..1000 {
         if check() {

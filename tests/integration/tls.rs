@@ -8,7 +8,9 @@ use std::time::Duration;
 use lock_core::{LockError, Locker, TlsConfig};
 use lock_tests::{RedisCluster, TlsFiles, TlsServer};
 
-use crate::notified::{queued, subscribed_on, until, waiter_is_woken_by_notification};
+use crate::notified::{
+    queued, shard_subscribed_on, subscribed_on, until, waiter_is_woken_by_notification,
+};
 use crate::security::full_life_cycle;
 
 const SECOND: Duration = Duration::from_secs(1);
@@ -220,15 +222,16 @@ async fn a_cluster_over_tls() {
         masters_used.iter().all(|&n| n > 0),
         "every master was reached over TLS: {masters_used:?}"
     );
-    let master = &cluster.nodes[cluster.master_of("lock:{clustered}")];
-    // The notifier subscribes on the first seed; PUBLISH reaches every node of a cluster.
-    let (seed, seed_port) = (&cluster.nodes[0], cluster.tls_ports[0]);
+    let at = cluster.master_of("lock:{clustered}");
+    let (master, master_port) = (&cluster.nodes[at], cluster.tls_ports[at]);
+    // Turns are told with SPUBLISH in the lock's shard: the waiter's locker subscribes
+    // (SSUBSCRIBE) on the slot's master, over TLS.
     waiter_is_woken_by_notification(
         &first,
         &second,
         "clustered",
         || queued(master, "clustered"),
-        || subscribed_on(seed, seed_port),
+        || shard_subscribed_on(master, master_port),
     )
     .await;
 }

@@ -403,17 +403,8 @@ impl Backend for Scripted {
             if let Some(replicated) = &self.replicated {
                 // Granted only once replicas have it; otherwise undone (the armed flight, on
                 // this connection, after the write) and a failed attempt.
-                let confirmed = Box::pin(self.confirm_grant(
-                    replicated,
-                    &mut flight.lent.conn,
-                    keys,
-                    value,
-                    ttl,
-                ))
-                .await;
-                if let Err(err) = confirmed {
-                    return Err(err);
-                }
+                Box::pin(self.confirm_grant(replicated, &mut flight.lent.conn, keys, value, ttl))
+                    .await?;
             }
         }
         flight.armed = false;
