@@ -173,6 +173,7 @@ impl Drop for Lease {
         }
         let (engine, held) = (&self.engine, &self.held);
         held.finish();
+        held.disown_locally();
         let releasing = Arc::clone(held);
         let owner = Arc::clone(engine);
         let spawned = engine.spawn_background(async move {

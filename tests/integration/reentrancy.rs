@@ -563,3 +563,23 @@ async fn a_lease_of_another_task_of_this_locker_is_named_as_such() {
         .expect("granted after the release");
     assert!(lease.release().await.expect("release"));
 }
+
+/// A lease dropped on a task (its release runs in the background) no longer counts as the
+/// task's: the task's next request for the name waits for that release and gets the lock,
+/// instead of being refused as a lock it still holds (lock-torture's election runs: a
+/// leadership dropped, then a new campaign from the same task).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_lease_is_not_held_by_its_task() {
+    let server = RedisServer::start();
+    let locker = Locker::from_url(&server.url()).expect("locker");
+    for _ in 0..50 {
+        let lease = locker.lock("dropped").await.expect("first");
+        drop(lease);
+        let again = locker
+            .lock("dropped")
+            .wait(Duration::from_secs(5))
+            .await
+            .expect("the dropped lease's release is waited for, not refused");
+        drop(again);
+    }
+}

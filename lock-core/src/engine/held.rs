@@ -186,6 +186,12 @@ impl Held {
         self.local.clear_holder(self.serial);
     }
 
+    /// Dropped: its release runs in the background; meanwhile no task holds it (see
+    /// `NameState::disown`).
+    pub fn disown_locally(&self) {
+        self.local.disown(self.serial);
+    }
+
     /// Its name is no longer held by this lease, locally (a drop outside a runtime).
     pub fn forget_locally(&self) {
         self.local.clear_holder(self.serial);

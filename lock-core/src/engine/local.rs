@@ -340,6 +340,19 @@ impl NameState {
         self.released.wake();
     }
 
+    /// Lease `serial` (if it still holds the name) is on its way out: dropped, its release
+    /// running in the background. It still holds the name until that release is done, but
+    /// no task holds it any more: a request of the task that dropped it waits for the
+    /// release instead of being refused as a lock of its own.
+    pub fn disown(&self, serial: u64) {
+        let mut holder = self.holder.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((held, until, _)) = *holder {
+            if held == serial {
+                *holder = Some((held, until, Owner::Nobody));
+            }
+        }
+    }
+
     /// When a lease of this locker holds the name: the end of its validity.
     pub fn local_holder_until(&self) -> Option<Instant> {
         let holder = *self.holder.lock().unwrap_or_else(PoisonError::into_inner);
@@ -363,6 +376,8 @@ impl NameState {
 enum Owner {
     Task(tokio::task::Id),
     Thread(std::thread::ThreadId),
+    /// A dropped lease whose release has not run yet.
+    Nobody,
 }
 
 impl Owner {
