@@ -23,7 +23,7 @@ use crate::backend::replicated::Replicated;
 use crate::backend::{
     millis, remaining_from_pttl, Attempt, AttemptKind, Backend, RawState, Waiter,
 };
-use crate::connection::shared::{is_connection_failure, Conn, SharedConnection};
+use crate::connection::shared::{is_connection_failure, Conn, Lent, SharedConnection};
 use crate::key::LockKeys;
 use crate::LockError;
 
@@ -285,6 +285,21 @@ impl Scripted {
         &self.conn
     }
 
+    /// A release script's reply: given up (1) or not ours; a broken connection is retired.
+    fn released(
+        &self,
+        reply: redis::RedisResult<i64>,
+        lent: &Lent,
+        keys: &LockKeys,
+    ) -> Result<bool, LockError> {
+        reply.map(|n| n == 1).map_err(|err| {
+            if is_connection_failure(&err) {
+                self.conn.retire(lent);
+            }
+            LockError::from_redis(&keys.name, &keys.lock, err)
+        })
+    }
+
     /// The server the primitives run their scripts on: this backend's shared connection,
     /// script mode and replica acknowledgement check.
     pub(crate) fn server(&self) -> Server {
@@ -457,12 +472,7 @@ impl Backend for Scripted {
             value,
         )
         .await;
-        released.map(|n| n == 1).map_err(|err| {
-            if is_connection_failure(&err) {
-                self.conn.retire(&lent);
-            }
-            LockError::from_redis(&keys.name, &keys.lock, err)
-        })
+        self.released(released, &lent, keys)
     }
 
     async fn release_unlistened(&self, keys: &LockKeys, value: &str) -> Result<bool, LockError> {
@@ -483,12 +493,7 @@ impl Backend for Scripted {
             }
             other => other,
         };
-        released.map(|n| n == 1).map_err(|err| {
-            if is_connection_failure(&err) {
-                self.conn.retire(&lent);
-            }
-            LockError::from_redis(&keys.name, &keys.lock, err)
-        })
+        self.released(released, &lent, keys)
     }
 
     async fn leave_queue(&self, keys: &LockKeys, waiter: &str) -> Result<(), LockError> {
