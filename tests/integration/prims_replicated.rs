@@ -14,6 +14,8 @@ use crate::failover::until_replica_online;
 
 const SECOND: Duration = Duration::from_secs(1);
 const SYNC_TIMEOUT: Duration = Duration::from_millis(100);
+/// The wait of the grants a test needs before it stops the replica.
+const WARM: Duration = Duration::from_secs(10);
 
 /// A master and its replica, online.
 struct Pair {
@@ -93,12 +95,20 @@ async fn eventually(what: &str, mut check: impl AsyncFnMut() -> bool) {
 async fn a_semaphore_permit_no_replica_has_is_not_given() {
     let pair = Pair::start();
     let (checked, unchecked) = (pair.checked(), pair.unchecked());
-    // The check turns on once it saw the master with a replica.
-    let warm = checked.semaphore("s", 2).try_acquire(30 * SECOND).await;
+    // The check turns on once it saw the master with a replica. The grants it must give
+    // wait (a loaded machine's replica may miss one 100 ms acknowledgement; a wait retries).
+    let warm = checked
+        .semaphore("s", 2)
+        .acquire()
+        .ttl(30 * SECOND)
+        .wait(WARM)
+        .await;
     assert!(warm.expect("a permit").release().await.expect("release"));
     let held = checked
         .semaphore("kept", 2)
-        .try_acquire(30 * SECOND)
+        .acquire()
+        .ttl(30 * SECOND)
+        .wait(WARM)
         .await
         .expect("a permit the replica has");
 
@@ -142,7 +152,12 @@ async fn a_semaphore_permit_no_replica_has_is_not_given() {
 async fn a_read_write_lease_no_replica_has_is_not_given() {
     let pair = Pair::start();
     let (checked, unchecked) = (pair.checked(), pair.unchecked());
-    let warm = checked.rwlock("rw").write().ttl(30 * SECOND).await;
+    let warm = checked
+        .rwlock("rw")
+        .write()
+        .ttl(30 * SECOND)
+        .wait(WARM)
+        .await;
     assert!(warm.expect("write lease").release().await.expect("release"));
 
     pair.stop_replica();
@@ -170,7 +185,11 @@ async fn a_read_write_lease_no_replica_has_is_not_given() {
 async fn a_multi_lock_no_replica_has_is_not_given() {
     let pair = Pair::start();
     let (checked, unchecked) = (pair.checked(), pair.unchecked());
-    let warm = checked.lock_all(["a", "b"]).ttl(30 * SECOND).await;
+    let warm = checked
+        .lock_all(["a", "b"])
+        .ttl(30 * SECOND)
+        .wait(WARM)
+        .await;
     assert!(warm.expect("multi-lock").release().await.expect("release"));
 
     pair.stop_replica();
@@ -210,10 +229,12 @@ async fn a_watch_multi_grant_no_replica_has_is_not_given() {
     let pair = Pair::start();
     let checked = pair.locker(ReplicaSync::default(), Protocol::Transactions);
     let unchecked = pair.locker(ReplicaSync::Off, Protocol::Transactions);
-    let warm = checked.try_lock("t", 30 * SECOND).await;
+    let warm = checked.lock("t").ttl(30 * SECOND).wait(WARM).await;
     assert!(warm.expect("lock").release().await.expect("release"));
     let held = checked
-        .try_lock("kept", 30 * SECOND)
+        .lock("kept")
+        .ttl(30 * SECOND)
+        .wait(WARM)
         .await
         .expect("a lock the replica has");
 
