@@ -220,3 +220,52 @@ async fn the_head_waiter_finds_a_free_lock_when_its_turn_message_is_lost() {
         .expect("the head re-checked within its wait and found the lock free");
     assert!(lease.release().await.expect("release"));
 }
+
+/// Found by lock-torture's Redlock smoke (the `liveness` rule): the first two in line give
+/// up shortly before the holder's lease ends (it crashed, or forgot its lease); the third,
+/// whose timer was only a safety net (up to 5 s away), slept on while the lock lay free.
+/// Leaving the first two places now tells the ones moving up, so the lock is taken when the
+/// lease ends, not seconds later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_moving_up_when_the_first_give_up_are_told() {
+    let server = RedisServer::start();
+    let all = lockers(&server, 4);
+    let lease_ends = tokio::time::Instant::now() + 4 * SECOND;
+    // Kept, never released: the lease ends at its TTL.
+    let _forgotten = all[0]
+        .lock("moving-up")
+        .ttl(4 * SECOND)
+        .await
+        .expect("holder");
+    let mut quitters = Vec::new();
+    for (place, locker) in all[1..3].iter().enumerate() {
+        let locker = locker.clone();
+        quitters.push(tokio::spawn(async move {
+            // Each gives up 100 ms before the lease ends.
+            let wait = lease_ends.duration_since(tokio::time::Instant::now()) - SECOND / 10;
+            locker.lock("moving-up").wait(wait).await
+        }));
+        until("the waiter to queue", || queued(&server, "moving-up") == place + 1).await;
+    }
+    let third = {
+        let locker = all[3].clone();
+        tokio::spawn(async move {
+            let lease = locker.lock("moving-up").wait(20 * SECOND).await;
+            (lease, tokio::time::Instant::now())
+        })
+    };
+    until("the third to queue", || queued(&server, "moving-up") == 3).await;
+    for quitter in quitters {
+        assert!(quitter.await.expect("join").is_err(), "gave up before the lease ended");
+    }
+    let (lease, acquired) = third.await.expect("join");
+    let lease = lease.expect("the third gets the lock");
+    // The lock lay free from the lease's end until the third took it: at most a claim
+    // window (100 ms) and some scheduling, not the safety net's seconds.
+    let idle = acquired.saturating_duration_since(lease_ends);
+    assert!(
+        idle < SECOND / 2,
+        "the lock lay free for {idle:?} with a waiter queued"
+    );
+    assert!(lease.release().await.expect("release"));
+}

@@ -1,17 +1,49 @@
 -- A waiter gives up: leave the queue, and if the lock was reserved for it meanwhile, pass
--- the reservation on (or free the lock).
+-- the reservation on (or free the lock). A waiter that left from the first two places
+-- moves the ones behind it up, and their timers depend on their place: the new first two
+-- are told what the lock is doing now, so that nobody sleeps while the lock lies free (the
+-- lock free with waiters queued: the new head's turn at once).
 -- KEYS[1] lock key, KEYS[2] queue
 -- ARGV[1] waiter (its member), ARGV[2] claim window in ms, ARGV[3] the waiters' channel
 -- prefix, ARGV[4] (optional) "1" to leave only the queue: a Redlock waiter granted on a
 -- majority, still queued on this node, whose reservation here (if any) is its own lock
 -- now, deleted by its release
-redis.call('ZREM', KEYS[2], ARGV[1])
+local lock, q, me, window, waiters = KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3]
+local place = redis.call('ZRANK', q, me)
+redis.call('ZREM', q, me)
 if ARGV[4] == '1' then
   return 1
 end
-if unmarked(redis.call('GET', KEYS[1])) == '?' .. ARGV[1] then
-  if not hand_over(KEYS[1], KEYS[2], ARGV[2], ARGV[3]) then
-    redis.call('DEL', KEYS[1])
+local current = unmarked(redis.call('GET', lock))
+if current == '?' .. me then
+  if not hand_over(lock, q, window, waiters) then
+    redis.call('DEL', lock)
   end
+  return 1
+end
+if not place or place > 1 then
+  return 1
+end
+if not current then
+  hand_over(lock, q, window, waiters)
+  return 1
+end
+local pttl = redis.call('PTTL', lock)
+if pttl < 0 then
+  return 1
+end
+local line = redis.call('ZRANGE', q, 0, 1)
+if place == 0 and line[1] then
+  -- First in line now: behind a holder, its lease's end ("h"); behind a reservation, the
+  -- reservation's end, after which the lock is its to take ("s").
+  local hint = 'h:'
+  if string.byte(current, 1) == 63 then
+    hint = 's:'
+  end
+  notify(waiters, line[1], hint .. pttl .. ':' .. lock, lock)
+end
+if line[2] then
+  -- Second now: its turn one claim window after that, should the head be gone too.
+  notify(waiters, line[2], 's:' .. (pttl + tonumber(window)) .. ':' .. lock, lock)
 end
 return 1

@@ -109,8 +109,8 @@ static LIBRARY: LazyLock<String> = LazyLock::new(|| {
 /// the queue's keys; v5: `acquire_queued` takes a Redlock waiter's ticket; v6:
 /// `return_claim`; v7: the queue without its entries hash, reservations `?<member>`,
 /// `release_lean`; v8: turns told with SPUBLISH to waiters whose channel begins with `$`,
-/// and `release`'s announce flag "3").
-const LIBRARY_NAME: &str = "lockcore_v8";
+/// and `release`'s announce flag "3"; v9: `leave_queue` tells the new first two of the line).
+const LIBRARY_NAME: &str = "lockcore_v9";
 
 fn library() -> &'static str {
     LIBRARY.as_str()
