@@ -44,6 +44,7 @@ pub mod settings;
 pub mod spawn;
 pub mod start;
 pub mod topology;
+pub mod trace;
 pub mod waits;
 
 /// The error type of the harness (not of the library under test).

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use lock_torture::client::{self, ClientArgs};
 use lock_torture::run::{self, RunArgs};
+use lock_torture::trace;
 
 /// Torture lock-core with faults, and check the recorded history.
 #[derive(Debug, Parser)]
@@ -76,7 +77,7 @@ fn main() -> ExitCode {
                 ExitCode::from(2)
             }
         },
-        Cmd::Client(args) => match client::run(args) {
+        Cmd::Client(args) => match trace::init().and_then(|()| client::run(args)) {
             Ok(()) => ExitCode::SUCCESS,
             Err(err) => {
                 eprintln!("lock-torture client: {err}");

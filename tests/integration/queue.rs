@@ -245,7 +245,10 @@ async fn waiters_moving_up_when_the_first_give_up_are_told() {
             let wait = lease_ends.duration_since(tokio::time::Instant::now()) - SECOND / 10;
             locker.lock("moving-up").wait(wait).await
         }));
-        until("the waiter to queue", || queued(&server, "moving-up") == place + 1).await;
+        until("the waiter to queue", || {
+            queued(&server, "moving-up") == place + 1
+        })
+        .await;
     }
     let third = {
         let locker = all[3].clone();
@@ -256,7 +259,10 @@ async fn waiters_moving_up_when_the_first_give_up_are_told() {
     };
     until("the third to queue", || queued(&server, "moving-up") == 3).await;
     for quitter in quitters {
-        assert!(quitter.await.expect("join").is_err(), "gave up before the lease ended");
+        assert!(
+            quitter.await.expect("join").is_err(),
+            "gave up before the lease ended"
+        );
     }
     let (lease, acquired) = third.await.expect("join");
     let lease = lease.expect("the third gets the lock");

@@ -193,7 +193,9 @@ impl Backend for Redlock {
         let mut busy = None;
         let mut wrong_type = None;
         let mut failures = Vec::new();
-        // The nodes where a queued attempt left us in line.
+        // The nodes where a queued attempt may have left us in line: those that said busy,
+        // and those whose answer is unknown (an error or a per-node timeout: the script may
+        // have run and queued us there).
         let mut still_queued = Vec::new();
         // The nodes that may hold our value: all but those that said busy.
         let mut may_hold = Vec::new();
@@ -219,10 +221,22 @@ impl Backend for Redlock {
                 // A foreign value on a node is the caller's problem, not a vote; it fails
                 // the attempt, which still undoes what it set on the other nodes below.
                 Err(err @ LockError::WrongType { .. }) => wrong_type = wrong_type.or(Some(err)),
-                Err(err) => failures.push(err),
+                Err(err) => {
+                    still_queued.push(node);
+                    failures.push(err);
+                }
             }
         }
         let valid = started.elapsed() + drift(ttl) < ttl;
+        tracing::trace!(
+            name = %keys.name,
+            acquired,
+            busy = busy.is_some(),
+            failures = failures.len(),
+            queued_on = still_queued.len(),
+            valid,
+            "redlock attempt"
+        );
         if wrong_type.is_none()
             && acquired >= self.quorum()
             && valid

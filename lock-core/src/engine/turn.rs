@@ -246,6 +246,14 @@ pub(super) async fn wait_for_turn(
                 }
                 Err(err) => return Err(err),
             };
+            tracing::trace!(
+                name = %acq.keys.name,
+                acquired = matches!(tried, Tried::Acquired(_)),
+                place = ?acq.last_busy.place,
+                remaining = ?acq.last_busy.remaining,
+                holder = ?acq.last_busy.holder,
+                "attempt answered"
+            );
             match tried {
                 Tried::Acquired(started) => {
                     // A queued attempt took us out of the Redis queue. Record the new holder
@@ -282,7 +290,9 @@ pub(super) async fn wait_for_turn(
                 return Err(acq.timeout());
             }
             let queued_in_redis = matches!(listening, Listening::Queue { .. });
-            now + pause(&acq, &mut backoff, queued_in_redis).min(deadline - now)
+            let pause = pause(&acq, &mut backoff, queued_in_redis).min(deadline - now);
+            tracing::trace!(name = %acq.keys.name, ?pause, "waiting");
+            now + pause
         };
         // Wait. A message that only moves this waiter's timer (its turn comes later)
         // costs no Redis call.
@@ -293,7 +303,9 @@ pub(super) async fn wait_for_turn(
             }
             released.set(local.released.notified());
             released.as_mut().enable();
-            match local.released.take_hint() {
+            let hint = local.released.take_hint();
+            tracing::trace!(name = %acq.keys.name, ?hint, "woken");
+            match hint {
                 Some(Hint::Standby(left)) => {
                     pause_until = (Instant::now() + left + EXPIRY_SLACK).min(deadline);
                 }
