@@ -373,3 +373,37 @@ async fn a_redlock_client_whose_clock_is_behind_is_not_favoured() {
         );
     }
 }
+
+/// Found by lock-torture's Redlock smoke (a request cut by its deadline in `partition`):
+/// an attempt dropped while one master is still answering used to leave its value on the
+/// masters that had already granted (each had answered, so none kept an undo of its own),
+/// and with a majority of them the lock was held by nobody for the whole TTL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redlock_attempt_dropped_while_a_master_is_slow_leaves_no_lock_behind() {
+    let h = Harness::redlock_debuggable(3);
+    let warm = h.locker.try_lock("dropped", SECOND).await.expect("acquire");
+    warm.release().await.expect("release");
+    let sleeper = h.nodes[0].stall(2 * SECOND);
+    // The two other masters grant at once; the attempt waits for the sleeping one (up to
+    // the 500 ms per-master deadline) and is dropped meanwhile.
+    let cut = tokio::time::timeout(
+        Duration::from_millis(150),
+        h.locker.try_lock("dropped", 30 * SECOND),
+    )
+    .await;
+    assert!(
+        cut.is_err(),
+        "the attempt was still waiting for the sleeping master"
+    );
+    // What it set is taken back: another locker gets the lock from the two masters that
+    // answer, now, not after the dropped attempt's 30 s TTL.
+    let other = Harness::redlock_locker(&h.nodes);
+    let lease = other
+        .lock("dropped")
+        .ttl(10 * SECOND)
+        .wait(SECOND)
+        .await
+        .expect("the dropped attempt left nothing held");
+    lease.release().await.expect("release");
+    sleeper.join().expect("the master slept");
+}

@@ -171,15 +171,13 @@ impl Backend for Redlock {
         kind: AttemptKind<'_>,
     ) -> Result<Attempt, LockError> {
         let started = Instant::now();
-        let results = self
-            .on_all(&keys.name, |node| {
-                node.acquire(keys, value, ttl, fencing, kind)
-            })
-            .await;
-        // From here on our value may sit on some nodes: if this future is dropped before it
-        // decides (a caller's deadline, a cancelled request), they are cleaned up anyway.
-        // Each node's delete follows that node's SET on the same connection, so it cannot
-        // arrive first.
+        // From the first node's answer on, our value may sit on some nodes: if this future
+        // is dropped before it decides (a caller's deadline, a cancelled request), they are
+        // cleaned up anyway, including nodes that granted before the drop while others
+        // were still answering (armed before the calls: a node that already answered has
+        // no undo of its own left). Each node's delete follows that node's SET on the same
+        // connection, so it cannot arrive first; on a node our value never reached it
+        // deletes nothing.
         let undo = Undo::new(|| {
             if let Ok(runtime) = tokio::runtime::Handle::try_current() {
                 for node in &self.nodes {
@@ -187,6 +185,11 @@ impl Backend for Redlock {
                 }
             }
         });
+        let results = self
+            .on_all(&keys.name, |node| {
+                node.acquire(keys, value, ttl, fencing, kind)
+            })
+            .await;
         let mut acquired = 0;
         let mut listened = false;
         let mut token = 0u64;
