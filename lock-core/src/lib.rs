@@ -14,7 +14,9 @@
 //! - or in process ([`Locker::memory`], for tests and single-process apps).
 //!
 //! `#[redis_locked(key = "market:{item_id}", ttl = "10s")]` (feature `macros`, on by
-//! default) runs an `async fn` under a lock with none of the boilerplate.
+//! default) runs an `async fn` under a lock with none of the boilerplate; `ttl`, `wait` and
+//! `hold_at_least` take a string checked at compile time or a `Duration` expression
+//! (`ttl = LOCK_TTL`, `ttl = Duration::from_secs(n)`) checked at each call.
 //!
 //! # Cargo features
 //!

@@ -65,6 +65,23 @@ pub fn validate_wait(name: &str, wait: Duration) -> Result<(), LockError> {
     })
 }
 
+/// Checks a minimum hold: more than zero, at most [`MAX_TTL`] (the release sets what is
+/// left of it as the key's TTL).
+pub(crate) fn validate_hold_at_least(name: &str, hold: Duration) -> Result<(), LockError> {
+    if hold.is_zero() || hold > MAX_TTL {
+        return Err(LockError::InvalidDuration {
+            name: shorten(name),
+            what: "hold_at_least",
+            value: hold,
+            reason: format!(
+                "it must be more than zero and at most {}; leave it out for no minimum hold",
+                shown(MAX_TTL)
+            ),
+        });
+    }
+    Ok(())
+}
+
 /// Keeps error messages readable when someone passes a megabyte as a name.
 fn shorten(name: &str) -> String {
     const SHOWN: usize = 64;

@@ -7,6 +7,7 @@ use std::sync::RwLock;
 use std::time::Duration;
 
 use crate::current::enclosing_lease;
+use crate::limits::{validate_hold_at_least, validate_ttl, validate_wait};
 use crate::using::{hold, reenter, OnLost};
 use crate::{LockError, Locker, WaitSetting};
 
@@ -130,6 +131,21 @@ impl LockSpec {
     pub fn wait(mut self, wait: Duration) -> LockSpec {
         self.wait = Some(wait);
         self
+    }
+
+    /// The durations checked as a request checks them: a `ttl`, `wait` or `hold_at_least`
+    /// given as an expression arrives unchecked (a literal was checked by the macro).
+    fn validate_durations(&self) -> Result<(), LockError> {
+        if let Some(ttl) = self.ttl {
+            validate_ttl(&self.key, ttl)?;
+        }
+        if let Some(wait) = self.wait {
+            validate_wait(&self.key, wait)?;
+        }
+        if let Some(hold) = self.hold_at_least {
+            validate_hold_at_least(&self.key, hold)?;
+        }
+        Ok(())
     }
 
     /// A scheduled run (`hold_at_least = ".."`): the lock is held at least this long from
@@ -395,6 +411,9 @@ where
         return Box::pin(crate::macro_held::run(locker, spec.key, hold, policy, body)).await;
     }
     if let Some(enclosing) = enclosing_lease(locker.engine(), &spec.key) {
+        // A nested call takes no lease of its own, but its durations (`ttl = <expr>` gives
+        // any value) are refused as a fresh call's would be, nested or not.
+        spec.validate_durations().map_err(Ended::Lock)?;
         let wait = spec
             .wait
             .or(handler_wait)

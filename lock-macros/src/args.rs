@@ -1,11 +1,10 @@
-//! The attribute's arguments: `key = ".."` (or `keys = [..]`), `ttl = "..", wait = "..",
-//! locker = <expr>, renew = <bool>, on_lost = "..", permits = N, mode = "..",
-//! hold_at_least = "..", crate = ".."`, parsed into one typed [`Args`].
+//! The attribute's arguments: `key = ".."` (or `keys = [..]`), `ttl`, `wait` and
+//! `hold_at_least` (each `".."` or a `Duration` expression), `locker = <expr>`,
+//! `renew = <bool>`, `on_lost = ".."`, `permits = N`, `mode = ".."`, `crate = ".."`, parsed
+//! into one typed [`Args`].
 //!
 //! Parsing goes on past a bad argument so that every independent problem is reported in one
 //! compile; only a syntax error (a missing `=` or `,`) stops it.
-
-use std::time::Duration;
 
 use proc_macro2::Span;
 use syn::ext::IdentExt as _;
@@ -14,6 +13,7 @@ use syn::spanned::Spanned as _;
 use syn::{Expr, ExprLit, Ident, Lit, LitStr, Path, Token};
 
 use crate::duration;
+use crate::duration_arg::{self, DurationArg};
 use crate::errors::Errors;
 use crate::hold::{self, Hold};
 use crate::suggest::closest;
@@ -61,21 +61,21 @@ pub(crate) enum OnLost {
     Error,
 }
 
-/// Validated arguments. Durations are already in range.
+/// Validated arguments. Durations given as strings are already in range.
 #[derive(Debug)]
 pub(crate) struct Args {
     /// The lock names: one template, or several with `keys = [..]`.
     pub keys: Vec<Template>,
     /// A lock (default), a semaphore permit, a read-write lock side, or all of `keys`.
     pub hold: Hold,
-    pub ttl: Option<Duration>,
-    pub wait: Option<Duration>,
+    pub ttl: Option<DurationArg>,
+    pub wait: Option<DurationArg>,
     pub locker: Option<Expr>,
     /// `renew = false` turns auto-renewal off (it is on by default).
     pub renew: Option<bool>,
     pub on_lost: Option<OnLost>,
-    /// `hold_at_least = ".."`: a scheduled run's minimum hold (a plain lock only).
-    pub hold_at_least: Option<Duration>,
+    /// `hold_at_least = ..`: a scheduled run's minimum hold (a plain lock only).
+    pub hold_at_least: Option<DurationArg>,
     /// `crate = ".."`: the path generated code uses instead of `::lock_core`.
     pub krate: Option<Path>,
 }
@@ -92,12 +92,12 @@ struct Partial<'a> {
     keys_span: Option<Span>,
     permits: Option<(Span, u64)>,
     mode: Option<(Span, Hold)>,
-    ttl: Option<Duration>,
-    wait: Option<Duration>,
+    ttl: Option<DurationArg>,
+    wait: Option<DurationArg>,
     locker: Option<Expr>,
     renew: Option<bool>,
     on_lost: Option<OnLost>,
-    hold_at_least: Option<(Span, Duration)>,
+    hold_at_least: Option<(Span, DurationArg)>,
     krate: Option<Path>,
     /// Names already given, to reject duplicates even when the first value was wrong.
     seen: Vec<String>,
@@ -232,7 +232,7 @@ fn argument_name(input: ParseStream<'_>) -> syn::Result<Ident> {
 impl Partial<'_> {
     /// `hold_at_least` with `keys`, `permits` or `mode`: a minimum hold is for a plain lock.
     fn hold_of_a_lock_only(&self) -> Option<syn::Error> {
-        let (span, _) = self.hold_at_least?;
+        let (span, _) = self.hold_at_least.as_ref()?;
         let other = if self.keys_span.is_some() {
             "keys"
         } else if self.permits.is_some() {
@@ -243,7 +243,7 @@ impl Partial<'_> {
             return None;
         };
         Some(syn::Error::new(
-            span,
+            *span,
             format!("`hold_at_least` is for a scheduled job under one lock (`key = \"..\"`), not with `{other}`; remove one of them"),
         ))
     }
@@ -292,10 +292,29 @@ impl Partial<'_> {
                 let lit = string_literal(&value, "mode")?;
                 self.mode = Some((name.span(), hold::mode(&lit)?));
             }
-            "ttl" => self.ttl = Some(duration_value(&value, "ttl", duration::ttl)?),
-            "wait" => self.wait = Some(duration_value(&value, "wait", duration::wait)?),
+            "ttl" => {
+                self.ttl = Some(duration_arg::parse(
+                    value,
+                    "ttl",
+                    name.span(),
+                    duration::ttl,
+                )?);
+            }
+            "wait" => {
+                self.wait = Some(duration_arg::parse(
+                    value,
+                    "wait",
+                    name.span(),
+                    duration::wait,
+                )?);
+            }
             "hold_at_least" => {
-                let hold = duration_value(&value, "hold_at_least", duration::hold_at_least)?;
+                let hold = duration_arg::parse(
+                    value,
+                    "hold_at_least",
+                    name.span(),
+                    duration::hold_at_least,
+                )?;
                 self.hold_at_least = Some((name.span(), hold));
             }
             "locker" => self.locker = Some(value),
@@ -340,12 +359,12 @@ fn example(name: &str) -> &'static str {
         "keys" => "keys = [\"buyer:{buyer_id}\", \"item:{item_id}\"]",
         "permits" => "permits = 5",
         "mode" => "mode = \"read\"",
-        "ttl" => "ttl = \"10s\"",
-        "wait" => "wait = \"5s\"",
+        "ttl" => "ttl = \"10s\" or ttl = Duration::from_secs(10)",
+        "wait" => "wait = \"5s\" or wait = Duration::from_secs(5)",
         "locker" => "locker = self.locker",
         "renew" => "renew = false",
         "on_lost" => "on_lost = \"cancel\"",
-        "hold_at_least" => "hold_at_least = \"5m\"",
+        "hold_at_least" => "hold_at_least = \"5m\" or hold_at_least = Duration::from_secs(300)",
         "crate" => "crate = \"my_locks\"",
         _ => VALID,
     }
@@ -363,16 +382,16 @@ fn string_literal(value: &Expr, name: &str) -> syn::Result<LitStr> {
         "key" => "a string literal template, checked at compile time; parameters go in `{..}`",
         _ => "a string literal",
     };
-    let values_elsewhere = matches!(name, "key" | "ttl" | "wait" | "hold_at_least");
-    if let Some(what) = named_elsewhere(value).filter(|_| values_elsewhere) {
+    if let Some(what) = named_elsewhere(value).filter(|_| name == "key") {
         return Err(syn::Error::new(
             value.span(),
             format!(
                 "`{name}` takes {why}, not {what}: the attribute reads its arguments as \
                  written, before constants are evaluated and macros expanded, so it cannot \
-                 see that value; write it out ({}){}",
+                 see that value; write it out ({}); for a name computed at run time, take \
+                 the lock in the body instead: `locker.lock(KEY).await?` or \
+                 `locker.using(KEY, |lease| ..)`",
                 example(name),
-                at_run_time(name)
             ),
         ));
     }
@@ -410,27 +429,6 @@ fn named_elsewhere(value: &Expr) -> Option<String> {
     }
 }
 
-/// What to do instead when the value is only known elsewhere.
-fn at_run_time(name: &str) -> &'static str {
-    match name {
-        "key" | "keys" => {
-            "; for a name computed at run time, take the lock in the body instead: \
-             `locker.lock(KEY).await?` or `locker.using(KEY, |lease| ..)`"
-        }
-        "ttl" => {
-            "; for a TTL set elsewhere, leave `ttl` out and set the locker's default \
-             (`Locker::builder().default_ttl(TTL)`), or take the lock in the body with \
-             `locker.lock(..).ttl(TTL)`"
-        }
-        "wait" => {
-            "; for a wait set elsewhere, leave `wait` out and set the locker's default \
-             (`Locker::builder().default_wait(WAIT)`), or take the lock in the body with \
-             `locker.lock(..).wait(WAIT)`"
-        }
-        _ => "",
-    }
-}
-
 /// The value of `renew`: `true` or `false`.
 fn bool_literal(value: &Expr) -> syn::Result<bool> {
     if let Expr::Lit(ExprLit {
@@ -444,26 +442,6 @@ fn bool_literal(value: &Expr) -> syn::Result<bool> {
         value.span(),
         "`renew` takes `true` or `false` (without quotes): `renew = false` turns auto-renewal off",
     ))
-}
-
-/// The value of `ttl` or `wait`: a duration string, checked by `check`.
-fn duration_value(
-    value: &Expr,
-    name: &str,
-    check: fn(&str) -> Result<Duration, String>,
-) -> syn::Result<Duration> {
-    if let Expr::Lit(ExprLit {
-        lit: Lit::Int(int), ..
-    }) = value
-    {
-        let n = int.base10_digits();
-        return Err(syn::Error::new(
-            int.span(),
-            format!("`{name}` takes a string with a unit: write `{name} = \"{n}s\"` or `{name} = \"{n}ms\"` (units: h, m, s, ms)"),
-        ));
-    }
-    let lit = string_literal(value, name)?;
-    check(&lit.value()).map_err(|msg| syn::Error::new(lit.span(), msg))
 }
 
 #[cfg(test)]

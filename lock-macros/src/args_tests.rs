@@ -1,5 +1,7 @@
 //! Unit tests of the argument parser.
 
+use std::time::Duration;
+
 use super::*;
 use quote::quote;
 
@@ -27,13 +29,41 @@ fn all_arguments() {
     .unwrap();
     assert_eq!(args.keys[0].format_string().value(), "market:{}");
     assert_eq!(args.hold, Hold::Lock);
-    assert_eq!(args.ttl, Some(Duration::from_secs(10)));
-    assert_eq!(args.wait, Some(Duration::from_secs(90)));
+    assert_eq!(
+        args.ttl.and_then(|ttl| ttl.literal()),
+        Some(Duration::from_secs(10))
+    );
+    assert_eq!(
+        args.wait.and_then(|wait| wait.literal()),
+        Some(Duration::from_secs(90))
+    );
     assert!(args.locker.is_some());
     assert!(args.krate.unwrap().is_ident("renamed"));
     let args = parse(quote!(key = "a", renew = false, on_lost = "cancel")).unwrap();
     assert_eq!(args.renew, Some(false));
     assert_eq!(args.on_lost, Some(OnLost::Cancel));
+}
+
+#[test]
+fn durations_may_be_expressions() {
+    let args = parse(quote!(
+        key = "a",
+        ttl = TTL,
+        wait = Duration::from_secs(2),
+        hold_at_least = self.hold
+    ))
+    .unwrap();
+    for arg in [args.ttl, args.wait, args.hold_at_least] {
+        assert!(matches!(arg, Some(DurationArg::Expr { .. })), "{arg:?}");
+    }
+    // Through `macro_rules!` (`$ttl:expr`): the invisible group is seen through, so a
+    // literal is still checked now.
+    let grouped = syn::Expr::Group(syn::ExprGroup {
+        attrs: Vec::new(),
+        group_token: Default::default(),
+        expr: Box::new(syn::parse_quote!("0s")),
+    });
+    assert!(messages(quote!(key = "a", ttl = #grouped))[0].contains("more than zero"));
 }
 
 #[test]
@@ -67,7 +97,11 @@ fn independent_problems_are_reported_together() {
     assert!(all[0].contains("empty `{}`"));
     assert!(all[1].contains("unknown argument `tll`; did you mean `ttl`?"));
     assert!(all[2].contains("more than zero"));
-    assert!(all[3].contains("`wait = \"5s\"`"));
+    assert!(all[3].contains("`wait = \"5s\"`"), "{all:?}");
+    assert!(
+        all[3].contains("`wait = Duration::from_secs(5)`"),
+        "{all:?}"
+    );
     assert!(all[4].contains("duplicate argument `wait`"));
 }
 

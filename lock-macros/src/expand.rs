@@ -4,6 +4,7 @@
 //! ```text
 //! { let __lock_key = format!("market:{}", item_id);          // before the body moves them
 //!   let __lock_locker = Some({ let r = &(expr); locker_of::<Locker>(r) }); // or None
+//!   let __lock_ttl: Duration = <expr>;                          // only for `ttl = <expr>`
 //!   run_locked(__lock_locker, LockSpec::new(__lock_key).ttl(..).wait(..),
 //!              body::<ReturnType, _>(async move { <the body's statements> })).await }
 //! ```
@@ -15,6 +16,7 @@ use syn::spanned::Spanned as _;
 use syn::{AttrStyle, Ident, ItemFn, ReturnType};
 
 use crate::args::Args;
+use crate::duration_arg::DurationArg;
 use crate::errors::Errors;
 use crate::hold::Hold;
 use crate::{bindings, handler, signature};
@@ -150,17 +152,19 @@ fn generate(args: &Args, function: ItemFn) -> TokenStream {
         Hold::Write => quote!(#private::LockSpec::new(#key).write()),
         Hold::All => quote!(#private::LockSpec::all(#key)),
     };
-    if let Some(ttl) = args.ttl {
-        let millis = Literal::u64_unsuffixed(millis(ttl));
-        spec = quote!(#spec.ttl(#private::Duration::from_millis(#millis)));
-    }
-    if let Some(wait) = args.wait {
-        let millis = Literal::u64_unsuffixed(millis(wait));
-        spec = quote!(#spec.wait(#private::Duration::from_millis(#millis)));
-    }
-    if let Some(hold) = args.hold_at_least {
-        let millis = Literal::u64_unsuffixed(millis(hold));
-        spec = quote!(#spec.hold_at_least(#private::Duration::from_millis(#millis)));
+    // Expression durations are evaluated first, in the function's scope, each into a typed
+    // local; literals go into the spec as milliseconds.
+    let mut durations = TokenStream::new();
+    for (setter, arg) in [
+        ("ttl", &args.ttl),
+        ("wait", &args.wait),
+        ("hold_at_least", &args.hold_at_least),
+    ] {
+        if let Some(arg) = arg {
+            let setter = Ident::new(setter, Span::call_site());
+            let value = duration_value(arg, &setter, &private, &mut durations);
+            spec = quote!(#spec.#setter(#value));
+        }
     }
     if handler::is_http_handler(&sig) {
         // lock_core applies the web default (no waiting, as LockLayer: one table there)
@@ -207,12 +211,38 @@ fn generate(args: &Args, function: ItemFn) -> TokenStream {
             #(#inner)*
             let #key: #key_type = #key_value;
             let #locker: ::core::option::Option<#private::Locker> = #locker_value;
+            #durations
             #call
         }
     }
 }
 
-/// Durations were range-checked (at most 24h), so the milliseconds fit a `u64`.
+/// The value a `ttl`, `wait` or `hold_at_least` passes to the spec's `setter`. A literal
+/// is its milliseconds. An expression is bound first (appended to `lets`) to a local typed
+/// `::core::time::Duration`, so that a value of another type is rustc's "expected
+/// `Duration`" on the user's expression, "expected due to" the argument's name; its range
+/// is lock_core's to check when the function is called (`LockError::InvalidDuration`).
+fn duration_value(
+    arg: &DurationArg,
+    setter: &Ident,
+    private: &TokenStream,
+    lets: &mut TokenStream,
+) -> TokenStream {
+    match arg {
+        DurationArg::Literal(duration) => {
+            let millis = Literal::u64_unsuffixed(millis(*duration));
+            quote!(#private::Duration::from_millis(#millis))
+        }
+        DurationArg::Expr { name, expr } => {
+            let local = Ident::new(&format!("__lock_{setter}"), Span::mixed_site());
+            let ty = quote_spanned!(*name=> ::core::time::Duration);
+            lets.extend(quote!(let #local: #ty = #expr;));
+            quote!(#local)
+        }
+    }
+}
+
+/// Literal durations were range-checked (at most 24h), so the milliseconds fit a `u64`.
 fn millis(duration: std::time::Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
@@ -312,6 +342,32 @@ mod tests {
         );
         assert!(
             !out.contains("http_handler") && !out.contains(". wait ("),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn duration_expressions_are_typed_locals() {
+        let out = expand(
+            quote!(
+                key = "k",
+                ttl = TTL,
+                wait = "2s",
+                hold_at_least = Duration::from_secs(n)
+            ),
+            quote!(
+                async fn f(n: u64) -> Result<(), E> {
+                    Ok(())
+                }
+            ),
+        );
+        // Bound before the call, in the function's scope, typed `Duration`.
+        assert!(
+            out.contains("let __lock_ttl : :: core :: time :: Duration = TTL ; let __lock_hold_at_least : :: core :: time :: Duration = Duration :: from_secs (n) ;"),
+            "{out}"
+        );
+        assert!(
+            out.contains(". ttl (__lock_ttl) . wait (:: lock_core :: __private :: Duration :: from_millis (2000)) . hold_at_least (__lock_hold_at_least)"),
             "{out}"
         );
     }

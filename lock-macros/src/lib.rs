@@ -7,14 +7,16 @@
 //!
 //! # Inside the crate
 //!
-//! `args` parses the attribute (`ungroup` sees through `macro_rules!` groups), `template` reads the key, `duration` the `ttl`/`wait`
-//! strings (with `grammar`, the same file as lock-core's duration parser), `bindings` collects the names parameters bind, `signature` checks the function's
+//! `args` parses the attribute (`ungroup` sees through `macro_rules!` groups), `template` reads the key, `duration_arg` the `ttl`/`wait`/`hold_at_least`
+//! values (a string, checked by `duration` with `grammar`, the same file as lock-core's duration parser, or a
+//! `Duration` expression), `bindings` collects the names parameters bind, `signature` checks the function's
 //! shape, `handler` tells HTTP handlers (axum extractor parameters) from business functions,
 //! and `expand` generates code that calls only `lock_core::__private`.
 
 mod args;
 mod bindings;
 mod duration;
+mod duration_arg;
 mod errors;
 mod expand;
 /// lock-core's `src/duration.rs` (a link): the one duration grammar.

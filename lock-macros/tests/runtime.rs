@@ -303,6 +303,33 @@ async fn current_lease_and_ttl_inside_the_body() {
     assert!(current_lease().is_none());
 }
 
+/// `ttl` as an expression: a parameter's value, at each call.
+#[redis_locked(key = "lease:expr", ttl = ttl, locker = locker)]
+async fn lease_for(locker: &Locker, ttl: Duration) -> Result<Duration, LockError> {
+    let info = locker.inspect("lease:expr").await?.expect("held");
+    Ok(info.remaining.expect("a TTL"))
+}
+
+#[tokio::test]
+async fn an_expression_ttl_is_the_leases_ttl() {
+    let locker = Locker::memory();
+    for ttl in [TTL, Duration::from_secs(600)] {
+        let remaining = lease_for(&locker, ttl).await.unwrap();
+        assert!(
+            remaining <= ttl && remaining > ttl.saturating_sub(Duration::from_secs(5)),
+            "{remaining:?}"
+        );
+    }
+    match lease_for(&locker, Duration::ZERO).await {
+        Err(LockError::InvalidDuration {
+            what: "ttl", value, ..
+        }) => {
+            assert_eq!(value, Duration::ZERO);
+        }
+        other => panic!("a zero ttl must be InvalidDuration, got {other:?}"),
+    }
+}
+
 #[redis_locked(key = "limits", ttl = "24h", wait = "24h", locker = locker)]
 async fn longest_allowed(locker: &Locker) -> Result<(), LockError> {
     assert!(locker.inspect("limits").await?.is_some());

@@ -14,6 +14,7 @@ mod fencing;
 mod harness;
 mod hostile_names;
 mod loss;
+mod macro_durations;
 mod multi;
 mod multi_release;
 mod notified;

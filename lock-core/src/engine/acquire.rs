@@ -15,7 +15,7 @@ use crate::engine::held::{Held, Renewal};
 use crate::engine::turn::wait_for_turn;
 use crate::engine::Engine;
 use crate::key::LockKeys;
-use crate::limits::{validate_ttl, validate_wait};
+use crate::limits::{validate_hold_at_least, validate_ttl, validate_wait};
 use crate::token::new_value;
 use crate::wait::Outage;
 use crate::LockError;
@@ -110,23 +110,6 @@ pub(crate) fn acquire<L>(
         family.acquire(outcome, begun);
         result.map(|held| lease(engine, held))
     }
-}
-
-/// A minimum hold: more than zero, at most [`MAX_TTL`](crate::MAX_TTL) (the release sets
-/// what is left of it as the key's TTL).
-fn validate_hold_at_least(name: &str, hold: Duration) -> Result<(), LockError> {
-    if hold.is_zero() || hold > crate::MAX_TTL {
-        return Err(LockError::InvalidDuration {
-            name: name.to_owned(),
-            what: "hold_at_least",
-            value: hold,
-            reason: format!(
-                "it must be more than zero and at most {}; leave it out for no minimum hold",
-                crate::error::shown(crate::limits::MAX_TTL)
-            ),
-        });
-    }
-    Ok(())
 }
 
 /// The fast path: one attempt straight away; then, unless it was a try, the slow path.

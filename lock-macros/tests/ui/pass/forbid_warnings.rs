@@ -3,7 +3,11 @@
 #![forbid(warnings)]
 #![forbid(unreachable_code, unused_braces)]
 
+use std::time::Duration;
+
 use lock_core::{redis_locked, LockError};
+
+const TTL: Duration = Duration::from_secs(10);
 
 #[derive(Debug)]
 pub enum AppError {
@@ -30,7 +34,14 @@ async fn checked(n: u64) -> Result<u64, AppError> {
 #[redis_locked(key = "forbid")]
 async fn one_line(n: u64) -> Result<u64, LockError> { Ok(n) }
 
+/// Durations given as expressions: typed locals, no lint.
+#[redis_locked(key = "forbid:{n}", ttl = TTL, wait = Duration::from_millis(n), hold_at_least = { TTL * 2 })]
+async fn durations(n: u64) -> Result<u64, LockError> {
+    Ok(n)
+}
+
 fn main() {
     drop(checked(1));
     drop(one_line(1));
+    drop(durations(1));
 }

@@ -30,6 +30,20 @@ mod hygiene {
         ::core::result::Result::Ok(__lock_r)
     }
 
+    // A duration expression named like the expansion's locals: the user's `__lock_ttl` is
+    // the one read, and the expansion's `Duration` is `::core`'s, not the struct above.
+    #[::lock_core::redis_locked(
+        key = "hygiene:{__lock_wait}",
+        ttl = __lock_ttl,
+        wait = ::core::time::Duration::from_millis(__lock_wait)
+    )]
+    pub async fn duration_locals(
+        __lock_ttl: ::core::time::Duration,
+        __lock_wait: u64,
+    ) -> ::core::result::Result<u64, ::lock_core::LockError> {
+        ::core::result::Result::Ok(__lock_wait + __lock_ttl.as_secs())
+    }
+
     #[::lock_core::redis_locked(key = "hygiene", locker = locker)]
     pub async fn constant(
         locker: &::lock_core::Locker,
@@ -41,4 +55,5 @@ mod hygiene {
 fn main() {
     drop(hygiene::collide(1, 2));
     drop(hygiene::constant(&lock_core::Locker::memory()));
+    drop(hygiene::duration_locals(std::time::Duration::from_secs(1), 2));
 }
