@@ -136,9 +136,9 @@ pub struct ClientArgs {
     /// Queue rounds (`--mode clock-skew`): every request that waits (all but the tries)
     /// waits [`LONG_WAIT_TTLS`] TTLs, holds are short (the throughput profile's, most a
     /// few milliseconds; none auto-renewed), and no round goes through a
-    /// `#[redis_locked]` function, so that
-    /// the lock changes hands often and a fair queue reaches every waiter well within its
-    /// wait: a client passed over for good stands out (rule `starvation`).
+    /// `#[redis_locked]` function, so that the lock changes hands often and a fair queue
+    /// reaches every waiter well within its wait: a client passed over for good stands out
+    /// (rule `starvation`).
     #[arg(long)]
     pub queue_rounds: bool,
 }
