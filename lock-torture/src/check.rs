@@ -52,6 +52,10 @@
 //! - `liveness`: a request was left waiting while what it waits for was free, longer than
 //!   the claim window allows, or timed out while it was free for most of its wait
 //!   ([`liveness`]).
+//! - `starvation`: a client waiting for a lock without interruption was passed over by
+//!   more grants to requests made after it began waiting than a fair queue allows
+//!   ([`starvation::PASSED_OVER_PER_CLIENT`] per client of the run), and granted nothing
+//!   meanwhile ([`starvation`]).
 //! - `ghost-grant`: after a request was cancelled, the lock's key carried its client's
 //!   never-granted value while that client had no live request for it ([`ghost`]).
 //! - `sibling-overlap`: two concurrent sibling calls of one key inside a `#[redis_locked]`
@@ -105,6 +109,7 @@ mod replica_stall;
 mod requests;
 mod revival;
 pub mod schedule;
+pub mod starvation;
 mod vacancy;
 mod writes;
 
@@ -182,6 +187,9 @@ pub struct Report {
     pub acquire_errors: BTreeMap<String, u64>,
     /// Acquires that ended in contention (busy, timeout).
     pub contention: u64,
+    /// The most grants of a lock to requests made after a client began waiting for it,
+    /// in one of its uninterrupted waits (rule `starvation`; outside faults).
+    pub most_passed_over: u64,
     /// The largest amount by which a waiting request outlived its wait (within the
     /// allowance, or it is also a violation); requests of paused clients are left out.
     pub max_wait_overrun: Nanos,
@@ -292,7 +300,7 @@ impl Report {
              writes_fenced_out_after_reset={} paused_holders={} paused_holders_told_lost={} \
              paused_writes_rejected={} released={} \
              release_not_held={} release_errors={} expected_restart_overlaps={} \
-             fence_resets={} contention={} max_wait_overrun_ms={:.1} client_hiccups={} nested_ran={} \
+             fence_resets={} contention={} most_passed_over={} max_wait_overrun_ms={:.1} client_hiccups={} nested_ran={} \
              nested_refused={} foreign_probes={} cancelled={} cancel_probes={} acquire_errors={} resumed={}",
             self.acquisitions,
             self.faults,
@@ -311,6 +319,7 @@ impl Report {
             self.expected_restart_overlaps,
             self.fence_resets,
             self.contention,
+            self.most_passed_over,
             self.max_wait_overrun as f64 / 1e6,
             self.client_hiccups,
             self.nested_ran,
@@ -576,6 +585,7 @@ pub fn check(history: &History, nodes: usize) -> Report {
     leftover::check(&history.events, &mut report);
     nested::check_siblings(&history.events, &index, &acqs, &mut report);
     liveness::check(&history.events, &acqs, &mut report);
+    starvation::check(&history.events, &mut report);
     capacity::check(&history.events, &acqs, &mut report);
     ghost::check(&history.events, &mut report);
     errors::check(&history.events, &mut report);

@@ -126,7 +126,25 @@ pub struct ClientArgs {
     /// timeout around it, or two tasks sharing this Locker aborted together).
     #[arg(long)]
     pub cancel: bool,
+    /// How far this client's clock is off, in milliseconds (ahead when positive;
+    /// `--mode clock-skew`). Applied where lock-core reads the wall clock, which is only
+    /// where a Redlock waiter takes its ticket (everything else runs on `Instant` or on
+    /// the servers' clock), through lock-core's hidden test hook
+    /// `LockerBuilder::ticket_clock_skew_ms`.
+    #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
+    pub clock_offset_ms: i64,
+    /// Queue rounds (`--mode clock-skew`): every request that waits (all but the tries)
+    /// waits [`LONG_WAIT_TTLS`] TTLs, holds are short (the throughput profile's, most a
+    /// few milliseconds; none auto-renewed), and no round goes through a
+    /// `#[redis_locked]` function, so that the lock changes hands often and a fair queue
+    /// reaches every waiter well within its wait: a client passed over for good stands out
+    /// (rule `starvation`).
+    #[arg(long)]
+    pub queue_rounds: bool,
 }
+
+/// How many TTLs a request waits with `--queue-rounds`.
+pub const LONG_WAIT_TTLS: u32 = 10;
 
 /// What every task of a client shares.
 /// One client in this many asks a semaphore for another number of permits ([`Ctx::permits`]).
@@ -201,6 +219,11 @@ pub fn build_locker(args: &ClientArgs) -> Result<Locker, LockError> {
     if args.replica_sync == ReplicaSyncArg::Off {
         builder = builder.replica_sync(lock_core::ReplicaSync::Off);
     }
+    if args.clock_offset_ms != 0 {
+        // A test hook of lock-core's, not a setting: the client reads its clock this far
+        // off where it takes Redlock tickets, as a host whose clock is wrong would.
+        builder = builder.ticket_clock_skew_ms(args.clock_offset_ms);
+    }
     builder = match (
         args.cluster,
         &args.sentinel_master,
@@ -241,6 +264,7 @@ async fn run_async(args: ClientArgs) -> Result<(), BoxError> {
         t: clock::now(),
         protocol: ctx.args.protocol.as_str().to_owned(),
         command_timeout_ms: ctx.args.command_timeout_ms,
+        clock_offset_ms: ctx.args.clock_offset_ms,
     });
     // The orchestrator stops clients by closing their standard input (and a client whose
     // orchestrator died sees the same end of file).
@@ -302,8 +326,11 @@ async fn task_loop(ctx: Arc<Ctx>, task: u32) {
         // Annotated functions with `permits` or `mode` do not expose their guard to the
         // body (no `current_lease()`): the other primitives' rounds are all imperative.
         // Hostile names take no annotated rounds: their key template is `torture:{index}`.
+        // Neither do queue rounds: their 150 ms wait is no place in line, and their holds
+        // run past the TTL.
         if primitive == Primitive::Mutex
             && ctx.args.name_kind == crate::names::NameKind::Plain
+            && !ctx.args.queue_rounds
             && profile.annotated_round(&mut rng)
         {
             // One round in five goes through a `#[redis_locked]` function instead.
@@ -315,8 +342,13 @@ async fn task_loop(ctx: Arc<Ctx>, task: u32) {
             continue;
         }
         let ttl = ctx.ttl();
-        let wait = Duration::from_millis(profile.wait_ms(&mut rng, ctx.args.ttl_ms));
-        let auto_renew = profile.auto_renew(&mut rng);
+        let wait = match profile.wait_ms(&mut rng, ctx.args.ttl_ms) {
+            // Long enough that a fair queue serves every waiter (rule `starvation`).
+            waits if waits > 0 && ctx.args.queue_rounds => ctx.ttl() * LONG_WAIT_TTLS,
+            waits => Duration::from_millis(waits),
+        };
+        // Queue rounds hold briefly and let go: no renewed holds of up to two TTLs.
+        let auto_renew = !ctx.args.queue_rounds && profile.auto_renew(&mut rng);
         // The same settings on each primitive's request type.
         macro_rules! configured {
             ($request:expr) => {{
@@ -520,7 +552,12 @@ async fn hold(ctx: &Ctx, rng: &mut fastrand::Rng, lease: Guard, held: Held) {
     // Most holds end well within the TTL; some overrun it (seed 002's holder that does not
     // know its lock expired), and auto-renewed ones may outlive max_hold.
     let ttl_ms = ctx.args.ttl_ms;
-    let hold_ms = ctx.args.profile.hold_ms(rng, ttl_ms, auto_renew);
+    let holds = if ctx.args.queue_rounds {
+        Profile::Throughput
+    } else {
+        ctx.args.profile
+    };
+    let hold_ms = holds.hold_ms(rng, ttl_ms, auto_renew);
     // A careful holder stops as soon as the library says the lease is lost; a naive one
     // carries on and writes anyway, and only fencing stands between it and the data.
     let careful = rng.bool();

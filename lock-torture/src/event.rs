@@ -39,6 +39,10 @@ pub enum Event {
         /// written before it was recorded).
         #[serde(default)]
         command_timeout_ms: u64,
+        /// How far the client's clock was set off for lock-core, in ms (ahead when
+        /// positive; `--mode clock-skew`; 0, and absent from the log, otherwise).
+        #[serde(default, skip_serializing_if = "is_zero")]
+        clock_offset_ms: i64,
     },
     /// A lock was granted.
     Acquired(Acquired),
@@ -588,6 +592,11 @@ impl Log {
         out.write_all(&line)?;
         out.flush()
     }
+}
+
+/// Whether an offset is none (left out of the log).
+fn is_zero(n: &i64) -> bool {
+    *n == 0
 }
 
 /// Reads a log. A last line cut short (the process was killed while writing it) is skipped;

@@ -71,8 +71,9 @@ impl Injector<'_> {
     /// in the state the fault needs right now).
     fn inject(&mut self, fault: Mode, until: Nanos) -> Result<bool, BoxError> {
         match fault {
-            // Cancellation is the clients' own doing (`client --cancel`).
-            Mode::None | Mode::Cancel | Mode::Mixed | Mode::All => Ok(false),
+            // Cancellation and clock offsets are the clients' own doing (`client --cancel`,
+            // `--clock-offset-ms`).
+            Mode::None | Mode::Cancel | Mode::ClockSkew | Mode::Mixed | Mode::All => Ok(false),
             Mode::Pause | Mode::PauseWaiter | Mode::KillWaiter | Mode::KillWokenHead => {
                 self.client_fault(fault)
             }

@@ -70,6 +70,14 @@ pub enum Mode {
     /// restarted: the Sentinels promote the other replica, which has no replica of its own.
     /// Locking must resume on it (a run that never grants again fails). Once per run.
     LoseMaster,
+    /// Redlock: the client processes' clocks are off, each by its own amount
+    /// ([`CLOCK_OFFSETS_MS`], by slot: 5 s ahead, 5 s behind, right, 2 s ahead) for the
+    /// whole run, where lock-core reads a client's wall clock (the waiters' tickets that
+    /// order every master's queue). No fault is injected: the offsets are the fault, and
+    /// every rule is judged throughout, `liveness` and `starvation` included. Not on one
+    /// server, a Cluster or Sentinel, whose queues are ordered by the server's clock: an
+    /// offset changes nothing there.
+    ClockSkew,
     /// Client-side cancellation: one request in three is dropped at a random point (a
     /// timeout around it, or two tasks sharing one Locker aborted together); nothing may
     /// be left behind (rules `ghost-grant`, `liveness`). One server only (the probe after a
@@ -108,9 +116,25 @@ impl Mode {
             Mode::PauseMaster => "pause-master",
             Mode::PauseReplica => "pause-replica",
             Mode::LoseMaster => "lose-master",
+            Mode::ClockSkew => "clock-skew",
             Mode::Cancel => "cancel",
             Mode::Mixed => "mixed",
             Mode::All => "all",
         }
     }
+}
+
+/// `--mode clock-skew`: how far each client slot's clock is off, in milliseconds (ahead
+/// when positive), the slots taking these in turn. A client 5 s ahead queued behind every
+/// other waiter for good with tickets on its own clock, one 5 s behind ahead of all of
+/// them; one 2 s ahead sits between them and a right one.
+pub const CLOCK_OFFSETS_MS: [i64; 4] = [5_000, -5_000, 0, 2_000];
+
+/// The clock offset of client `slot` in `mode` (0 outside `clock-skew`).
+pub fn clock_offset_ms(mode: Mode, slot: u32) -> i64 {
+    if mode != Mode::ClockSkew {
+        return 0;
+    }
+    let slot = usize::try_from(slot).unwrap_or(0);
+    CLOCK_OFFSETS_MS[slot % CLOCK_OFFSETS_MS.len()]
 }

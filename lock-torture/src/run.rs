@@ -164,7 +164,7 @@ fn run_one(
         s.nodes,
         s.clients,
         s.tasks,
-        s.names,
+        s.names_in(mode),
         match s.name_kind {
             crate::names::NameKind::Plain => "",
             crate::names::NameKind::Hostile => " name_kind=hostile",

@@ -153,6 +153,17 @@ pub struct Settings {
 }
 
 impl Settings {
+    /// The lock names of a run of `mode`: `--names`, except `clock-skew`, whose clients all
+    /// queue for one name (with several, a client passed over on one name is served on
+    /// another when it happens to be alone there).
+    pub fn names_in(&self, mode: Mode) -> u32 {
+        if mode == Mode::ClockSkew {
+            1
+        } else {
+            self.names
+        }
+    }
+
     /// Fills in the defaults of `args` and rejects impossible combinations.
     pub fn resolve(args: &RunArgs) -> Result<Settings, BoxError> {
         let topology = args.topology.unwrap_or(match args.nodes {
@@ -237,5 +248,45 @@ impl Settings {
             }
         }
         Ok(settings)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+    use crate::mode::clock_offset_ms;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        run: RunArgs,
+    }
+
+    fn resolve(args: &[&str]) -> Result<Settings, BoxError> {
+        Settings::resolve(&Cli::parse_from(args).run)
+    }
+
+    #[test]
+    fn clock_skew_runs_on_redlock_only_on_one_name_with_offsets_both_ways() {
+        // One Redis, a Cluster and Sentinel order their queues on the server's clock.
+        for topology in ["single", "cluster", "sentinel"] {
+            let why = resolve(&["run", "--mode", "clock-skew", "--topology", topology])
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
+            assert!(why.contains("does not apply"), "{topology}: {why}");
+        }
+        let s = resolve(&["run", "--mode", "clock-skew", "--topology", "redlock"])
+            .expect("Redlock runs it");
+        assert_eq!(s.names_in(Mode::ClockSkew), 1);
+        assert_eq!(s.names_in(Mode::None), 3);
+        assert!(Topology::Redlock.modes().contains(&Mode::ClockSkew));
+        let offsets: Vec<i64> = (0..5)
+            .map(|c| clock_offset_ms(Mode::ClockSkew, c))
+            .collect();
+        assert_eq!(offsets, [5_000, -5_000, 0, 2_000, 5_000]);
+        assert_eq!(clock_offset_ms(Mode::None, 0), 0);
     }
 }

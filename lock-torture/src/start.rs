@@ -32,7 +32,8 @@ pub fn start_rig(
     dir: &Path,
 ) -> Result<Rig, BoxError> {
     let store = RedisServer::start();
-    let names: Vec<String> = crate::names::list(s.names, s.name_kind);
+    let name_count = s.names_in(mode);
+    let names: Vec<String> = crate::names::list(name_count, s.name_kind);
     let (nodes, ha) = match s.topology {
         Topology::Single | Topology::Redlock => {
             let mut nodes = Vec::new();
@@ -59,7 +60,7 @@ pub fn start_rig(
         "--store-url".into(),
         store.url(),
         "--names".into(),
-        s.names.to_string(),
+        name_count.to_string(),
         "--name-kind".into(),
         s.name_kind.name().into(),
         "--ttl-ms".into(),
@@ -91,6 +92,9 @@ pub fn start_rig(
     }
     if mode == Mode::Cancel {
         common.push("--cancel".to_owned());
+    }
+    if mode == Mode::ClockSkew {
+        common.push("--queue-rounds".to_owned());
     }
     if mode == Mode::Pool {
         // Many tasks on one pooled connection, with a short deadline for a checkout.
@@ -125,6 +129,10 @@ pub fn start_rig(
                 "--seed".to_owned(),
                 seed.wrapping_add(u64::from(id)).to_string(),
             ];
+            let offset = crate::mode::clock_offset_ms(mode, id);
+            if offset != 0 {
+                args.push(format!("--clock-offset-ms={offset}"));
+            }
             match &ha {
                 Some(ha) => args.extend(ha.client_args()),
                 None => {
@@ -150,7 +158,7 @@ pub fn start_rig(
         ha,
         store,
         clients: Vec::new(),
-        names: s.names,
+        names: name_count,
         name_kind: s.name_kind,
         primitive,
         spawner,
@@ -184,5 +192,34 @@ mod tests {
             .expect("the rig starts");
         assert_eq!(rig.clients.len(), 0);
         assert_eq!(rig.spawner.per_client.len(), 2);
+    }
+
+    #[derive(Parser)]
+    struct ClientCli {
+        #[command(flatten)]
+        client: crate::client::ClientArgs,
+    }
+
+    #[test]
+    fn clock_skew_clients_get_their_offsets_one_name_and_queue_rounds() {
+        let cli = Cli::parse_from(["run", "--mode", "clock-skew", "--topology", "redlock"]);
+        let settings = Settings::resolve(&cli.run).expect("settings");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let rig = start_rig(&settings, Primitive::Mutex, Mode::ClockSkew, 1, dir.path())
+            .expect("the rig starts");
+        assert_eq!(rig.names, 1);
+        let offsets: Vec<i64> = (0..4)
+            .map(|id| {
+                let mut args = vec!["client".to_owned(), "--id".to_owned(), id.to_string()];
+                args.extend(["--log".to_owned(), "x.jsonl".to_owned()]);
+                args.extend(rig.spawner.common.iter().cloned());
+                args.extend(rig.spawner.per_client[id].iter().cloned());
+                let client = ClientCli::parse_from(args).client;
+                assert!(client.queue_rounds);
+                assert_eq!((client.names, client.lock_urls.len()), (1, 3));
+                client.clock_offset_ms
+            })
+            .collect();
+        assert_eq!(offsets, [5_000, -5_000, 0, 2_000]);
     }
 }

@@ -96,6 +96,7 @@ impl Topology {
                 Mode::PauseWaiter,
                 Mode::KillWaiter,
                 Mode::KillWokenHead,
+                Mode::ClockSkew,
                 Mode::Mixed,
             ],
             Topology::Cluster => &[

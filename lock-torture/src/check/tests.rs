@@ -401,6 +401,7 @@ fn a_request_must_return_by_its_deadline_plus_the_slack() {
                 t: 0,
                 protocol: "scripts".into(),
                 command_timeout_ms: 100,
+                clock_offset_ms: 0,
             },
             failed(0, 600, 700, 0),
             failed(0, 800, 1000, 0),
