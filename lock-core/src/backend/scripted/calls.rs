@@ -381,9 +381,11 @@ pub(super) async fn release_script(
         .await;
     match reply {
         // The lock's slot is migrating and one of the two keys is missing where the script
-        // was sent: the queue's, when the lock is still ours (nobody is in line: the lock
-        // is deleted, and the release announced), or the lock's (no longer ours: nothing
-        // is touched). Either way the lock key alone decides.
+        // was sent. Mostly the queue's, while the lock is still ours: nobody is in line, so
+        // the lock is deleted and the release announced. Or the lock's: expired (nothing is
+        // touched), or moved to the new master in an earlier batch of keys than its queue,
+        // where it is then deleted without a hand-over (its waiters take it at their
+        // timers). Either way the lock key alone decides.
         Err(err) if is_try_again(&err) => {
             Box::pin(RELEASE.run::<i64>(mode, conn, &[&keys.lock], &args)).await
         }
