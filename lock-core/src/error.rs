@@ -217,6 +217,22 @@ pub enum LockError {
         source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
     },
 
+    /// A Redis Cluster refused the operation while the lock's hash slot was being moved to
+    /// another node (resharding): only some of the keys the operation declares had moved,
+    /// and Redis answers `TRYAGAIN` to such an operation until the move ends. The client
+    /// retries for 0.66 s; this is what remains when the move lasted longer. Nothing was
+    /// written. A request with a wait retries by itself within its wait (and the locker's
+    /// unreachable timeout); one without (`try_lock`, `wait` zero) gets this at once:
+    /// retry shortly, or give the request a wait.
+    #[error("lock `{name}`: its hash slot is being moved between Redis Cluster nodes, and Redis refuses the operation until the move ends (TRYAGAIN); retry shortly, or give the request a wait so that it retries by itself")]
+    SlotMigrating {
+        /// The lock name.
+        name: String,
+        /// The refusal Redis returned.
+        #[source]
+        source: redis::RedisError,
+    },
+
     /// Redis answered with an error other than the ones above.
     #[error("Redis refused an operation on lock `{name}`: {source}")]
     Redis {
@@ -313,6 +329,7 @@ impl LockError {
             | LockError::Connection { name, .. }
             | LockError::Misconfigured { name, .. }
             | LockError::Redis { name, .. }
+            | LockError::SlotMigrating { name, .. }
             | LockError::InvalidName { name, .. }
             | LockError::InvalidDuration { name, .. }
             | LockError::NoDefaultLocker { name }
@@ -364,6 +381,12 @@ impl LockError {
                 source: Some(Box::new(err)),
             };
         }
+        if err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::TryAgain) {
+            return LockError::SlotMigrating {
+                name: name.to_owned(),
+                source: err,
+            };
+        }
         LockError::Redis {
             name: name.to_owned(),
             source: err,
@@ -379,6 +402,7 @@ impl LockError {
             LockError::Connection { .. }
                 | LockError::NoQuorum { .. }
                 | LockError::NotReplicated { .. }
+                | LockError::SlotMigrating { .. }
         )
     }
 

@@ -740,7 +740,9 @@ pub fn fail_kind(err: &LockError) -> FailKind {
         LockError::Busy { .. } | LockError::Timeout { .. } | LockError::LimitReached { .. } => {
             FailKind::Contention
         }
-        LockError::Connection { .. } => FailKind::Connection,
+        // A Cluster slot's move that outlasted the request's wait: the library retried
+        // through it, as through an unreachable node.
+        LockError::Connection { .. } | LockError::SlotMigrating { .. } => FailKind::Connection,
         LockError::NoQuorum { .. } => FailKind::NoQuorum,
         LockError::NotReplicated { .. } => FailKind::NotReplicated,
         LockError::WrongType { .. } => FailKind::WrongType,

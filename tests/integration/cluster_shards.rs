@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use lock_core::Locker;
+use lock_core::{LockError, Locker};
 use lock_tests::cluster::bulk_strings;
 use lock_tests::RedisCluster;
 
@@ -241,13 +241,11 @@ async fn requests_caught_by_a_slot_migration_go_on_when_it_ends() {
     );
 }
 
-// Known to fail, and left open (RELIABILITY.md, "Open suspects"): the release now pops
-// the head from the queue in the same step as it reserves the lock, so when the head was
-// the only waiter the queue key is gone while its claim runs; the claim declares the queue
-// key, and while the slot migrates Redis refuses a script whose declared keys are partly
-// present (TRYAGAIN, "Multiple keys request during rehashing of slot"). The retries ride
-// out a migration shorter than 0.66 s; this test holds it open until the claim ends.
-#[ignore = "open defect: a claim whose queue was emptied by the one-step hand-off gets TRYAGAIN while its slot migrates"]
+// The release pops the head from the queue in the same step as it reserves the lock, so
+// when the head was the only waiter the queue key is gone while its claim runs; while the
+// slot migrates Redis refuses a script whose declared keys are partly present (TRYAGAIN,
+// "Multiple keys request during rehashing of slot"), until the migration ends. This test
+// holds the migration open until the claim ends: the claim must declare the lock key only.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claim_while_its_slot_migrates_is_not_refused() {
     let cluster = RedisCluster::start(3, 0);
@@ -291,4 +289,113 @@ async fn a_claim_while_its_slot_migrates_is_not_refused() {
         "the claim went through: it emptied the queue, and touched it no more (Redis refuses \
          a key that a script emptied while its slot migrates)",
     );
+}
+
+// A fencing acquisition declares the lock key and its fencing counter; on a free lock fenced
+// before, the counter is there and the lock key is not, and while the slot migrates Redis
+// refuses such a script (TRYAGAIN) until the migration ends. Without a wait the request
+// says so; with one it retries through the migration, however long.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_refused_while_its_slot_migrates_names_the_migration_or_outwaits_it() {
+    let cluster = RedisCluster::start(3, 0);
+    let locker = locker_on(&cluster);
+    let lease = locker
+        .lock("fenced")
+        .ttl(30 * SECOND)
+        .fencing()
+        .await
+        .expect("the first lease");
+    let key = lease.key().to_owned();
+    assert!(lease.release().await.expect("release"));
+    let moving = cluster.start_slot_move(&key, (cluster.master_of(&key) + 1) % 3);
+    let err = locker
+        .lock("fenced")
+        .ttl(5 * SECOND)
+        .fencing()
+        .wait(Duration::ZERO)
+        .await
+        .map(drop)
+        .expect_err("refused while the slot migrates");
+    assert!(matches!(err, LockError::SlotMigrating { .. }), "{err:?}");
+    assert!(
+        err.to_string().contains("hash slot is being moved"),
+        "the message names the migration: {err}"
+    );
+    let waiting = tokio::spawn({
+        let locker = locker.clone();
+        async move {
+            locker
+                .lock("fenced")
+                .ttl(5 * SECOND)
+                .fencing()
+                .wait(20 * SECOND)
+                .await
+                .map(|lease| lease.fencing_token())
+        }
+    });
+    // Longer than the cluster client's own retries (0.66 s at most).
+    tokio::time::sleep(2 * SECOND).await;
+    tokio::task::block_in_place(|| cluster.finish_slot_move(&moving));
+    let token = tokio::time::timeout(20 * SECOND, waiting)
+        .await
+        .expect("the waiter ended")
+        .expect("join")
+        .expect("the request retried until the migration ended");
+    assert_eq!(token, Some(2), "the fencing counter moved with the slot");
+}
+
+// A lock taken without fencing has no fencing counter, and a waiter's queued attempt
+// declared that key all the same: while the slot migrated, Redis refused every such
+// attempt (TRYAGAIN) until the migration ended. Likewise a release that declares the
+// queue's key after the last waiter left it. Here a waiter joins the queue while the slot
+// migrates, and both waiters take their turns and release before the migration ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_queue_and_take_their_turns_while_the_slot_migrates() {
+    let cluster = RedisCluster::start(3, 0);
+    let holder = locker_on(&cluster);
+    let lease = holder
+        .lock("unfenced")
+        .ttl(30 * SECOND)
+        .await
+        .expect("hold");
+    let key = lease.key().to_owned();
+    let queue = format!("{key}:q");
+    let from = cluster.master_of(&key);
+    let take_turn = |locker: Locker| async move {
+        let lease = locker
+            .lock("unfenced")
+            .ttl(5 * SECOND)
+            .wait(20 * SECOND)
+            .await?;
+        lease.release().await
+    };
+    let first = tokio::spawn(take_turn(locker_on(&cluster)));
+    assert!(
+        eventually(|| cluster.nodes[from]
+            .command(&["ZCARD", &queue])
+            .contains(":1"))
+        .await,
+        "the first waiter queued"
+    );
+    let moving = cluster.start_slot_move(&key, (from + 1) % 3);
+    let second = tokio::spawn(take_turn(locker_on(&cluster)));
+    assert!(
+        eventually(|| cluster.nodes[from]
+            .command(&["ZCARD", &queue])
+            .contains(":2"))
+        .await,
+        "the second waiter queued while the slot migrates"
+    );
+    assert!(lease.release().await.expect("release"));
+    for (waiter, turn) in [("first", first), ("second", second)] {
+        let released = tokio::time::timeout(20 * SECOND, turn)
+            .await
+            .expect("the waiter ended")
+            .expect("join");
+        assert!(
+            released.unwrap_or_else(|err| panic!("the {waiter} waiter's turn: {err}")),
+            "the {waiter} waiter released its own lease"
+        );
+    }
+    tokio::task::block_in_place(|| cluster.finish_slot_move(&moving));
 }

@@ -95,6 +95,9 @@ pub(crate) struct Waiter<'a> {
     /// master, so that their queues agree on the order (one Redis orders by its own clock
     /// instead).
     pub ticket: u64,
+    /// The waiter was told its turn (the lock is reserved for it) since its last attempt:
+    /// a backend may claim the reservation before anything else.
+    pub told_turn: bool,
 }
 
 /// Length of a waiter channel's own part: 16 hex digits after `<prefix>waiters:`.

@@ -155,6 +155,8 @@ pub(super) async fn wait_for_turn(
     // a server restarting): short, since nothing will announce the recovery.
     let mut retry = Backoff::new(false);
     let mut backoff = Backoff::new(!matches!(listening, Listening::Polling));
+    // Told its turn (the lock is reserved for this waiter) since its last queued attempt.
+    let mut told_turn = false;
     loop {
         // Nothing starts after the deadline, whatever woke this waiter.
         if Instant::now() >= deadline {
@@ -202,10 +204,12 @@ pub(super) async fn wait_for_turn(
                         member: engine.queue_member().unwrap_or_default(),
                         life: deadline.saturating_duration_since(Instant::now()),
                         ticket,
+                        told_turn,
                     };
                     // Before it is sent: dropped with the attempt in flight, the request
                     // must still leave the queue the attempt may have put it in.
                     local.may_be_in_redis_queue();
+                    told_turn = false;
                     let tried = acq.attempt(bound, AttemptKind::Queued(&waiter)).await;
                     if matches!(tried, Ok(Tried::NotYet)) {
                         local.note_contended(Instant::now());
@@ -314,7 +318,11 @@ pub(super) async fn wait_for_turn(
                     let pause = (left + EXPIRY_SLACK).min(backoff.next(None));
                     pause_until = (Instant::now() + pause).min(deadline);
                 }
-                Some(Hint::Granted) | None => break,
+                Some(Hint::Granted) => {
+                    told_turn = true;
+                    break;
+                }
+                None => break,
             }
         }
     }

@@ -1,5 +1,7 @@
 -- Take the lock if it is free, in one round trip.
--- KEYS[1] lock key, KEYS[2] fencing counter key
+-- KEYS[1] lock key, KEYS[2] fencing counter key (the lock key again when no token is drawn:
+-- a declared key that does not exist makes a Cluster refuse the script while its slot
+-- migrates)
 -- ARGV[1] value (token[:label]), ARGV[2] ttl in ms, ARGV[3] "1" to draw a fencing token
 -- Returns {1, fencing token or 0, ""} when taken,
 --         {0, remaining ttl of the holder in ms, holder value} when busy.

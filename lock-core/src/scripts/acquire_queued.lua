@@ -1,6 +1,8 @@
 -- A waiting Locker's attempt: take the lock if it is free and nobody is queued ahead, or
 -- claim it if it is reserved for us; otherwise join (or keep our place in) the queue.
--- KEYS[1] lock key, KEYS[2] fencing counter, KEYS[3] queue
+-- KEYS[1] lock key, KEYS[2] fencing counter (the lock key again when no token is drawn: a
+-- declared key that does not exist makes a Cluster refuse the script while its slot
+-- migrates), KEYS[3] queue
 -- ARGV[1] value, ARGV[2] ttl in ms, ARGV[3] "1" to draw a fencing token,
 -- ARGV[4] waiter (the Locker's member in the queue, see queue.lua), ARGV[5] how long the
 -- entry may count, in ms (the request's remaining wait), ARGV[6] claim window in ms,

@@ -4,7 +4,9 @@
 -- `<lock key>:released` (WATCH/MULTI and multi-lock waiters, `lockctl watch`) are told, only
 -- when there are any.
 -- KEYS[1] lock key, KEYS[2] its queue (`<lock key>:q`): declared, as every key a script
--- touches must be on a Cluster, though only a release of a marked value reads it
+-- touches must be on a Cluster, though only a release of a marked value reads it; left out
+-- when a Cluster refused the script because the queue's key does not exist while the
+-- lock's slot migrates (TRYAGAIN): nobody is in line then
 -- ARGV[1] value, ARGV[2] "3" to announce a marked release with SPUBLISH without asking
 -- PUBSUB NUMSUB (a Cluster, whose Lockers listen in the lock's shard), else "0",
 -- ARGV[3] claim window in ms,

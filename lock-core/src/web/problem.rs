@@ -24,7 +24,7 @@ static DEFAULT: RwLock<ErrorResponses> = RwLock::new(ErrorResponses::new());
 /// | [`Busy`](LockError::Busy), [`Timeout`](LockError::Timeout) | `busy_status` (409 by default), with `Retry-After` | names the lock |
 /// | [`Deadlock`](LockError::Deadlock) | `busy_status` (409 by default), with `Retry-After: 1` | names the lock waited for, not the cycle's holders |
 /// | [`LimitReached`](LockError::LimitReached) (`#[redis_locked(permits = N)]` on a handler) | 429, with `Retry-After`, as `LockLayer::permits` | names the key and N |
-/// | [`Connection`](LockError::Connection), [`Misconfigured`](LockError::Misconfigured), [`Redis`](LockError::Redis), [`NoQuorum`](LockError::NoQuorum), [`NotReplicated`](LockError::NotReplicated) | 503 | generic: no URL, host or Redis error text |
+/// | [`Connection`](LockError::Connection), [`Misconfigured`](LockError::Misconfigured), [`Redis`](LockError::Redis), [`SlotMigrating`](LockError::SlotMigrating), [`NoQuorum`](LockError::NoQuorum), [`NotReplicated`](LockError::NotReplicated) | 503 | generic: no URL, host or Redis error text |
 /// | [`InvalidName`](LockError::InvalidName) (a key built from request data is empty or too long) | 400 | generic |
 /// | [`Lost`](LockError::Lost), [`CapacityMismatch`](LockError::CapacityMismatch) and configuration errors | 500 | generic |
 ///
@@ -152,6 +152,7 @@ impl ErrorResponses {
             LockError::Connection { .. }
             | LockError::Misconfigured { .. }
             | LockError::Redis { .. }
+            | LockError::SlotMigrating { .. }
             | LockError::NoQuorum { .. }
             | LockError::NotReplicated { .. } => {
                 Problem::new(

@@ -29,6 +29,14 @@ pub(super) static ACQUIRE_QUEUED: LazyLock<Lua> = LazyLock::new(|| {
         ),
     )
 });
+pub(super) static CLAIM: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(
+        LIBRARY_NAME,
+        library,
+        "claim",
+        include_str!("../../scripts/claim.lua"),
+    )
+});
 pub(super) static RELEASE: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(
         LIBRARY_NAME,
@@ -95,6 +103,7 @@ static LIBRARY: LazyLock<String> = LazyLock::new(|| {
         &[
             &ACQUIRE,
             &ACQUIRE_QUEUED,
+            &CLAIM,
             &RELEASE,
             &RELEASE_LEAN,
             &LEAVE_QUEUE,
@@ -109,7 +118,9 @@ static LIBRARY: LazyLock<String> = LazyLock::new(|| {
 /// the queue's keys; v5: `acquire_queued` takes a Redlock waiter's ticket; v6:
 /// `return_claim`; v7: the queue without its entries hash, reservations `?<member>`,
 /// `release_lean`; v8: turns told with SPUBLISH to waiters whose channel begins with `$`,
-/// and `release`'s announce flag "3"; v9: `leave_queue` tells the new first two of the line).
+/// and `release`'s announce flag "3"; v9: `claim`, a reserved lock's claim declaring the
+/// lock key only, for a Cluster slot's migration, and `leave_queue` telling the new first
+/// two of the line).
 const LIBRARY_NAME: &str = "lockcore_v9";
 
 fn library() -> &'static str {
@@ -162,15 +173,25 @@ pub(super) async fn acquire_script(
 ) -> redis::RedisResult<Attempt> {
     let ttl = millis(ttl).to_string();
     let fencing_flag: &[u8] = if fencing { b"1" } else { b"0" };
+    let fence = fencing.then(|| keys.fence());
     let (taken, number, holder) = ACQUIRE
         .run::<(i64, i64, Vec<u8>)>(
             mode,
             conn,
-            &[&keys.lock, &keys.fence()],
+            &[&keys.lock, counter(keys, &fence)],
             &[value.as_bytes(), ttl.as_bytes(), fencing_flag],
         )
         .await?;
     Ok(attempt_of(taken, number, &holder, fencing, None, false))
+}
+
+/// The key an acquire script declares as its fencing counter: the counter when a token is
+/// drawn (`fence`), the lock key again otherwise. The script touches the counter only to
+/// draw a token, and a declared key that does not exist makes a Cluster refuse the script
+/// while its slot migrates (TRYAGAIN, until the migration ends): the counter of a lock
+/// never fenced does not exist.
+fn counter<'a>(keys: &'a LockKeys, fence: &'a Option<String>) -> &'a str {
+    fence.as_deref().unwrap_or(&keys.lock)
 }
 
 /// An acquire script's reply: taken (1) or not, then the fencing token or the holder's
@@ -213,7 +234,7 @@ pub(super) async fn acquire_queued(
     let ttl = millis(ttl).to_string();
     let life = millis(waiter.life).to_string();
     let fencing_flag: &[u8] = if fencing { b"1" } else { b"0" };
-    let (fence, queue_key) = (keys.fence(), keys.queue());
+    let (fence, queue_key) = (fencing.then(|| keys.fence()), keys.queue());
     let ticket = waiter.ticket.to_string();
     let args: [&[u8]; 8] = [
         value.as_bytes(),
@@ -231,8 +252,20 @@ pub(super) async fn acquire_queued(
     } else {
         &args[..7]
     };
+    if queue.claim_first && waiter.told_turn {
+        if let Some(claimed) =
+            Box::pin(claim(mode, conn, keys, value, &ttl, fencing, waiter)).await?
+        {
+            return Ok(claimed);
+        }
+    }
     let (taken, number, holder, position, head_reserved) = ACQUIRE_QUEUED
-        .run::<(i64, i64, Vec<u8>, i64, i64)>(mode, conn, &[&keys.lock, &fence, &queue_key], args)
+        .run::<(i64, i64, Vec<u8>, i64, i64)>(
+            mode,
+            conn,
+            &[&keys.lock, counter(keys, &fence), &queue_key],
+            args,
+        )
         .await?;
     let place = Place {
         position: u64::try_from(position).unwrap_or(0),
@@ -250,6 +283,46 @@ pub(super) async fn acquire_queued(
     ))
 }
 
+/// Redis refused a script because the slot of its keys is migrating and only some of them
+/// are on the node (TRYAGAIN), after the cluster client's own retries.
+fn is_try_again(err: &redis::RedisError) -> bool {
+    err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::TryAgain)
+}
+
+/// The claim of a lock reserved for this waiter (`?<member>`), declaring the lock key
+/// only (and the fencing counter when a token is drawn): not the queue's key, which the
+/// release that reserved the lock deleted if it popped the queue's last entry. While a
+/// Cluster slot migrates, Redis refuses a script whose declared keys are only partly on a
+/// node (TRYAGAIN) until the migration ends; this one runs wherever the lock key is.
+/// `None` when the lock is not reserved for this waiter (the reservation lapsed): the
+/// queued attempt follows.
+async fn claim(
+    mode: ScriptMode,
+    conn: &mut Conn,
+    keys: &LockKeys,
+    value: &str,
+    ttl: &str,
+    fencing: bool,
+    waiter: &Waiter<'_>,
+) -> redis::RedisResult<Option<Attempt>> {
+    let fence = fencing.then(|| keys.fence());
+    let fencing_flag: &[u8] = if fencing { b"1" } else { b"0" };
+    let (taken, number, listened) = CLAIM
+        .run::<(i64, i64, i64)>(
+            mode,
+            conn,
+            &[&keys.lock, counter(keys, &fence)],
+            &[
+                value.as_bytes(),
+                ttl.as_bytes(),
+                fencing_flag,
+                waiter.member.as_bytes(),
+            ],
+        )
+        .await?;
+    Ok((taken == 1).then(|| attempt_of(taken, number, &[], fencing, None, listened == 1)))
+}
+
 /// What the queue scripts need besides a lock's keys.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Queue<'a> {
@@ -258,6 +331,9 @@ pub(super) struct Queue<'a> {
     pub waiters: &'a str,
     /// A Redlock master: the queue is ordered by the waiters' tickets.
     pub ordered_by_ticket: bool,
+    /// A waiter told that the lock is reserved for it claims it first with a script that
+    /// declares the lock key only (a Cluster, whose slots may migrate: see [`claim`]).
+    pub claim_first: bool,
 }
 
 /// Which releases take the release script's full path (waiter queue, release channel).
@@ -292,23 +368,30 @@ pub(super) async fn release_script(
     keys: &LockKeys,
     value: &str,
 ) -> redis::RedisResult<i64> {
-    let announce_flag = announce.flag();
+    let args: [&[u8]; 4] = [
+        value.as_bytes(),
+        announce.flag(),
+        CLAIM_WINDOW_MS.as_bytes(),
+        waiters.as_bytes(),
+    ];
     // The queue's key is declared although only a release of a marked value reads it: a
     // script must declare every key it touches (a Cluster checks that they share a slot,
     // and routes by them).
-    RELEASE
-        .run::<i64>(
-            mode,
-            conn,
-            &[&keys.lock, &keys.queue()],
-            &[
-                value.as_bytes(),
-                announce_flag,
-                CLAIM_WINDOW_MS.as_bytes(),
-                waiters.as_bytes(),
-            ],
-        )
-        .await
+    let reply = RELEASE
+        .run::<i64>(mode, conn, &[&keys.lock, &keys.queue()], &args)
+        .await;
+    match reply {
+        // The lock's slot is migrating and one of the two keys is missing where the script
+        // was sent. Mostly the queue's, while the lock is still ours: nobody is in line, so
+        // the lock is deleted and the release announced. Or the lock's: expired (nothing is
+        // touched), or moved to the new master in an earlier batch of keys than its queue,
+        // where it is then deleted without a hand-over (its waiters take it at their
+        // timers). Either way the lock key alone decides.
+        Err(err) if is_try_again(&err) => {
+            Box::pin(RELEASE.run::<i64>(mode, conn, &[&keys.lock], &args)).await
+        }
+        reply => reply,
+    }
 }
 
 /// The lean release of a value granted without the mark: 1 deleted, 0 not ours, 2 ours but

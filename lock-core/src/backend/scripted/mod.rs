@@ -386,6 +386,7 @@ impl Backend for Scripted {
                 &Queue {
                     waiters: &self.waiters,
                     ordered_by_ticket: self.ordered_by_ticket,
+                    claim_first: self.announce == Announce::InShard,
                 },
             ))
             .await
