@@ -23,7 +23,8 @@ pub fn subscribed_on(server: &RedisServer, port: u16) -> bool {
 }
 
 /// True when a client connected to `server` on `port` holds a sharded subscription
-/// (SSUBSCRIBE: a Cluster locker waiting in a lock's shard).
+/// (SSUBSCRIBE: a Cluster locker waiting in a lock's shard). Used by the TLS Cluster test.
+#[cfg(feature = "tls")]
 pub fn shard_subscribed_on(server: &RedisServer, port: u16) -> bool {
     server.command(&["CLIENT", "LIST"]).lines().any(|line| {
         line.contains(&format!("laddr=127.0.0.1:{port} "))
