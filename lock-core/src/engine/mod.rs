@@ -24,6 +24,8 @@ pub(crate) mod renew;
 mod turn;
 pub(crate) mod validity;
 
+pub(crate) use attempt::THIS_LOCKER;
+
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;

@@ -372,6 +372,11 @@ impl Config {
 /// Whether two holder labels name the same service: equal labels, or the same application
 /// name (`app@host:pid`).
 fn same_service(holder: Option<&str>, ours: Option<&str>) -> bool {
+    // Another task of this very Locker holds it (found in the local registry, before Redis
+    // was asked): this layer's own requests, whatever the label.
+    if holder == Some(crate::engine::THIS_LOCKER) {
+        return true;
+    }
     let (Some(holder), Some(ours)) = (holder, ours) else {
         return false;
     };
@@ -393,6 +398,9 @@ mod tests {
         assert!(!same_service(Some("a:1"), Some("a:2")));
         assert!(!same_service(Some("cron@a:1"), Some("web@a:1")));
         assert!(!same_service(None, Some("web@a:1")));
+        let this_locker = Some(crate::engine::THIS_LOCKER);
+        assert!(same_service(this_locker, Some("web@a:1")));
+        assert!(same_service(this_locker, None));
     }
 
     #[test]

@@ -369,3 +369,47 @@ async fn retry_after_follows_the_hold_times_not_the_renewed_ttl() {
     assert_eq!(busy.retry_after(), Some(1), "{busy:?}");
     assert_busy(busy, "jobs:5");
 }
+
+/// A rival in this same process finds the holder in the Locker's own registry, before Redis
+/// is asked, and is told the hold times too: not the holder's renewed TTL (30 s here). Under
+/// load, two requests of the test above can meet this way; this one makes it certain.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_rival_in_this_process_is_told_the_hold_times_too() {
+    let server = RedisServer::start();
+    let (entered, mut inside) = tokio::sync::mpsc::unbounded_channel();
+    // Three warm-up requests go straight through; the fourth holds the lock until let go.
+    let gate = std::sync::Arc::new(tokio::sync::Semaphore::new(3));
+    let handler = {
+        let gate = gate.clone();
+        move || async move {
+            let _ = entered.send(());
+            if let Ok(permit) = gate.acquire().await {
+                permit.forget();
+            }
+            "ran"
+        }
+    };
+    let layer =
+        LockLayer::new(locker(&server), key::path("jobs:{id}")).ttl(Duration::from_secs(30));
+    let router = Router::new()
+        .route("/jobs/{id}/run", post(handler))
+        .route_layer(layer);
+    let app = serve(router).await;
+    let http = Http::new();
+    let url = format!("{}/jobs/6/run", app.base_url());
+    for _ in 0..3 {
+        assert_eq!(http.post_json(&url, &[], "{}").await.status, StatusCode::OK);
+        inside.recv().await.expect("the warm-up ran");
+    }
+    let holder = tokio::spawn({
+        let (http, url) = (http.clone(), url.clone());
+        async move { http.post_json(&url, &[], "{}").await }
+    });
+    inside.recv().await.expect("the holder is in its handler");
+    let busy = http.post_json(&url, &[], "{}").await;
+    assert_eq!(busy.status, StatusCode::CONFLICT, "{busy:?}");
+    assert_eq!(busy.retry_after(), Some(1), "{busy:?}");
+    assert_busy(&busy, "jobs:6");
+    gate.add_permits(1);
+    assert_eq!(holder.await.expect("holder").status, StatusCode::OK);
+}
