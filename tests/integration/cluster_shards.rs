@@ -74,6 +74,63 @@ async fn hand_offs_stay_in_the_locks_shard() {
     );
 }
 
+/// The permit sets' turns too: a semaphore's and a read-write lock's waiters of other
+/// Lockers are told in the set's shard, not by a PUBLISH copied to every node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn permit_hand_offs_stay_in_the_sets_shard() {
+    let cluster = RedisCluster::start(3, 1);
+    let lockers: Vec<Locker> = (0..3).map(|_| locker_on(&cluster)).collect();
+    let broadcast_before = cluster.bus_counter("cluster_stats_messages_publish_sent");
+    let sharded_before = cluster.bus_counter("cluster_stats_messages_publishshard_sent");
+    let tasks: Vec<_> = lockers
+        .iter()
+        .cloned()
+        .enumerate()
+        .map(|(i, locker)| {
+            tokio::spawn(async move {
+                for round in 0..12 {
+                    let semaphore = locker.semaphore("hot-permits", 1);
+                    let permit = semaphore
+                        .acquire()
+                        .ttl(5 * SECOND)
+                        .wait(20 * SECOND)
+                        .await
+                        .expect("a permit");
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    assert!(permit.release().await.expect("release"));
+                    // Every third request on the read-write lock is a writer's.
+                    let rw = locker.rwlock("hot-rw");
+                    let request = if (i + round) % 3 == 0 {
+                        rw.write()
+                    } else {
+                        rw.read()
+                    };
+                    let lease = request
+                        .ttl(5 * SECOND)
+                        .wait(20 * SECOND)
+                        .await
+                        .expect("a read or write lease");
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    assert!(lease.release().await.expect("release"));
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.expect("join");
+    }
+    let broadcast = cluster.bus_counter("cluster_stats_messages_publish_sent") - broadcast_before;
+    let sharded = cluster.bus_counter("cluster_stats_messages_publishshard_sent") - sharded_before;
+    assert!(
+        sharded > 0,
+        "turns were announced to waiters in the set's shard (its replica heard them)"
+    );
+    assert_eq!(
+        broadcast, 0,
+        "no permit hand-off message was broadcast to every node ({sharded} stayed in the shard)"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiting_on_many_names_takes_one_pubsub_connection_per_master() {
     let cluster = RedisCluster::start(3, 0);
@@ -203,6 +260,49 @@ async fn turn_notifications_follow_a_moving_slot() {
     // next wait subscribes where the slot is now, not where it was.
     tokio::task::block_in_place(|| cluster.move_slot(&key, from));
     wait_while_held(&cluster, &holder, &waiter, "mover", from, |_| {}).await;
+}
+
+/// A semaphore's waiter listens for its turn in the set's shard, and follows the slot too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn permit_turns_follow_a_moving_slot() {
+    let cluster = RedisCluster::start(3, 0);
+    let holder = locker_on(&cluster);
+    let waiter = locker_on(&cluster);
+    let permit = holder
+        .semaphore("mover-permits", 1)
+        .acquire()
+        .ttl(60 * SECOND)
+        .await
+        .expect("hold the only permit");
+    let key = "lock:{mover-permits}:sem";
+    let pattern = format!("{key}:t:*");
+    let from = cluster.master_of(key);
+    let to = (from + 1) % 3;
+    let waiting = tokio::spawn(async move {
+        let permit = waiter
+            .semaphore("mover-permits", 1)
+            .acquire()
+            .ttl(5 * SECOND)
+            .wait(50 * SECOND)
+            .await?;
+        permit.release().await.map(drop)
+    });
+    assert!(
+        eventually(|| !shard_channels(&cluster, from, &pattern).is_empty()).await,
+        "the waiter listens for its turn on the set's master {from} (SSUBSCRIBE {pattern})"
+    );
+    tokio::task::block_in_place(|| cluster.move_slot(key, to));
+    assert!(
+        eventually(|| !shard_channels(&cluster, to, &pattern).is_empty()).await,
+        "after the slot moved, the waiter listens on its new master"
+    );
+    assert!(shard_channels(&cluster, from, &pattern).is_empty());
+    assert!(permit.release().await.expect("release"), "still held");
+    tokio::time::timeout(20 * SECOND, waiting)
+        .await
+        .expect("the waiter got its turn")
+        .expect("join")
+        .expect("acquired and released");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,5 +1,5 @@
 //! The Lua scripts of semaphores, read-write locks and multi-locks, and the server they run
-//! on: a Functions library of their own (`lockcore_prims_v6`), run like the lock's scripts
+//! on: a Functions library of their own (`lockcore_prims_v7`), run like the lock's scripts
 //! (see [`lua`](crate::backend::lua)).
 
 use std::sync::{Arc, LazyLock, Mutex, PoisonError};
@@ -12,8 +12,9 @@ use crate::connection::shared::{is_connection_failure, Conn, Lent, SharedConnect
 use crate::LockError;
 
 /// Versioned: a script whose keys or arguments change, or a script added, gets a new
-/// library name (v6: the lean permit scripts and `multi_release`).
-const LIBRARY_NAME: &str = "lockcore_prims_v6";
+/// library name (v6: the lean permit scripts and `multi_release`; v7: a Cluster Locker's
+/// permit turns told in the permit set's shard, with SPUBLISH).
+const LIBRARY_NAME: &str = "lockcore_prims_v7";
 
 /// The marker in a permits script where the shared functions of `permits_lib.lua` go: after
 /// the script's fast path, so that a call that returns early defines none of them.

@@ -106,8 +106,8 @@ impl Notifier {
     }
 
     /// A notifier on a Redis Cluster that listens in the shards of the locks it waits for
-    /// (`shards`), and on `dial` only for what is published on its own channel (semaphores'
-    /// turns; every turn on a server without sharded pub/sub). Its channel is `own_channel`
+    /// (`shards`; permit sets' too), and on `dial` only for what is published on its own
+    /// channel (every turn on a server without sharded pub/sub). Its channel is `own_channel`
     /// with a `$` in front: the mark that tells the scripts to announce its turns with
     /// SPUBLISH in the lock's slot.
     #[cfg(feature = "cluster")]
@@ -176,10 +176,34 @@ impl Notifier {
         self.listen_on_own_channel(interest).await
     }
 
-    /// Routes the queue messages about `key` to `signal`, as [`Notifier::listen`], always on
-    /// this Locker's own channel (a semaphore's waiters, whose turns are published there).
-    pub async fn listen_own(&self, key: &str, signal: &Arc<Wake>) -> redis::RedisResult<Interest> {
-        let interest = self.interest(key, signal);
+    /// Routes the turn messages of a permit waiter (`route`, `<holders key>#<waiter id>`) to
+    /// `signal`, as [`Notifier::listen`] does for a lock. On a Cluster with sharded pub/sub
+    /// they come on the holders key's sharded turn channel (`<holders key>:t:<channel>`, in
+    /// the semaphore's slot); elsewhere on this Locker's own channel.
+    pub async fn listen_permits(
+        &self,
+        holders_key: &str,
+        route: &str,
+        signal: &Arc<Wake>,
+    ) -> redis::RedisResult<Interest> {
+        #[allow(unused_mut)]
+        let mut interest = self.interest(route, signal);
+        #[cfg(feature = "cluster")]
+        if let Some(shards) = self.shards() {
+            let channel = turn_channel(holders_key, &self.inner.own_channel);
+            interest.sharded = Some(channel.clone());
+            match shards.want(&channel).await {
+                Err(_) if !shards.supported() => {
+                    // Redis before 7: the scripts fall back to PUBLISH on our channel.
+                    if let Some(channel) = interest.sharded.take() {
+                        shards.unwant(&channel);
+                    }
+                }
+                done => return done.map(|()| interest),
+            }
+        }
+        #[cfg(not(feature = "cluster"))]
+        let _ = holders_key;
         self.listen_on_own_channel(interest).await
     }
 
@@ -532,7 +556,21 @@ impl Listener for Inner {
                 wake(&self.wanted, None);
                 wake(&self.interests, None);
             }
-            (Some(_), Some(lock_key)) => wake(&self.interests, Some(lock_key)),
+            (Some(_), Some(lock_key)) => {
+                wake(&self.interests, Some(lock_key));
+                // A permit set's turn channel: its waiters listen under `<holders key>#<id>`
+                // (a lock's waiters, whose key merely starts so, only look again).
+                let map = self
+                    .interests
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner);
+                map.iter()
+                    .filter(|(key, _)| {
+                        key.strip_prefix(lock_key)
+                            .is_some_and(|rest| rest.starts_with('#'))
+                    })
+                    .for_each(|(_, (_, signal))| signal.wake());
+            }
             (Some(channel), None) => wake(&self.wanted, Some(channel)),
         }
     }

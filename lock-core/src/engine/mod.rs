@@ -24,6 +24,7 @@ pub(crate) mod renew;
 mod turn;
 pub(crate) mod validity;
 
+#[cfg(feature = "tower")]
 pub(crate) use attempt::THIS_LOCKER;
 
 use std::fmt;

@@ -148,6 +148,19 @@ local function outbox(h, own, window)
   return { h = h, own = own, window = window, chans = {}, by = {}, locals = {} }
 end
 
+-- Publishes `msg` for the Locker listening on `channel`. A channel that begins with '$' is
+-- a Cluster Locker's, which listens in the permit set's shard, on `<h>:t:<channel>` (the
+-- holders key's slot): told with SPUBLISH there, so that the message stays in the shard
+-- (with PUBLISH on the channel itself on a server without sharded pub/sub).
+local function send(out, channel, msg)
+  if string.byte(channel, 1) == 36 then
+    if type(redis.pcall('SPUBLISH', out.h .. ':t:' .. channel, msg)) == 'number' then
+      return
+    end
+  end
+  redis.call('PUBLISH', channel, msg)
+end
+
 local function tell(out, ent, kind, ms)
   if ent.channel == '' then return end
   if ent.channel == out.own then
@@ -161,7 +174,7 @@ local function tell(out, ent, kind, ms)
     end
     ids[#ids + 1] = ent.id
   else
-    redis.call('PUBLISH', ent.channel, kind .. ':' .. ms .. ':' .. out.h .. '#' .. ent.id)
+    send(out, ent.channel, kind .. ':' .. ms .. ':' .. out.h .. '#' .. ent.id)
   end
 end
 
@@ -169,10 +182,9 @@ local function flush(out)
   for _, channel in ipairs(out.chans) do
     local ids = out.by[channel]
     if #ids == 1 then
-      redis.call('PUBLISH', channel, 'g:' .. out.window .. ':' .. out.h .. '#' .. ids[1])
+      send(out, channel, 'g:' .. out.window .. ':' .. out.h .. '#' .. ids[1])
     else
-      redis.call('PUBLISH', channel,
-        'b:' .. out.window .. ':' .. table.concat(ids, ',') .. ':' .. out.h)
+      send(out, channel, 'b:' .. out.window .. ':' .. table.concat(ids, ',') .. ':' .. out.h)
     end
   end
 end

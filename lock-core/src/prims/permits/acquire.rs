@@ -261,7 +261,7 @@ async fn run(request: Request<'_>) -> Result<Granted, LockError> {
     undo.id = new_value(&keys.name, None)?;
     if let Some(notifier) = local {
         let route = keys.route(&undo.id);
-        match bounded(bound, notifier.listen_own(&route, &wake)).await {
+        match bounded(bound, notifier.listen_permits(&keys.holders, &route, &wake)).await {
             None => return Err(timeout(first_end, transient)),
             Some(Ok(interest)) => {
                 _interest = Some(interest);
