@@ -8,6 +8,7 @@
 //!   and `cluster_stats_messages_publishshard_sent` (SPUBLISH: to the shard's replicas
 //!   only). A PUBLISH costs a bus message per other node, so its figure grows with the
 //!   cluster; a sharded one does not.
+//! - The same on a semaphore of 2 permits (its turns are told as a lock's are).
 //! - Live resharding: 8 Lockers on 16 names (1 ms holds, 1 s wait), on 3 masters without
 //!   replicas, first for a few seconds undisturbed, then while the slots of the names are
 //!   moved to another master and back, one after the other (keys MIGRATEd ten at a time,
@@ -19,13 +20,46 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use lock_core::{LockError, Locker};
+use lock_core::{LockError, Locker, Permit};
 use lock_tests::RedisCluster;
 use serde::Serialize;
 
 const LOCKERS: usize = 8;
 const NAMES: usize = 16;
 const HOLD: Duration = Duration::from_millis(1);
+/// The semaphore's permits in the hand-off row of permits.
+const PERMITS: u64 = 2;
+
+/// What the Lockers of a loop take: a lock, or a permit of a semaphore of `PERMITS`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Kind {
+    Lock,
+    Permit,
+}
+
+impl Kind {
+    fn label(self) -> String {
+        match self {
+            Kind::Lock => "lock".into(),
+            Kind::Permit => format!("semaphore ({PERMITS} permits)"),
+        }
+    }
+}
+
+/// A lock's lease or a semaphore's permit, released alike.
+enum Held {
+    Lease(lock_core::Lease),
+    Permit(Permit),
+}
+
+impl Held {
+    async fn release(self) -> Result<bool, LockError> {
+        match self {
+            Held::Lease(lease) => lease.release().await,
+            Held::Permit(permit) => permit.release().await,
+        }
+    }
+}
 
 /// S9's figures.
 #[derive(Debug, Clone, Serialize)]
@@ -38,6 +72,8 @@ pub struct Table {
 /// The hot-name hand-off on one cluster size.
 #[derive(Debug, Clone, Serialize)]
 pub struct Handoff {
+    /// "lock", or "semaphore (2 permits)".
+    pub primitive: String,
     pub masters: usize,
     pub acquisitions: u64,
     pub acquisitions_per_s: f64,
@@ -75,12 +111,17 @@ pub async fn run(run_for: Duration, reshard_for: Duration) -> Table {
     };
     for masters in [3, 6] {
         match start(masters, 1) {
-            Ok(cluster) => match handoff(&cluster, masters, run_for).await {
-                Ok(row) => table.handoff.push(row),
-                Err(err) => table
-                    .problems
-                    .push(format!("hand-off, {masters} masters: {err}")),
-            },
+            Ok(cluster) => {
+                for kind in [Kind::Lock, Kind::Permit] {
+                    match handoff(&cluster, masters, kind, run_for).await {
+                        Ok(row) => table.handoff.push(row),
+                        Err(err) => table.problems.push(format!(
+                            "hand-off ({}), {masters} masters: {err}",
+                            kind.label()
+                        )),
+                    }
+                }
+            }
             Err(err) => table.problems.push(err),
         }
     }
@@ -135,13 +176,16 @@ fn lockers(cluster: &RedisCluster) -> Result<Vec<Locker>, String> {
 async fn handoff(
     cluster: &RedisCluster,
     masters: usize,
+    kind: Kind,
     run_for: Duration,
 ) -> Result<Handoff, String> {
     let lockers = lockers(cluster)?;
+    let hot = ["bench:hot".to_owned()];
     // Warm up: connections, scripts, subscriptions.
     loop_on(
         &lockers,
-        &["bench:hot".to_owned()],
+        kind,
+        &hot,
         Duration::from_millis(500),
         SECOND_WAIT,
     )
@@ -149,13 +193,7 @@ async fn handoff(
     let publish = cluster.bus_counter("cluster_stats_messages_publish_sent");
     let shard = cluster.bus_counter("cluster_stats_messages_publishshard_sent");
     let started = Instant::now();
-    let stats = loop_on(
-        &lockers,
-        &["bench:hot".to_owned()],
-        run_for,
-        SECOND_WAIT * 10,
-    )
-    .await;
+    let stats = loop_on(&lockers, kind, &hot, run_for, SECOND_WAIT * 10).await;
     let elapsed = started.elapsed().as_secs_f64();
     let publish = cluster.bus_counter("cluster_stats_messages_publish_sent") - publish;
     let shard = cluster.bus_counter("cluster_stats_messages_publishshard_sent") - shard;
@@ -164,6 +202,7 @@ async fn handoff(
     }
     let per = |n: u64| n as f64 / stats.acquired as f64;
     Ok(Handoff {
+        primitive: kind.label(),
         masters,
         acquisitions: stats.acquired,
         acquisitions_per_s: stats.acquired as f64 / elapsed,
@@ -185,8 +224,15 @@ struct Stats {
     moments: Vec<Instant>,
 }
 
-/// Each locker loops for `run_for` over `names` (one after the other, from its own start).
-async fn loop_on(lockers: &[Locker], names: &[String], run_for: Duration, wait: Duration) -> Stats {
+/// Each locker loops for `run_for` over `names` (one after the other, from its own start),
+/// taking what `kind` says.
+async fn loop_on(
+    lockers: &[Locker],
+    kind: Kind,
+    names: &[String],
+    run_for: Duration,
+    wait: Duration,
+) -> Stats {
     let stats = Arc::new(Mutex::new(Stats::default()));
     let until = Instant::now() + run_for;
     let tasks: Vec<_> = lockers
@@ -200,11 +246,22 @@ async fn loop_on(lockers: &[Locker], names: &[String], run_for: Duration, wait: 
                     k += 1;
                     let name = &names[k % names.len()];
                     let asked = Instant::now();
-                    let result = locker
-                        .lock(name.as_str())
-                        .ttl(Duration::from_secs(5))
-                        .wait(wait)
-                        .await;
+                    let ttl = Duration::from_secs(5);
+                    let result = match kind {
+                        Kind::Lock => locker
+                            .lock(name.as_str())
+                            .ttl(ttl)
+                            .wait(wait)
+                            .await
+                            .map(Held::Lease),
+                        Kind::Permit => locker
+                            .semaphore(name.as_str(), PERMITS)
+                            .acquire()
+                            .ttl(ttl)
+                            .wait(wait)
+                            .await
+                            .map(Held::Permit),
+                    };
                     let took = asked.elapsed();
                     let lease = {
                         let mut s = stats.lock().unwrap_or_else(PoisonError::into_inner);
@@ -271,10 +328,17 @@ fn phase(name: &str, stats: Stats, elapsed: Duration, slot_moves: u64) -> Phase 
 async fn reshard(cluster: &Arc<RedisCluster>, reshard_for: Duration) -> Result<Vec<Phase>, String> {
     let lockers = lockers(cluster)?;
     let names: Vec<String> = (0..NAMES).map(|i| format!("bench:reshard:{i}")).collect();
-    loop_on(&lockers, &names, Duration::from_millis(500), SECOND_WAIT).await;
+    loop_on(
+        &lockers,
+        Kind::Lock,
+        &names,
+        Duration::from_millis(500),
+        SECOND_WAIT,
+    )
+    .await;
     let quiet_for = reshard_for.min(Duration::from_secs(5));
     let started = Instant::now();
-    let quiet = loop_on(&lockers, &names, quiet_for, SECOND_WAIT).await;
+    let quiet = loop_on(&lockers, Kind::Lock, &names, quiet_for, SECOND_WAIT).await;
     let quiet = phase("undisturbed", quiet, started.elapsed(), 0);
 
     let stop = Arc::new(AtomicBool::new(false));
@@ -307,7 +371,7 @@ async fn reshard(cluster: &Arc<RedisCluster>, reshard_for: Duration) -> Result<V
         })
     };
     let started = Instant::now();
-    let moving = loop_on(&lockers, &names, reshard_for, SECOND_WAIT).await;
+    let moving = loop_on(&lockers, Kind::Lock, &names, reshard_for, SECOND_WAIT).await;
     let elapsed = started.elapsed();
     stop.store(true, Ordering::Relaxed);
     let moves = mover
@@ -320,24 +384,33 @@ impl Table {
     pub fn markdown(&self) -> String {
         let mut out = String::from(
             "Hand-off on one hot name (8 Lockers, ~1 ms holds), one replica per master:\n\n\
-             | masters | acquisitions/s | bus PUBLISH messages / acquisition | bus SPUBLISH messages / acquisition |\n\
-             |---:|---:|---:|---:|\n",
+             | primitive | masters | acquisitions/s | bus PUBLISH messages / acquisition | bus SPUBLISH messages / acquisition |\n\
+             |---|---:|---:|---:|---:|\n",
         );
         for row in &self.handoff {
             out.push_str(&format!(
-                "| {} | {:.0} | {:.2} | {:.2} |\n",
+                "| {} | {} | {:.0} | {:.2} | {:.2} |\n",
+                row.primitive,
                 row.masters,
                 row.acquisitions_per_s,
                 row.publish_per_acquisition,
                 row.publishshard_per_acquisition
             ));
         }
-        if let [three, six] = &self.handoff[..] {
-            let total = |r: &Handoff| r.publish_per_acquisition + r.publishshard_per_acquisition;
-            out.push_str(&format!(
-                "\nBus messages per acquisition, 6 masters / 3 masters: {:.2}\n",
-                total(six) / total(three).max(f64::MIN_POSITIVE)
-            ));
+        let total = |r: &Handoff| r.publish_per_acquisition + r.publishshard_per_acquisition;
+        for kind in [Kind::Lock, Kind::Permit] {
+            let label = kind.label();
+            let rows: Vec<&Handoff> = self
+                .handoff
+                .iter()
+                .filter(|r| r.primitive == label)
+                .collect();
+            if let [three, six] = rows[..] {
+                out.push_str(&format!(
+                    "\nBus messages per acquisition ({label}), 6 masters / 3 masters: {:.2}\n",
+                    total(six) / total(three).max(f64::MIN_POSITIVE)
+                ));
+            }
         }
         out.push_str(
             "\nLive resharding (8 Lockers on 16 names, ~1 ms holds, 1 s wait, 3 masters):\n\n\
