@@ -48,6 +48,9 @@ impl TlsSetting {
 }
 
 /// Where a notifier opens its pub/sub connection.
+// One per notifier, and the plain client, the common case, is the large variant: boxing it
+// would buy nothing. (The lint fires only with `sentinel` and without `tls-rustls`.)
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone)]
 pub(crate) enum Dial {
     /// A plain client (TLS settings, if any, inside it).
