@@ -12,15 +12,17 @@ use crate::support::{
 };
 
 /// A command that runs for several TTLs keeps its lock without any flag: renewal is the
-/// default, and the command ends with its own status.
+/// default, and the command ends with its own status. (A 1 s TTL, renewed every 333 ms: a
+/// loaded machine may stall lockctl for a few hundred milliseconds, which a shorter TTL
+/// would not survive.)
 #[test]
 fn run_renews_by_default_while_the_command_runs() {
     let server = RedisServer::start();
     let dir = tempfile::tempdir().unwrap();
     let done = dir.path().join("done");
     let mut child = lockctl(&server)
-        .args(["run", "--key", "backup", "--ttl", "300ms", "--"])
-        .args(["sh", "-c", "sleep 1.2; touch \"$DONE\""])
+        .args(["run", "--key", "backup", "--ttl", "1s", "--"])
+        .args(["sh", "-c", "sleep 3.5; touch \"$DONE\""])
         .env("DONE", &done)
         .stderr(Stdio::piped())
         .spawn()
