@@ -170,8 +170,10 @@ async fn permits(locker: &Locker, other: &Locker, name: &str) -> Result<(), Stri
         })
     };
     tokio::time::sleep(Duration::from_millis(100)).await;
-    step(r1.release().await, "reader's release", name)?;
+    // The last reader out is of the other Locker: the writer's turn is a message (on a
+    // Cluster, in the set's shard, on a channel named after the hostile name).
     step(r2.release().await, "reader's release", name)?;
+    step(r1.release().await, "reader's release", name)?;
     let w = step(
         writer.await.map_err(|err| err.to_string())?,
         "write lock",
