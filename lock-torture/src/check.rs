@@ -92,6 +92,14 @@
 //! violation. Tokens drawn after a restart start again from 1; such regressions are counted
 //! as `fence_resets`, and the fenced store rejects those holders' writes until the counter
 //! passes its old value (safe, but a loss of liveness).
+//!
+//! # Where
+//!
+//! This file holds the [`History`], the acquisitions it is merged into, and [`check`], which
+//! runs every rule. The [`Report`] is in `check/report.rs`; multi-locks are split per name
+//! in `check/multi.rs`; `overlap`, `silent-release` and the rules judged on each grant
+//! alone are in `check/overlap.rs`, `check/releases.rs` and `check/grant.rs`; the paused
+//! holders' counts in `check/paused.rs`; every other rule in the file named after it.
 
 mod capacity;
 mod deadline;
@@ -101,11 +109,17 @@ mod errors;
 mod failover;
 mod fences;
 mod ghost;
+mod grant;
 mod leftover;
 pub mod liveness;
+mod multi;
 mod nested;
+mod overlap;
+mod paused;
 mod permits;
+mod releases;
 mod replica_stall;
+mod report;
 mod requests;
 mod revival;
 pub mod schedule;
@@ -115,10 +129,16 @@ mod writes;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use crate::clock::{self, ms, Nanos};
+use crate::clock::Nanos;
 use crate::event::{Acquired, Event, FailKind, ReleaseOutcome, WriteOutcome};
-use failover::{Anomaly, Replication};
+use failover::Replication;
 use fences::{check_fences, LOCK_FENCES};
+use grant::check_grant;
+use multi::expand_multi;
+use overlap::check_overlaps;
+use paused::count_paused_holders;
+use releases::check_releases;
+pub use report::{Report, Violation};
 use writes::{check_writes, WriteRow};
 
 /// Everything a run produced.
@@ -128,209 +148,6 @@ pub struct History {
     pub events: Vec<Event>,
     /// Per lock name, the writes the fenced store accepted, in its order: `(token, writer)`.
     pub store: BTreeMap<String, Vec<(u64, String)>>,
-}
-
-/// A broken rule.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Violation {
-    /// Which rule (see the module docs).
-    pub rule: &'static str,
-    /// The lock name.
-    pub name: String,
-    /// What exactly happened, with acquisition ids and stamps.
-    pub detail: String,
-}
-
-/// What a run amounted to.
-#[derive(Debug, Default, Clone)]
-pub struct Report {
-    /// Leases granted.
-    pub acquisitions: u64,
-    /// Faults injected.
-    pub faults: u64,
-    /// Broken rules.
-    pub violations: Vec<Violation>,
-    /// Overlaps explained by a server that came back empty while a holder trusted its lease.
-    pub expected_restart_overlaps: u64,
-    /// Anomalies that the deployment does not promise to prevent, by `<rule>/<explanation>`
-    /// (e.g. `overlap/stale-master`; see [`failover`]), each backed by evidence from the run.
-    /// Restart overlaps of a single server or a Redlock node count as `overlap/restart`.
-    pub expected: BTreeMap<String, u64>,
-    /// Acquisitions whose fencing token did not exceed one drawn before a restart.
-    pub fence_resets: u64,
-    /// Writes the fenced store accepted.
-    pub writes_accepted: u64,
-    /// Writes the fenced store refused because a newer holder had written.
-    pub stale_writes_rejected: u64,
-    /// Writes refused because the writer's token was drawn after a restart reset the
-    /// counter below the store's high-water mark (the holder was legitimate; see
-    /// `fence_resets`).
-    pub writes_fenced_out_after_reset: u64,
-    /// Acquisitions whose holder was stopped (SIGSTOP) while it trusted its lease.
-    pub paused_holders: u64,
-    /// Of those, how many were told their lease was lost.
-    pub paused_holders_told_lost: u64,
-    /// Of those, how many wrote and had the write refused by fencing.
-    pub paused_writes_rejected: u64,
-    /// Writes sent after the writer's lease validity had ended (accepted or not), and
-    /// work done by a permit's or read-write side's holder after its validity ended.
-    pub late_writes: u64,
-    /// Acquisitions whose holder was told its lease was lost.
-    pub lost_detected: u64,
-    /// Releases that returned `true`.
-    pub released: u64,
-    /// Releases that returned `false` (the lease had expired or been taken over).
-    pub release_not_held: u64,
-    /// Releases that failed (server unreachable ...).
-    pub release_errors: u64,
-    /// Failed acquires by kind (contention excluded).
-    pub acquire_errors: BTreeMap<String, u64>,
-    /// Acquires that ended in contention (busy, timeout).
-    pub contention: u64,
-    /// The most grants of a lock to requests made after a client began waiting for it,
-    /// in one of its uninterrupted waits (rule `starvation`; outside faults).
-    pub most_passed_over: u64,
-    /// The largest amount by which a waiting request outlived its wait (within the
-    /// allowance, or it is also a violation); requests of paused clients are left out.
-    pub max_wait_overrun: Nanos,
-    /// Times a client's runtime was seen not running for more than 10 ms (see
-    /// [`Event::Hiccup`]).
-    pub client_hiccups: u64,
-    /// Nested `#[redis_locked]` calls whose body ran.
-    pub nested_ran: u64,
-    /// Nested `#[redis_locked]` calls refused with `Lost`.
-    pub nested_refused: u64,
-    /// Looks at the lock's key on every node after a `WrongType` error.
-    pub foreign_probes: u64,
-    /// Looks at a lock's key after a cancelled request ([`Event::CancelProbe`]).
-    pub cancel_probes: u64,
-    /// Requests dropped by the cancellation fault.
-    pub cancelled: u64,
-    /// Whether locks were granted again after the last fault healed (true without faults).
-    pub resumed: bool,
-    /// Semaphores: the most permits of one name trusted at once (the rule `permits` bites
-    /// only if this reaches the limit); `None` without semaphore acquisitions.
-    pub peak_permits: Option<u64>,
-    /// Read-write locks: the most readers of one name trusted at once, and how many write
-    /// sides were granted; `None` without read-write acquisitions.
-    pub peak_readers: Option<(u64, u64)>,
-    /// Replicated deployments (Cluster, Sentinel): leases that no server's `MONITOR` stream
-    /// showed being granted. Every unseen grant is a lease the failover rules cannot judge,
-    /// so a replicated run with any fails (rule `unseen-grant`); `None` on the deployments
-    /// that are not watched (one server, Redlock).
-    pub unseen_grants: Option<u64>,
-    /// Elections: how many changes of leadership the observers were told of; `None`
-    /// without observers.
-    pub leader_changes_seen: Option<u64>,
-    /// Scheduled runs: ticks, runs, skips ([`schedule`]); `None` without them.
-    pub schedule: Option<schedule::ScheduleStats>,
-}
-
-impl Report {
-    /// Counts an expected anomaly.
-    fn expect(&mut self, rule: &str, why: &str) {
-        *self.expected.entry(format!("{rule}/{why}")).or_default() += 1;
-    }
-
-    /// How many expected anomalies, of every kind.
-    pub fn expected_total(&self) -> u64 {
-        self.expected.values().sum()
-    }
-
-    /// True when no rule was broken and locking resumed after the faults.
-    pub fn passed(&self) -> bool {
-        self.violations.is_empty() && self.resumed
-    }
-
-    /// How many violations each rule had, e.g. `late-grant:5,nested-on-lost:2`.
-    pub fn by_rule(&self) -> String {
-        let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
-        for v in &self.violations {
-            *counts.entry(v.rule).or_default() += 1;
-        }
-        counts
-            .iter()
-            .map(|(rule, n)| format!("{rule}:{n}"))
-            .collect::<Vec<_>>()
-            .join(",")
-    }
-
-    /// The one-line summary: `key=value` pairs.
-    pub fn summary(&self) -> String {
-        let errors = if self.acquire_errors.is_empty() {
-            "0".to_owned()
-        } else {
-            self.acquire_errors
-                .iter()
-                .map(|(kind, n)| format!("{kind}:{n}"))
-                .collect::<Vec<_>>()
-                .join(",")
-        };
-        let expected = if self.expected.is_empty() {
-            "0".to_owned()
-        } else {
-            self.expected
-                .iter()
-                .map(|(kind, n)| format!("{kind}:{n}"))
-                .collect::<Vec<_>>()
-                .join(",")
-        };
-        let mut prims = String::new();
-        if let Some(peak) = self.peak_permits {
-            prims.push_str(&format!(" peak_permits={peak}"));
-        }
-        if let Some((readers, writes)) = self.peak_readers {
-            prims.push_str(&format!(" peak_readers={readers} writes={writes}"));
-        }
-        if let Some(n) = self.leader_changes_seen {
-            prims.push_str(&format!(" leader_changes_seen={n}"));
-        }
-        if let Some(s) = self.schedule {
-            prims.push_str(&format!(
-                " ticks={} runs={} skipped={} tick_errors={} late_fires={} unfired_ticks={} judged_ticks={}",
-                s.ticks, s.runs, s.skipped, s.errors, s.late_fires, s.unfired, s.judged
-            ));
-        }
-        let unseen = self
-            .unseen_grants
-            .map_or_else(|| "-".to_owned(), |n| n.to_string());
-        format!(
-            "acquisitions={} faults={} violations={} expected={expected}{prims} unseen_grants={unseen} stale_writes_rejected={} \
-             lost_leases_detected={} late_writes={} writes_accepted={} \
-             writes_fenced_out_after_reset={} paused_holders={} paused_holders_told_lost={} \
-             paused_writes_rejected={} released={} \
-             release_not_held={} release_errors={} expected_restart_overlaps={} \
-             fence_resets={} contention={} most_passed_over={} max_wait_overrun_ms={:.1} client_hiccups={} nested_ran={} \
-             nested_refused={} foreign_probes={} cancelled={} cancel_probes={} acquire_errors={} resumed={}",
-            self.acquisitions,
-            self.faults,
-            self.violations.len(),
-            self.stale_writes_rejected,
-            self.lost_detected,
-            self.late_writes,
-            self.writes_accepted,
-            self.writes_fenced_out_after_reset,
-            self.paused_holders,
-            self.paused_holders_told_lost,
-            self.paused_writes_rejected,
-            self.released,
-            self.release_not_held,
-            self.release_errors,
-            self.expected_restart_overlaps,
-            self.fence_resets,
-            self.contention,
-            self.most_passed_over,
-            self.max_wait_overrun as f64 / 1e6,
-            self.client_hiccups,
-            self.nested_ran,
-            self.nested_refused,
-            self.foreign_probes,
-            self.cancelled,
-            self.cancel_probes,
-            errors,
-            if self.resumed { "yes" } else { "NO" },
-        )
-    }
 }
 
 /// One acquisition with everything that followed it.
@@ -595,270 +412,6 @@ pub fn check(history: &History, nodes: usize) -> Report {
     replica_stall::check(&history.events, &mut report);
     vacancy::check(&history.events, &mut report);
     report
-}
-
-/// A multi-lock is logged as one acquisition with every name of its set; the rules judge
-/// each name: one acquisition per name (`<id>/<name>`), and every event about the lease
-/// once for each of them.
-fn expand_multi(events: &[Event]) -> Vec<Event> {
-    let sets: HashMap<&str, &[String]> = events
-        .iter()
-        .filter_map(|e| match e {
-            Event::Acquired(a) => a.set.as_deref().map(|set| (a.id.as_str(), set)),
-            _ => None,
-        })
-        .collect();
-    if sets.is_empty() {
-        return events.to_vec();
-    }
-    let mut out = Vec::with_capacity(events.len());
-    for event in events {
-        let id = match event {
-            Event::Acquired(a) => Some(&a.id),
-            Event::Extended { id, .. }
-            | Event::Observed { id, .. }
-            | Event::LostDetected { id, .. }
-            | Event::Work { id, .. }
-            | Event::Write { id, .. }
-            | Event::Releasing { id, .. }
-            | Event::Release { id, .. } => Some(id),
-            _ => None,
-        };
-        let Some(set) = id.and_then(|id| sets.get(id.as_str())) else {
-            out.push(event.clone());
-            continue;
-        };
-        for name in *set {
-            let mut one = event.clone();
-            match &mut one {
-                Event::Acquired(a) => {
-                    a.id = format!("{}/{name}", a.id);
-                    a.name = name.clone();
-                }
-                Event::Work { id, name: n, .. } | Event::Write { id, name: n, .. } => {
-                    *id = format!("{id}/{name}");
-                    *n = name.clone();
-                }
-                Event::Extended { id, .. }
-                | Event::Observed { id, .. }
-                | Event::LostDetected { id, .. }
-                | Event::Releasing { id, .. }
-                | Event::Release { id, .. } => *id = format!("{id}/{name}"),
-                _ => {}
-            }
-            out.push(one);
-        }
-    }
-    out
-}
-
-/// The GC-pause scenario: holders stopped past the end of their validity.
-fn count_paused_holders(
-    acqs: &[Acq],
-    pauses: &[(u32, Nanos, Nanos)],
-    writes: &[WriteRow],
-    report: &mut Report,
-) {
-    let rejected: HashSet<&str> = writes
-        .iter()
-        .filter(|w| w.outcome == WriteOutcome::Rejected)
-        .map(|w| w.id.as_str())
-        .collect();
-    for acq in acqs {
-        let paused = pauses.iter().any(|&(client, start, end)| {
-            client == acq.a.client
-                && acq.a.acquired <= start
-                && start < acq.trusted_until()
-                && end > acq.claim_end
-        });
-        if !paused {
-            continue;
-        }
-        report.paused_holders += 1;
-        // Told: the loss signal or an extension said so, or `is_lost()` at the release
-        // (an annotated round's only look after its hold).
-        if acq.lost_at.is_some() || acq.release.is_some_and(|(_, _, lost)| lost) {
-            report.paused_holders_told_lost += 1;
-        }
-        if rejected.contains(acq.a.id.as_str()) {
-            report.paused_writes_rejected += 1;
-        }
-    }
-}
-
-/// Rule `overlap` (`rule`: an election's is `leader-overlap`): a sweep over trusted
-/// intervals sorted by start.
-fn check_overlaps(
-    rule: &'static str,
-    name: &str,
-    list: &[&Acq],
-    downs: &[Down],
-    replication: &Replication<'_>,
-    report: &mut Report,
-) {
-    // The interval that reaches furthest so far.
-    let mut reach: Option<&Acq> = None;
-    for &next in list {
-        if next.trusted_until() <= next.a.acquired {
-            continue; // already invalid when handed over (a reply slower than the TTL)
-        }
-        if let Some(earlier) = reach {
-            if next.a.acquired < earlier.trusted_until() {
-                let restart = downs.iter().find(|d| {
-                    earlier.a.attempt_start <= d.start
-                        && d.start <= next.a.acquired
-                        && d.end < earlier.trusted_until()
-                });
-                let explained = replication.explain(Anomaly::Overlap, name, earlier, next);
-                if restart.is_some() {
-                    report.expected_restart_overlaps += 1;
-                    report.expect(rule, "restart");
-                } else if let Some(why) = explained {
-                    report.expect(rule, why);
-                } else {
-                    report.violations.push(Violation {
-                        rule,
-                        name: name.to_owned(),
-                        detail: format!(
-                            "{} trusted its lease from {} to {} but {} was granted at {} ({} before the first one's trust ended){}",
-                            earlier.a.id,
-                            earlier.a.acquired,
-                            earlier.trusted_until(),
-                            next.a.id,
-                            next.a.acquired,
-                            ms(earlier.trusted_until() - next.a.acquired),
-                            replication.origins(&[earlier, next]),
-                        ),
-                    });
-                }
-            }
-        }
-        if reach.is_none_or(|r| next.trusted_until() > r.trusted_until()) {
-            reach = Some(next);
-        }
-    }
-}
-
-/// Rule `silent-release` (one family and name: a lock's, a semaphore's or a read-write
-/// lock's acquisitions).
-fn check_releases(name: &str, list: &[&Acq], replication: &Replication<'_>, report: &mut Report) {
-    for (pos, acq) in list.iter().enumerate() {
-        let Some((sent, outcome, lost_reported)) = acq.release else {
-            continue;
-        };
-        if outcome != ReleaseOutcome::Released {
-            continue;
-        }
-        if sent > acq.claim_end && !lost_reported {
-            report.violations.push(Violation {
-                rule: "silent-release",
-                name: name.to_owned(),
-                detail: format!(
-                    "{} released at {}, {} after its validity ended, with release() == true and is_lost() == false",
-                    acq.a.id,
-                    sent,
-                    ms(sent - acq.claim_end)
-                ),
-            });
-        }
-        // `list` is sorted by grant time: later grants before our release was sent.
-        for other in &list[pos + 1..] {
-            if other.a.acquired >= sent {
-                break;
-            }
-            if !permits::excludes(acq.a.kind, other.a.kind) {
-                continue; // permits, and readers among themselves, may be granted meanwhile
-            }
-            if other.a.attempt_start > acq.a.acquired {
-                if let Some(why) = replication.explain(Anomaly::Overlap, name, acq, other) {
-                    report.expect("silent-release", why);
-                    continue;
-                }
-                report.violations.push(Violation {
-                    rule: "silent-release",
-                    name: name.to_owned(),
-                    detail: format!(
-                        "{} was granted at {} (attempt from {}) after {} was granted at {}, yet {}'s release at {} returned true",
-                        other.a.id, other.a.acquired, other.a.attempt_start, acq.a.id, acq.a.acquired, acq.a.id, sent
-                    ),
-                });
-            }
-        }
-    }
-}
-
-/// Rules `acquired-while-down`, `acquired-over-foreign-value`, `validity-claim`.
-fn check_grant(
-    acq: &Acq,
-    nodes: usize,
-    downs: &[Down],
-    foreign: &[(String, Nanos, Nanos)],
-    report: &mut Report,
-) {
-    let a = &acq.a;
-    if nodes == 1 {
-        if let Some(d) = downs
-            .iter()
-            .find(|d| d.start <= a.attempt_start && a.acquired <= d.end)
-        {
-            report.violations.push(Violation {
-                rule: "acquired-while-down",
-                name: a.name.clone(),
-                detail: format!(
-                    "{}'s attempt ran from {} to {}, inside the outage {}..{}",
-                    a.id, a.attempt_start, a.acquired, d.start, d.end
-                ),
-            });
-        }
-    }
-    if let Some((_, start, end)) = foreign
-        .iter()
-        .find(|(n, s, e)| *n == a.name && *s <= a.attempt_start && a.acquired <= *e)
-    {
-        report.violations.push(Violation {
-            rule: "acquired-over-foreign-value",
-            name: a.name.clone(),
-            detail: format!(
-                "{} was granted at {} while a hash sat on the key ({start}..{end})",
-                a.id, a.acquired
-            ),
-        });
-    }
-    // The library says when the successful attempt began (`acquired_at`): inside the call,
-    // before the grant. Outside that, either it or the harness's stamps are wrong, and every
-    // rule that reads them is unsound.
-    if a.attempt_start.saturating_add(clock::SETTLED) < a.call_start
-        || a.acquired.saturating_add(clock::SETTLED) < a.attempt_start
-    {
-        report.violations.push(Violation {
-            rule: "stamp-order",
-            name: a.name.clone(),
-            detail: format!(
-                "{}: call at {}, attempt at {}, granted at {}: the attempt is stamped outside its call",
-                a.id, a.call_start, a.attempt_start, a.acquired
-            ),
-        });
-    }
-    let ttl = a.ttl_ms.saturating_mul(1_000_000);
-    // A leadership is logged after the campaign announced it, a round trip after the
-    // grant, and a renewal may have moved its validity meanwhile: not judged.
-    if a.kind == crate::event::HoldKind::Leader {
-        return;
-    }
-    // A lease handed over with no validity left (a reply slower than the TTL) claims
-    // nothing; its stamp is merely the moment it was looked at.
-    if a.valid_until > a.acquired && a.valid_until > a.attempt_start.saturating_add(ttl) {
-        report.violations.push(Violation {
-            rule: "validity-claim",
-            name: a.name.clone(),
-            detail: format!(
-                "{} reported validity until {}, {} past attempt start + TTL",
-                a.id,
-                a.valid_until,
-                ms(a.valid_until - a.attempt_start - ttl)
-            ),
-        });
-    }
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! The checker on synthetic histories: one or more per rule.
 
 use super::*;
+use crate::clock;
 use crate::event::{HoldKind, Look};
 
 const MS: u64 = 1_000_000;

@@ -16,8 +16,10 @@ use std::time::Duration;
 
 use lock_core::LockError;
 
+use super::failure::{failed, Request};
 use super::guard::Guard;
-use super::{failed, hold, millis, Ctx, Held, Request};
+use super::held::{hold, Held};
+use super::{millis, Ctx};
 use crate::check::liveness::CLAIM_WINDOW;
 use crate::clock::{self, Nanos};
 use crate::event::{Event, HoldKind, Look};

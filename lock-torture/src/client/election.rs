@@ -14,7 +14,8 @@ use std::time::Duration;
 
 use lock_core::{LeaderChange, Leadership};
 
-use super::{fail_kind, fenced_write, log_release, Ctx};
+use super::held::{fenced_write, log_release};
+use super::{fail_kind, Ctx};
 use crate::clock::{self, Nanos};
 use crate::event::{Acquired, Event, FailKind, HoldKind};
 

@@ -12,7 +12,8 @@
 use std::time::Duration;
 
 use super::guard::Guard;
-use super::{observe, Ctx};
+use super::held::observe;
+use super::Ctx;
 use crate::clock::{self, Nanos};
 use crate::event::Event;
 

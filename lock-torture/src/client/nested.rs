@@ -94,14 +94,14 @@ pub(super) async fn round(
             });
         }
         (Trace { id: None, .. }, Err(err)) => {
-            let request = super::Request {
+            let request = super::failure::Request {
                 name: format!("torture:{index}"),
                 call_start,
                 wait: WAIT,
                 hold: crate::event::HoldKind::Lock,
                 set: None,
             };
-            super::failed(ctx, rng, request, &err).await;
+            super::failure::failed(ctx, rng, request, &err).await;
         }
         // The body ran, so it recorded its id.
         (Trace { id: None, .. }, Ok(())) => {}
