@@ -7,6 +7,7 @@
 //! other trusted interval of the name). Both are judged from the same trusted intervals as
 //! the lock's `overlap` rule (see [`crate::check`]).
 
+use crate::mode::Mode;
 use crate::topology::Topology;
 
 /// A primitive of lock-core.
@@ -104,6 +105,30 @@ impl Primitive {
         self.is_permit_set() || matches!(self, Primitive::Election | Primitive::Deadlock)
     }
 
+    /// Whether the torture can run this primitive on `topology` in `mode`; the reason when it
+    /// cannot. A permit set on a Cluster runs in the modes that move no master (no
+    /// failover, kill or pause of a master): the checker's failover evidence does not tell
+    /// a reservation from a grant, so an overlap across a failover would go unexplained,
+    /// while the slot moves of `reshard` and the clients' faults are judged in full.
+    pub fn runs_in(self, topology: Topology, mode: Mode) -> Result<(), String> {
+        self.supports(topology)?;
+        let moves_a_master = matches!(
+            mode,
+            Mode::KillMaster | Mode::Failover | Mode::PauseMaster | Mode::Mixed
+        );
+        if self.is_permit_set() && topology == Topology::Cluster && moves_a_master {
+            return Err(format!(
+                "--primitive {} runs on a Cluster in the modes that move no master (none, \
+                 reshard, pause, pause-waiter, kill-waiter, kill-woken-head), not in {}: the \
+                 checker's failover evidence does not tell a permit's reservation from its \
+                 grant",
+                self.name(),
+                mode.name()
+            ));
+        }
+        Ok(())
+    }
+
     /// Whether the torture can run this primitive on `topology`; the reason when it cannot.
     pub fn supports(self, topology: Topology) -> Result<(), String> {
         match (self, topology) {
@@ -139,7 +164,8 @@ impl Primitive {
                  holders to N); use --topology single, or --primitive mutex",
                 self.name()
             )),
-            (_, Topology::Cluster | Topology::Sentinel) => Err(format!(
+            (Primitive::Semaphore | Primitive::Rwlock, Topology::Cluster) => Ok(()),
+            (_, Topology::Sentinel) => Err(format!(
                 "--primitive {} is not tortured on {} yet: lock-core supports it there, but \
                  the checker's failover evidence (which master granted which lease, read \
                  from MONITOR) covers only the lock's scripts, so every overlap across a \
@@ -156,10 +182,24 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_one_server_runs_the_new_primitives() {
+    fn permit_sets_run_on_one_server_and_on_a_cluster_that_moves_no_master() {
         for p in [Primitive::Semaphore, Primitive::Rwlock] {
             assert!(p.supports(Topology::Single).is_ok());
-            for t in [Topology::Redlock, Topology::Cluster, Topology::Sentinel] {
+            assert!(p.runs_in(Topology::Cluster, Mode::Reshard).is_ok());
+            assert!(p.runs_in(Topology::Cluster, Mode::KillWokenHead).is_ok());
+            for mode in [
+                Mode::Failover,
+                Mode::KillMaster,
+                Mode::PauseMaster,
+                Mode::Mixed,
+            ] {
+                let why = p.runs_in(Topology::Cluster, mode).unwrap_err();
+                assert!(why.contains(mode.name()), "{why}");
+            }
+            assert!(Primitive::Mutex
+                .runs_in(Topology::Cluster, Mode::Failover)
+                .is_ok());
+            for t in [Topology::Redlock, Topology::Sentinel] {
                 let why = p.supports(t).unwrap_err();
                 assert!(why.contains(t.name()) || why.contains("Redlock"), "{why}");
             }

@@ -36,19 +36,31 @@ pub struct RunOutcome {
 /// prints one summary line per run, and returns the outcomes.
 pub fn run(args: &RunArgs) -> Result<Vec<RunOutcome>, BoxError> {
     let settings = Settings::resolve(args)?;
-    let modes: Vec<Mode> = args
+    // (mode, asked by name): `all`'s modes that a primitive cannot run in are left out for
+    // it; one asked by name is an error.
+    let modes: Vec<(Mode, bool)> = args
         .mode
         .iter()
         .flat_map(|&mode| match mode {
-            Mode::All => settings.topology.modes().to_vec(),
-            one => vec![one],
+            Mode::All => settings
+                .topology
+                .modes()
+                .iter()
+                .map(|&one| (one, false))
+                .collect(),
+            one => vec![(one, true)],
         })
         .collect();
-    let runs: Vec<(Primitive, Mode)> = settings
-        .primitives
-        .iter()
-        .flat_map(|&primitive| modes.iter().map(move |&mode| (primitive, mode)))
-        .collect();
+    let mut runs: Vec<(Primitive, Mode)> = Vec::new();
+    for &primitive in &settings.primitives {
+        for &(mode, named) in &modes {
+            match primitive.runs_in(settings.topology, mode) {
+                Ok(()) => runs.push((primitive, mode)),
+                Err(why) if named => return Err(why.into()),
+                Err(_) => {}
+            }
+        }
+    }
     let mut outcomes = Vec::new();
     for (primitive, mode) in runs {
         let outcome = run_one(args, &settings, primitive, mode)?;

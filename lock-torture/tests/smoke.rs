@@ -74,7 +74,19 @@ fn the_new_primitives_are_refused_where_they_do_not_run() {
     assert!(stderr.contains("refuses elections"), "{stderr}");
     let (code, _, stderr) = torture(&["run", "--primitive", "all", "--topology", "cluster"]);
     assert_eq!(code, 2, "{stderr}");
-    assert!(stderr.contains("not tortured on cluster"), "{stderr}");
+    assert!(stderr.contains("one server only"), "{stderr}");
+    // A permit set runs on a Cluster, but not in a mode that moves a master.
+    let (code, _, stderr) = torture(&[
+        "run",
+        "--primitive",
+        "semaphore",
+        "--topology",
+        "cluster",
+        "--mode",
+        "failover",
+    ]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("move no master"), "{stderr}");
     // ... and without scripts.
     let (code, _, stderr) = torture(&[
         "run",

@@ -10,7 +10,11 @@
 //! (`INCR` of the counter, which the torture's locker asks for on every acquisition); a
 //! script that found the lock busy sets nothing or draws nothing. So a `SET lock:{n}
 //! <token>:...` followed, in the same script run, by `INCR lock:{n}:fence` is a grant of
-//! that token by that server: an [`Event::Granted`].
+//! that token by that server: an [`Event::Granted`]. A permit set (semaphore, read-write
+//! lock) draws no token: a `ZADD` to its holders key (`lock:{n}:sem`, `lock:{n}:rw`) of a
+//! holder member (`<weight> <value>`, a positive score: when it ends) is the grant, a
+//! waiter's reservation and an extension included (they grant on the same server; the
+//! torture runs permit sets on a Cluster only in modes that move no master).
 //!
 //! The stream of a killed server ends; its thread reconnects as soon as the new process
 //! listens (a grant made before it is attached is missed, and the checker then treats the
@@ -95,12 +99,14 @@ fn follow(port: u16, log: &Log, stop: &AtomicBool, attached: &std::sync::mpsc::S
                     let text = String::from_utf8_lossy(&line);
                     if text.starts_with("+OK") {
                         let _ = attached.send(());
-                    } else if let Some(token) = script.feed(text.trim_end()) {
-                        let _ = log.write(&Event::Granted {
-                            node: port,
-                            t: to_shared_clock(script.stamp),
-                            token,
-                        });
+                    } else {
+                        for token in script.feed(text.trim_end()) {
+                            let _ = log.write(&Event::Granted {
+                                node: port,
+                                t: to_shared_clock(script.stamp),
+                                token,
+                            });
+                        }
                     }
                     line.clear();
                 }
@@ -123,8 +129,12 @@ struct Script {
 }
 
 impl Script {
-    /// Takes one MONITOR line; returns the token of a grant it completes.
-    fn feed(&mut self, line: &str) -> Option<String> {
+    /// Takes one MONITOR line; returns the tokens of the grants it completes.
+    fn feed(&mut self, line: &str) -> Vec<String> {
+        self.grants(line).unwrap_or_default()
+    }
+
+    fn grants(&mut self, line: &str) -> Option<Vec<String>> {
         let (stamp, rest) = line.trim_start_matches('+').split_once(' ')?;
         let (source, args) = rest.strip_prefix('[')?.split_once("] ")?;
         if !source.ends_with(" lua") {
@@ -145,11 +155,34 @@ impl Script {
             "INCR" => {
                 let lock = key.strip_suffix(":fence")?;
                 let at = self.sets.iter().rposition(|(k, _)| k == lock)?;
-                Some(self.sets.remove(at).1)
+                Some(vec![self.sets.remove(at).1])
+            }
+            "ZADD"
+                if key.starts_with("lock:{")
+                    && (key.ends_with("}:sem") || key.ends_with("}:rw")) =>
+            {
+                Some(permit_grants(&args[2..]))
             }
             _ => None,
         }
     }
+}
+
+/// The tokens of the holders a permit set's `ZADD` writes: `(score, member)` pairs after
+/// any flags, a holder being a member that is not a state member (`#...`) with a positive
+/// score, `<weight> <value>`.
+fn permit_grants(args: &[String]) -> Vec<String> {
+    let flags = args
+        .iter()
+        .take_while(|arg| arg.parse::<f64>().is_err())
+        .count();
+    args[flags..]
+        .chunks_exact(2)
+        .filter(|pair| !pair[1].starts_with('#'))
+        .filter(|pair| pair[0].parse::<f64>().is_ok_and(|score| score > 0.0))
+        .filter_map(|pair| pair[1].split_once(' '))
+        .map(|(_, value)| token_of(value).to_owned())
+        .collect()
 }
 
 /// `1700000000.123456` (seconds and microseconds) in nanoseconds.
@@ -214,7 +247,7 @@ mod tests {
             r#"+1700000000.000002 [0 lua] "SET" "lock:{n}" "t1:torture-c0@h:1" "NX" "PX" "200""#,
             r#"+1700000000.000003 [0 lua] "INCR" "lock:{n}:fence""#,
         ];
-        let grants: Vec<_> = lines.iter().filter_map(|l| script.feed(l)).collect();
+        let grants: Vec<_> = lines.iter().flat_map(|l| script.feed(l)).collect();
         assert_eq!(grants, vec!["t1".to_owned()]);
         assert_eq!(script.stamp, 1_700_000_000_000_003_000);
     }
@@ -228,7 +261,7 @@ mod tests {
             r#"+1.000002 [0 lua] "SET" "lock:{n}" "~t1:torture-c0@h:1" "PX" "200""#,
             r#"+1.000003 [0 lua] "INCR" "lock:{n}:fence""#,
         ];
-        let grants: Vec<_> = lines.iter().filter_map(|l| script.feed(l)).collect();
+        let grants: Vec<_> = lines.iter().flat_map(|l| script.feed(l)).collect();
         assert_eq!(grants, vec!["t1".to_owned()]);
     }
 
@@ -247,7 +280,28 @@ mod tests {
             // The next client's INCR of some counter does not complete anything.
             r#"+1.000007 [0 127.0.0.1:5002] "INCR" "lock:{n}:fence""#,
         ];
-        assert!(lines.iter().all(|l| script.feed(l).is_none()));
+        assert!(lines.iter().all(|l| script.feed(l).is_empty()));
+    }
+
+    #[test]
+    fn a_permit_holder_written_to_its_set_is_a_grant() {
+        let mut script = Script::default();
+        let lines = [
+            r##"+1.000001 [0 127.0.0.1:5000] "evalsha" "abc" "2" "lock:{n}:sem" "lock:{n}:sem:q" "1 t4:torture-c0@h:1" "200""##,
+            r##"+1.000002 [0 lua] "TIME""##,
+            r##"+1.000003 [0 lua] "ZMSCORE" "lock:{n}:sem" "#c" "#w" "1 t4:torture-c0@h:1""##,
+            // A take: the holder, and state members (negative scores, '#' names).
+            r##"+1.000004 [0 lua] "ZADD" "lock:{n}:sem" "1700000000200" "1 t4:torture-c0@h:1" "-1" "#w" "-3" "#c""##,
+            // A release handing two readers their permits, one of them by reservation.
+            r##"+1.000005 [0 127.0.0.1:5001] "evalsha" "def" "2" "lock:{n}:rw" "lock:{n}:rw:q""##,
+            r##"+1.000006 [0 lua] "ZADD" "lock:{n}:rw" "1700000000300" "1 t5:a" "1700000000100" "1 ~t6:b" "-2" "#w""##,
+            // Nothing granted: a state write, a queue entry, a removal.
+            r##"+1.000007 [0 lua] "ZADD" "lock:{n}:rw" "-0.5" "#w""##,
+            r##"+1.000008 [0 lua] "ZADD" "lock:{n}:rw:q" "NX" "1700000000000000" "1 100 200 x 0 t7:c""##,
+            r##"+1.000009 [0 lua] "ZREM" "lock:{n}:rw" "1 t5:a""##,
+        ];
+        let grants: Vec<_> = lines.iter().flat_map(|l| script.feed(l)).collect();
+        assert_eq!(grants, ["t4", "t5", "t6"]);
     }
 
     #[test]
