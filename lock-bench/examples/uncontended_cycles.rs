@@ -12,7 +12,8 @@
 //!
 //! `raw` is the floor of lock-bench's S1/S2 (`SET NX PX`, then `EVALSHA` of a
 //! compare-and-delete, on redis-rs alone); `locker` is `locker.lock(name).ttl(..)` (a request
-//! that may wait); `try` is `locker.try_lock(name, ttl)`. Names cycle over 64.
+//! that may wait); `try` is `locker.try_lock(name, ttl)`; `semaphore` is a permit of
+//! `locker.semaphore(name, 8).acquire().ttl(..)` and its release. Names cycle over 64.
 
 use std::time::Duration;
 
@@ -23,7 +24,7 @@ const TTL: Duration = Duration::from_secs(10);
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
-    let usage = "usage: uncontended_cycles raw|locker|try N [REDIS_URL]";
+    let usage = "usage: uncontended_cycles raw|locker|try|semaphore N [REDIS_URL]";
     let contender = args.next().ok_or(usage)?;
     let cycles: u64 = args.next().ok_or(usage)?.parse()?;
     let url = args
@@ -45,6 +46,19 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 let lease = locker.try_lock(format!("n{}", i % 64), TTL).await?;
                 if !lease.release().await? {
                     return Err("a lease was lost".into());
+                }
+            }
+        }
+        "semaphore" => {
+            let locker = lock_core::Locker::from_url(&url)?;
+            for i in 0..cycles {
+                let permit = locker
+                    .semaphore(format!("n{}", i % 64), 8)
+                    .acquire()
+                    .ttl(TTL)
+                    .await?;
+                if !permit.release().await? {
+                    return Err("a permit was lost".into());
                 }
             }
         }

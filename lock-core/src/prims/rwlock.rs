@@ -145,8 +145,10 @@ impl IntoFuture for RwRequest {
                 capacity: RW_CAPACITY,
                 weight,
             };
-            let keys = lock.keys()?;
-            let guard = take(lock.env, keys, ask, options).await?;
+            // The request owns its handle: the name moves into the keys, not cloned.
+            let RwLock { env, name } = lock;
+            let keys = PermitKeys::new(env.prefix(), name, "rw")?;
+            let guard = take(env, keys, ask, options).await?;
             Ok(RwLease { guard, mode })
         })
     }

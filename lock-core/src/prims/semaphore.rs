@@ -169,9 +169,10 @@ impl IntoFuture for PermitRequest {
         Box::pin(async move {
             let PermitRequest { semaphore, options } = self;
             let ask = semaphore.ask()?;
-            let keys = semaphore.keys()?;
-            let permits = semaphore.permits;
-            let guard = take(semaphore.env, keys, ask, options)
+            // The request owns its handle: the name moves into the keys, not cloned.
+            let Semaphore { env, name, permits } = semaphore;
+            let keys = PermitKeys::new(env.prefix(), name, "sem")?;
+            let guard = take(env, keys, ask, options)
                 .await
                 .map_err(|err| err.into_limit(permits))?;
             Ok(Permit { guard })

@@ -45,7 +45,7 @@ const POLL_CAP: Duration = Duration::from_millis(40);
 pub(crate) struct Request<'a> {
     pub env: &'a Env,
     pub store: Store,
-    pub keys: PermitKeys,
+    pub keys: &'a PermitKeys,
     /// `token[:label]`.
     pub value: String,
     pub ask: Ask,
@@ -64,7 +64,8 @@ pub(crate) struct Granted {
 struct Abandon<'a> {
     env: &'a Env,
     store: Store,
-    keys: PermitKeys,
+    keys: &'a PermitKeys,
+    /// The holder entry: taken out by the grant.
     member: String,
     id: String,
     /// Its member of the queue on Redis ('' until it may stand there).
@@ -181,12 +182,11 @@ async fn run(request: Request<'_>) -> Result<Granted, LockError> {
     let begun = Instant::now();
     let deadline = begun + wait;
     let bound = (!wait.is_zero()).then_some(deadline);
-    let member = member(ask.weight, &value);
     let mut undo = Abandon {
         env,
         store: store.clone(),
-        keys: keys.clone(),
-        member: member.clone(),
+        keys,
+        member: member(ask.weight, &value),
         id: String::new(),
         entry: String::new(),
         dirty: true,
@@ -212,7 +212,6 @@ async fn run(request: Request<'_>) -> Result<Granted, LockError> {
     let queue_at_once = !wait.is_zero() && local.is_some_and(|n| n.listens());
 
     let mut outage = env.outage();
-    let wake = Arc::new(Wake::default());
     let mut channel = "";
     let mut _interest = None;
     let mut told = matches!(store, Store::Memory(_));
@@ -226,7 +225,7 @@ async fn run(request: Request<'_>) -> Result<Granted, LockError> {
         };
         let first = bounded(
             cap,
-            store.acquire(&keys, &member, ttl, ask, None, &undo.sent, local),
+            store.acquire(keys, &undo.member, ttl, ask, None, &undo.sent, local),
         )
         .await;
         answered(&mut outage, first.as_ref(), started);
@@ -240,7 +239,7 @@ async fn run(request: Request<'_>) -> Result<Granted, LockError> {
             }
             Some(Ok(Attempt::Mismatch { stored })) => {
                 undo.dirty = false;
-                return Err(mismatch(&keys, stored, ask));
+                return Err(mismatch(keys, stored, ask));
             }
             Some(Err(err)) if !wait.is_zero() && err.is_transient() && outage.keeps_trying() => {
                 transient = Some(err);
@@ -256,6 +255,9 @@ async fn run(request: Request<'_>) -> Result<Granted, LockError> {
             });
         }
     }
+    // The waiter's signal: its turn (a message, or the reply of a release of its own
+    // Locker), its hints when to look again.
+    let wake = Arc::new(Wake::default());
     // Listen before queueing, so that a turn announced right after the queued attempt is
     // not missed.
     undo.id = new_value(&keys.name, None)?;
@@ -279,7 +281,7 @@ async fn run(request: Request<'_>) -> Result<Granted, LockError> {
         ttl,
         &undo.id,
         channel,
-        crate::backend::permits::parse_member(&member).1,
+        crate::backend::permits::parse_member(&undo.member).1,
     );
 
     // Wait in the queue.
@@ -310,7 +312,15 @@ async fn run(request: Request<'_>) -> Result<Granted, LockError> {
         let (cap, outage_ends) = outage.cap(bound, started);
         let attempt = bounded(
             cap,
-            store.acquire(&keys, &member, ttl, ask, Some(&waiter), &undo.sent, local),
+            store.acquire(
+                keys,
+                &undo.member,
+                ttl,
+                ask,
+                Some(&waiter),
+                &undo.sent,
+                local,
+            ),
         )
         .await;
         answered(&mut outage, attempt.as_ref(), started);

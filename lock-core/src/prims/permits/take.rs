@@ -26,7 +26,7 @@ pub(crate) async fn take(
     let granted = acquire(Request {
         env: &env,
         store: store.clone(),
-        keys: keys.clone(),
+        keys: &keys,
         value,
         ask,
         ttl,
