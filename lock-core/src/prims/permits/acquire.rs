@@ -347,7 +347,7 @@ async fn run(request: Request<'_>) -> Result<Granted, LockError> {
             }
             // Nothing was queued or taken by this attempt; the guard still takes back an
             // entry an earlier attempt left.
-            Some(Ok(Attempt::Mismatch { stored })) => return Err(mismatch(&keys, stored, ask)),
+            Some(Ok(Attempt::Mismatch { stored })) => return Err(mismatch(keys, stored, ask)),
             Some(Err(err)) if err.is_transient() && outage.keeps_trying() => {
                 tracing::debug!(name = %keys.name, %err, "permit attempt failed; retrying within the wait and the unreachable timeout");
                 transient = Some(err);
