@@ -483,16 +483,16 @@ impl Backend for Scripted {
         let mut lent = self.conn.get(&keys.name).await?;
         let released = match release_lean_script(self.mode, &mut lent.conn, keys, value).await {
             // Marked since it was granted: a waiter stands in line, the full release hands
-            // the lock over.
+            // the lock over. Boxed: the futures of every release above stay small.
             Ok(2) => {
-                release_script(
+                Box::pin(release_script(
                     self.mode,
                     self.announce,
                     &self.waiters,
                     &mut lent.conn,
                     keys,
                     value,
-                )
+                ))
                 .await
             }
             other => other,
