@@ -90,10 +90,11 @@ impl Scripted {
                 flight.armed = false;
                 Ok(Some(attempt))
             }
-            // No answer by `until` (the lowered timeout fired, not the command timeout):
-            // the flight, still armed, undoes the SET as it is dropped, behind it on this
-            // connection, which is not retired for a reply that was only late for us.
-            Err(err) if cut && err.is_timeout() => Ok(None),
+            // No answer by `until` (the lowered timeout fired, not the command timeout; a
+            // timer never fires early): the flight, still armed, undoes the SET as it is
+            // dropped, behind it on this connection, which is not retired for a reply that
+            // was only late for us.
+            Err(err) if cut && err.is_timeout() && Instant::now() >= until => Ok(None),
             Err(err) if is_syntax_error(&err) => {
                 // Redis before 7.0 refuses NX together with GET, and wrote nothing: the
                 // script from now on, in this attempt too.
