@@ -58,11 +58,20 @@ pub(crate) fn new_value(name: &str, label: Option<&str>) -> Result<String, LockE
         Ok::<(), LockError>(())
     })?;
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut value = String::with_capacity(TOKEN_LEN + label.map_or(0, |label| 1 + label.len()));
-    for byte in bytes {
-        value.push(char::from(DIGITS[usize::from(byte >> 4)]));
-        value.push(char::from(DIGITS[usize::from(byte & 0x0f)]));
+    // The digits on the stack, then one copy: a character pushed at a time checks the
+    // string's capacity 32 times.
+    let mut hex = [0u8; TOKEN_LEN];
+    for (pair, byte) in hex.chunks_exact_mut(2).zip(bytes) {
+        pair[0] = DIGITS[usize::from(byte >> 4)];
+        pair[1] = DIGITS[usize::from(byte & 0x0f)];
     }
+    // Hex digits are ASCII, so this never fails.
+    let hex = std::str::from_utf8(&hex).map_err(|err| LockError::Entropy {
+        name: name.to_owned(),
+        reason: err.to_string(),
+    })?;
+    let mut value = String::with_capacity(TOKEN_LEN + label.map_or(0, |label| 1 + label.len()));
+    value.push_str(hex);
     if let Some(label) = label {
         value.push(':');
         value.push_str(label);
@@ -167,8 +176,17 @@ mod tests {
         let a = new_token("x").unwrap();
         let b = new_token("x").unwrap();
         assert_eq!(a.len(), 32);
-        assert!(a.bytes().all(|c| c.is_ascii_hexdigit()));
+        assert!(a.bytes().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f')));
         assert_ne!(a, b);
+        // Every digit is used, at both places of a byte.
+        let tokens: Vec<String> = (0..64).map(|_| new_token("x").unwrap()).collect();
+        for place in 0..2 {
+            let digits: std::collections::HashSet<u8> = tokens
+                .iter()
+                .flat_map(|t| t.bytes().skip(place).step_by(2))
+                .collect();
+            assert_eq!(digits.len(), 16, "place {place}");
+        }
     }
 
     #[test]

@@ -121,6 +121,50 @@ async fn wait_is_a_deadline_against_a_stalled_server() {
     }
 }
 
+/// The fast path's attempt of a waiting request is cut at the end of the unreachable
+/// timeout (2 s by default), which comes before the command timeout (3 s): the
+/// connection's response timeout, lowered for that one attempt, ends it, not a timer of
+/// the engine's. The request fails then, saying so, and the abandoned `SET` is undone
+/// once the server answers again, on a connection whose timeout is the command timeout
+/// again (the undo does not time out at once).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_attempt_is_cut_at_the_unreachable_timeout_not_the_command_timeout() {
+    let server = RedisServer::start_debuggable();
+    let locker = Locker::from_url(&server.url()).expect("locker");
+    // Connect first: the stall must hit the lock command, not the connection set-up.
+    let warm = locker.lock("cut").await.expect("warm up");
+    assert!(warm.release().await.expect("release"));
+
+    let stall = server.stall(Duration::from_millis(3500));
+    let started = Instant::now();
+    let result = locker.lock("cut").ttl(10 * SECOND).wait(30 * SECOND).await;
+    let took = started.elapsed();
+    match result {
+        Err(err @ LockError::Connection { .. }) => assert!(
+            err.to_string().contains("unreachable timeout"),
+            "names the unreachable timeout: {err}"
+        ),
+        other => panic!("expected a Connection error, got {other:?}"),
+    }
+    // Cut at 2 s: well before the command timeout (3 s) would have ended the command.
+    assert!(
+        took >= Duration::from_millis(1900) && took < Duration::from_millis(2800),
+        "the first attempt ended after {took:?}"
+    );
+    tokio::task::spawn_blocking(move || stall.join())
+        .await
+        .expect("join")
+        .expect("the server slept");
+    // The SET reached the server when it woke, and its undo right behind it: the lock is
+    // free long before its 10 s TTL, and this locker's connection still works.
+    let lease = locker
+        .lock("cut")
+        .wait(2 * SECOND)
+        .await
+        .unwrap_or_else(|err| panic!("the abandoned attempt was not undone: {err}"));
+    assert!(lease.release().await.expect("release"));
+}
+
 /// Found by the 30-minute soak (issue 19): a try (`wait` zero) is bounded by the command
 /// timeout, but only the command was: a try that first had to reconnect spent the set-up
 /// and then a whole command timeout, and answered 1.1 s after it began with a 1 s command

@@ -215,6 +215,20 @@ pub(crate) enum AnyBackend {
 }
 
 impl AnyBackend {
+    /// The backend that can end an attempt of `kind` at a deadline through the
+    /// connection's own response timeout, with no timer of the caller's (see
+    /// `Scripted::acquire_cut_at`); `None` when a timer must bound it.
+    pub(crate) fn cutting(
+        &self,
+        kind: AttemptKind<'_>,
+        fencing: bool,
+    ) -> Option<&scripted::Scripted> {
+        match self {
+            AnyBackend::Scripted(scripted) if scripted.cuts(kind, fencing) => Some(scripted),
+            _ => None,
+        }
+    }
+
     /// Whether a try (one attempt, no waiting) started now certainly ends within the command
     /// timeout without a timer of its own.
     pub(crate) fn try_is_bounded(&self) -> bool {

@@ -79,6 +79,22 @@ impl ConnectionLike for Conn {
     }
 }
 
+impl Conn {
+    /// Sets how long each command on this clone waits for its reply (redis-rs's response
+    /// timeout, which every clone carries on its own; the other clones keep theirs). False,
+    /// and nothing changed, on a Cluster connection, whose timeout is the client's.
+    pub fn set_response_timeout(&mut self, timeout: Duration) -> bool {
+        match self {
+            Conn::Single(conn) => {
+                conn.set_response_timeout(timeout);
+                true
+            }
+            #[cfg(feature = "cluster")]
+            Conn::Cluster(_) => false,
+        }
+    }
+}
+
 /// The source plus the shared connection currently in use.
 #[derive(Clone)]
 pub(crate) struct SharedConnection {
@@ -145,6 +161,24 @@ impl SharedConnection {
     /// command timeout).
     pub fn timeout(&self) -> Duration {
         self.inner.connect_timeout
+    }
+
+    /// The shared connection if one is open (nothing is opened: `None` otherwise).
+    pub fn get_open(&self) -> Option<Lent> {
+        self.current().map(|slot| Lent {
+            conn: slot.conn,
+            generation: slot.generation,
+        })
+    }
+
+    /// Whether each clone of the connection carries a response timeout of its own (one
+    /// server, or Sentinel's master; not a Cluster's connection).
+    pub fn times_out_per_clone(&self) -> bool {
+        #[cfg(feature = "cluster")]
+        if matches!(self.inner.source, Source::Cluster(_)) {
+            return false;
+        }
+        true
     }
 
     /// The shared connection, opening it first if there is none.

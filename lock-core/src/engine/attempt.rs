@@ -115,27 +115,51 @@ impl Acquire<'_> {
             None => (bound, false),
         };
         let backend = self.engine.backend();
-        let call = backend.acquire(&self.keys, &self.value, self.ttl, self.fencing, kind);
         let attempt = match bound {
-            None => call.await,
-            Some(deadline) => match tokio::time::timeout_at(deadline.into(), call).await {
-                Ok(attempt) => attempt,
-                Err(_) if outage_ends => return Err(self.unreachable(started)),
-                Err(_) => {
-                    // Cut short while its grant waited for replicas: that is what failed.
-                    if let Some((required, timeout)) = backend.replica_wait_cut(&self.value) {
-                        // What an earlier refusal found connected still describes it.
-                        let connected = self.not_replicated.and_then(|earlier| earlier.connected);
-                        self.not_replicated = Some(Unreplicated {
-                            acknowledged: 0,
-                            required,
-                            timeout,
-                            connected,
-                        });
+            None => {
+                backend
+                    .acquire(&self.keys, &self.value, self.ttl, self.fencing, kind)
+                    .await
+            }
+            Some(deadline) => {
+                // On connections this locker configured, the fast path's attempt is ended at
+                // the deadline by the connection's own response timeout: no timer of ours.
+                let cutting = if self.engine.commands_bounded() {
+                    backend.cutting(kind, self.fencing)
+                } else {
+                    None
+                };
+                let within = match cutting {
+                    Some(scripted) => scripted
+                        .acquire_cut_at(&self.keys, &self.value, self.ttl, deadline)
+                        .await
+                        .transpose(),
+                    None => {
+                        let call =
+                            backend.acquire(&self.keys, &self.value, self.ttl, self.fencing, kind);
+                        tokio::time::timeout_at(deadline.into(), call).await.ok()
                     }
-                    return Ok(Tried::OutOfTime);
+                };
+                match within {
+                    Some(attempt) => attempt,
+                    None if outage_ends => return Err(self.unreachable(started)),
+                    None => {
+                        // Cut short while its grant waited for replicas: that is what failed.
+                        if let Some((required, timeout)) = backend.replica_wait_cut(&self.value) {
+                            // What an earlier refusal found connected still describes it.
+                            let connected =
+                                self.not_replicated.and_then(|earlier| earlier.connected);
+                            self.not_replicated = Some(Unreplicated {
+                                acknowledged: 0,
+                                required,
+                                timeout,
+                                connected,
+                            });
+                        }
+                        return Ok(Tried::OutOfTime);
+                    }
                 }
-            },
+            }
         };
         if let Some(outage) = &mut self.outage {
             match &attempt {

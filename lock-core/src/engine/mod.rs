@@ -152,6 +152,12 @@ impl Engine {
             && Instant::now() + self.settings.command_timeout * (commands + 1) < deadline
     }
 
+    /// Whether every command this locker sends answers or fails within the command timeout
+    /// (it configured the connections itself).
+    pub fn commands_bounded(&self) -> bool {
+        self.commands_bounded
+    }
+
     /// Whether a try started now ends within the command timeout without a timer of its
     /// own (see `AnyBackend::try_is_bounded`). True saves a timer per try.
     pub fn try_ends_in_time(&self) -> bool {

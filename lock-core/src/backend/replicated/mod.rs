@@ -147,6 +147,13 @@ impl Replicated {
         !self.rule.when_replicated || (self.shards.is_seen(shard) && !self.shards.is_bare(shard))
     }
 
+    /// Whether the confirmation of a write on `key` would send nothing now: the check is
+    /// off for it and no look at its master is due ([`Replicated::required`] would answer
+    /// false at once).
+    pub fn is_quiet(&self, key: &str) -> bool {
+        !self.is_on(key) && !self.shards.probe_would_be_due(self.shards.of(key))
+    }
+
     /// Where the next write that a holder relies on (on `keys`) goes: a dedicated
     /// connection while the check is on for any of them, `shared` otherwise.
     pub fn writer<'a>(

@@ -1,6 +1,8 @@
 //! An acquire in flight on the scripted backend: the connection its commands go out on,
 //! and the undo of what they may have taken when its answer never comes.
 
+use std::time::Duration;
+
 use super::calls::{release_script, Announce};
 use crate::backend::lua::ScriptMode;
 use crate::connection::shared::{Conn, Lent, SharedConnection};
@@ -22,6 +24,19 @@ pub(super) struct InFlight<'a> {
     pub keys: &'a LockKeys,
     pub value: &'a str,
     pub armed: bool,
+    /// The response timeout this clone of the connection had before an attempt cut it
+    /// short (see `Scripted::acquire_cut_at`): put back before anything else is sent on
+    /// it, the undo included.
+    pub restore: Option<Duration>,
+}
+
+impl InFlight<'_> {
+    /// Puts back the response timeout the attempt cut short, if it did.
+    pub fn restore_timeout(&mut self) {
+        if let Some(timeout) = self.restore.take() {
+            self.lent.conn.set_response_timeout(timeout);
+        }
+    }
 }
 
 impl Drop for InFlight<'_> {
@@ -29,6 +44,7 @@ impl Drop for InFlight<'_> {
         if !self.armed {
             return;
         }
+        self.restore_timeout();
         spawn_release(
             (self.mode, self.announce, self.waiters),
             &self.lent.conn,

@@ -2,6 +2,7 @@
 
 mod calls;
 mod confirm;
+mod cut;
 mod in_flight;
 mod waits;
 
@@ -347,7 +348,8 @@ impl Backend for Scripted {
         fencing: bool,
         kind: AttemptKind<'_>,
     ) -> Result<Attempt, LockError> {
-        let started = Instant::now();
+        // Read only for the attempts that may ask for the holder's PTTL after a busy answer.
+        let started = matches!(kind, AttemptKind::Try | AttemptKind::Listening).then(Instant::now);
         // On the shared connection even with the replica check on: most answers (busy, a
         // place in line) wait for no replica, and must not queue behind another task's
         // `WAIT` on the check's connections. A grant is confirmed from there afterwards.
@@ -365,6 +367,7 @@ impl Backend for Scripted {
             keys,
             value,
             armed: true,
+            restore: None,
         };
         let conn = &mut flight.lent.conn;
         let waiter = match kind {
@@ -440,7 +443,7 @@ impl Backend for Scripted {
                 let pttl = cmd
                     .arg(&keys.lock)
                     .query_async::<i64>(&mut flight.lent.conn);
-                let until = started + shared.timeout();
+                let until = started.unwrap_or_else(Instant::now) + shared.timeout();
                 let remaining = match tokio::time::timeout_at(until.into(), Box::pin(pttl)).await {
                     Ok(Ok(pttl)) => remaining_from_pttl(pttl),
                     Ok(Err(err)) => {
@@ -480,16 +483,16 @@ impl Backend for Scripted {
         let mut lent = self.conn.get(&keys.name).await?;
         let released = match release_lean_script(self.mode, &mut lent.conn, keys, value).await {
             // Marked since it was granted: a waiter stands in line, the full release hands
-            // the lock over.
+            // the lock over. Boxed: the futures of every release above stay small.
             Ok(2) => {
-                release_script(
+                Box::pin(release_script(
                     self.mode,
                     self.announce,
                     &self.waiters,
                     &mut lent.conn,
                     keys,
                     value,
-                )
+                ))
                 .await
             }
             other => other,
