@@ -34,27 +34,28 @@ async fn eventually(mut done: impl FnMut() -> bool) -> bool {
     done()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn hand_offs_stay_in_the_locks_shard() {
-    let cluster = RedisCluster::start(3, 1);
-    let lockers: Vec<Locker> = (0..3).map(|_| locker_on(&cluster)).collect();
-    // Warm up: every locker has waited once, so its subscriptions exist.
+/// Runs `rounds` rounds of `round` (given its Locker and a round number) on three Lockers at
+/// once, then checks that the hand-off messages they caused stayed in the `whose` shard:
+/// some sharded bus messages (its replica heard them), no broadcast one.
+async fn assert_hand_offs_stay_in_the_shard<F, Fut>(
+    cluster: &RedisCluster,
+    rounds: usize,
+    round: F,
+    whose: &str,
+) where
+    F: Fn(Locker, usize) -> Fut + Send + Copy + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
+    let lockers: Vec<Locker> = (0..3).map(|_| locker_on(cluster)).collect();
     let broadcast_before = cluster.bus_counter("cluster_stats_messages_publish_sent");
     let sharded_before = cluster.bus_counter("cluster_stats_messages_publishshard_sent");
     let tasks: Vec<_> = lockers
-        .iter()
-        .cloned()
-        .map(|locker| {
+        .into_iter()
+        .enumerate()
+        .map(|(i, locker)| {
             tokio::spawn(async move {
-                for _ in 0..15 {
-                    let lease = locker
-                        .lock("hot")
-                        .ttl(5 * SECOND)
-                        .wait(20 * SECOND)
-                        .await
-                        .expect("acquire");
-                    tokio::time::sleep(Duration::from_millis(5)).await;
-                    assert!(lease.release().await.expect("release"));
+                for n in 0..rounds {
+                    round(locker.clone(), i + n).await;
                 }
             })
         })
@@ -66,12 +67,28 @@ async fn hand_offs_stay_in_the_locks_shard() {
     let sharded = cluster.bus_counter("cluster_stats_messages_publishshard_sent") - sharded_before;
     assert!(
         sharded > 0,
-        "turns were announced to waiters in the lock's shard (its replica heard them)"
+        "turns were announced to waiters in the {whose} shard (its replica heard them)"
     );
     assert_eq!(
         broadcast, 0,
-        "no hand-off message was broadcast to every node ({sharded} stayed in the shard)"
+        "no hand-off message was broadcast to every node ({sharded} stayed in the {whose} shard)"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hand_offs_stay_in_the_locks_shard() {
+    let cluster = RedisCluster::start(3, 1);
+    let round = |locker: Locker, _| async move {
+        let lease = locker
+            .lock("hot")
+            .ttl(5 * SECOND)
+            .wait(20 * SECOND)
+            .await
+            .expect("acquire");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        assert!(lease.release().await.expect("release"));
+    };
+    assert_hand_offs_stay_in_the_shard(&cluster, 15, round, "lock's").await;
 }
 
 /// The permit sets' turns too: a semaphore's and a read-write lock's waiters of other
@@ -79,56 +96,32 @@ async fn hand_offs_stay_in_the_locks_shard() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn permit_hand_offs_stay_in_the_sets_shard() {
     let cluster = RedisCluster::start(3, 1);
-    let lockers: Vec<Locker> = (0..3).map(|_| locker_on(&cluster)).collect();
-    let broadcast_before = cluster.bus_counter("cluster_stats_messages_publish_sent");
-    let sharded_before = cluster.bus_counter("cluster_stats_messages_publishshard_sent");
-    let tasks: Vec<_> = lockers
-        .iter()
-        .cloned()
-        .enumerate()
-        .map(|(i, locker)| {
-            tokio::spawn(async move {
-                for round in 0..12 {
-                    let semaphore = locker.semaphore("hot-permits", 1);
-                    let permit = semaphore
-                        .acquire()
-                        .ttl(5 * SECOND)
-                        .wait(20 * SECOND)
-                        .await
-                        .expect("a permit");
-                    tokio::time::sleep(Duration::from_millis(5)).await;
-                    assert!(permit.release().await.expect("release"));
-                    // Every third request on the read-write lock is a writer's.
-                    let rw = locker.rwlock("hot-rw");
-                    let request = if (i + round) % 3 == 0 {
-                        rw.write()
-                    } else {
-                        rw.read()
-                    };
-                    let lease = request
-                        .ttl(5 * SECOND)
-                        .wait(20 * SECOND)
-                        .await
-                        .expect("a read or write lease");
-                    tokio::time::sleep(Duration::from_millis(5)).await;
-                    assert!(lease.release().await.expect("release"));
-                }
-            })
-        })
-        .collect();
-    for task in tasks {
-        task.await.expect("join");
-    }
-    let broadcast = cluster.bus_counter("cluster_stats_messages_publish_sent") - broadcast_before;
-    let sharded = cluster.bus_counter("cluster_stats_messages_publishshard_sent") - sharded_before;
-    assert!(
-        sharded > 0,
-        "turns were announced to waiters in the set's shard (its replica heard them)"
-    );
-    assert_eq!(
-        broadcast, 0,
-        "no permit hand-off message was broadcast to every node ({sharded} stayed in the shard)"
-    );
+    let round = |locker: Locker, n: usize| async move {
+        let permit = locker
+            .semaphore("hot-permits", 1)
+            .acquire()
+            .ttl(5 * SECOND)
+            .wait(20 * SECOND)
+            .await
+            .expect("a permit");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        assert!(permit.release().await.expect("release"));
+        // Every third request on the read-write lock is a writer's.
+        let rw = locker.rwlock("hot-rw");
+        let request = if n.is_multiple_of(3) {
+            rw.write()
+        } else {
+            rw.read()
+        };
+        let lease = request
+            .ttl(5 * SECOND)
+            .wait(20 * SECOND)
+            .await
+            .expect("a read or write lease");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        assert!(lease.release().await.expect("release"));
+    };
+    assert_hand_offs_stay_in_the_shard(&cluster, 12, round, "set's").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

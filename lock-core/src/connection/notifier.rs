@@ -157,23 +157,7 @@ impl Notifier {
     /// (an SSUBSCRIBE on the slot's master the first time, kept a while after the last
     /// waiter: free when waited for again soon).
     pub async fn listen(&self, lock_key: &str, signal: &Arc<Wake>) -> redis::RedisResult<Interest> {
-        #[allow(unused_mut)]
-        let mut interest = self.interest(lock_key, signal);
-        #[cfg(feature = "cluster")]
-        if let Some(shards) = self.shards() {
-            let channel = turn_channel(lock_key, &self.inner.own_channel);
-            interest.sharded = Some(channel.clone());
-            match shards.want(&channel).await {
-                Err(_) if !shards.supported() => {
-                    // Redis before 7: the scripts fall back to PUBLISH on our channel.
-                    if let Some(channel) = interest.sharded.take() {
-                        shards.unwant(&channel);
-                    }
-                }
-                done => return done.map(|()| interest),
-            }
-        }
-        self.listen_on_own_channel(interest).await
+        self.listen_in(lock_key, lock_key, signal).await
     }
 
     /// Routes the turn messages of a permit waiter (`route`, `<holders key>#<waiter id>`) to
@@ -186,11 +170,23 @@ impl Notifier {
         route: &str,
         signal: &Arc<Wake>,
     ) -> redis::RedisResult<Interest> {
+        self.listen_in(holders_key, route, signal).await
+    }
+
+    /// Routes the messages for `route` to `signal`: on a Cluster with sharded pub/sub, on
+    /// the sharded turn channel of `slot_key` (whose slot they are published in); elsewhere
+    /// on this Locker's own channel.
+    async fn listen_in(
+        &self,
+        slot_key: &str,
+        route: &str,
+        signal: &Arc<Wake>,
+    ) -> redis::RedisResult<Interest> {
         #[allow(unused_mut)]
         let mut interest = self.interest(route, signal);
         #[cfg(feature = "cluster")]
         if let Some(shards) = self.shards() {
-            let channel = turn_channel(holders_key, &self.inner.own_channel);
+            let channel = turn_channel(slot_key, &self.inner.own_channel);
             interest.sharded = Some(channel.clone());
             match shards.want(&channel).await {
                 Err(_) if !shards.supported() => {
@@ -203,7 +199,7 @@ impl Notifier {
             }
         }
         #[cfg(not(feature = "cluster"))]
-        let _ = holders_key;
+        let _ = slot_key;
         self.listen_on_own_channel(interest).await
     }
 
