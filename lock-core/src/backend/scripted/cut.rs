@@ -13,7 +13,6 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::calls::set_nx_get;
-use super::in_flight::InFlight;
 use super::{is_syntax_error, Scripted};
 use crate::backend::{Attempt, AttemptKind, Backend as _};
 use crate::connection::shared::is_connection_failure;
@@ -57,17 +56,7 @@ impl Scripted {
         let command_timeout = self.conn.timeout();
         let left = until.saturating_duration_since(Instant::now());
         let cut = left < command_timeout;
-        let mut flight = InFlight {
-            lent,
-            shared: &self.conn,
-            mode: self.mode,
-            announce: self.announce,
-            waiters: &self.waiters,
-            keys,
-            value,
-            armed: true,
-            restore: None,
-        };
+        let mut flight = self.flight(lent, keys, value);
         if cut && flight.lent.conn.set_response_timeout(left) {
             flight.restore = Some(command_timeout);
         }

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use super::calls::{release_script, Announce};
+use super::Scripted;
 use crate::backend::lua::ScriptMode;
 use crate::connection::shared::{Conn, Lent, SharedConnection};
 use crate::key::LockKeys;
@@ -28,6 +29,29 @@ pub(super) struct InFlight<'a> {
     /// short (see `Scripted::acquire_cut_at`): put back before anything else is sent on
     /// it, the undo included.
     pub restore: Option<Duration>,
+}
+
+impl Scripted {
+    /// An armed flight of `value` on `keys`, sent on `lent` (a clone of this backend's
+    /// shared connection).
+    pub(super) fn flight<'a>(
+        &'a self,
+        lent: Lent,
+        keys: &'a LockKeys,
+        value: &'a str,
+    ) -> InFlight<'a> {
+        InFlight {
+            lent,
+            shared: &self.conn,
+            mode: self.mode,
+            announce: self.announce,
+            waiters: &self.waiters,
+            keys,
+            value,
+            armed: true,
+            restore: None,
+        }
+    }
 }
 
 impl InFlight<'_> {

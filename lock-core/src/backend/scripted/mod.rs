@@ -17,7 +17,6 @@ use self::calls::{
     acquire_queued, acquire_script, release_lean_script, release_script, set_nx_get, Announce,
     Queue, EXTEND, LEAVE_QUEUE, RAISE_FENCE, RETURN_CLAIM,
 };
-use self::in_flight::InFlight;
 use crate::backend::lua::{Lua, ScriptMode};
 use crate::backend::prim_scripts::Server;
 use crate::backend::replicated::Replicated;
@@ -358,17 +357,7 @@ impl Backend for Scripted {
         // out) may hide a SET that took the lock: the armed flight undoes it with a
         // compare-and-delete on the same multiplexed connection, which keeps request order,
         // so the delete reaches Redis after the SET it undoes.
-        let mut flight = InFlight {
-            lent: shared.get(&keys.name).await?,
-            shared,
-            mode: self.mode,
-            announce: self.announce,
-            waiters: &self.waiters,
-            keys,
-            value,
-            armed: true,
-            restore: None,
-        };
+        let mut flight = self.flight(shared.get(&keys.name).await?, keys, value);
         let conn = &mut flight.lent.conn;
         let waiter = match kind {
             AttemptKind::Queued(waiter) => Some(waiter),
