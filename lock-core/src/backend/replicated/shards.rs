@@ -99,23 +99,24 @@ impl Shards {
     /// Whether `shard`'s master would be asked now: [`Shards::probe_due`] without
     /// recording anything.
     pub(super) fn probe_would_be_due(&self, shard: u16) -> bool {
-        let now = u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX);
-        let probed = self.probed.lock().unwrap_or_else(PoisonError::into_inner);
-        !matches!(probed.get(&shard), Some(&last) if now.saturating_sub(last) < PROBE_EVERY_MS)
+        self.probe(shard, false)
     }
 
     /// Whether `shard`'s master is to be asked now (at most every few seconds), recording
     /// the time if so.
     pub(super) fn probe_due(&self, shard: u16) -> bool {
+        self.probe(shard, true)
+    }
+
+    fn probe(&self, shard: u16, record: bool) -> bool {
         let now = u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX);
         let mut probed = self.probed.lock().unwrap_or_else(PoisonError::into_inner);
-        match probed.get(&shard) {
-            Some(&last) if now.saturating_sub(last) < PROBE_EVERY_MS => false,
-            _ => {
-                probed.insert(shard, now);
-                true
-            }
+        let due =
+            !matches!(probed.get(&shard), Some(&last) if now.saturating_sub(last) < PROBE_EVERY_MS);
+        if due && record {
+            probed.insert(shard, now);
         }
+        due
     }
 }
 
