@@ -119,9 +119,15 @@ impl Lease {
     /// A lease taken with [`hold_at_least`](crate::LockRequest::hold_at_least) whose
     /// minimum hold is not over is given back without freeing the lock: `Ok(true)` then
     /// means the lock is left to expire at the hold's end.
+    ///
+    /// Cancellation-safe: a release dropped before it ends (a `select!` that took another
+    /// branch, a `timeout`, a shutdown) is finished in the background like the release of
+    /// a dropped lease, whether or not its command had reached Redis: the lock is freed
+    /// for every Locker within a round trip, and this task's next request for the name
+    /// behaves as after a completed release.
     pub async fn release(mut self) -> Result<bool, LockError> {
-        self.released = true;
-        // Borrowed, not cloned: the lease lives until the release ends.
+        // Borrowed, not cloned: the lease lives until the release ends. `released` is set
+        // only once it has ended: dropped before then, the lease's `Drop` sends it again.
         let (engine, held) = (&self.engine, &self.held);
         let span = tracing::debug_span!(
             "lock.release",
@@ -130,8 +136,8 @@ impl Lease {
             held = tracing::field::Empty,
         );
         let recording = !span.is_disabled();
-        async move {
-            let released = held.release_now(engine.backend()).await;
+        let released = async move {
+            let released = held.release_now(engine.backend(), false).await;
             if let Ok(still_held) = released {
                 if recording {
                     tracing::Span::current().record("held", still_held);
@@ -143,7 +149,9 @@ impl Lease {
             released
         }
         .instrument(span)
-        .await
+        .await;
+        self.released = true;
+        released
     }
 
     /// Resets the TTL to `ttl` from now. Fails with [`LockError::Lost`] if the lock is no
@@ -172,12 +180,17 @@ impl Drop for Lease {
             return;
         }
         let (engine, held) = (&self.engine, &self.held);
+        // A release already started and dropped before it ended: its command may have
+        // reached Redis or not, and its end (the local holder cleared, local waiters
+        // woken) never ran. Sending it again is safe: a compare-and-delete that finds the
+        // value gone, or already handed to the next waiter, changes nothing.
+        let again = held.is_finished();
         held.finish();
         held.disown_locally();
         let releasing = Arc::clone(held);
         let owner = Arc::clone(engine);
         let spawned = engine.spawn_background(async move {
-            if let Err(err) = releasing.release_now(owner.backend()).await {
+            if let Err(err) = releasing.release_now(owner.backend(), again).await {
                 tracing::warn!(name = %releasing.keys.name, %err, "background release of a dropped lease failed; its TTL will free it");
             }
         });

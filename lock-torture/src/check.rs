@@ -252,6 +252,7 @@ pub fn check(history: &History, nodes: usize) -> Report {
                     ReleaseOutcome::Released => report.released += 1,
                     ReleaseOutcome::NotHeld => report.release_not_held += 1,
                     ReleaseOutcome::Error => report.release_errors += 1,
+                    ReleaseOutcome::Dropped => report.releases_dropped += 1,
                     ReleaseOutcome::Implicit => {}
                 }
                 if let Some(&i) = index.get(id) {

@@ -79,9 +79,12 @@ pub enum Mode {
     /// offset changes nothing there.
     ClockSkew,
     /// Client-side cancellation: one request in three is dropped at a random point (a
-    /// timeout around it, or two tasks sharing one Locker aborted together); nothing may
-    /// be left behind (rules `ghost-grant`, `liveness`). One server only (the probe after a
-    /// cancellation reads one node); not drawn by `mixed`.
+    /// timeout around it, or two tasks sharing one Locker aborted together), and one
+    /// release and one extension in three is dropped after one to three polls (its
+    /// command unsent, or sent and unanswered), for every primitive; nothing may be left
+    /// behind (rules `ghost-grant`, `liveness`: a hold whose release was dropped counts as
+    /// ended when it was sent). On one server and on Redlock (where no probe follows a
+    /// cancelled request: it would read one master); not drawn by `mixed`.
     Cancel,
     /// A random mix of the faults of the deployment, with delayed restarts.
     Mixed,

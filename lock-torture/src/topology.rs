@@ -97,6 +97,7 @@ impl Topology {
                 Mode::KillWaiter,
                 Mode::KillWokenHead,
                 Mode::ClockSkew,
+                Mode::Cancel,
                 Mode::Mixed,
             ],
             Topology::Cluster => &[

@@ -2,6 +2,7 @@
 
 mod behaviour;
 mod cancelled;
+mod cancelled_release;
 mod cluster;
 mod cluster_shards;
 mod contention;

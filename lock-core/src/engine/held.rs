@@ -117,7 +117,10 @@ impl Held {
     /// left of the hold (compare-and-`PEXPIRE`, the extend script), so the key expires by
     /// the server's clock no earlier than the hold's end, measured from the start of the
     /// attempt that took it. Others skip or wait until then.
-    pub async fn release_now(&self, backend: &AnyBackend) -> Result<bool, LockError> {
+    ///
+    /// `again`: a release of this lease was started before and dropped unfinished (it may
+    /// have run): a lock found no longer ours is then not a loss.
+    pub async fn release_now(&self, backend: &AnyBackend, again: bool) -> Result<bool, LockError> {
         self.finish();
         let result = match self.hold_left() {
             Some(left) => backend.extend(&self.keys, &self.value, left).await,
@@ -126,8 +129,8 @@ impl Held {
         };
         match result {
             Ok(true) => crate::metrics::released(&self.keys.name, self.acquired_at),
-            Ok(false) => self.mark_lost(),
-            Err(_) => {}
+            Ok(false) if !again => self.mark_lost(),
+            Ok(false) | Err(_) => {}
         }
         // Local waiters may go now: after the DEL, so their attempt finds the lock free.
         self.local.clear_holder(self.serial);

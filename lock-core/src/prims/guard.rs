@@ -27,6 +27,11 @@ pub(crate) trait Ops: Send + Sync + 'static {
     fn release_reads_no_clock(&self) -> bool {
         false
     }
+    /// A release of the hold was dropped before its reply was read, and has now been sent
+    /// again and answered (so the first one has run, if it ever will): waiters of this
+    /// Locker that it may have handed something to in that lost reply look at the store
+    /// themselves.
+    fn after_lost_reply(&self) {}
 }
 
 /// A cheap, cloneable view of a held permit, read-write lease or multi-lock: who, until
@@ -106,15 +111,18 @@ impl Guard {
         &self.handle
     }
 
+    /// Cancellation-safe as [`Lease::release`](crate::Lease::release) is: dropped before
+    /// it ends, the release is finished by the guard's `Drop`, in the background.
     pub async fn release(mut self) -> Result<bool, LockError> {
-        self.released = true;
         let shared = &self.handle.shared;
         let span = tracing::debug_span!(
             "lock.permit.release",
             name = %shared.name,
             held_ms = shared.acquired_at.elapsed().as_millis() as u64,
         );
-        shared.release_now().instrument(span).await
+        let released = shared.release_now(false).instrument(span).await;
+        self.released = true;
+        released
     }
 
     pub async fn extend(&self, ttl: Duration) -> Result<(), LockError> {
@@ -142,11 +150,17 @@ impl Drop for Guard {
             return;
         }
         let shared = Arc::clone(&self.handle.shared);
+        // A release started and dropped before it ended (it may have run): sent again, as
+        // a lease's is (see `Lease`'s `Drop`).
+        let again = shared.validity.is_finished();
         shared.finish();
         let env = shared.env.clone();
         let spawned = env.spawn_background(async move {
-            if let Err(err) = shared.release_now().await {
+            if let Err(err) = shared.release_now(again).await {
                 tracing::warn!(name = %shared.name, %err, "background release of a dropped guard failed; its TTL will free it");
+            }
+            if again {
+                shared.ops.after_lost_reply();
             }
         });
         if !spawned {
@@ -156,11 +170,13 @@ impl Drop for Guard {
 }
 
 impl Shared {
-    async fn release_now(&self) -> Result<bool, LockError> {
+    /// `again`: a release started before and dropped unfinished (it may have run): a hold
+    /// found gone is then not a loss.
+    async fn release_now(&self, again: bool) -> Result<bool, LockError> {
         let ended = self.ops.release_reads_no_clock() && self.validity.is_lost();
         self.finish();
         let released = self.ops.release().await.map(|ours| ours && !ended);
-        if matches!(released, Ok(false)) {
+        if !again && matches!(released, Ok(false)) {
             self.mark_lost();
         }
         released

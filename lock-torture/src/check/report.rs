@@ -59,6 +59,8 @@ pub struct Report {
     pub release_not_held: u64,
     /// Releases that failed (server unreachable ...).
     pub release_errors: u64,
+    /// Releases dropped before they ended (the cancellation fault).
+    pub releases_dropped: u64,
     /// Failed acquires by kind (contention excluded).
     pub acquire_errors: BTreeMap<String, u64>,
     /// Acquires that ended in contention (busy, timeout).
@@ -176,7 +178,7 @@ impl Report {
              lost_leases_detected={} late_writes={} writes_accepted={} \
              writes_fenced_out_after_reset={} paused_holders={} paused_holders_told_lost={} \
              paused_writes_rejected={} released={} \
-             release_not_held={} release_errors={} expected_restart_overlaps={} \
+             release_not_held={} release_errors={} releases_dropped={} expected_restart_overlaps={} \
              fence_resets={} contention={} most_passed_over={} max_wait_overrun_ms={:.1} client_hiccups={} nested_ran={} \
              nested_refused={} foreign_probes={} cancelled={} cancel_probes={} acquire_errors={} resumed={}",
             self.acquisitions,
@@ -193,6 +195,7 @@ impl Report {
             self.released,
             self.release_not_held,
             self.release_errors,
+            self.releases_dropped,
             self.expected_restart_overlaps,
             self.fence_resets,
             self.contention,

@@ -101,41 +101,55 @@ pub(super) async fn hold(ctx: &Ctx, rng: &mut fastrand::Rng, lease: Guard, held:
             lost_detected("is_lost");
         }
         let t_sent = clock::now();
-        // Listen for the loss signal while the extension is in flight: a reply that comes
-        // after the validity ran out must not revive the lease.
-        let extend = lease.extend(ctx.ttl());
-        tokio::pin!(extend);
-        let result = if lost {
-            extend.await
+        // The cancellation fault drops one extension in three at a random await: the
+        // lease must stay as it was (its validity not moved) and be released as usual.
+        if ctx.args.cancel && rng.u8(0..3) == 0 {
+            let polls = rng.u32(1..4);
+            dropped_after(lease.extend(ctx.ttl()), polls).await;
+            ctx.log(&Event::Extended {
+                id: id.clone(),
+                t_sent,
+                t_reply: clock::now(),
+                valid_until: None,
+                outcome: "dropped".to_owned(),
+            });
         } else {
-            tokio::select! {
-                result = &mut extend => result,
-                () = lease.lost() => {
-                    lost = true;
-                    lost_detected("signal");
-                    extend.await
+            // Listen for the loss signal while the extension is in flight: a reply that comes
+            // after the validity ran out must not revive the lease.
+            let extend = lease.extend(ctx.ttl());
+            tokio::pin!(extend);
+            let result = if lost {
+                extend.await
+            } else {
+                tokio::select! {
+                    result = &mut extend => result,
+                    () = lease.lost() => {
+                        lost = true;
+                        lost_detected("signal");
+                        extend.await
+                    }
                 }
+            };
+            let t_reply = clock::now();
+            let (valid_until, outcome) = match &result {
+                Ok(()) => (Some(lease_valid_until(&lease) + sabotage), "ok".to_owned()),
+                Err(LockError::Lost { .. }) => (None, "lost".to_owned()),
+                Err(err) => (None, format!("{:?}", fail_kind(err)).to_lowercase()),
+            };
+            ctx.log(&Event::Extended {
+                id: id.clone(),
+                t_sent,
+                t_reply,
+                valid_until,
+                outcome,
+            });
+            if matches!(result, Err(LockError::Lost { .. })) && !lost {
+                lost = true;
+                lost_detected("extend");
             }
-        };
-        let t_reply = clock::now();
-        let (valid_until, outcome) = match &result {
-            Ok(()) => (Some(lease_valid_until(&lease) + sabotage), "ok".to_owned()),
-            Err(LockError::Lost { .. }) => (None, "lost".to_owned()),
-            Err(err) => (None, format!("{:?}", fail_kind(err)).to_lowercase()),
-        };
-        ctx.log(&Event::Extended {
-            id: id.clone(),
-            t_sent,
-            t_reply,
-            valid_until,
-            outcome,
-        });
-        if matches!(result, Err(LockError::Lost { .. })) && !lost {
-            lost = true;
-            lost_detected("extend");
-        }
-        if result.is_ok() {
-            tokio::time::sleep(Duration::from_millis(rng.u64(0..ttl_ms / 2))).await;
+            if result.is_ok() {
+                tokio::time::sleep(Duration::from_millis(rng.u64(0..ttl_ms / 2))).await;
+            }
         }
     }
 
@@ -175,7 +189,36 @@ pub(super) async fn hold(ctx: &Ctx, rng: &mut fastrand::Rng, lease: Guard, held:
         id: id.clone(),
         t: t_sent,
     });
+    if ctx.args.cancel && rng.u8(0..3) == 0 {
+        // The cancellation fault drops one release in three at a random await (a
+        // `select!` that took its other branch as the work ended): after one poll its
+        // command may not have gone out yet, after more it is on the wire unanswered.
+        dropped_after(lease.release(), rng.u32(1..4)).await;
+        ctx.log(&Event::Release {
+            id,
+            t_sent,
+            t_reply: clock::now(),
+            outcome: ReleaseOutcome::Dropped,
+            lost_reported,
+        });
+        return;
+    }
     log_release(ctx, id, t_sent, lost_reported, lease.release()).await;
+}
+
+/// Polls `work` `polls` times (fewer if it ends first), letting the runtime run between
+/// polls so that what it handed a connection goes out, then drops it.
+pub(super) async fn dropped_after<F: std::future::Future>(work: F, polls: u32) {
+    let mut work = std::pin::pin!(work);
+    for _ in 0..polls {
+        let ended =
+            std::future::poll_fn(|cx| std::task::Poll::Ready(work.as_mut().poll(cx).is_ready()))
+                .await;
+        if ended {
+            return;
+        }
+        tokio::task::yield_now().await;
+    }
 }
 
 /// Sends a release (or a resignation) and logs what it returned.

@@ -60,6 +60,11 @@ pub enum ReleaseOutcome {
     NotHeld,
     /// `Err(..)`: unknown.
     Error,
+    /// The release future was dropped before it ended (the cancellation fault): at a
+    /// random await, its command sent or not. The library finishes it in the background:
+    /// whoever waits must be granted as soon as after a completed release (rule
+    /// `liveness`, which counts the hold as ended when the release was sent).
+    Dropped,
     /// Released by a `#[redis_locked]` function as its body ended, and the function
     /// returned `Ok`: the release returned `Ok(true)`, or failed (the macro logs a failed
     /// release and keeps the body's result, so the two cannot be told apart).

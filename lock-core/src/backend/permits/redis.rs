@@ -36,6 +36,7 @@ pub(super) async fn acquire(
         None => ("", "", String::new()),
     };
     let sent_at = Instant::now();
+    let unread = UnreadReply { keys, local };
     let reply: Result<Vec<redis::Value>, LockError> = server
         .run_replicated(
             &PERMITS_ACQUIRE,
@@ -75,15 +76,11 @@ pub(super) async fn acquire(
             }
             return Err(err);
         }
-        (Err(err), _) => {
-            // The attempt may have run and handed permits to other waiters of this Locker
-            // whose wake-up was in the lost reply: they look at Redis themselves.
-            if let Some(notifier) = local {
-                notifier.wake_prefixed(&keys.route(""));
-            }
-            return Err(err);
-        }
+        // The attempt may have run and handed permits to other waiters of this Locker
+        // whose wake-up was in the lost reply: `unread` tells them to look.
+        (Err(err), _) => return Err(err),
     };
+    unread.read();
     let mut values = reply.into_iter();
     let mut number = || {
         values
@@ -108,6 +105,32 @@ pub(super) async fn acquire(
         first_end: u64::try_from(first_end).ok().map(Duration::from_millis),
         place: u64::try_from(place).ok(),
     })
+}
+
+/// A script sent whose reply may hand permits to waiters of this Locker (granted in the
+/// script itself, or reserved for them), who learn it only from that reply. Unless the
+/// reply is read ([`UnreadReply::read`]), dropping this wakes every waiter of this Locker
+/// on the set, and each looks at Redis itself (finding its permit): after an error, and
+/// when the caller's future is dropped at its await (a cancelled release or attempt),
+/// whether or not the script ran.
+struct UnreadReply<'a> {
+    keys: &'a PermitKeys,
+    local: Option<&'a Notifier>,
+}
+
+impl UnreadReply<'_> {
+    /// The reply was read: its wake-ups go out from it.
+    fn read(mut self) {
+        self.local = None;
+    }
+}
+
+impl Drop for UnreadReply<'_> {
+    fn drop(&mut self) {
+        if let Some(notifier) = self.local {
+            notifier.wake_prefixed(&self.keys.route(""));
+        }
+    }
 }
 
 /// Wakes the waiters of this Locker that a script's reply names (lines `<kind>:<ms>:<id>`):
@@ -162,6 +185,7 @@ pub(super) async fn release(
         channel.as_bytes(),
     ];
     let sent_at = Instant::now();
+    let unread = UnreadReply { keys, local };
     let reply: Result<Vec<redis::Value>, LockError> = match sent_on {
         Some(conn) => {
             server
@@ -174,18 +198,10 @@ pub(super) async fn release(
                 .await
         }
     };
-    let reply = match reply {
-        Ok(reply) => reply,
-        Err(err) => {
-            // The release may have run and handed permits to waiters of this Locker whose
-            // wake-up was in the lost reply: they look at Redis themselves (and find their
-            // permit).
-            if let Some(notifier) = local {
-                notifier.wake_prefixed(&keys.route(""));
-            }
-            return Err(err);
-        }
-    };
+    // An error: the release may have run and handed permits to waiters of this Locker
+    // whose wake-up was in the lost reply: `unread` tells them to look.
+    let reply = reply?;
+    unread.read();
     let mut values = reply.into_iter();
     let ours = values
         .next()

@@ -76,6 +76,12 @@ impl Ops for PermitOps {
         ))
     }
 
+    fn after_lost_reply(&self) {
+        if let Some(notifier) = self.env.queue_notifier() {
+            notifier.wake_prefixed(&self.keys.route(""));
+        }
+    }
+
     fn extend(&self, ttl: Duration) -> BoxFuture<'_, Result<bool, LockError>> {
         Box::pin(self.env.run(
             &self.keys.name,
