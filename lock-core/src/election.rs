@@ -423,6 +423,15 @@ impl Observer {
             }
             (None, known) => {
                 self.look_at = None;
+                // Free: a resignation writes its record before it releases, so a record
+                // read now tells a resignation whose announcement is still on its way (an
+                // observer in the resigning process looks as it resigns) from a lapse.
+                if let Some(known) = known.as_ref() {
+                    let record = board::record(self.locker.engine().backend(), &self.keys).await?;
+                    if let Some(record) = record.filter(|r| !r.elected && r.term == known.term) {
+                        return Ok(self.apply(record));
+                    }
+                }
                 Ok(self.lapsed_since(known))
             }
         }

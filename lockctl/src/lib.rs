@@ -137,26 +137,10 @@ pub fn main() -> ExitCode {
             )))
         }
     };
-    let result = runtime.block_on(async {
-        let result = dispatch(cli).await;
-        settle().await;
-        result
-    });
+    let result = runtime.block_on(dispatch(cli));
     match result {
         Ok(code) => ExitCode::from(code),
         Err(failure) => report(failure),
-    }
-}
-
-/// Lets background work finish before the runtime goes: lock-core cleans up an abandoned
-/// acquisition (lockctl interrupted while waiting) or a dropped lease in spawned tasks,
-/// which a runtime shutdown would cancel. Bounded, so that exiting never hangs.
-async fn settle() {
-    const LIMIT: std::time::Duration = std::time::Duration::from_millis(500);
-    let handle = tokio::runtime::Handle::current();
-    let deadline = tokio::time::Instant::now() + LIMIT;
-    while handle.metrics().num_alive_tasks() > 0 && tokio::time::Instant::now() < deadline {
-        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     }
 }
 

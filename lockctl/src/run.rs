@@ -55,24 +55,43 @@ pub async fn run(target: &Target, args: RunArgs) -> Result<u8, Failure> {
         .app_name(app)
         .build()
         .map_err(|err| Failure::from_lock_error(&err, &target.shown_url))?;
+    let result = run_with(&locker, target, &args, &command, program, program_args).await;
+    // Lets the Locker's background work finish before the runtime goes (the cleanup of an
+    // acquisition interrupted by a signal, the release of a lease dropped on an error
+    // path): a runtime shutdown would cancel it. Bounded, so that exiting never hangs;
+    // nothing else is waited for (a released lease's renewal task ends with the runtime).
+    locker.shutdown(SETTLE).await;
+    result
+}
 
+/// How long lockctl waits at exit for its Locker's background work.
+const SETTLE: std::time::Duration = std::time::Duration::from_millis(500);
+
+async fn run_with(
+    locker: &Locker,
+    target: &Target,
+    args: &RunArgs,
+    command: &str,
+    program: &std::ffi::OsString,
+    program_args: &[std::ffi::OsString],
+) -> Result<u8, Failure> {
     // Before waiting: a SIGTERM from a supervisor while queued for the lock must end lockctl
     // cleanly, not leave a half-made acquisition.
     let mut signals = Signals::install()?;
-    let lease = acquire(&locker, target, &args, &mut signals).await?;
+    let lease = acquire(locker, target, args, &mut signals).await?;
 
     let key = match args.permits {
         Some(_) => format!("{}:sem", target.keys(&args.key)?.lock),
         None => target.keys(&args.key)?.lock,
     };
-    let mut child = match spawn(program, program_args, &args, &key, &lease) {
+    let mut child = match spawn(program, program_args, args, &key, &lease) {
         Ok(child) => child,
         Err(failure) => {
             release_quietly(lease).await;
             return Err(failure);
         }
     };
-    let supervised = supervise(&mut child, &lease, &args, &command, &mut signals).await;
+    let supervised = supervise(&mut child, &lease, args, command, &mut signals).await;
     let status = match supervised {
         Ok(outcome) => outcome,
         Err(failure) => {

@@ -472,3 +472,32 @@ async fn a_crashed_leader_with_no_successor_is_seen_to_expire() {
     );
     assert!(next.resign().await.expect("resign"));
 }
+
+/// An observer in the resigning process (the same Locker) is told `Resigned`, never
+/// `Expired`: its look at the lease's end, due just after an election, may find the lock
+/// already free before the resignation's announcement arrives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_observer_in_the_resigning_process_is_told_resigned() {
+    let server = RedisServer::start();
+    let locker = candidate(&server, "same-process");
+    let election = locker.election("same-process");
+    let mut observer = election.observe().await.expect("observe");
+    let mut wrong = Vec::new();
+    for round in 0..40 {
+        let leadership = election.campaign().await.expect("campaign");
+        let term = leadership.term();
+        loop {
+            match observer.next().await.expect("next") {
+                LeaderChange::Elected(leader) if leader.term == term => break,
+                LeaderChange::Elected(_) => {}
+                other => panic!("round {round}: before the election of {term}: {other:?}"),
+            }
+        }
+        assert!(leadership.resign().await.expect("resign"));
+        match observer.next().await.expect("next") {
+            LeaderChange::Resigned { term: told, .. } if told == term => {}
+            other => wrong.push((round, label_of(&other))),
+        }
+    }
+    assert!(wrong.is_empty(), "resignations told otherwise: {wrong:?}");
+}
