@@ -14,7 +14,7 @@ use crate::lineup::{
 use crate::machine::Machine;
 use crate::scenarios::{
     renewal, s1_latency, s2_throughput, s3_hot, s4_redlock, s5_overrun, s6_holders, s6_permits,
-    s7_rwlock, s8_multi, s9_cluster,
+    s7_hold, s7_rwlock, s8_multi, s9_cluster,
 };
 use crate::stats::{ratio, show_ratio, Spread};
 
@@ -653,7 +653,7 @@ pub fn s7_title() -> String {
     format!(
         "S7: read-write lock ({} readers on one name, each holding ~1 ms; alone, and with a writer asking every {} ms)",
         s7_rwlock::READERS,
-        s7_rwlock::WRITER_EVERY.as_millis()
+        s7_hold::WRITER_EVERY.as_millis()
     )
 }
 

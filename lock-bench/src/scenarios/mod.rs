@@ -11,6 +11,7 @@ pub mod s4_redlock;
 pub mod s5_overrun;
 pub mod s6_holders;
 pub mod s6_permits;
+pub mod s7_hold;
 pub mod s7_rwlock;
 pub mod s7_writer;
 pub mod s8_multi;

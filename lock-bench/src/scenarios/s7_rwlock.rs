@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use lock_core::Locker;
 use serde::Serialize;
 
+use super::s7_hold::{hold_loop, Hold, TTL};
 use super::s7_writer::Writer;
 use super::{interleaved, Failures, Settings};
 use crate::probe::Probe;
@@ -21,11 +22,6 @@ use crate::stats::{most_at_once, Samples, Spread};
 
 /// Reading tasks in the flood.
 pub const READERS: usize = 64;
-const HOLD: Duration = Duration::from_millis(1);
-/// The writer's pause between giving the write lease back and asking again.
-pub const WRITER_EVERY: Duration = Duration::from_millis(10);
-pub const TTL: Duration = Duration::from_secs(5);
-const WAIT: Duration = Duration::from_secs(10);
 
 /// One flood: the readers share `readers`; `writer`, when present, joins it.
 pub struct Group {
@@ -39,14 +35,6 @@ pub struct Group {
 pub struct WriterAt {
     pub url: String,
     pub prefix: String,
-}
-
-#[derive(Debug, Clone, Copy)]
-pub struct Hold {
-    pub write: bool,
-    pub asked: Instant,
-    pub entered: Instant,
-    pub leaving: Instant,
 }
 
 /// S7 figures of one run.
@@ -71,46 +59,6 @@ struct Run {
     round_trips_per_acquisition: f64,
     redis_exec_us_per_acquisition: f64,
     failures: Failures,
-}
-
-pub async fn hold_loop(
-    locker: Locker,
-    name: String,
-    write: bool,
-    started: Instant,
-    run_for: Duration,
-    holds: Arc<Mutex<Vec<Hold>>>,
-) -> Failures {
-    let mut failures = Failures::default();
-    let rwlock = locker.rwlock(name);
-    while started.elapsed() < run_for {
-        if write {
-            tokio::time::sleep(WRITER_EVERY).await;
-        }
-        let asked = Instant::now();
-        let request = if write { rwlock.write() } else { rwlock.read() };
-        match request.ttl(TTL).wait(WAIT).await {
-            Ok(lease) => {
-                let entered = Instant::now();
-                tokio::time::sleep(HOLD).await;
-                let leaving = Instant::now();
-                if let Err(err) = lease.release().await {
-                    failures.record(format!("release failed: {err}"));
-                }
-                holds
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .push(Hold {
-                        write,
-                        asked,
-                        entered,
-                        leaving,
-                    });
-            }
-            Err(err) => failures.record(err.to_string()),
-        }
-    }
-    failures
 }
 
 async fn measure(group: &Group, run_for: Duration, probe: &Probe) -> Run {

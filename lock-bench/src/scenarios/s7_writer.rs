@@ -1,7 +1,7 @@
 //! S7's writer in a process of its own, as another service's writer would be: lock-bench
 //! runs itself again with `--s7-writer URL PREFIX NAME`. The child warms its Locker up,
 //! says `ready`, waits for `go <ms>` on its stdin, loops on write leases for that long
-//! (every [`WRITER_EVERY`](super::s7_rwlock::WRITER_EVERY)), and prints each hold as
+//! (every [`WRITER_EVERY`](super::s7_hold::WRITER_EVERY)), and prints each hold as
 //! `hold <asked> <entered> <leaving>` (Unix nanoseconds: both processes read the same
 //! machine's clock) and each failure as `fail <message>`. The parent maps the times back
 //! onto its own monotonic clock.
@@ -13,7 +13,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use lock_core::Locker;
 
-use super::s7_rwlock::{hold_loop, Hold, TTL};
+use super::s7_hold::{hold_loop, Hold, TTL};
 use super::Failures;
 
 /// The command-line flag of the child mode.

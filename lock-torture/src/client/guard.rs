@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use lock_core::{Lease, LockError, MultiLease, Permit, RwLease};
 
+use crate::clock::{self, Nanos};
 use crate::event::HoldKind;
 
 /// A held lease of any primitive.
@@ -58,6 +59,12 @@ impl Guard {
             Guard::Lock(lease) => lease.fencing_token(),
             Guard::Permit(_) | Guard::Rw(_) | Guard::Multi(_) => None,
         }
+    }
+
+    /// When its validity ends, on the run's clock: [`valid_until`](super::valid_until) of
+    /// what the library reports.
+    pub(super) fn valid_until(&self) -> Nanos {
+        clock::stamp_ahead(|| self.expires_in())
     }
 
     /// Validity left, by the local clock.

@@ -8,7 +8,8 @@ use lock_core::LockError;
 
 use super::failure::fail_kind;
 use super::guard::Guard;
-use super::{holding, millis, Ctx};
+use super::holding::{self, observe};
+use super::{millis, Ctx};
 use crate::clock::{self, Nanos};
 use crate::event::{Acquired, Event, HoldKind, ReleaseOutcome, WriteOutcome};
 use crate::profile::Profile;
@@ -33,7 +34,7 @@ pub(super) async fn hold(ctx: &Ctx, rng: &mut fastrand::Rng, lease: Guard, held:
         auto_renew,
     } = held;
     let sabotage = clock::nanos(Duration::from_millis(ctx.args.sabotage_ms));
-    let valid = lease_valid_until(&lease) + sabotage;
+    let valid = lease.valid_until() + sabotage;
     let acquired = clock::now();
     let fence = lease.fencing_token();
     let kind = lease.kind();
@@ -132,7 +133,7 @@ pub(super) async fn hold(ctx: &Ctx, rng: &mut fastrand::Rng, lease: Guard, held:
             };
             let t_reply = clock::now();
             let (valid_until, outcome) = match &result {
-                Ok(()) => (Some(lease_valid_until(&lease) + sabotage), "ok".to_owned()),
+                Ok(()) => (Some(lease.valid_until() + sabotage), "ok".to_owned()),
                 Err(LockError::Lost { .. }) => (None, "lost".to_owned()),
                 Err(err) => (None, format!("{:?}", fail_kind(err)).to_lowercase()),
             };
@@ -269,19 +270,4 @@ pub(super) async fn fenced_write(
         outcome,
         lost_reported,
     });
-}
-
-/// Logs the validity an auto-renewed lease reports now: the renewer moves it in the
-/// background, and the holder trusts whatever it reads.
-pub(super) fn observe(ctx: &Ctx, lease: &Guard, id: &str, t: Nanos, sabotage: Nanos) {
-    ctx.log(&Event::Observed {
-        id: id.to_owned(),
-        t,
-        valid_until: lease_valid_until(lease) + sabotage,
-    });
-}
-
-/// [`valid_until`](super::valid_until) of any primitive's guard.
-fn lease_valid_until(lease: &Guard) -> Nanos {
-    clock::stamp_ahead(|| lease.expires_in())
 }

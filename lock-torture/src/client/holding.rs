@@ -12,7 +12,6 @@
 use std::time::Duration;
 
 use super::guard::Guard;
-use super::held::observe;
 use super::Ctx;
 use crate::clock::{self, Nanos};
 use crate::event::Event;
@@ -77,4 +76,14 @@ fn look(ctx: &Ctx, lease: &Guard, id: &str, lost: &mut bool, sabotage: Nanos) {
             how: "is_lost".to_owned(),
         });
     }
+}
+
+/// Logs the validity an auto-renewed lease reports now: the renewer moves it in the
+/// background, and the holder trusts whatever it reads.
+pub(super) fn observe(ctx: &Ctx, lease: &Guard, id: &str, t: Nanos, sabotage: Nanos) {
+    ctx.log(&Event::Observed {
+        id: id.to_owned(),
+        t,
+        valid_until: lease.valid_until() + sabotage,
+    });
 }
