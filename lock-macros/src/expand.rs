@@ -41,9 +41,19 @@ pub(crate) fn redis_locked(args: TokenStream, item: TokenStream) -> TokenStream 
     errors.extend(signature::check(&function.sig, &function.attrs));
     match (errors.finish(), args) {
         (None, Some(args)) => generate(&args, function),
-        (Some(err), _) => with_original(&err, item),
+        (Some(err), _) => with_original(&err, quiet(function)),
         (None, None) => item,
     }
+}
+
+/// The user's function, rejected, with `unused_variables` allowed: its parameters are
+/// often used only in the key template, which no longer reads them, and a warning for each
+/// would bury the error that says what to fix.
+fn quiet(mut function: ItemFn) -> TokenStream {
+    function
+        .attrs
+        .push(syn::parse_quote!(#[allow(unused_variables)]));
+    quote!(#function)
 }
 
 /// The errors, followed by the user's function untouched so that IDEs and later compile
@@ -382,6 +392,25 @@ mod tests {
         );
         assert!(out.contains("goes on an `async fn` with a body"), "{out}");
         assert!(out.ends_with("struct S ;"), "{out}");
+    }
+
+    #[test]
+    fn a_rejected_function_is_kept_without_unused_variable_warnings() {
+        // `item_id` is read only by the key template: once the function is rejected, a
+        // warning for it would sit beside the error that matters.
+        let out = expand(
+            quote!(key = "market:{item_id}"),
+            quote!(
+                async fn purchase(item_id: u64) -> bool {
+                    true
+                }
+            ),
+        );
+        assert!(out.contains("must return `Result<T, E>`"), "{out}");
+        assert!(
+            out.contains("# [allow (unused_variables)] async fn purchase"),
+            "{out}"
+        );
     }
 
     #[test]

@@ -85,11 +85,19 @@ fn check_return(output: &ReturnType, sig: &Signature) -> Option<syn::Error> {
             ))
         }
     };
-    let what = not_a_result(ty)?;
+    let Some(what) = not_a_result(ty) else {
+        return foreign_error_type(ty);
+    };
     let fix = match ty.as_ref() {
-        Type::ImplTrait(_) => {
+        Type::ImplTrait(bounds) if is_future(bounds) => {
             "an `async fn` already returns a future: write `-> Result<T, E>`".to_owned()
         }
+        // A web handler's `impl IntoResponse`: the `Ok` side of the `Result`.
+        Type::ImplTrait(bounds) => format!(
+            "wrap it: `-> Result<{}, MyError>` (for a web handler, `MyError` answers the \
+             response too: `LockError` does with the `axum` feature)",
+            quote::ToTokens::to_token_stream(bounds)
+        ),
         // `bool` -> `Result<bool, MyError>`: keep what the function computes.
         Type::Path(_) if PRIMITIVES.contains(&what.trim_matches('`')) || what == "`String`" => {
             format!("e.g. `-> Result<{}, MyError>`", what.trim_matches('`'))
@@ -110,6 +118,45 @@ fn check_return(output: &ReturnType, sig: &Signature) -> Option<syn::Error> {
     Some(syn::Error::new_spanned(
         ty,
         format!("{NEED}, found {what} ({WHY}); {fix}"),
+    ))
+}
+
+/// Whether `impl ...` names `Future` (the future an `async fn` already returns).
+fn is_future(bounds: &syn::TypeImplTrait) -> bool {
+    bounds.bounds.iter().any(|bound| match bound {
+        syn::TypeParamBound::Trait(t) => {
+            t.path.segments.last().is_some_and(|s| s.ident == "Future")
+        }
+        _ => false,
+    })
+}
+
+/// An error for `Result<T, E>` whose `E` is a std type that can never take a `LockError`
+/// (`String`, `&str`): `impl From<LockError> for String` is forbidden to the user by Rust's
+/// orphan rule (neither the trait nor the type is theirs), so "add the impl" would be
+/// wrong advice.
+fn foreign_error_type(ty: &Type) -> Option<syn::Error> {
+    let error = result_error_type(ty)?;
+    let name = match error {
+        Type::Reference(reference) => match reference.elem.as_ref() {
+            Type::Path(path) if path.path.is_ident("str") => "&str",
+            _ => return None,
+        },
+        Type::Path(path) => match well_known_non_result(path).as_deref() {
+            Some("String") => "String",
+            _ => return None,
+        },
+        _ => return None,
+    };
+    Some(syn::Error::new_spanned(
+        error,
+        format!(
+            "{NEED}, and `{name}` cannot be one: `impl From<LockError> for {name}` is not \
+             allowed outside the crates that define them (Rust's orphan rule); return your own \
+             error type with `impl From<lock_core::LockError>`, or `Result<T, \
+             lock_core::LockError>`, or `Box<dyn std::error::Error + Send + Sync>`, and turn \
+             it into a `{name}` with `map_err` where you need one"
+        ),
     ))
 }
 
@@ -255,6 +302,41 @@ mod tests {
             assert!(err.contains("found"), "{err}");
         }
         assert!(error("async fn f()").unwrap().contains("add a return type"));
+    }
+
+    #[test]
+    fn a_handlers_response_type_is_told_to_go_in_the_ok_side() {
+        let err = error("async fn f() -> impl IntoResponse").expect("rejected");
+        assert!(
+            err.contains("`-> Result<impl IntoResponse, MyError>`"),
+            "{err}"
+        );
+        assert!(!err.contains("future"), "{err}");
+    }
+
+    #[test]
+    fn std_error_types_are_not_told_to_implement_from() {
+        for (ret, name) in [
+            ("Result<u64, String>", "`String` cannot be one"),
+            (
+                "std::result::Result<(), std::string::String>",
+                "`String` cannot be one",
+            ),
+            ("Result<u64, &'static str>", "`&str` cannot be one"),
+        ] {
+            let err = error(&format!("async fn f() -> {ret}")).expect("rejected");
+            assert!(
+                err.contains(name) && err.contains("orphan rule"),
+                "{ret}: {err}"
+            );
+        }
+        for ret in [
+            "Result<u64, MyError>",
+            "Result<u64, Box<dyn Error>>",
+            "io::Result<u64>",
+        ] {
+            assert_eq!(error(&format!("async fn f() -> {ret}")), None, "{ret}");
+        }
     }
 
     #[test]
