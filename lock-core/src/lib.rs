@@ -136,24 +136,16 @@
 //!
 //! - **Once per tick across a fleet** (ShedLock's model): [`LockRequest::run_once`] runs a
 //!   job unless another replica holds the tick ([`Tick::Ran`] / [`Tick::Skipped`], not an
-//!   error), and [`LockRequest::hold_at_least`] keeps the lock until a minimum time from
-//!   the start even when the job ended sooner (the release sets what is left of it as the
-//!   key's TTL, by the server's clock, instead of deleting the key), so replicas whose
-//!   clocks fire a little later skip the same tick. The TTL bounds a dead replica's hold;
-//!   renewal keeps a live one's, and `max_hold` caps a hung one.
-//!   `#[redis_locked(hold_at_least = "5m")]` and `lockctl run --hold-at-least 5m` do the
-//!   same; `examples/scheduled-jobs` runs four replicas with offset timers.
+//!   error), and [`LockRequest::hold_at_least`] keeps the lock until a minimum time from the
+//!   start, so replicas whose clocks fire a little later skip the same tick.
 //! - **One leader, watched by all** (etcd's election API, Kubernetes' lease election):
-//!   [`Locker::election`] gives an [`Election`]. [`Election::campaign`] waits in FIFO order
-//!   (the lock's waiter queue) until this process leads, and returns a [`Leadership`]: its
-//!   term (the election lock's fencing token, strictly increasing), renewed in the
-//!   background, with [`Leadership::lost`] and [`Leadership::is_leader`] (false by the
-//!   local clock once the lease has run out, so a leader resumed after a pause knows before
-//!   acting; hand the term to stores that refuse stale writers). [`Leadership::resign`]
-//!   announces the end and hands leadership to the next candidate at once.
-//!   [`Election::leader`] reads who leads (label, term, since when by the server's clock),
-//!   and [`Election::observe`] follows every change once and in order over pub/sub.
+//!   [`Election::campaign`] waits in FIFO order until this process leads and returns a
+//!   [`Leadership`] with its term (strictly increasing: hand it to stores that refuse stale
+//!   writers), [`Leadership::lost`] and [`Leadership::is_leader`]; [`Leadership::resign`]
+//!   hands over at once; [`Election::leader`] and [`Election::observe`] tell who leads.
 //!   Elections need one Redis (or Sentinel, a Cluster) with scripts, or memory.
+//!
+//! The repository's `docs/guide/elections-and-schedules.md` has the details.
 //!
 //! ```
 //! use lock_core::{Locker, LockError, Tick};
@@ -198,118 +190,36 @@
 //! # Waiting
 //!
 //! A blocked request does not poll, and separate processes waiting for one lock do not
-//! stampede it. Two queues keep them in order:
-//!
-//! - **In a `Locker`**, waiters queue in FIFO order and only the head talks to Redis; while a
-//!   lease of the same locker holds the name, the head waits for its local release signal.
-//! - **Across `Locker`s** (processes), on one Redis, Sentinel or a Cluster with Lua scripts,
-//!   the head stands in the lock's waiter queue in Redis, and is told when its turn comes.
-//!
-//! The waiter queue, step by step:
-//!
-//! 1. A request first tries a plain `SET key value NX PX ttl GET`: when nobody holds the lock
-//!    that is the whole acquisition (no script, no queue, and its release is a
-//!    compare-and-delete of one key and one argument that publishes nothing). A `Locker`
-//!    that queued for the name in the last 200 ms skips this try and queues at once (step
-//!    2 takes a free lock too): under contention the try is a call that always fails.
-//! 2. If the lock is busy and the request may wait, its `Locker` subscribes to a channel of
-//!    its own (`<prefix>waiters:<16 random hex digits>`, once per `Locker`), then runs the
-//!    queued attempt: one script that takes the lock if it is free and nobody is queued
-//!    ahead, claims it if it is reserved for this `Locker`, or else adds the `Locker` to the
-//!    queue (a sorted set `<prefix>{N}:q` in arrival order, by the server's clock; the
-//!    member is the channel's hex digits and the holder label), and marks the holder's
-//!    value as listened for (a `~` in front of it; token, label and TTL unchanged).
-//!    Finding the lock busy, joining the queue and marking are one atomic step, so no
-//!    release can slip between them.
-//! 3. Releasing hands the lock to the head of the queue in one step: the head leaves the
-//!    queue and the key takes the value `?<its member>` for a claim window of 100 ms (so a
-//!    newcomer's `SET NX` fails: nobody barges past the queue), marked if others wait; the
-//!    head's `Locker` is told `g` on its channel, and the next one in line `s` (standby: its
-//!    turn if the head has not claimed the lock when the window ends). The head claims the
-//!    lock with the queued attempt (a `GET` and a `SET` of its own value and TTL, marked if
-//!    the reservation was). A release of an unmarked value is a bare compare-and-delete
-//!    (`GET`, `DEL`: four Redis calls per uncontended cycle, as a lock without a queue);
-//!    only a marked one looks at the queue and the release channel. `lockctl watch` marks
-//!    the value too, so that the release it watches for is announced. About 17 Redis calls
-//!    per contended acquisition, inner calls of the scripts included (a try that fails is
-//!    saved, the queued attempt is about 6, the release with its hand-over 8, the claim 3).
-//! 4. Timers cover what no message announces: the head sleeps until the holder's TTL runs
-//!    out (a crashed holder) or its safety-net pause (0.5 s growing to 5 s, for a turn
-//!    message lost while the pub/sub connection stayed up) ends, whichever is first; the
-//!    next in line until the claim window (or the holder's TTL plus one window) ends, the
-//!    rest until a safety-net pause; none past its own deadline.
-//!
-//! Failure cases, all with tests against real `redis-server` processes:
-//!
-//! - A waiter that dies, is paused (SIGSTOP, a GC pause) or is cut from Redis while queued
-//!   is skipped: when its turn comes nobody claims it, and the next in line takes over one
-//!   claim window later (the queue keeps no per-entry expiry: a waiter that died while
-//!   queued costs the line that one window, once; the queue key itself expires after the
-//!   longest wait of its waiters). A request that times out (or is dropped, at any point: with its queued attempt in flight, or
-//!   together with its `Locker`'s other requests for the name) leaves the queue and passes
-//!   on a reservation it did not claim, unless another request of its `Locker` still waits
-//!   for the name and keeps the place. A new request of that `Locker` queues only once
-//!   that leave has landed, so the leave cannot take the new request's place.
-//! - A holder that crashes: the head wakes at the holder's TTL and takes the lock. If the
-//!   head is gone too, the next one takes over one claim window later, or at its safety net.
-//! - Lost messages (the pub/sub connection dropped, `CLIENT KILL`, a restart): every waiter
-//!   of the `Locker` is woken and looks again; a server restarted empty forgets the queue and
-//!   the waiters simply queue again. None of this touches mutual exclusion, which rests on
-//!   the lock key alone: a reservation is never anyone's lease.
-//!
-//! On Redlock every master keeps the lock's queue, ordered not by its own clock but by each
-//! waiting request's ticket, the same on every master: when the request began waiting, on
-//! the masters' clock (each `Locker` measures its clock's offset to the masters with `TIME`,
-//! takes the median over the masters and measures again every 10 s). Redlock waiters are
-//! served in the order they began waiting, whatever their clients' clocks say; requests
-//! that began within a few milliseconds of each other (half a round trip to the masters,
-//! plus the masters' own clock drift over 10 s) may be served in either order. The
-//! masters agree on who is next: the masters agree on who is next, a release reserves the lock for the same
-//! head on each, and that head (told on its channel by every master that reserved it; a
-//! `Locker` listens on each master) claims it with one queued attempt on every master,
-//! granted only on a majority within the validity time, as any Redlock acquisition. A head
-//! that claims fewer than a majority (a release that reached a master after its claim)
-//! gives back what it claimed and keeps its place by its ticket. A client whose clock is
-//! seconds off is neither starved nor favoured, and clock differences never touch mutual
-//! exclusion. Only the masters' clocks matter, through the median: a majority of masters
-//! whose clocks disagree by seconds shifts every client's tickets alike.
-//!
-//! Where there is no queue: WATCH/MULTI (no scripts) announces every release on
-//! `<prefix>{N}:released`, and its waiters subscribe to it (every waiting process wakes at
-//! each release). A `Locker` built from a pool has no pub/sub connection
-//! and polls, unless the builder is given a client for it (`pubsub_client`). On Sentinel,
-//! the pub/sub connection asks the Sentinels for the master whenever it connects, and
-//! follows it across a failover. Mixing kinds of `Locker` on one lock is safe. WATCH/MULTI
-//! and queued `Locker`s also tell each other: a WATCH/MULTI waiter marks the holder's value,
-//! so that its release is announced on the release channel, and a WATCH/MULTI release of a
-//! marked value hands the lock to the queue's head as the release script does. A polling
-//! `Locker` learns of the others' releases only from its timers.
+//! stampede it. In a `Locker`, waiters queue in FIFO order and only the head talks to Redis.
+//! Across `Locker`s (processes), on one Redis, Sentinel or a Cluster with Lua scripts, the
+//! head stands in the lock's waiter queue in Redis: a release hands the lock to the head in
+//! one step (reserved for it for a 100 ms claim window, so nobody barges past the queue) and
+//! tells only that waiter, on its `Locker`'s own channel. A waiter that died or froze is
+//! skipped after one claim window; the head wakes at a crashed holder's TTL. On Redlock every
+//! master keeps the queue, ordered by when each request began waiting on the masters' clock,
+//! so a client whose clock is off is neither starved nor favoured. WATCH/MULTI announces
+//! every release to every waiter; a `Locker` built from a pool without a `pubsub_client`
+//! polls. Mutual exclusion rests on the lock key alone: a reservation is never anyone's lease.
+//! The protocol step by step, its failure cases and what each costs are in the repository's
+//! `docs/guide/how-it-works.md`.
 //!
 //! # Deployments and what they guarantee
 //!
 //! - **One Redis**: everything above, as long as the server keeps its data. A server that
-//!   restarts empty (or a failover to a replica that had not yet received the lock) can let
-//!   a second client in while the first still believes it holds the lock; fencing tokens
-//!   are reset too. Use fencing-aware storage or Redlock where that matters.
-//! - **Redlock** (N masters): a lock needs a majority; it keeps working with a minority
-//!   down and fails cleanly ([`LockError::NoQuorum`]) with a majority down. The validity is
-//!   TTL minus the time the acquisition took minus a drift allowance (1% + 2 ms). **Delayed
-//!   restart rule**: a node that crashed must stay down for at least the longest TTL in use
-//!   (or run with `appendfsync always`), otherwise it can vote for a second holder.
-//!   Fencing tokens are the maximum over a majority, written back to a majority before the
-//!   lease is granted, so they increase across successive holders while nodes keep their
-//!   data; they are not a consensus protocol.
-//! - **Cluster**: each lock lives in one slot (hash tag), so it has the guarantees of one
-//!   Redis per shard; resharding is followed transparently.
-//! - **Sentinel**: like one Redis; connections follow the master the Sentinels name (a
-//!   connect is checked with them again once open, and their `+switch-master` retires
-//!   connections to the deposed master).
-//! - **Replicas** (Sentinel, Cluster, one master with replicas): replication is
-//!   asynchronous, so a grant the master did not pass on before it died is lost in the
-//!   failover. The replica acknowledgement check ([`ReplicaSync`], on by default where the
-//!   master has replicas) counts an acquisition or extension only once `WAIT` reports that
-//!   enough replicas have it; a deposed master, whose replicas left it, therefore grants
-//!   nothing. An acknowledged write is still lost if every replica that has it fails too.
+//!   restarts empty can let a second client in while the first still believes it holds the
+//!   lock, and resets fencing tokens.
+//! - **Redlock** (N masters): a majority is needed; a minority down is tolerated, a majority
+//!   down fails with [`LockError::NoQuorum`]. A node that crashed must stay down for at least
+//!   the longest TTL in use (or run with `appendfsync always`).
+//! - **Cluster**: each lock lives in one slot (hash tag), with the guarantees of one Redis
+//!   per shard; resharding is followed.
+//! - **Sentinel**: like one Redis; connections follow the master the Sentinels name.
+//! - **Replicas**: the replica acknowledgement check ([`ReplicaSync`], on by default where
+//!   the master has replicas) counts a grant only once `WAIT` reports that enough replicas
+//!   have it, so a failover does not lose it unless every replica that has it fails too.
+//!
+//! Each deployment's details and caveats are in the repository's `docs/guide/deployments.md`;
+//! the fault-injection results per deployment in `RELIABILITY.md`.
 //!
 //! # Keys
 //!
@@ -325,15 +235,10 @@
 //!
 //! # Inside
 //!
-//! Five layers, each importing only from those below it: the **facade** (`Locker`, its
-//! builder, `LockRequest`, `Lease`, the primitives, `web`), the **engine** a Locker's clones
-//! share (acquisition, waiting, renewal, the local hand-off), the **backends** (Lua scripts
-//! on one Redis or a Cluster, WATCH/MULTI, Redlock, memory), the **connections** (the
-//! multiplexed connection, the notifier, TLS) and the **leaves** (keys, tokens, durations,
-//! errors). `lock().await` goes facade → `engine::acquire` → `Backend::acquire` → one `SET
-//! NX PX` on the shared connection, and comes back as a `Lease` holding the engine and the
-//! lease's state. The repository's `lock-core/ARCHITECTURE.md` draws the layers, says which
-//! file to open for what, and follows one acquisition and one release step by step.
+//! Five layers, each importing only from those below it: the facade (`Locker`, `Lease`, the
+//! primitives, `web`), the engine (acquisition, waiting, renewal), the backends (Lua scripts,
+//! WATCH/MULTI, Redlock, memory), the connections and the leaves (keys, tokens, errors). The
+//! repository's `lock-core/ARCHITECTURE.md` draws them and says which file to open for what.
 //!
 //! # Web handlers
 //!
@@ -342,6 +247,14 @@
 //! for the same order never run at once across all replicas. A busy lock answers 409 with
 //! `Retry-After`, since `LockError` implements axum's `IntoResponse`.
 //!
+//!
+//! # Guides
+//!
+//! The repository's `docs/guide/` has a page per topic, with compiled examples: the API
+//! tour and `#[redis_locked]` (`api.md`), semaphores, read-write locks and multi-locks
+//! (`primitives.md`), lock-order deadlocks (`deadlocks.md`), scheduled jobs and elections
+//! (`elections-and-schedules.md`), web handlers (`web.md`), `lockctl` (`lockctl.md`),
+//! deployments, guarantees, how it works and what to watch in production.
 
 // `web` exists only with the `tower` feature; without it, link to the docs.rs build (all features).
 #![cfg_attr(feature = "tower", doc = "[`web`]: crate::web")]

@@ -421,3 +421,33 @@ fn reply_complete(reply: &[u8]) -> bool {
 #[cfg(doctest)]
 #[doc = include_str!("../../README.md")]
 struct WorkspaceReadme;
+
+/// The guide pages under `docs/guide/` (linked from the README), compiled the same way: their
+/// `rust` blocks are doctests, and a page without code costs nothing.
+#[cfg(doctest)]
+mod guides {
+    #[doc = include_str!("../../docs/guide/api.md")]
+    struct Api;
+    #[doc = include_str!("../../docs/guide/primitives.md")]
+    struct Primitives;
+    #[doc = include_str!("../../docs/guide/deadlocks.md")]
+    struct Deadlocks;
+    #[doc = include_str!("../../docs/guide/elections-and-schedules.md")]
+    struct ElectionsAndSchedules;
+    #[doc = include_str!("../../docs/guide/web.md")]
+    struct Web;
+    #[doc = include_str!("../../docs/guide/lockctl.md")]
+    struct Lockctl;
+    #[doc = include_str!("../../docs/guide/deployments.md")]
+    struct Deployments;
+    #[doc = include_str!("../../docs/guide/guarantees.md")]
+    struct Guarantees;
+    #[doc = include_str!("../../docs/guide/how-it-works.md")]
+    struct HowItWorks;
+    #[doc = include_str!("../../docs/guide/operations.md")]
+    struct Operations;
+    #[doc = include_str!("../../docs/guide/marketplace.md")]
+    struct Marketplace;
+    #[doc = include_str!("../../docs/guide/contributing.md")]
+    struct Contributing;
+}

@@ -4,8 +4,8 @@
 //! - The waiter queue (one Redis, Cluster, and Redlock with one notifier per master, all on
 //!   the same channel): the Locker subscribes once to a channel of its
 //!   own, and the scripts publish `<kind>:<ms>:<lock key>` there when it is this Locker's
-//!   turn (see the crate docs, "Waiting"). A waiter registers its interest in a lock key
-//!   locally ([`Notifier::listen`]): no Redis call after the first SUBSCRIBE.
+//!   turn (see the repository's `docs/guide/how-it-works.md`). A waiter registers its
+//!   interest in a lock key locally ([`Notifier::listen`]): no Redis call after the first SUBSCRIBE.
 //! - Broadcast (WATCH/MULTI, multi-locks): the release publishes on `<lock key>:released`, and a
 //!   waiter subscribes to that channel (reference-counted: the first waiter on a name sends
 //!   SUBSCRIBE, the last one to leave sends UNSUBSCRIBE).
