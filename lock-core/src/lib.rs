@@ -405,7 +405,7 @@ pub use error::{LockError, WaitSetting};
 pub use holder::Holder;
 pub use key::{KeyLayout, NAME_ESCAPE};
 pub use lease::{Lease, LeaseHandle};
-pub use limits::{MAX_NAME_LEN, MAX_TTL, MAX_WAIT, MIN_TTL};
+pub use limits::{MAX_NAME_LEN, MAX_TTL, MAX_WAIT, MAX_WAIT_CHAIN, MIN_TTL};
 pub use locker::{LockInfo, Locker};
 pub use macro_support::{default_locker, set_default_locker};
 pub use prims::{

@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 
 use crate::backend::waits::{Checked, WaitRecord};
 use crate::engine::held::Held;
+use crate::engine::local::Owner;
 use crate::engine::Engine;
 use crate::key::{KeyLayout, LockKeys};
 use crate::token::decode_value;
@@ -66,12 +67,16 @@ pub(super) struct Watch {
 }
 
 impl Holds {
-    /// The watch for a wait for `wanted`, or `None` (no Redis call, no timer) when the
-    /// task holds no other live lease of this Locker or the backend does not detect.
-    pub(super) fn watch(self, engine: &Arc<Engine>, wanted: &LockKeys) -> Option<Watch> {
-        if self.of_task.is_none() && self.declared.is_empty() {
-            return None;
-        }
+    /// The watch for a wait for `wanted` by `owner` that began at `begun`, or `None` (no
+    /// Redis call, no timer) when the task holds no other live lease of this Locker or the
+    /// backend does not detect.
+    pub(super) fn watch(
+        self,
+        engine: &Arc<Engine>,
+        wanted: &LockKeys,
+        owner: &Owner,
+        begun: Instant,
+    ) -> Option<Watch> {
         if !engine.backend().detects_deadlocks() {
             return None;
         }
@@ -79,6 +84,7 @@ impl Holds {
         if let Some(of_task) = self.of_task {
             leases.extend(of_task(engine));
         }
+        leases.extend(engine.local().leases_of(owner, begun));
         let mut held: Vec<(LockKeys, String)> = Vec::new();
         for lease in leases {
             let live = !lease.has_ended() && !lease.is_lost();
@@ -170,9 +176,16 @@ impl Watch {
                 }
                 Ok(Checked::Recorded { holder, complete }) => {
                     if !complete {
-                        tracing::debug!(name = %self.wanted.name, "deadlock check could not follow every waiter (other Cluster slots, or a long chain)");
+                        tracing::debug!(name = %self.wanted.name, "deadlock check could not follow every waiter (a chain into other Cluster slots)");
                     }
                     seen = Some(holder);
+                }
+                Ok(Checked::TooLong { limit }) => {
+                    tracing::debug!(name = %self.wanted.name, limit, "refused: the chain of waiters is longer than deadlock detection follows");
+                    return LockError::WaitChainTooLong {
+                        name: self.wanted.name.clone(),
+                        limit,
+                    };
                 }
                 Ok(Checked::Unchanged) => {}
                 Ok(Checked::Free) => {
