@@ -335,9 +335,9 @@ async fn a_lease_used_where_it_moved_no_longer_counts_for_its_first_task() {
 
 /// Futures of one task that each take one lock are not each other's holders: polled
 /// with wakers of their own (`FuturesUnordered`, as `buffer_unordered` and
-/// `for_each_concurrent` do), or started together (`join!`, one waker, each waiting
-/// before the other's grant). Two Lockers running them over the same two names in
-/// opposite orders only wait for each other's holders; nobody is told.
+/// `for_each_concurrent` do), or started together (`join`, one waker, one granted after
+/// the other began). Lockers running them over the same two names in opposite orders
+/// only wait for each other's holders; nobody is told.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sibling_futures_do_not_hold_each_others_leases() {
     use futures_util::stream::{FuturesUnordered, StreamExt as _};
@@ -372,244 +372,31 @@ async fn sibling_futures_do_not_hold_each_others_leases() {
                 assert!(result.is_ok(), "unordered, round {round}: {result:?}");
             }
         }
+        // Started together in one future (one waker): the first is granted after the
+        // second began waiting, so it is not the second's. The second waits for b, held
+        // by the other Locker's task, which then waits for a: no cycle (a's holder does
+        // not wait), and nobody is told.
         let (a, b) = (format!("sibj:{round}:a"), format!("sibj:{round}:b"));
-        let side = |locker: &Locker, first: &str, second: &str| {
-            let (locker, first, second) = (locker.clone(), first.to_owned(), second.to_owned());
+        let held = lockers[1].lock(b.clone()).await.expect("b");
+        let side = {
+            let (locker, a, b) = (lockers[0].clone(), a.clone(), b.clone());
             tokio::spawn(async move {
-                let (one, two) = tokio::join!(
-                    one(locker.clone(), first, Duration::ZERO),
-                    one(locker.clone(), second, Duration::ZERO)
-                );
+                let (one, two) = futures_util::future::join(
+                    one(locker.clone(), a, Duration::ZERO),
+                    one(locker.clone(), b, Duration::ZERO),
+                )
+                .await;
                 [one, two]
             })
         };
-        let (p, q) = (side(&lockers[0], &a, &b), side(&lockers[1], &b, &a));
-        for results in [p.await.expect("task"), q.await.expect("task")] {
-            for result in results {
-                assert!(result.is_ok(), "join!, round {round}: {result:?}");
-            }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let got = lockers[1].lock(a).wait(WAIT).await;
+        assert!(got.is_ok(), "join, round {round}: {got:?}");
+        drop((got, held));
+        for result in side.await.expect("task") {
+            assert!(result.is_ok(), "join, round {round}: {result:?}");
         }
     }
-}
-
-/// The same tasks taking the names in one order never form a cycle: never told, all get
-/// through, over hundreds of rounds.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn one_order_is_never_told() {
-    let server = RedisServer::start();
-    let lockers = lockers(&server.url(), 3);
-    for round in 0..200 {
-        let a = format!("order:{}:a", round % 7);
-        let b = format!("order:{}:b", round % 7);
-        let c = format!("order:{}:c", round % 7);
-        let pairs = [(a.clone(), b.clone()), (a.clone(), b), (b_of(&a), c)];
-        let outcomes = round_of(&lockers, &pairs).await;
-        for (i, (result, _)) in outcomes.iter().enumerate() {
-            assert!(result.is_ok(), "round {round}, task {i}: {result:?}");
-        }
-    }
-}
-
-fn b_of(a: &str) -> String {
-    a.replace(":a", ":b")
-}
-
-/// Like `round`, without the barrier (tasks that take the same first name cannot all hold
-/// it at once).
-async fn round_of(lockers: &[Locker], pairs: &[(String, String)]) -> Vec<Outcome> {
-    let tasks: Vec<_> = pairs
-        .iter()
-        .zip(lockers)
-        .map(|((first, second), locker)| {
-            tokio::spawn(nest(
-                locker.clone(),
-                first.clone(),
-                second.clone(),
-                Arc::new(Barrier::new(1)),
-                Style::Using,
-            ))
-        })
-        .collect();
-    let mut outcomes = Vec::new();
-    for task in tasks {
-        outcomes.push(task.await.expect("task"));
-    }
-    outcomes
-}
-
-/// A chain without a cycle (1 holds A, waits for B; 2 holds B, waits for C; 3 holds C for
-/// a while): everyone waits, and everyone completes.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_chain_without_a_cycle_waits_and_completes() {
-    let server = RedisServer::start();
-    let lockers = lockers(&server.url(), 3);
-    let holder = lockers[2]
-        .lock("chain:c")
-        .ttl(Duration::from_secs(10))
-        .await
-        .expect("c");
-    let barrier = Arc::new(Barrier::new(3));
-    let one = tokio::spawn(nest(
-        lockers[0].clone(),
-        "chain:a".into(),
-        "chain:b".into(),
-        Arc::clone(&barrier),
-        Style::Using,
-    ));
-    let two = tokio::spawn(nest(
-        lockers[1].clone(),
-        "chain:b".into(),
-        "chain:c".into(),
-        Arc::clone(&barrier),
-        Style::Plain,
-    ));
-    barrier.wait().await;
-    tokio::time::sleep(Duration::from_millis(600)).await; // several rechecks
-    assert!(holder.release().await.expect("release"));
-    for task in [one, two] {
-        let (result, took) = task.await.expect("task");
-        assert!(result.is_ok(), "{result:?}");
-        assert!(took < WAIT);
-    }
-}
-
-/// No cost where nothing can deadlock: a task that holds nothing and waits never runs the
-/// deadlock check nor its clean-up (the check's script is unknown to the server after it).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_wait_holding_nothing_makes_no_deadlock_call() {
-    let server = RedisServer::start();
-    let lockers = lockers(&server.url(), 2);
-    let held = lockers[0].lock("free:x").await.expect("x");
-    let waiter = {
-        let locker = lockers[1].clone();
-        tokio::spawn(async move { locker.lock("free:x").wait(WAIT).await })
-    };
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(held.release().await.expect("release"));
-    let lease = waiter.await.expect("task").expect("granted");
-    drop(lease);
-    // Nested, uncontended: the inner request takes the fast path, no check either.
-    lockers[0]
-        .using("free:outer", |_| async {
-            lockers[0].lock("free:inner").await.map(drop)
-        })
-        .await
-        .expect("nested");
-    let outer = lockers[0].lock("free:plain-outer").await.expect("outer");
-    let inner = lockers[0].lock("free:plain-inner").await.expect("inner");
-    drop((inner, outer));
-    let sha = redis::Script::new(include_str!("../../lock-core/src/scripts/waits_for.lua"))
-        .get_hash()
-        .to_owned();
-    assert_eq!(server.command(&["SCRIPT", "EXISTS", &sha]), "*1\r\n:0\r\n");
-    // The check reads records with HGETALL (counted inside scripts too); nothing else does.
-    let stats = server.command(&["INFO", "commandstats"]);
-    assert!(!stats.contains("cmdstat_hgetall"), "{stats}");
-}
-
-#[lock_core::redis_locked(key = "attr:{first}", wait = "5s", locker = locker)]
-async fn outer_annotated(
-    locker: &Locker,
-    first: &str,
-    second: &str,
-    barrier: &Barrier,
-) -> Result<(), LockError> {
-    barrier.wait().await;
-    inner_annotated(locker, second).await
-}
-
-#[lock_core::redis_locked(key = "attr:{second}", wait = "5s", locker = locker)]
-async fn inner_annotated(locker: &Locker, second: &str) -> Result<(), LockError> {
-    tokio::time::sleep(Duration::from_millis(20)).await;
-    Ok(())
-}
-
-/// Nested `#[redis_locked]` calls in opposite orders: one of them gets `Deadlock` at once,
-/// the other completes; a web handler answers that error 409 Conflict with Retry-After.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn nested_annotated_calls_in_opposite_orders() {
-    let server = RedisServer::start();
-    let lockers = lockers(&server.url(), 2);
-    for _ in 0..5 {
-        let barrier = Arc::new(Barrier::new(2));
-        let started = Instant::now();
-        let (one, two) = tokio::join!(
-            outer_annotated(&lockers[0], "x", "y", &barrier),
-            outer_annotated(&lockers[1], "y", "x", &barrier)
-        );
-        let (told, through) = match (one, two) {
-            (Err(err), Ok(())) | (Ok(()), Err(err)) => (err, true),
-            other => panic!("expected one Deadlock and one success, got {other:?}"),
-        };
-        assert!(through);
-        assert!(started.elapsed() < Duration::from_secs(2));
-        assert!(matches!(told, LockError::Deadlock { .. }), "{told}");
-        assert!(told.is_contention());
-        let problem = lock_core::web::ErrorResponses::new().problem(&told);
-        assert_eq!(problem.status().as_u16(), 409);
-        assert_eq!(problem.retry_after_secs(), Some(1));
-    }
-}
-
-/// Leases taken with plain `lock()` count once named with `holding`.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn leases_named_with_holding_are_checked() {
-    let server = RedisServer::start();
-    let lockers = lockers(&server.url(), 2);
-    let a = lockers[0].lock("imp:a").await.expect("a");
-    let b = lockers[1].lock("imp:b").await.expect("b");
-    let (one, two) = tokio::join!(
-        async {
-            let got = lockers[0].lock("imp:b").wait(WAIT).holding(&a).await;
-            drop(a);
-            got
-        },
-        async {
-            let got = lockers[1].lock("imp:a").wait(WAIT).holding(&b).await;
-            drop(b);
-            got
-        }
-    );
-    match (one, two) {
-        (Err(LockError::Deadlock { .. }), Ok(_)) | (Ok(_), Err(LockError::Deadlock { .. })) => {}
-        other => panic!("expected one Deadlock and one grant, got {other:?}"),
-    }
-}
-
-/// `waits_for` shows who waits for a lock while holding what.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_records_of_a_name_are_listed() {
-    let server = RedisServer::start();
-    let lockers = lockers(&server.url(), 2);
-    let held = lockers[1].lock("show:b").await.expect("b");
-    let waiter = {
-        let locker = lockers[0].clone();
-        tokio::spawn(async move {
-            let inner = locker.clone();
-            locker
-                .using("show:a", |_| async move {
-                    inner.lock("show:b").wait(WAIT).await.map(drop)
-                })
-                .await
-        })
-    };
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let waits = lockers[1].waits_for("show:b").await.expect("waits");
-    assert!(waits.held);
-    assert_eq!(waits.holder.as_deref(), Some("proc-1"));
-    assert_eq!(waits.waiters.len(), 1, "{waits:?}");
-    assert_eq!(waits.waiters[0].holding, vec!["show:a".to_owned()]);
-    assert_eq!(waits.waiters[0].label.as_deref(), Some("proc-0"));
-    let of_a = lockers[1].waits_for("show:a").await.expect("waits");
-    assert_eq!(of_a.holder_waits_for, vec!["show:b".to_owned()]);
-    assert!(held.release().await.expect("release"));
-    waiter.await.expect("task").expect("granted");
-    // The wait ended: its records are gone (deleted in the background).
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    let after = lockers[1].waits_for("show:a").await.expect("waits");
-    assert!(after.holder_waits_for.is_empty(), "{after:?}");
-    let left = server.command(&["EXISTS", "lock:{show:a}:wf", "lock:{show:b}:wf"]);
-    assert_eq!(left, ":0\r\n", "records left behind");
 }
 
 /// On a Cluster a check declares only keys of one slot: locks under one hash tag (here the
