@@ -184,7 +184,11 @@
 //!   from the OS random generator; release and extend compare it inside Redis before they
 //!   touch the key. A holder whose lease expired gets `false` from `release` and leaves the
 //!   next holder's lock alone.
-//! - **No deadlock**: every lock has a TTL, so a crashed holder's lock frees itself.
+//! - **No deadlock**: every lock has a TTL, so a crashed holder's lock frees itself; a
+//!   request that waits while its task holds other locks of the Locker (taken with
+//!   `lock()`, `using` or `#[redis_locked]`) and would close a cycle of waiters, of up to
+//!   [`MAX_WAIT_CHAIN`] locks, across processes, fails at once with
+//!   [`LockError::Deadlock`] (one Redis, Sentinel, one Cluster slot, in memory).
 //! - **Overruns are visible**: [`LeaseHandle::is_lost`] and [`LeaseHandle::lost`] tell a holder
 //!   when its local validity (TTL minus a clock-drift margin) ran out.
 //! - **Fencing**: with [`LockRequest::fencing`] each acquisition also draws a number that

@@ -3,15 +3,27 @@
 //!
 //! A request that waits while its task holds other leases of the same Locker (the holds
 //! on its call stack: `#[redis_locked]` functions, `using` closures, `LockLayer` handlers;
-//! or leases named with `LockRequest::holding`) has its wait checked and recorded by the
-//! backend (`backend/waits.rs`), concurrently with the wait: if recording it would close a
-//! cycle of waiters, the request ends at once with [`LockError::Deadlock`] (its wait is
-//! dropped, leaving the queue as a cancelled wait does) and the other waiters keep
-//! waiting. A request whose task holds nothing is not watched at all: no call, no timer.
+//! leases the same code took with plain `lock()` and still holds, as `engine/local.rs`
+//! counts them; or leases named with `LockRequest::holding`) has its wait checked and
+//! recorded by the backend (`backend/waits.rs`), concurrently with the wait: if recording
+//! it would close a cycle of waiters, the request ends at once with
+//! [`LockError::Deadlock`] (its wait is dropped, leaving the queue as a cancelled wait
+//! does) and the other waiters keep waiting; if the chain of waiters it would wait behind
+//! is longer than the check follows ([`MAX_WAIT_CHAIN`](crate::MAX_WAIT_CHAIN) locks),
+//! with [`LockError::WaitChainTooLong`]. A request whose task holds nothing is not
+//! watched at all: no call, no timer.
+//!
+//! Counting a plain lease as held may be wrong (it may have moved to another task
+//! unseen, see `engine/local.rs`): it is only ever recorded here, never a reason to refuse
+//! a request outright; a lease of the lock waited for is left out (the request waits for
+//! it like any other).
 //!
 //! The record is checked again every [`RECHECK`]: when the lock waited for has changed
 //! hands meanwhile (a record counts only while the holder it names holds the lock), the
-//! new holder is recorded, which may close a cycle then. When the wait ends (granted,
+//! new holder is recorded, which may close a cycle then. (Every record is written after a
+//! walk of the whole chain behind it, so a cycle is always closed by a check that sees
+//! it; only on a Cluster may a record be incomplete, its chain leaving the slot, where no
+//! later check could read further either.) When the wait ends (granted,
 //! timed out, cancelled, failed), its records are deleted in the background; until then
 //! a grant already makes them stop counting (the lock's holder changed).
 //!
