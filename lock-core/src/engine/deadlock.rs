@@ -96,7 +96,12 @@ impl Holds {
         if let Some(of_task) = self.of_task {
             leases.extend(of_task(engine));
         }
-        leases.extend(engine.local().leases_of(owner, begun));
+        let of_owner = engine.local().leases_of(owner, begun);
+        leases.extend(
+            of_owner
+                .into_iter()
+                .filter_map(|lease| lease.downcast().ok()),
+        );
         let mut held: Vec<(LockKeys, String)> = Vec::new();
         for lease in leases {
             let live = !lease.has_ended() && !lease.is_lost();

@@ -6,6 +6,7 @@
 //! holds the lock the head does not even ask: it waits for that lease's release signal (or
 //! the end of its validity, in case it was leaked).
 
+use std::any::Any;
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
@@ -14,7 +15,6 @@ use std::task::Waker;
 use hashbrown::HashTable;
 use std::time::Instant;
 
-use crate::engine::held::Held;
 use crate::signal::Wake;
 
 /// Independent shards so that tasks locking different names rarely meet on one mutex.
@@ -90,8 +90,9 @@ struct Claim {
     /// When the lease was granted: it counts only for waits that began later (a sibling
     /// future's grant while this one already waited is not this one's).
     granted: Instant,
-    /// The lease's state, for a wait of its owner to name it.
-    lease: Weak<Held>,
+    /// The lease's state (`engine::held::Held`, which this module does not name: it
+    /// names this one), for a wait of its owner to name it.
+    lease: Weak<dyn Any + Send + Sync>,
 }
 
 /// This locker's place in a name's Redis-side waiter queue (one entry per locker: its
@@ -356,15 +357,17 @@ impl NameState {
         }
     }
 
-    /// Records who took `lease` (the name's holder), granted now: a later wait of the same
-    /// owner counts it as held (see [`LocalNames::leases_of`]).
-    pub fn own(&self, lease: &Arc<Held>, owner: Owner) {
+    /// Records who took lease `serial` (the name's holder, whose state is `lease`),
+    /// granted now: a later wait of the same owner counts it as held (see
+    /// [`LocalNames::leases_of`]).
+    pub fn own<L: Any + Send + Sync>(&self, serial: u64, lease: &Arc<L>, owner: Owner) {
         let mut holder = self.holder.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(held) = holder.as_mut().filter(|held| held.serial == lease.serial) {
+        if let Some(held) = holder.as_mut().filter(|held| held.serial == serial) {
+            let lease: Weak<L> = Arc::downgrade(lease);
             held.claim = Some(Claim {
                 owner,
                 granted: Instant::now(),
-                lease: Arc::downgrade(lease),
+                lease: lease as Weak<dyn Any + Send + Sync>,
             });
         }
     }
@@ -419,8 +422,9 @@ impl LocalNames {
     /// The leases of this locker that count as held by `owner` for a wait that began at
     /// `begun`: taken by the same code (see [`Owner`]), granted before the wait began, and
     /// still valid and owned (not dropped, not used on another task since). A scan of the
-    /// names in use, made when a request starts waiting (never on the fast path).
-    pub fn leases_of(&self, owner: &Owner, begun: Instant) -> Vec<Arc<Held>> {
+    /// names in use, made when a request starts waiting (never on the fast path). Each
+    /// lease's state as [`NameState::own`] was given it.
+    pub fn leases_of(&self, owner: &Owner, begun: Instant) -> Vec<Arc<dyn Any + Send + Sync>> {
         let now = Instant::now();
         let mut found = Vec::new();
         for shard in &self.shards {

@@ -180,7 +180,7 @@ impl Engine {
     pub fn hold(&self, grant: Grant, owner: Owner) -> Arc<Held> {
         let renew = grant.renew;
         let held = Held::new(grant);
-        held.local.own(&held, owner);
+        held.local.own(held.serial, &held, owner);
         if let Some(renewal) = renew {
             self.renewer
                 .register(&self.backend, &held, renewal.max_hold);
