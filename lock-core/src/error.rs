@@ -92,6 +92,22 @@ pub enum LockError {
         cycle: Vec<crate::DeadlockLink>,
     },
 
+    /// Waiting would make a chain of waiters longer than deadlock detection follows
+    /// ([`MAX_WAIT_CHAIN`](crate::MAX_WAIT_CHAIN) locks, this task's included): the lock's
+    /// holder waits for another lock, whose holder waits for another, and so on past the
+    /// limit. Such a chain cannot be checked for a cycle, so the request fails at once
+    /// rather than wait in what may be one; the others keep waiting. Only a request whose
+    /// task holds other locks of the Locker is refused so. Retrying after releasing is
+    /// safe; taking the locks in one order everywhere avoids both this and
+    /// [`Deadlock`](LockError::Deadlock).
+    #[error("waiting for lock `{name}` would make a chain of more than {limit} locks whose holders wait for one another, longer than deadlock detection follows; this request gives up: release what this task holds and retry, or take the locks in one order everywhere")]
+    WaitChainTooLong {
+        /// The lock this request waited for.
+        name: String,
+        /// The longest chain followed ([`MAX_WAIT_CHAIN`](crate::MAX_WAIT_CHAIN)).
+        limit: usize,
+    },
+
     /// A semaphore is full: all `permits` permits of `name` are taken, and the request did
     /// not wait (`waited` is `None`) or its wait ran out (`Some`). Every semaphore entry
     /// point says this, never [`Busy`](LockError::Busy) or [`Timeout`](LockError::Timeout)
@@ -277,16 +293,18 @@ pub enum LockError {
     },
 
     /// A plain [`lock`](crate::Locker::lock) (or `try_lock`) of a lock that this task
-    /// already holds: through a [`Lease`](crate::Lease) of the same `Locker` that this task
-    /// took (and has not released), or on its call stack, inside a `#[redis_locked]`
-    /// function, `using` closure or `LockLayer`-guarded handler holding it. A lock is not
-    /// reentrant through `lock()`: the request could only succeed after this task released
-    /// the lock, which it can do only once this request ends, so it fails at once instead of
-    /// waiting its wait out. (A lease that another task of the same `Locker` holds is waited
-    /// for as usual; a busy or timeout error names it as "a lease of this Locker, in this
-    /// process". A lease this task took and handed to another task still counts as this
-    /// task's.)
-    #[error("lock `{name}` is already held by this task (a lease it took from this Locker, or an enclosing #[redis_locked] function, `using` closure or LockLayer handler), and lock() is not reentrant: release that lease first, or for nested code call a #[redis_locked] function or `using`, which reuse the enclosing lease, or use lock_core::current_lease()")]
+    /// holds on its call stack: inside a `#[redis_locked]` function, `using` closure or
+    /// `LockLayer`-guarded handler of the same `Locker` holding it. A lock is not reentrant
+    /// through `lock()`: the request could only succeed after the enclosing body released
+    /// the lock, which it can do only once this request ends, so it fails at once instead
+    /// of waiting its wait out.
+    ///
+    /// A [`Lease`](crate::Lease) this task took with plain `lock()` and still holds is not
+    /// refused so: a lease may have been moved to another task, which the library cannot
+    /// see, so a second `lock()` of its name waits for its release like any request (a
+    /// busy or timeout error names the holder "a lease of this Locker, in this process"),
+    /// and if the lease is still in this task, the wait runs out.
+    #[error("lock `{name}` is already held by this task (an enclosing #[redis_locked] function, `using` closure or LockLayer handler), and lock() is not reentrant: for nested code call a #[redis_locked] function or `using`, which reuse the enclosing lease, or use lock_core::current_lease()")]
     HeldByThisTask {
         /// The lock name.
         name: String,
@@ -304,14 +322,16 @@ pub enum LockError {
 
 impl LockError {
     /// True for [`Busy`](LockError::Busy), [`Timeout`](LockError::Timeout),
-    /// [`Deadlock`](LockError::Deadlock) and [`LimitReached`](LockError::LimitReached): the
-    /// lock, or every permit, belongs to someone else. Such errors are worth retrying later.
+    /// [`Deadlock`](LockError::Deadlock), [`WaitChainTooLong`](LockError::WaitChainTooLong)
+    /// and [`LimitReached`](LockError::LimitReached): the lock, or every permit, belongs to
+    /// someone else. Such errors are worth retrying later.
     pub fn is_contention(&self) -> bool {
         matches!(
             self,
             LockError::Busy { .. }
                 | LockError::Timeout { .. }
                 | LockError::Deadlock { .. }
+                | LockError::WaitChainTooLong { .. }
                 | LockError::LimitReached { .. }
         )
     }
@@ -322,6 +342,7 @@ impl LockError {
             LockError::Busy { name, .. }
             | LockError::Timeout { name, .. }
             | LockError::Deadlock { name, .. }
+            | LockError::WaitChainTooLong { name, .. }
             | LockError::LimitReached { name, .. }
             | LockError::CapacityMismatch { name, .. }
             | LockError::Lost { name }

@@ -157,6 +157,7 @@ impl Lease {
     /// Resets the TTL to `ttl` from now. Fails with [`LockError::Lost`] if the lock is no
     /// longer ours (it expired or was removed); the lease is then marked lost.
     pub async fn extend(&self, ttl: Duration) -> Result<(), LockError> {
+        self.held.local.used_here(self.held.serial);
         self.held.extend(self.engine.backend(), ttl).await
     }
 }
@@ -165,6 +166,9 @@ impl Deref for Lease {
     type Target = LeaseHandle;
 
     fn deref(&self) -> &LeaseHandle {
+        // Used on another task than the one that took it: it was handed over, and no
+        // longer counts as that task's for deadlock detection (see `engine/local.rs`).
+        self.held.local.used_here(self.held.serial);
         self.handle.get_or_init(|| LeaseHandle {
             of: Of::Lock {
                 engine: Arc::clone(&self.engine),

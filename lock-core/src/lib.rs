@@ -176,7 +176,11 @@
 //!   from the OS random generator; release and extend compare it inside Redis before they
 //!   touch the key. A holder whose lease expired gets `false` from `release` and leaves the
 //!   next holder's lock alone.
-//! - **No deadlock**: every lock has a TTL, so a crashed holder's lock frees itself.
+//! - **No deadlock**: every lock has a TTL, so a crashed holder's lock frees itself; a
+//!   request that waits while its task holds other locks of the Locker (taken with
+//!   `lock()`, `using` or `#[redis_locked]`) and would close a cycle of waiters, of up to
+//!   [`MAX_WAIT_CHAIN`] locks, across processes, fails at once with
+//!   [`LockError::Deadlock`] (one Redis, Sentinel, one Cluster slot, in memory).
 //! - **Overruns are visible**: [`LeaseHandle::is_lost`] and [`LeaseHandle::lost`] tell a holder
 //!   when its local validity (TTL minus a clock-drift margin) ran out.
 //! - **Fencing**: with [`LockRequest::fencing`] each acquisition also draws a number that
@@ -318,7 +322,7 @@ pub use error::{LockError, WaitSetting};
 pub use holder::Holder;
 pub use key::{KeyLayout, NAME_ESCAPE};
 pub use lease::{Lease, LeaseHandle};
-pub use limits::{MAX_NAME_LEN, MAX_TTL, MAX_WAIT, MIN_TTL};
+pub use limits::{MAX_NAME_LEN, MAX_TTL, MAX_WAIT, MAX_WAIT_CHAIN, MIN_TTL};
 pub use locker::{LockInfo, Locker};
 pub use macro_support::{default_locker, set_default_locker};
 pub use prims::{

@@ -1,5 +1,6 @@
 //! The limits on lock names and durations, and the checks that refuse what lies outside
-//! them with [`LockError::InvalidName`] and [`LockError::InvalidDuration`].
+//! them with [`LockError::InvalidName`] and [`LockError::InvalidDuration`]; the longest
+//! chain of waiters deadlock detection follows ([`MAX_WAIT_CHAIN`]).
 
 use std::time::Duration;
 
@@ -18,6 +19,15 @@ pub const MAX_TTL: Duration = Duration::from_secs(24 * 60 * 60);
 
 /// Longest accepted `wait` (24 hours).
 pub const MAX_WAIT: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// Most locks in a chain of waiters that deadlock detection follows: a request that waits
+/// while its task holds other locks is checked against the chain of holders it would wait
+/// behind (the holder of the lock it wants, waiting for another lock, whose holder waits
+/// for another...). Every cycle of up to this many locks is told to exactly one of its
+/// requests as [`LockError::Deadlock`]; a request whose chain, its own lock included,
+/// would be longer is refused with [`LockError::WaitChainTooLong`] instead of waiting (so
+/// no longer cycle can form unseen). A request whose task holds nothing is never refused.
+pub const MAX_WAIT_CHAIN: usize = 64;
 
 /// Checks a lock name: not empty, at most [`MAX_NAME_LEN`] bytes. Any other bytes are fine:
 /// names travel to Redis only as key arguments, never inside script text.

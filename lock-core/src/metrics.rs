@@ -3,7 +3,7 @@
 //!
 //! | series | kind | labels |
 //! |---|---|---|
-//! | `lock_acquire_total` | counter | `lock`, `outcome` = acquired, busy, timeout, error |
+//! | `lock_acquire_total` | counter | `lock`, `outcome` = acquired, busy, timeout, deadlock (`Deadlock`, `WaitChainTooLong`), error |
 //! | `lock_wait_seconds` | histogram | `lock`: time from the request to its outcome |
 //! | `lock_hold_seconds` | histogram | `lock`: time from acquisition to release |
 //! | `lock_lost_total` | counter | `lock`: leases found lost (expired, stolen, renewal failed) |

@@ -82,10 +82,12 @@ impl Locker {
 
 impl LockRequest {
     /// Declares that this request's task holds `lease` while the request waits, so that
-    /// the wait is checked for deadlocks against it (as it is for the leases of enclosing
-    /// `#[redis_locked]` functions, `using` closures and `LockLayer` handlers, which need
-    /// no declaring). For leases taken with plain `lock()` and kept in variables, which
-    /// no task-local record knows. A lease of another Locker is ignored.
+    /// the wait is checked for deadlocks against it. Most leases need no declaring: those
+    /// of enclosing `#[redis_locked]` functions, `using` closures and `LockLayer`
+    /// handlers, and those the same code took with plain `lock()` and still holds, count
+    /// already. Declare a lease the library would not count as this code's: one passed in
+    /// from another task or from a sibling future (`join!`), or used on another task
+    /// since it was taken. A lease of another Locker is ignored.
     ///
     /// ```
     /// # use lock_core::{Locker, LockError};

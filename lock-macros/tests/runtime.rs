@@ -53,8 +53,8 @@ impl Market {
 #[tokio::test]
 async fn body_does_not_run_while_the_lock_is_busy() {
     let market = Market::new();
-    // Taken by another task, as another holder would: a lease this very task took would
-    // be refused at once as this task's (`HeldByThisTask`), not waited for.
+    // Taken by another task, as another holder would (a lease this very task took counts
+    // as this task's for deadlock detection).
     let held = elsewhere(&market.locks, "market:7").await;
 
     match market.purchase("7").await {
@@ -86,8 +86,8 @@ async fn export(locker: &Locker) -> Result<(), LockError> {
 async fn contention_advice_names_the_attribute_setting() {
     const ATTRIBUTE: &str = "`wait = \"..\"` on #[redis_locked]";
     let market = Market::new();
-    // Taken by another task, as another holder would: a lease this very task took would
-    // be refused at once as this task's (`HeldByThisTask`), not waited for.
+    // Taken by another task, as another holder would (a lease this very task took counts
+    // as this task's for deadlock detection).
     let held = elsewhere(&market.locks, "market:7").await;
     let Err(AppError::Lock(busy)) = market.purchase("7").await else {
         panic!("expected a lock error");

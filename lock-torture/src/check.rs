@@ -71,8 +71,10 @@
 //!   ([`vacancy`]).
 //! - `tick-once`, `tick-missed`: scheduled runs, one per tick, and no tick missed while
 //!   nothing fails ([`schedule`]).
-//! - `deadlock-real`, `deadlock-persists`: every reported deadlock was a cycle of waiters
-//!   in the history, and no cycle of waiters outlived the detection bound (`check/deadlock.rs`).
+//! - `deadlock-real`, `deadlock-chain-real`, `deadlock-persists`: every reported deadlock
+//!   was a cycle of waiters in the history, every chain refused as too long was longer
+//!   than the library's limit, and no cycle of waiters, of any length, outlived the
+//!   detection bound (`check/deadlock.rs`).
 //! - `busy-delayed`: while a replica was stopped, a request that did not wait was answered
 //!   busy later than [`replica_stall::BUSY_BOUND`], or failed with a connection error: an
 //!   answer that needs no replica waited for one ([`replica_stall`]).

@@ -183,10 +183,16 @@ async fn run_async(args: ClientArgs) -> Result<(), BoxError> {
                 tasks.spawn(async move { election::candidate(&ctx, task).await });
             }
         }
-        // One task: a holder label names the client, and so the task, in a cycle.
+        // One task of random nesting: a holder label names the client, and so the task,
+        // in a cycle of it; and the ring tasks, whose names (one ring per round) tell
+        // them apart.
         Primitive::Deadlock => {
-            let ctx = Arc::clone(&ctx);
-            tasks.spawn(async move { deadlock::task(&ctx, 0).await });
+            let nesting = Arc::clone(&ctx);
+            tasks.spawn(async move { deadlock::task(&nesting, 0).await });
+            for member in 0..deadlock::ring_tasks(ctx.args.clients) {
+                let ctx = Arc::clone(&ctx);
+                tasks.spawn(async move { deadlock::ring_member(&ctx, member).await });
+            }
         }
         // One timer per job: the client is one replica of the fleet.
         Primitive::Schedule => {

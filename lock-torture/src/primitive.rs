@@ -33,8 +33,10 @@ pub enum Primitive {
     /// [`crate::cadence::Cadence::max_offset`] late. Rules `tick-once`, `tick-missed`.
     Schedule,
     /// Lock-order deadlocks: each client's task takes two or three of the names in a random
-    /// order, nested, with pauses and cancellations (`client/deadlock.rs`). Rules
-    /// `deadlock-real`, `deadlock-persists` ([`crate::check`]).
+    /// order, nested (`using` or plain `lock()`), with pauses and cancellations; and ring
+    /// rounds across the clients, up to and past lock-core's `MAX_WAIT_CHAIN`
+    /// (`client/deadlock.rs`). Rules `deadlock-real`, `deadlock-chain-real`,
+    /// `deadlock-persists` ([`crate::check`]).
     Deadlock,
     /// Every primitive in turn, one run each: the lock's four, leader election and
     /// scheduled runs (`deadlock` is asked for by name).

@@ -90,6 +90,9 @@ pub fn start_rig(
     ) {
         common.extend(["--primitive".to_owned(), primitive.name().to_owned()]);
     }
+    if primitive == Primitive::Deadlock {
+        common.extend(["--clients".to_owned(), s.clients.to_string()]);
+    }
     if mode == Mode::Cancel {
         common.push("--cancel".to_owned());
     }

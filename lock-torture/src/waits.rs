@@ -8,7 +8,8 @@ use crate::clock::Nanos;
 /// One nested request of the deadlock workload.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Waited {
-    /// Client number (one task per client: a holder label names the client).
+    /// Client number. A holder label names the client; a client's waits at one time
+    /// (its nesting task's, its ring tasks') hold and want distinct names.
     pub client: u32,
     /// The names its task held (enclosing `using` closures) for the whole wait.
     pub holding: Vec<String>,

@@ -100,8 +100,7 @@ async fn ttl_frees_a_crashed_holder(h: Harness) {
         .expect("acquire");
     std::mem::forget(crashed); // no release, no drop: as if the process died
     let other = h.second_locker();
-    // From another task: on the same locker (in memory), this task's own leaked lease
-    // would be refused as held by this task.
+    // From another task: on the same locker (in memory), as another process would.
     let lease = tokio::spawn(
         other
             .lock("c")

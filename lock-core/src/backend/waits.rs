@@ -7,11 +7,17 @@
 //! records -> the locks they wait for, each record counted only while the lock it is under
 //! still holds the recorded value, W still holds `t` and `x` has not passed. Reaching a
 //! lock held by the requester closes a cycle: the requester is told instead of recording
-//! (it is the victim). See `scripts/waits_for.lua` and `engine/deadlock.rs`.
+//! (it is the victim). A walk that would read more than [`MAX_WAIT_CHAIN`] - 1 locks of
+//! others (a chain of more than [`MAX_WAIT_CHAIN`] with the requester's own) ends the
+//! request with [`Checked::TooLong`] instead: no
+//! chain longer than that is ever recorded, so no cycle forms that no walk can see. See
+//! `scripts/waits_for.lua` and `engine/deadlock.rs`.
 //!
-//! On a single Redis (and behind Sentinel) the check runs as one script; on a Cluster only
-//! over locks in the waited-for lock's slot; in memory under the store's mutex. Redlock and
-//! WATCH/MULTI do not detect.
+//! On a single Redis (and behind Sentinel) the check is one script, sent again with more
+//! keys declared as long as its walk reaches locks it could not read (one round trip per
+//! link of the chain, at most [`MAX_WAIT_CHAIN`]); on a Cluster only over locks in the
+//! waited-for lock's slot; in memory under the store's mutex. Redlock and WATCH/MULTI do
+//! not detect.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Mutex, PoisonError};
@@ -19,6 +25,7 @@ use std::time::{Duration, Instant};
 
 use super::AnyBackend;
 use crate::key::LockKeys;
+use crate::limits::MAX_WAIT_CHAIN;
 use crate::LockError;
 
 /// One wait, as it is checked and recorded.
@@ -45,6 +52,9 @@ pub(crate) enum Checked {
     /// Recorded: the holder of the lock waited for at the check, and whether the walk read
     /// every lock it reached (false on a Cluster when a chain leaves the slot).
     Recorded { holder: String, complete: bool },
+    /// The walk would read more than `limit` locks ([`MAX_WAIT_CHAIN`]) without finding a
+    /// cycle: nothing recorded (the request gives up rather than wait unchecked).
+    TooLong { limit: usize },
     /// The holder is the one recorded before: nothing changed.
     Unchanged,
     /// The waiter holds none of the leases any more: nothing recorded.
@@ -171,6 +181,10 @@ impl MemoryWaits {
         let mut parent: HashMap<String, String> = HashMap::new();
         let mut frontier = vec![wanted.clone()];
         let mut found = mine.contains(top.as_str()).then(|| wanted.clone());
+        // Locks of others the walk may read (`value_of` counts them, the one waited for
+        // first): a chain of at most MAX_WAIT_CHAIN with one of the waiter's own.
+        let room = MAX_WAIT_CHAIN - 1;
+        let mut too_long = false;
         let mut at = 0;
         while found.is_none() && at < frontier.len() {
             let key = frontier[at].clone();
@@ -190,9 +204,14 @@ impl MemoryWaits {
                 let Some(next) = holder_of(target).filter(|next| *next == record.behind) else {
                     continue;
                 };
+                let own = mine.contains(next.as_str());
+                if !own && value_of.len() >= room {
+                    too_long = true;
+                    continue;
+                }
                 parent.insert(target.clone(), key.clone());
                 value_of.insert(target.clone(), next.clone());
-                if mine.contains(next.as_str()) {
+                if own {
                     found = Some(target.clone());
                     break;
                 }
@@ -210,6 +229,11 @@ impl MemoryWaits {
             path.reverse();
             forget(&mut records);
             return Checked::Cycle(path);
+        }
+        if too_long {
+            return Checked::TooLong {
+                limit: MAX_WAIT_CHAIN,
+            };
         }
         let until = now + wait.life;
         for (keys, value) in held {

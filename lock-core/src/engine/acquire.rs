@@ -12,6 +12,7 @@ use crate::backend::AttemptKind;
 use crate::engine::attempt::{Acquire, Busy, Tried, THIS_LOCKER};
 use crate::engine::deadlock::Holds;
 use crate::engine::held::{Held, Renewal};
+use crate::engine::local::Owner;
 use crate::engine::turn::wait_for_turn;
 use crate::engine::Engine;
 use crate::key::LockKeys;
@@ -68,6 +69,8 @@ pub(crate) fn acquire<L>(
             validate_hold_at_least(&keys.name, hold)?;
         }
         let value = new_value(&keys.name, settings.label.as_deref())?;
+        // Who awaits this request: the lease will count as its (see `engine/local.rs`).
+        let owner = Owner::current().await;
         let span = tracing::debug_span!(
             "lock.acquire",
             name = %keys.name,
@@ -87,6 +90,7 @@ pub(crate) fn acquire<L>(
             ttl,
             fencing,
             begun,
+            owner,
             attempts: 0,
             last_busy: Busy::default(),
             fencing_token: None,
@@ -103,7 +107,7 @@ pub(crate) fn acquire<L>(
             Ok(_) => "acquired",
             Err(LockError::Busy { .. }) => "busy",
             Err(LockError::Timeout { .. }) => "timeout",
-            Err(LockError::Deadlock { .. }) => "deadlock",
+            Err(LockError::Deadlock { .. } | LockError::WaitChainTooLong { .. }) => "deadlock",
             Err(_) => "error",
         };
         span.record("outcome", outcome);
@@ -142,14 +146,10 @@ fn run<'a>(
         // need to ask Redis) or this locker's waiters are queued for it (a newcomer must not
         // barge in ahead of them). A plain SET: the uncontended path runs no script.
         let held_here = local.local_holder_until().is_some();
-        // A lease this very task took: waiting for it would wait on itself (its release
-        // can only come after this request ends), so say so at once, as the attribute does.
-        // (A try waits for nothing: its busy error names this locker's lease as the holder.)
-        if held_here && !wait.is_zero() && local.held_by_current_task() {
-            return Err(LockError::HeldByThisTask {
-                name: acq.keys.name,
-            });
-        }
+        // A lease this very code took (see `engine/local.rs`) is waited for like any other:
+        // it may have been handed to another task, which the library cannot see, and whose
+        // release this wait must not refuse. (A lease on this task's call stack is refused
+        // at once, in `request.rs`: that one cannot have moved.)
         // A name this locker queued for a moment ago: queue at once (the queued attempt
         // takes the lock if it is free and nobody waits), rather than try a SET first.
         let contended = queue.is_some() && local.contended_lately(acq.begun);
@@ -192,7 +192,7 @@ fn run<'a>(
         // future (a large one costs an allocation of several kilobytes per lock).
         let plain_first = !(fast_path || contended);
         // Deadlock detection, beside the wait: only when the task holds other leases.
-        let watch = holds.watch(acq.engine, &acq.keys);
+        let watch = holds.watch(acq.engine, &acq.keys, &acq.owner, acq.begun);
         let waiting = wait_for_turn(acq, deadline, bound, local, queue, plain_first);
         match watch {
             None => Box::pin(waiting).await,

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use crate::backend::{Attempt, AttemptKind, Backend as _, Place};
 use crate::engine::held::{Grant, Held, Renewal};
-use crate::engine::local::NameRef;
+use crate::engine::local::{NameRef, Owner};
 use crate::engine::validity::validity;
 use crate::engine::Engine;
 use crate::key::LockKeys;
@@ -48,6 +48,8 @@ pub(super) struct Acquire<'a> {
     pub ttl: Duration,
     pub fencing: bool,
     pub begun: Instant,
+    /// The code that awaits the request: the lease counts as its (see `engine/local.rs`).
+    pub owner: Owner,
     pub attempts: u32,
     pub last_busy: Busy,
     pub fencing_token: Option<u64>,
@@ -273,17 +275,20 @@ impl Acquire<'_> {
         // marked, or this locker queued for the name lately: its release then hands over at
         // once rather than try a bare compare-and-delete first.
         let listened = self.listened || local.contended_lately(self.begun);
-        self.engine.hold(Grant {
-            keys: self.keys,
-            value: self.value,
-            fencing_token: self.fencing_token,
-            attempt_started,
-            ttl: self.ttl,
-            local,
-            renew: self.renew,
-            hold_at_least: self.hold_at_least,
-            listened,
-        })
+        self.engine.hold(
+            Grant {
+                keys: self.keys,
+                value: self.value,
+                fencing_token: self.fencing_token,
+                attempt_started,
+                ttl: self.ttl,
+                local,
+                renew: self.renew,
+                hold_at_least: self.hold_at_least,
+                listened,
+            },
+            self.owner,
+        )
     }
 
     pub fn busy(self) -> LockError {

@@ -3,15 +3,27 @@
 //!
 //! A request that waits while its task holds other leases of the same Locker (the holds
 //! on its call stack: `#[redis_locked]` functions, `using` closures, `LockLayer` handlers;
-//! or leases named with `LockRequest::holding`) has its wait checked and recorded by the
-//! backend (`backend/waits.rs`), concurrently with the wait: if recording it would close a
-//! cycle of waiters, the request ends at once with [`LockError::Deadlock`] (its wait is
-//! dropped, leaving the queue as a cancelled wait does) and the other waiters keep
-//! waiting. A request whose task holds nothing is not watched at all: no call, no timer.
+//! leases the same code took with plain `lock()` and still holds, as `engine/local.rs`
+//! counts them; or leases named with `LockRequest::holding`) has its wait checked and
+//! recorded by the backend (`backend/waits.rs`), concurrently with the wait: if recording
+//! it would close a cycle of waiters, the request ends at once with
+//! [`LockError::Deadlock`] (its wait is dropped, leaving the queue as a cancelled wait
+//! does) and the other waiters keep waiting; if the chain of waiters it would wait behind
+//! is longer than the check follows ([`MAX_WAIT_CHAIN`](crate::MAX_WAIT_CHAIN) locks),
+//! with [`LockError::WaitChainTooLong`]. A request whose task holds nothing is not
+//! watched at all: no call, no timer.
+//!
+//! Counting a plain lease as held may be wrong (it may have moved to another task
+//! unseen, see `engine/local.rs`): it is only ever recorded here, never a reason to refuse
+//! a request outright; a lease of the lock waited for is left out (the request waits for
+//! it like any other).
 //!
 //! The record is checked again every [`RECHECK`]: when the lock waited for has changed
 //! hands meanwhile (a record counts only while the holder it names holds the lock), the
-//! new holder is recorded, which may close a cycle then. When the wait ends (granted,
+//! new holder is recorded, which may close a cycle then. (Every record is written after a
+//! walk of the whole chain behind it, so a cycle is always closed by a check that sees
+//! it; only on a Cluster may a record be incomplete, its chain leaving the slot, where no
+//! later check could read further either.) When the wait ends (granted,
 //! timed out, cancelled, failed), its records are deleted in the background; until then
 //! a grant already makes them stop counting (the lock's holder changed).
 //!
@@ -24,6 +36,7 @@ use std::time::{Duration, Instant};
 
 use crate::backend::waits::{Checked, WaitRecord};
 use crate::engine::held::Held;
+use crate::engine::local::Owner;
 use crate::engine::Engine;
 use crate::key::{KeyLayout, LockKeys};
 use crate::token::decode_value;
@@ -66,12 +79,16 @@ pub(super) struct Watch {
 }
 
 impl Holds {
-    /// The watch for a wait for `wanted`, or `None` (no Redis call, no timer) when the
-    /// task holds no other live lease of this Locker or the backend does not detect.
-    pub(super) fn watch(self, engine: &Arc<Engine>, wanted: &LockKeys) -> Option<Watch> {
-        if self.of_task.is_none() && self.declared.is_empty() {
-            return None;
-        }
+    /// The watch for a wait for `wanted` by `owner` that began at `begun`, or `None` (no
+    /// Redis call, no timer) when the task holds no other live lease of this Locker or the
+    /// backend does not detect.
+    pub(super) fn watch(
+        self,
+        engine: &Arc<Engine>,
+        wanted: &LockKeys,
+        owner: &Owner,
+        begun: Instant,
+    ) -> Option<Watch> {
         if !engine.backend().detects_deadlocks() {
             return None;
         }
@@ -79,6 +96,12 @@ impl Holds {
         if let Some(of_task) = self.of_task {
             leases.extend(of_task(engine));
         }
+        let of_owner = engine.local().leases_of(owner, begun);
+        leases.extend(
+            of_owner
+                .into_iter()
+                .filter_map(|lease| lease.downcast().ok()),
+        );
         let mut held: Vec<(LockKeys, String)> = Vec::new();
         for lease in leases {
             let live = !lease.has_ended() && !lease.is_lost();
@@ -170,9 +193,16 @@ impl Watch {
                 }
                 Ok(Checked::Recorded { holder, complete }) => {
                     if !complete {
-                        tracing::debug!(name = %self.wanted.name, "deadlock check could not follow every waiter (other Cluster slots, or a long chain)");
+                        tracing::debug!(name = %self.wanted.name, "deadlock check could not follow every waiter (a chain into other Cluster slots)");
                     }
                     seen = Some(holder);
+                }
+                Ok(Checked::TooLong { limit }) => {
+                    tracing::debug!(name = %self.wanted.name, limit, "refused: the chain of waiters is longer than deadlock detection follows");
+                    return LockError::WaitChainTooLong {
+                        name: self.wanted.name.clone(),
+                        limit,
+                    };
                 }
                 Ok(Checked::Unchanged) => {}
                 Ok(Checked::Free) => {

@@ -6,9 +6,11 @@
 //! holds the lock the head does not even ask: it waits for that lease's release signal (or
 //! the end of its validity, in case it was leaked).
 
+use std::any::Any;
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::task::Waker;
 
 use hashbrown::HashTable;
 use std::time::Instant;
@@ -64,13 +66,33 @@ pub(crate) struct NameState {
     /// a turn in the waiter queue (through the notifier), or when the notifier lost
     /// messages.
     pub released: Arc<Wake>,
-    /// The lease of this locker holding the name, if any: its serial, validity end, and
-    /// the task that took it.
-    holder: Mutex<Option<(u64, Instant, Owner)>>,
+    /// The lease of this locker holding the name, if any.
+    holder: Mutex<Option<Holder>>,
     /// This locker's place in the name's Redis-side waiter queue. Its lock also covers
     /// leaving the local queue (`Queued::leave`), so that "the last local waiter left, and
     /// the Redis place with it" is one step no newcomer can slip into.
     place: Mutex<RedisPlace>,
+}
+
+/// The lease of this locker that holds a name.
+struct Holder {
+    serial: u64,
+    /// The end of its local validity.
+    until: Instant,
+    /// Who it counts as held by, for deadlock detection: `None` for nobody (not yet
+    /// known, dropped, or used on another task since).
+    claim: Option<Claim>,
+}
+
+/// Who took a lease, and when.
+struct Claim {
+    owner: Owner,
+    /// When the lease was granted: it counts only for waits that began later (a sibling
+    /// future's grant while this one already waited is not this one's).
+    granted: Instant,
+    /// The lease's state (`engine::held::Held`, which this module does not name: it
+    /// names this one), for a wait of its owner to name it.
+    lease: Weak<dyn Any + Send + Sync>,
 }
 
 /// This locker's place in a name's Redis-side waiter queue (one entry per locker: its
@@ -319,21 +341,57 @@ impl NameState {
     }
 
     /// Records that lease `serial` of this locker holds the name until `valid_until`. A new
-    /// holder is recorded as the current task's; an extension keeps the task.
+    /// holder counts as nobody's until [`NameState::own`] names its owner; an extension
+    /// keeps the owner.
     pub fn set_holder(&self, serial: u64, valid_until: Instant) {
         let mut holder = self.holder.lock().unwrap_or_else(PoisonError::into_inner);
-        let task = match *holder {
-            Some((held, _, task)) if held == serial => task,
-            _ => Owner::current(),
-        };
-        *holder = Some((serial, valid_until, task));
+        match holder.as_mut() {
+            Some(held) if held.serial == serial => held.until = valid_until,
+            _ => {
+                *holder = Some(Holder {
+                    serial,
+                    until: valid_until,
+                    claim: None,
+                })
+            }
+        }
+    }
+
+    /// Records who took lease `serial` (the name's holder, whose state is `lease`),
+    /// granted now: a later wait of the same owner counts it as held (see
+    /// [`LocalNames::leases_of`]).
+    pub fn own<L: Any + Send + Sync>(&self, serial: u64, lease: &Arc<L>, owner: Owner) {
+        let mut holder = self.holder.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(held) = holder.as_mut().filter(|held| held.serial == serial) {
+            let lease: Weak<L> = Arc::downgrade(lease);
+            held.claim = Some(Claim {
+                owner,
+                granted: Instant::now(),
+                lease: lease as Weak<dyn Any + Send + Sync>,
+            });
+        }
+    }
+
+    /// Lease `serial` is used (a method of the `Lease` called) on the current task: if it
+    /// was taken on another task, it was handed over, and counts as nobody's from now on.
+    pub fn used_here(&self, serial: u64) {
+        let mut holder = self.holder.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(held) = holder.as_mut().filter(|held| held.serial == serial) {
+            if held
+                .claim
+                .as_ref()
+                .is_some_and(|claim| claim.owner.runner != Runner::current())
+            {
+                held.claim = None;
+            }
+        }
     }
 
     /// Forgets lease `serial` as holder (if it still is) and wakes the waiters.
     pub fn clear_holder(&self, serial: u64) {
         {
             let mut holder = self.holder.lock().unwrap_or_else(PoisonError::into_inner);
-            if holder.is_some_and(|(s, _, _)| s == serial) {
+            if holder.as_ref().is_some_and(|held| held.serial == serial) {
                 *holder = None;
             }
         }
@@ -342,50 +400,112 @@ impl NameState {
 
     /// Lease `serial` (if it still holds the name) is on its way out: dropped, its release
     /// running in the background. It still holds the name until that release is done, but
-    /// no task holds it any more: a request of the task that dropped it waits for the
-    /// release instead of being refused as a lock of its own.
+    /// it counts as nobody's any more.
     pub fn disown(&self, serial: u64) {
         let mut holder = self.holder.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some((held, until, _)) = *holder {
-            if held == serial {
-                *holder = Some((held, until, Owner::Nobody));
-            }
+        if let Some(held) = holder.as_mut().filter(|held| held.serial == serial) {
+            held.claim = None;
         }
     }
 
     /// When a lease of this locker holds the name: the end of its validity.
     pub fn local_holder_until(&self) -> Option<Instant> {
-        let holder = *self.holder.lock().unwrap_or_else(PoisonError::into_inner);
+        let holder = self.holder.lock().unwrap_or_else(PoisonError::into_inner);
         holder
-            .map(|(_, until, _)| until)
+            .as_ref()
+            .map(|held| held.until)
             .filter(|until| *until > Instant::now())
-    }
-
-    /// Whether a valid lease of this locker that the current task took holds the name: a
-    /// request for it from this task would wait on itself.
-    pub fn held_by_current_task(&self) -> bool {
-        let holder = *self.holder.lock().unwrap_or_else(PoisonError::into_inner);
-        let current = Owner::current();
-        holder.is_some_and(|(_, until, task)| task == current && until > Instant::now())
     }
 }
 
-/// Who runs the code that took a lease: a Tokio task, or outside any task (the future a
-/// runtime's `block_on` drives, e.g. `#[tokio::main]`'s body), the thread that drives it.
+impl LocalNames {
+    /// The leases of this locker that count as held by `owner` for a wait that began at
+    /// `begun`: taken by the same code (see [`Owner`]), granted before the wait began, and
+    /// still valid and owned (not dropped, not used on another task since). A scan of the
+    /// names in use, made when a request starts waiting (never on the fast path). Each
+    /// lease's state as [`NameState::own`] was given it.
+    pub fn leases_of(&self, owner: &Owner, begun: Instant) -> Vec<Arc<dyn Any + Send + Sync>> {
+        let now = Instant::now();
+        let mut found = Vec::new();
+        for shard in &self.shards {
+            let shard = shard.lock().unwrap_or_else(PoisonError::into_inner);
+            for state in shard.names.iter() {
+                let holder = state.holder.lock().unwrap_or_else(PoisonError::into_inner);
+                let Some(held) = holder.as_ref().filter(|held| held.until > now) else {
+                    continue;
+                };
+                let Some(claim) = held.claim.as_ref() else {
+                    continue;
+                };
+                if claim.granted < begun && claim.owner.is(owner) {
+                    found.extend(claim.lease.upgrade());
+                }
+            }
+        }
+        found
+    }
+}
+
+/// Who a lease counts as held by, for deadlock detection: the code that awaited the
+/// request that took it, told by the task (or, outside any task, the thread) that ran it
+/// and the waker it was polled with, which tells apart futures that a combinator polls
+/// with wakers of their own (`FuturesUnordered`, `buffer_unordered`,
+/// `for_each_concurrent`) but not those polled with one waker (`join!`, `select!`).
+///
+/// The library cannot see a `Lease` being moved: a lease handed to another task keeps
+/// counting for the code that took it until it is used (any method of the `Lease`) on
+/// another task, or dropped; it then counts for nobody. So counting a lease as held may be
+/// wrong: a request never refuses on its strength (it waits instead: see
+/// `engine/acquire.rs`), and deadlock detection only records it (see `engine/deadlock.rs`).
+#[derive(Clone)]
+pub(crate) struct Owner {
+    runner: Runner,
+    waker: Waker,
+}
+
+/// A Tokio task, or outside any task (the future a runtime's `block_on` drives, e.g.
+/// `#[tokio::main]`'s body), the thread that drives it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Owner {
+enum Runner {
     Task(tokio::task::Id),
     Thread(std::thread::ThreadId),
-    /// A dropped lease whose release has not run yet.
-    Nobody,
+}
+
+impl Runner {
+    fn current() -> Runner {
+        match tokio::task::try_id() {
+            Some(task) => Runner::Task(task),
+            None => Runner::Thread(std::thread::current().id()),
+        }
+    }
 }
 
 impl Owner {
-    fn current() -> Owner {
-        match tokio::task::try_id() {
-            Some(task) => Owner::Task(task),
-            None => Owner::Thread(std::thread::current().id()),
+    /// The code polled with `cx`, on the current task.
+    pub fn of(cx: &std::task::Context<'_>) -> Owner {
+        Owner {
+            runner: Runner::current(),
+            waker: cx.waker().clone(),
         }
+    }
+
+    /// The code awaiting this (completes at once).
+    pub async fn current() -> Owner {
+        std::future::poll_fn(|cx| std::task::Poll::Ready(Owner::of(cx))).await
+    }
+
+    /// The same code: same task and a waker that wakes the same future. (A kept waker
+    /// keeps what it wakes allocated, so its address names no other future meanwhile.)
+    fn is(&self, other: &Owner) -> bool {
+        self.runner == other.runner && self.waker.will_wake(&other.waker)
+    }
+}
+
+impl std::fmt::Debug for Owner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Owner")
+            .field("runner", &self.runner)
+            .finish_non_exhaustive()
     }
 }
 

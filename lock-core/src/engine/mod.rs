@@ -36,7 +36,7 @@ use crate::backend::{queue_member, AnyBackend};
 use crate::connection::notifier::Notifier;
 use crate::engine::background::Background;
 use crate::engine::held::{Grant, Held};
-use crate::engine::local::LocalNames;
+use crate::engine::local::{LocalNames, Owner};
 use crate::engine::renew::Renewer;
 
 /// A Locker's settings, resolved by the builder.
@@ -175,11 +175,12 @@ impl Engine {
         self.background.idle().await;
     }
 
-    /// A fresh lease's state: this locker's local holder of its name, renewed in the
-    /// background if it asked to be.
-    pub fn hold(&self, grant: Grant) -> Arc<Held> {
+    /// A fresh lease's state: this locker's local holder of its name, owned by `owner`
+    /// (the code that awaited the request), renewed in the background if it asked to be.
+    pub fn hold(&self, grant: Grant, owner: Owner) -> Arc<Held> {
         let renew = grant.renew;
         let held = Held::new(grant);
+        held.local.own(held.serial, &held, owner);
         if let Some(renewal) = renew {
             self.renewer
                 .register(&self.backend, &held, renewal.max_hold);

@@ -22,7 +22,7 @@ static DEFAULT: RwLock<ErrorResponses> = RwLock::new(ErrorResponses::new());
 /// | failure | status | body detail |
 /// |---|---|---|
 /// | [`Busy`](LockError::Busy), [`Timeout`](LockError::Timeout) | `busy_status` (409 by default), with `Retry-After` | names the lock |
-/// | [`Deadlock`](LockError::Deadlock) | `busy_status` (409 by default), with `Retry-After: 1` | names the lock waited for, not the cycle's holders |
+/// | [`Deadlock`](LockError::Deadlock), [`WaitChainTooLong`](LockError::WaitChainTooLong) | `busy_status` (409 by default), with `Retry-After: 1` | names the lock waited for, not the cycle's holders |
 /// | [`LimitReached`](LockError::LimitReached) (`#[redis_locked(permits = N)]` on a handler) | 429, with `Retry-After`, as `LockLayer::permits` | names the key and N |
 /// | [`Connection`](LockError::Connection), [`Misconfigured`](LockError::Misconfigured), [`Redis`](LockError::Redis), [`SlotMigrating`](LockError::SlotMigrating), [`NoQuorum`](LockError::NoQuorum), [`NotReplicated`](LockError::NotReplicated) | 503 | generic: no URL, host or Redis error text |
 /// | [`InvalidName`](LockError::InvalidName) (a key built from request data is empty or too long) | 400 | generic |
@@ -125,6 +125,13 @@ impl ErrorResponses {
             LockError::Deadlock { name, .. } => Problem::new(
                 self.busy_status,
                 format!("lock `{name}` would deadlock with other requests holding what this one needs; retry"),
+            )
+            .with_lock(name)
+            .with_retry_after(UNKNOWN_RETRY),
+            // The same, for a chain of waiters too long to check for a cycle.
+            LockError::WaitChainTooLong { name, .. } => Problem::new(
+                self.busy_status,
+                format!("lock `{name}` is waited for behind too many other requests holding what this one needs; retry"),
             )
             .with_lock(name)
             .with_retry_after(UNKNOWN_RETRY),

@@ -69,6 +69,10 @@ pub struct ClientArgs {
     /// Concurrent tasks sharing this client's locker.
     #[arg(long, default_value_t = 1)]
     pub tasks: u32,
+    /// How many clients the run has (`--primitive deadlock`: the rings of its ring rounds
+    /// span every client's ring tasks).
+    #[arg(long, default_value_t = 1)]
+    pub clients: u32,
     /// Pool size of the locker.
     #[arg(long)]
     pub pool_size: Option<usize>,

@@ -15,6 +15,7 @@ use crate::backend::millis;
 use crate::backend::waits::{Checked, WaitRecord, WaitsOn};
 use crate::connection::shared::is_connection_failure;
 use crate::key::LockKeys;
+use crate::limits::MAX_WAIT_CHAIN;
 use crate::slot::cluster_slot;
 use crate::LockError;
 
@@ -43,14 +44,6 @@ fn library() -> &'static str {
     LIBRARY.as_str()
 }
 
-/// Most locks one check declares: the one waited for, those held, and those its walk
-/// reached. A longer chain is recorded without being walked to its end (never a cycle
-/// reported that is not there; a cycle longer than this may go unnoticed).
-const MAX_LOCKS: usize = 32;
-
-/// Most round trips of one check: each adds the locks the walk reached and could not read.
-const MAX_ROUNDS: usize = 6;
-
 /// The waits-for hash of a lock: `<lock key>:wf`, in the lock's slot.
 fn hash_of(lock: &str) -> String {
     format!("{lock}:wf")
@@ -62,9 +55,16 @@ impl Scripted {
         self.announce == Announce::InShard
     }
 
-    /// See [`crate::backend::AnyBackend::check_wait`]. On a Cluster, only the locks in the
-    /// slot of the lock waited for take part: held locks elsewhere are not recorded, and a
-    /// walk that reaches another slot stops there (recorded as incomplete).
+    /// See [`crate::backend::AnyBackend::check_wait`]. The script walks the locks it was
+    /// given; when the walk reaches locks it could not read (not declared), it records
+    /// nothing and names them, and is sent again with them declared: one round trip per
+    /// link of the chain, until the walk is whole (or finds a cycle), or would read more
+    /// than [`MAX_WAIT_CHAIN`] - 1 locks of others ([`Checked::TooLong`]). Each send walks
+    /// from the start, so what it records it recorded after a whole walk in one script.
+    ///
+    /// On a Cluster, only the locks in the slot of the lock waited for take part: held
+    /// locks elsewhere are not recorded, and a walk that reaches another slot stops there
+    /// (recorded as incomplete: no later walk can read that slot either).
     pub(crate) async fn check_wait(&self, wait: &WaitRecord<'_>) -> Result<Checked, LockError> {
         let slot = self
             .on_cluster()
@@ -78,15 +78,17 @@ impl Scripted {
         if held.is_empty() {
             return Ok(Checked::NothingHeld);
         }
+        // The lock waited for, the held ones, then those the walk asked for: `others`
+        // counts the first and the last (locks of others the walk reads).
         let mut locks: Vec<String> = Vec::with_capacity(held.len() + 1);
         locks.push(wait.wanted.lock.clone());
         locks.extend(held.iter().map(|(keys, _)| keys.lock.clone()));
+        let mut others = 1;
         let life = millis(wait.life).to_string();
         let count = held.len().to_string();
         let seen_before = wait.seen_before.unwrap_or_default();
         let mut force = false;
-        for round in 0..MAX_ROUNDS {
-            force = force || round + 1 == MAX_ROUNDS;
+        loop {
             let hashes: Vec<String> = locks.iter().map(|lock| hash_of(lock)).collect();
             let keys: Vec<&str> = locks
                 .iter()
@@ -117,11 +119,18 @@ impl Scripted {
                 2 => {
                     let before = locks.len();
                     for key in texts {
-                        if locks.len() < MAX_LOCKS && in_slot(&key) && !locks.contains(&key) {
-                            locks.push(key);
+                        if !in_slot(&key) || locks.contains(&key) {
+                            continue;
                         }
+                        if others + 1 >= MAX_WAIT_CHAIN {
+                            return Ok(Checked::TooLong {
+                                limit: MAX_WAIT_CHAIN,
+                            });
+                        }
+                        locks.push(key);
+                        others += 1;
                     }
-                    // Nothing more can be declared: record without the rest of the walk.
+                    // Only locks of other slots are left unread: record without them.
                     force = locks.len() == before;
                 }
                 3 => {
@@ -137,7 +146,6 @@ impl Scripted {
                 _ => return Err(unexpected(wait.wanted)),
             }
         }
-        Err(unexpected(wait.wanted))
     }
 
     /// Deletes the records of the wait `id`: one round trip (a pipeline of `HDEL`s, in the
