@@ -442,6 +442,77 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
+    /// The README's exit-code table is [`TABLE`], row for row: edit the table in this file
+    /// and paste what this test prints into the README.
+    #[test]
+    fn the_readme_shows_the_exit_code_table() {
+        const START: &str = "<!-- exit-codes: generated from lockctl/src/exit.rs (TABLE); a test keeps the two equal -->\n";
+        const END: &str = "<!-- /exit-codes -->";
+        let readme = include_str!("../README.md");
+        let shown = readme
+            .split_once(START)
+            .and_then(|(_, rest)| rest.split_once(END))
+            .map(|(table, _)| table)
+            .unwrap_or_else(|| panic!("README.md has no {START:?} ... {END:?} section"));
+        assert!(
+            shown == markdown_table(),
+            "README.md's exit codes differ from exit::TABLE; put this between the markers:\n{}",
+            markdown_table()
+        );
+    }
+
+    /// Every exit-code constant of this module is in [`TABLE`], and the table uses no code
+    /// twice.
+    #[test]
+    fn every_exit_code_is_in_the_table() {
+        let source = include_str!("exit.rs");
+        let mut constants = Vec::new();
+        for line in source.lines() {
+            let Some(rest) = line.strip_prefix("pub const ") else {
+                continue;
+            };
+            let Some((name, value)) = rest.split_once(": u8 = ") else {
+                continue;
+            };
+            let value: u8 = value.trim_end_matches(';').parse().unwrap();
+            constants.push((name.to_owned(), value));
+        }
+        assert!(constants.len() >= 11, "{constants:?}");
+        let mut documented: Vec<u8> = TABLE
+            .iter()
+            .flat_map(|row| row.codes.iter().copied())
+            .collect();
+        for (name, value) in &constants {
+            assert!(
+                documented.contains(value),
+                "exit::{name} ({value}) is not in exit::TABLE"
+            );
+        }
+        documented.sort_unstable();
+        let before = documented.len();
+        documented.dedup();
+        assert_eq!(
+            documented.len(),
+            before,
+            "a code in two rows of exit::TABLE"
+        );
+    }
+
+    #[test]
+    fn help_rows_fit_88_columns_and_keep_every_code() {
+        let help = help_text();
+        for line in help.lines() {
+            assert!(line.chars().count() <= 88, "{line:?}");
+        }
+        for row in TABLE {
+            assert!(
+                help.contains(&format!("\n  {:<9}", row.code_text())),
+                "{}: {help}",
+                row.code_text()
+            );
+        }
+    }
+
     #[test]
     fn busy_names_holder_and_uses_conflict_code() {
         let err = LockError::Busy {
