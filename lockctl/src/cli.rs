@@ -11,35 +11,28 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::duration::parse_duration;
 
-/// The exit codes, durations and environment, after every command's help.
-macro_rules! exit_codes {
-    () => {
-        "\
-Exit codes (every command):
-  0        success (run, elect: the command exited 0; status: the name is held;
-           leader: the election has a leader)
-  1        status: nothing of the name is held (free); leader: no leader
-  other    run, elect: the command's own exit code
-  64       usage: bad option, duration, Redis URL or lock name
-  69       Redis unreachable, or the connection broke
-  70       internal: unexpected Redis error, a key that is not a lock
-  75       run: the lock is busy (change with --conflict-exit-code)
-  78       Redis refuses lockctl's settings: no or wrong password, no such database, an
-           ACL user without a needed permission (fix --url / REDIS_URL)
-  79       run, elect: the lease was lost while the command ran (run: --lost-exit-code)
-  126/127  run, elect: the command cannot be executed / was not found
-  128+N    run, elect: the command died of signal N, or lockctl got signal N while waiting
-
+/// Durations and environment, after every command's help (below the exit codes).
+const DURATIONS_AND_ENVIRONMENT: &str = "\
 Durations: 500ms, 30s, 1m30s, 1h 15m (units h, m, s, ms, largest first; 0 alone is zero).
 No fractions, days or months: write 1500ms, not 1.5s; --ttl 1M is refused (1m is a minute).
 
 Environment:
   REDIS_URL       Redis to use when --url is not given (default redis://127.0.0.1:6379/)
-  LOCKCTL_PREFIX  key prefix when --prefix is not given (default lock:)"
-    };
-}
+  LOCKCTL_PREFIX  key prefix when --prefix is not given (default lock:)";
 
-const EXIT_CODES: &str = exit_codes!();
+/// The text after a command's help: `about` (if any), then the exit codes (from
+/// [`crate::exit::TABLE`], their one source), durations and environment.
+fn after_help(about: &str) -> String {
+    let mut out = String::new();
+    if !about.is_empty() {
+        out.push_str(about);
+        out.push_str("\n\n");
+    }
+    out.push_str(&crate::exit::help_text());
+    out.push_str("\n\n");
+    out.push_str(DURATIONS_AND_ENVIRONMENT);
+    out
+}
 
 /// `lockctl`: see, take and act on lock-core's locks from a shell.
 #[derive(Debug, Parser)]
@@ -53,7 +46,7 @@ const EXIT_CODES: &str = exit_codes!();
                   A lock named N is the Redis key <prefix>{N} holding <token>:<holder label> \
                   (with a NUL byte before N when N begins with } or NUL, so that a Redis \
                   Cluster keeps all of the lock's keys in one slot).",
-    after_help = EXIT_CODES,
+    after_help = after_help(""),
     arg_required_else_help = true
 )]
 pub struct Cli {
@@ -90,41 +83,42 @@ pub struct Cli {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Run a command while holding a lock, like flock(1) for a whole fleet.
-    #[command(after_help = RUN_AFTER_HELP)]
+    /// Run a command while holding a lock, like flock(1) for a whole fleet (without waiting,
+    /// as flock -n: -w/--wait DURATION waits).
+    #[command(after_help = after_help(RUN_HELP))]
     Run(RunArgs),
     /// Show whether a lock is held, by whom, for how long, and its fencing counter (and
     /// every holder of the name's semaphore and read-write lock). Exits 0 when anything of
     /// the name is held, 1 when it is free: `if lockctl status NAME; then ...`.
-    #[command(after_help = EXIT_CODES)]
+    #[command(after_help = after_help(""))]
     Status(StatusArgs),
     /// List all held locks, semaphore permits and read-write leases (SCAN, never KEYS) with
     /// holder and remaining TTL.
-    #[command(after_help = EXIT_CODES)]
+    #[command(after_help = after_help(""))]
     List(ListArgs),
     /// Delete a lock whoever holds it (for operators), and say whose it was.
-    #[command(after_help = EXIT_CODES)]
+    #[command(after_help = after_help(""))]
     Release(ReleaseArgs),
     /// Print acquire and release events of a lock as they happen, until Ctrl-C.
-    #[command(after_help = EXIT_CODES)]
+    #[command(after_help = after_help(""))]
     Watch(WatchArgs),
     /// Run a command as the fleet's leader: started once elected, stopped when leadership
     /// is lost, resigned when it exits.
-    #[command(after_help = ELECT_AFTER_HELP)]
+    #[command(after_help = after_help(ELECT_HELP))]
     Elect(ElectArgs),
     /// Show who leads an election (label, term, since when); --watch follows every change.
     /// Exits 0 when the election has a leader, 1 when it has none, as `status` does for a
     /// lock: `if lockctl leader NAME; then ...`.
-    #[command(after_help = EXIT_CODES)]
+    #[command(after_help = after_help(""))]
     Leader(LeaderArgs),
     /// Show the deadlock detector's waits-for records of a lock: who waits for it while
     /// holding other locks (and what), and what its holder waits for.
+    #[command(after_help = after_help(""))]
     Waits(StatusArgs),
 }
 
-macro_rules! elect_help {
-    () => {
-        "\
+/// The text after `elect --help`, before the exit codes.
+const ELECT_HELP: &str = "\
 Candidates wait in line (FIFO) for the election's lock; the one holding it leads. Its lease \
 is renewed every lease/3 while the command runs. The command sees LOCKCTL_ELECTION and \
 LOCKCTL_TERM (strictly increasing across leaders: pass it to storage that must refuse a \
@@ -133,11 +127,7 @@ unreachable for a whole lease, the lock removed), the command gets SIGTERM, then
 after --kill-after, and lockctl exits with 79. When the command exits, lockctl resigns: the \
 next candidate leads at once. A leader killed outright is replaced when its lease runs out.
 
-Example: lockctl elect --name billing-scheduler --lease 15s -- ./scheduler"
-    };
-}
-
-const ELECT_AFTER_HELP: &str = concat!(elect_help!(), "\n\n", exit_codes!());
+Example: lockctl elect --name billing-scheduler --lease 15s -- ./scheduler";
 
 /// `lockctl elect`.
 #[derive(Debug, Args)]
@@ -165,12 +155,10 @@ pub struct ElectArgs {
     pub app_name: Option<String>,
 
     /// The command and its arguments (after `--`).
-    #[arg(
-        required = true,
-        trailing_var_arg = true,
-        allow_hyphen_values = true,
-        value_name = "COMMAND"
-    )]
+    // Not `allow_hyphen_values`: an unknown option (a typo, or flock's -x or -s typed out of
+    // habit) is a usage error, not a command to run. Options of the command itself follow
+    // its name or `--`.
+    #[arg(required = true, trailing_var_arg = true, value_name = "COMMAND")]
     pub command: Vec<OsString>,
 }
 
@@ -189,9 +177,12 @@ pub struct LeaderArgs {
     pub count: Option<u64>,
 }
 
-macro_rules! run_help {
-    () => {
-        "\
+/// The text after `run --help`, before the exit codes.
+const RUN_HELP: &str = "\
+Unlike flock(1), run does not wait for a busy lock unless told to: it behaves like flock -n. \
+Give -w/--wait DURATION to queue for it (at most 24h; plain flock waits without limit). \
+\"Coming from flock\" in lockctl's README lists every difference.
+
 The command runs only while the lock is held. lockctl forwards SIGINT, SIGTERM, SIGHUP and \
 SIGQUIT to it, releases the lock when it exits, and exits with its status.
 
@@ -205,8 +196,9 @@ noticed within ttl/3 or 2s, whichever is shorter). On a lost lease the command i
 unless --on-lost ignore. With --no-renew the lease is not renewed: a command that runs \
 longer than --ttl loses the lock and is stopped the same way.
 
-A busy lock prints one line on stderr and exits with --conflict-exit-code (75); with -q, or \
-with --conflict-exit-code 0 (a quiet success for cron), it prints nothing.
+A busy lock (or one still busy after --wait) prints one line on stderr and exits with \
+-E/--conflict-exit-code (75; flock's default is 1: -E 1 ports a script that tests for it); \
+with -q, or with -E 0 (a quiet success for cron), it prints nothing.
 
 The command sees LOCKCTL_LOCK (the lock name), LOCKCTL_KEY (its Redis key), and with \
 --fencing LOCKCTL_FENCING_TOKEN (strictly increasing per lock name: pass it to storage that \
@@ -221,11 +213,7 @@ to expire then, so hosts whose timer fires a little later find it taken and skip
 skipped run exits with --conflict-exit-code (give 0 to count it as a success).
 
 Example: lockctl run --name nightly-report --ttl 1m -- ./report.sh --full
-Example: lockctl run --name hourly-digest --hold-at-least 5m --conflict-exit-code 0 -- ./digest.sh"
-    };
-}
-
-const RUN_AFTER_HELP: &str = concat!(run_help!(), "\n\n", exit_codes!());
+Example: lockctl run --name hourly-digest --hold-at-least 5m --conflict-exit-code 0 -- ./digest.sh";
 
 /// `lockctl run`.
 #[derive(Debug, Args)]
@@ -244,8 +232,9 @@ pub struct RunArgs {
     #[arg(long, default_value = "30s", value_parser = parse_duration, value_name = "DURATION")]
     pub ttl: Duration,
 
-    /// How long to wait for a busy lock before giving up (0: try once).
-    #[arg(long, default_value = "0s", value_parser = parse_duration, value_name = "DURATION")]
+    /// How long to wait for a busy lock before giving up (default 0: try once, as flock
+    /// -n; at most 24h). flock's -w takes seconds: here give a unit, -w 10s.
+    #[arg(long, short = 'w', default_value = "0s", value_parser = parse_duration, value_name = "DURATION")]
     pub wait: Duration,
 
     /// Do not renew the lease: it lasts --ttl, and a command that runs longer loses the lock
@@ -258,8 +247,9 @@ pub struct RunArgs {
     #[arg(long, hide = true)]
     pub renew: bool,
 
-    /// Exit code when the lock is busy (0 also makes the conflict quiet, as -q).
-    #[arg(long, default_value_t = crate::exit::CONFLICT, value_name = "N")]
+    /// Exit code when the lock is busy, or still busy after --wait (flock's -E; flock's
+    /// default is 1). 0 also makes the conflict quiet, as -q.
+    #[arg(long, short = 'E', default_value_t = crate::exit::CONFLICT, value_name = "N")]
     pub conflict_exit_code: u8,
 
     /// Print nothing when the lock is busy; the exit code still says so. Other failures
@@ -298,12 +288,10 @@ pub struct RunArgs {
     pub hold_at_least: Option<Duration>,
 
     /// The command and its arguments (after `--`).
-    #[arg(
-        required = true,
-        trailing_var_arg = true,
-        allow_hyphen_values = true,
-        value_name = "COMMAND"
-    )]
+    // Not `allow_hyphen_values`: an unknown option (a typo, or flock's -x or -s typed out of
+    // habit) is a usage error, not a command to run. Options of the command itself follow
+    // its name or `--`.
+    #[arg(required = true, trailing_var_arg = true, value_name = "COMMAND")]
     pub command: Vec<OsString>,
 
     /// Set by `lockctl elect`: campaign in the election `key` instead of taking the lock.

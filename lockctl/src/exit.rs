@@ -42,6 +42,141 @@ pub const NOT_FOUND: u8 = 127;
 /// the lock.
 pub const SIGNAL_BASE: u8 = 128;
 
+/// One row of the exit-code table: the codes it covers, how they are shown when that is not
+/// just the numbers (`128+N`, `other`), and what they mean.
+///
+/// [`TABLE`] is the one source of the exit codes that `lockctl --help` prints
+/// ([`help_text`]) and that lockctl's README shows ([`markdown_table`]; a test keeps the
+/// README equal to it, another checks that every code constant of this module is in it).
+#[derive(Debug, Clone, Copy)]
+pub struct Documented {
+    /// The codes of this row (none for `other`).
+    pub codes: &'static [u8],
+    /// How the code column reads, when not the codes joined by `/`.
+    pub shown: Option<&'static str>,
+    /// What the codes mean, on one line.
+    pub meaning: &'static str,
+}
+
+impl Documented {
+    /// The code column: `64`, `126/127`, `128+N`, `other`.
+    pub fn code_text(&self) -> String {
+        match self.shown {
+            Some(shown) => shown.to_owned(),
+            None => self
+                .codes
+                .iter()
+                .map(u8::to_string)
+                .collect::<Vec<_>>()
+                .join("/"),
+        }
+    }
+}
+
+/// Every exit code lockctl uses, in order.
+pub const TABLE: &[Documented] = &[
+    Documented {
+        codes: &[SUCCESS],
+        shown: None,
+        meaning: "success (run, elect: the command exited 0; status: the name is held; \
+                  leader: the election has a leader)",
+    },
+    Documented {
+        codes: &[FREE],
+        shown: None,
+        meaning: "status: nothing of the name is held (free); leader: no leader",
+    },
+    Documented {
+        codes: &[],
+        shown: Some("other"),
+        meaning: "run, elect: the command's own exit code",
+    },
+    Documented {
+        codes: &[USAGE],
+        shown: None,
+        meaning: "usage: bad option, duration, Redis URL or lock name; run --permits N where \
+                  the semaphore's current holders use another N",
+    },
+    Documented {
+        codes: &[UNAVAILABLE],
+        shown: None,
+        meaning: "Redis unreachable, or the connection broke (not flock's \"cannot run the \
+                  command\": that is 126/127)",
+    },
+    Documented {
+        codes: &[INTERNAL],
+        shown: None,
+        meaning: "internal: an unexpected Redis error, a key that is not a lock",
+    },
+    Documented {
+        codes: &[CONFLICT],
+        shown: None,
+        meaning: "run: the lock is busy, or still busy after --wait (change it with \
+                  -E/--conflict-exit-code; flock's default is 1)",
+    },
+    Documented {
+        codes: &[CONFIG],
+        shown: None,
+        meaning: "Redis refuses lockctl's settings: no or wrong password, no such database, an \
+                  ACL user without a needed permission (fix --url / REDIS_URL)",
+    },
+    Documented {
+        codes: &[LOST],
+        shown: None,
+        meaning: "run, elect: the lease was lost while the command ran, so it was stopped \
+                  (run: --lost-exit-code)",
+    },
+    Documented {
+        codes: &[CANNOT_EXECUTE, NOT_FOUND],
+        shown: None,
+        meaning: "run, elect: the command cannot be executed / was not found",
+    },
+    Documented {
+        codes: &[SIGNAL_BASE],
+        shown: Some("128+N"),
+        meaning: "run, elect: the command died of signal N, or lockctl got signal N while \
+                  waiting",
+    },
+];
+
+/// The exit codes for `--help`: `Exit codes (every command):` and one row per code,
+/// wrapped to fit 80 columns.
+pub fn help_text() -> String {
+    const CODE_WIDTH: usize = 9;
+    const WIDTH: usize = 88;
+    let mut out = String::from("Exit codes (every command):");
+    for row in TABLE {
+        let mut line = format!("  {:<CODE_WIDTH$}", row.code_text());
+        let indent = line.len();
+        let mut fresh = true;
+        for word in row.meaning.split_whitespace() {
+            if !fresh && line.len() + 1 + word.len() > WIDTH {
+                out.push('\n');
+                out.push_str(line.trim_end());
+                line = " ".repeat(indent);
+                fresh = true;
+            }
+            if !fresh {
+                line.push(' ');
+            }
+            line.push_str(word);
+            fresh = false;
+        }
+        out.push('\n');
+        out.push_str(line.trim_end());
+    }
+    out
+}
+
+/// The exit codes as the Markdown table of lockctl's README.
+pub fn markdown_table() -> String {
+    let mut out = String::from("| code | meaning |\n|---|---|\n");
+    for row in TABLE {
+        out.push_str(&format!("| {} | {} |\n", row.code_text(), row.meaning));
+    }
+    out
+}
+
 /// A failed command: its exit code and a one-line message for stderr.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Failure {
@@ -306,6 +441,77 @@ fn one_line(message: String) -> String {
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    /// The README's exit-code table is [`TABLE`], row for row: edit the table in this file
+    /// and paste what this test prints into the README.
+    #[test]
+    fn the_readme_shows_the_exit_code_table() {
+        const START: &str = "<!-- exit-codes: generated from lockctl/src/exit.rs (TABLE); a test keeps the two equal -->\n";
+        const END: &str = "<!-- /exit-codes -->";
+        let readme = include_str!("../README.md");
+        let shown = readme
+            .split_once(START)
+            .and_then(|(_, rest)| rest.split_once(END))
+            .map(|(table, _)| table)
+            .unwrap_or_else(|| panic!("README.md has no {START:?} ... {END:?} section"));
+        assert!(
+            shown == markdown_table(),
+            "README.md's exit codes differ from exit::TABLE; put this between the markers:\n{}",
+            markdown_table()
+        );
+    }
+
+    /// Every exit-code constant of this module is in [`TABLE`], and the table uses no code
+    /// twice.
+    #[test]
+    fn every_exit_code_is_in_the_table() {
+        let source = include_str!("exit.rs");
+        let mut constants = Vec::new();
+        for line in source.lines() {
+            let Some(rest) = line.strip_prefix("pub const ") else {
+                continue;
+            };
+            let Some((name, value)) = rest.split_once(": u8 = ") else {
+                continue;
+            };
+            let value: u8 = value.trim_end_matches(';').parse().unwrap();
+            constants.push((name.to_owned(), value));
+        }
+        assert!(constants.len() >= 11, "{constants:?}");
+        let mut documented: Vec<u8> = TABLE
+            .iter()
+            .flat_map(|row| row.codes.iter().copied())
+            .collect();
+        for (name, value) in &constants {
+            assert!(
+                documented.contains(value),
+                "exit::{name} ({value}) is not in exit::TABLE"
+            );
+        }
+        documented.sort_unstable();
+        let before = documented.len();
+        documented.dedup();
+        assert_eq!(
+            documented.len(),
+            before,
+            "a code in two rows of exit::TABLE"
+        );
+    }
+
+    #[test]
+    fn help_rows_fit_88_columns_and_keep_every_code() {
+        let help = help_text();
+        for line in help.lines() {
+            assert!(line.chars().count() <= 88, "{line:?}");
+        }
+        for row in TABLE {
+            assert!(
+                help.contains(&format!("\n  {:<9}", row.code_text())),
+                "{}: {help}",
+                row.code_text()
+            );
+        }
+    }
 
     #[test]
     fn busy_names_holder_and_uses_conflict_code() {

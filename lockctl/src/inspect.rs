@@ -7,7 +7,7 @@ use crate::exit::{Failure, FREE, SUCCESS};
 use crate::holder::{display_safe, Holder};
 use crate::output::{line, lock_json, or_dash, table, ttl_text};
 use crate::permits::{self, PermitRow};
-use crate::store::Target;
+use crate::store::{Replication, Target};
 
 /// The `state` line of `status`: the name's lock, or else its semaphore or read-write
 /// lock. `free` only when nothing of the name is held, as the exit code says.
@@ -61,7 +61,8 @@ pub async fn status(target: &Target, args: &StatusArgs) -> Result<u8, Failure> {
     };
     let held = info.is_some();
     // What a grant's replica check finds on this master now.
-    let connected = target.connect().await?.connected_replicas().await;
+    let replication = target.connect().await?.replication().await;
+    let standalone = replication.as_ref().map(Replication::standalone);
     let permits::NamePermits {
         rows: permits,
         waiting,
@@ -85,7 +86,9 @@ pub async fn status(target: &Target, args: &StatusArgs) -> Result<u8, Failure> {
         // How many replicas had the lock's value (null: no replica check, no replicas).
         value["on_replicas"] = info.as_ref().and_then(|i| i.on_replicas).into();
         // Replicas the master has connected (null: not a master, or not allowed to ask).
-        value["replicas_connected"] = connected.into();
+        value["replicas_connected"] = replication.map(|r| r.online).into();
+        // A master that never had a replica, outside a Cluster (null: not known).
+        value["standalone"] = standalone.into();
         value["permits"] = permits.iter().map(permit_json).collect();
         value["waiting"] = waiting.into();
         value["semaphore_permits"] = capacity.into();
@@ -113,15 +116,20 @@ pub async fn status(target: &Target, args: &StatusArgs) -> Result<u8, Failure> {
         rows.push(("ttl left", ttl_text(remaining)));
         // Whether a failover would keep this lock: replicas that acknowledged its value.
         let replicas = match info.as_ref().and_then(|i| i.on_replicas) {
-            Some(0) => {
-                "0: no replica has acknowledged this value; a failover now would lose it".to_owned()
-            }
-            Some(n) => format!("{n} acknowledged this value"),
-            None => "not checked (no replicas, or the check is off)".to_owned(),
+            Some(0) => Some(
+                "0: no replica has acknowledged this value; a failover now would lose it"
+                    .to_owned(),
+            ),
+            Some(n) => Some(format!("{n} acknowledged this value")),
+            // A lone Redis has nothing to check: the `master` row says so.
+            None if standalone == Some(true) => None,
+            None => Some("not checked (no replicas, or the check is off)".to_owned()),
         };
-        rows.push(("replicas", replicas));
+        if let Some(replicas) = replicas {
+            rows.push(("replicas", replicas));
+        }
     }
-    rows.push(("master", replication_text(connected)));
+    rows.push(("master", replication_text(replication)));
     rows.push((
         "fencing",
         fencing_counter.map_or_else(|| "none".to_owned(), |c| c.to_string()),
@@ -262,12 +270,15 @@ pub async fn release(target: &Target, args: &ReleaseArgs) -> Result<u8, Failure>
     Ok(SUCCESS)
 }
 
-/// What `ReplicaSync` does on a master with `connected` replicas.
-fn replication_text(connected: Option<u32>) -> String {
-    match connected {
-        Some(0) => "no connected replica: with ReplicaSync::Auto, grants here are not replicated if this master was promoted without one (a failover would lose them) and refused if it had replicas; Required refuses".to_owned(),
-        Some(1) => "1 connected replica: grants count once it acknowledges them".to_owned(),
-        Some(n) => format!("{n} connected replicas: grants count once they acknowledge them"),
+/// What `ReplicaSync` does on a master with these replicas. Quiet on a lone Redis (the
+/// most common setup: no replica, so no failover to lose a lock); the warning is for a
+/// master that had replicas and has none connected now, or a Cluster node without one.
+fn replication_text(replication: Option<Replication>) -> String {
+    match replication.map(|r| (r.online, r.standalone())) {
+        Some((0, true)) => "a single Redis (no replicas, so no failover to lose a lock)".to_owned(),
+        Some((0, false)) => "no connected replica (this master had one, or is a Cluster node): with ReplicaSync::Auto, grants here are not replicated if this master was promoted without one (a failover would lose them) and refused if it had replicas; Required refuses".to_owned(),
+        Some((1, _)) => "1 connected replica: grants count once it acknowledges them".to_owned(),
+        Some((n, _)) => format!("{n} connected replicas: grants count once they acknowledge them"),
         None => "replicas unknown (not a master, or INFO is not allowed)".to_owned(),
     }
 }

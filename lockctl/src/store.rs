@@ -116,6 +116,53 @@ impl Target {
     }
 }
 
+/// A master's replication, as `INFO replication` and `INFO cluster` report it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Replication {
+    /// Replicas connected and online (`slaveN:...state=online`).
+    pub online: u32,
+    /// Whether this master has or had replicas: one is connected (online or still
+    /// syncing), its replication backlog is active (created when a replica first
+    /// connects, freed an hour after the last one left), or it was promoted from a replica
+    /// (`master_replid2` set).
+    pub had_replicas: bool,
+    /// Whether the server is a Redis Cluster node (`cluster_enabled:1`).
+    pub cluster: bool,
+}
+
+impl Replication {
+    /// Reads the two INFO sections; `None` unless the server is a master.
+    pub fn parse(replication: &str, cluster: &str) -> Option<Replication> {
+        let mut master = false;
+        let mut found = Replication::default();
+        for line in replication.lines().chain(cluster.lines()) {
+            let Some((field, value)) = line.trim_end().split_once(':') else {
+                continue;
+            };
+            match field {
+                "role" => master = value == "master",
+                "connected_slaves" if value != "0" => found.had_replicas = true,
+                "repl_backlog_active" if value == "1" => found.had_replicas = true,
+                "master_replid2" if value.bytes().any(|b| b != b'0') => {
+                    found.had_replicas = true;
+                }
+                "cluster_enabled" => found.cluster = value == "1",
+                _ if field.starts_with("slave") && value.contains("state=online") => {
+                    found.online += 1;
+                }
+                _ => {}
+            }
+        }
+        master.then_some(found)
+    }
+
+    /// A lone Redis: a master that never had a replica, outside a Cluster. Nothing can be
+    /// promoted in its place, so no failover can lose a lock taken on it.
+    pub fn standalone(&self) -> bool {
+        self.online == 0 && !self.had_replicas && !self.cluster
+    }
+}
+
 /// The keys of one lock.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LockKeys {
@@ -179,27 +226,19 @@ impl Store {
         Ok(counter.and_then(|c| c.parse().ok()))
     }
 
-    /// How many replicas the server has connected and online, if it is a master that
-    /// answers `INFO replication` (`None` otherwise: a replica, or no `+info`).
-    pub async fn connected_replicas(&mut self) -> Option<u32> {
-        let info: String = redis::cmd("INFO")
+    /// What the server says of its replication, if it is a master that answers `INFO`
+    /// (`None` otherwise: a replica, or no `+info`). One round trip: `INFO replication`
+    /// and `INFO cluster` in a pipeline.
+    pub async fn replication(&mut self) -> Option<Replication> {
+        let (replication, cluster): (String, String) = redis::pipe()
+            .cmd("INFO")
             .arg("replication")
+            .cmd("INFO")
+            .arg("cluster")
             .query_async(&mut self.conn)
             .await
             .ok()?;
-        let mut master = false;
-        let mut online = 0;
-        for line in info.lines() {
-            let Some((field, value)) = line.trim_end().split_once(':') else {
-                continue;
-            };
-            if field == "role" {
-                master = value == "master";
-            } else if field.starts_with("slave") && value.contains("state=online") {
-                online += 1;
-            }
-        }
-        master.then_some(online)
+        Replication::parse(&replication, &cluster)
     }
 
     /// The raw value and remaining TTL of the lock key: `None` when it does not exist.

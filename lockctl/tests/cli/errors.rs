@@ -85,12 +85,27 @@ fn help_documents_the_exit_codes() {
         .unwrap()
         .into();
     assert_eq!(ran.code, Some(0));
-    for code in ["64", "69", "70", "75", "79", "128+N"] {
+    // The table of exit::TABLE, as the README shows it too.
+    let table = lockctl::exit::help_text();
+    assert!(ran.stdout.contains(&table), "{}", ran.stdout);
+    for code in ["64", "69", "70", "75", "78", "79", "126/127", "128+N"] {
         assert!(ran.stdout.contains(code), "{code}: {}", ran.stdout);
     }
     let server = RedisServer::start();
+    for command in [
+        "run", "status", "list", "release", "watch", "elect", "leader", "waits",
+    ] {
+        let help = lockctl(&server).args([command, "--help"]).output().unwrap();
+        let text = String::from_utf8_lossy(&help.stdout);
+        assert!(text.contains(&table), "{command} --help: {text}");
+    }
     let run_help = lockctl(&server).args(["run", "--help"]).output().unwrap();
     let text = String::from_utf8_lossy(&run_help.stdout);
-    assert!(text.contains("--conflict-exit-code"), "{text}");
+    assert!(text.contains("-E, --conflict-exit-code"), "{text}");
+    assert!(text.contains("-w, --wait"), "{text}");
+    assert!(
+        text.contains("run does not wait for a busy lock unless told to"),
+        "{text}"
+    );
     assert!(text.contains("--on-lost"), "{text}");
 }

@@ -7,7 +7,7 @@ use lock_core::Locker;
 use lock_tests::RedisServer;
 use serde_json::Value;
 
-use crate::support::{assert_clean_failure, exists, run};
+use crate::support::{assert_clean_failure, exists, run, wait_until};
 
 const NAMES: [&str; 3] = ["plain", "with spaces here", "ünïcødé ✓ 锁"];
 
@@ -58,9 +58,9 @@ async fn status_shows_holder_ttl_and_fencing_counter() {
             "{text:#?}"
         );
         assert!(text.stdout.contains("state     held\n"), "{text:#?}");
-        // A lone Redis: the master has no replica, and the row says what the check does.
+        // A lone Redis: nothing alarming (see `status_is_quiet_on_a_lone_redis`).
         assert!(
-            text.stdout.contains("master    no connected replica: "),
+            text.stdout.contains("master    a single Redis"),
             "{text:#?}"
         );
         assert!(
@@ -349,4 +349,89 @@ async fn waits_shows_who_waits_while_holding_what() {
     assert_eq!(value["holder_waits_for"][0], "orders:7", "{value}");
     assert!(held.release().await.unwrap());
     task.await.unwrap().unwrap();
+}
+
+/// The most common setup, one Redis without replicas: `status` says so calmly, with no
+/// warning about a failover that cannot happen, held or free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_is_quiet_on_a_lone_redis() {
+    let server = RedisServer::start();
+    let locker = locker(&server);
+    let leases = hold_fenced(&locker, &["quiet"]).await;
+    for name in ["quiet", "never-taken"] {
+        let text = run(&server, &["status", name]);
+        assert!(text.code == Some(0) || text.code == Some(1), "{text:#?}");
+        assert!(
+            text.stdout.contains(
+                "master    a single Redis (no replicas, so no failover to lose a lock)\n"
+            ),
+            "{text:#?}"
+        );
+        for alarming in [
+            "failover would lose",
+            "failover now would lose",
+            "not checked",
+        ] {
+            assert!(!text.stdout.contains(alarming), "{alarming}: {text:#?}");
+        }
+        assert!(
+            !text.stdout.contains("replicas "),
+            "no replicas row: {text:#?}"
+        );
+        let value = json(&run(&server, &["status", name, "--json"]).stdout);
+        assert_eq!(value["standalone"], true, "{value}");
+        assert_eq!(value["replicas_connected"], 0, "{value}");
+    }
+    for lease in leases {
+        assert!(lease.release().await.unwrap());
+    }
+}
+
+/// Where the replica note matters it stays: a master whose replica left, and a replica
+/// promoted without one of its own (a failover of a master and one replica).
+#[test]
+fn status_warns_where_a_replica_is_missing() {
+    let master = RedisServer::start();
+    let mut replica = RedisServer::start_with(&[&format!("replicaof 127.0.0.1 {}", master.port())]);
+    wait_until("the replica online", || {
+        master
+            .command(&["INFO", "replication"])
+            .contains("state=online")
+    });
+    let with = run(&master, &["status", "x"]);
+    assert!(
+        with.stdout.contains("master    1 connected replica: "),
+        "{with:#?}"
+    );
+
+    // The replica is promoted (REPLICAOF NO ONE, as Sentinel does): it has none of its own.
+    replica.command(&["REPLICAOF", "NO", "ONE"]);
+    let promoted = run(&replica, &["status", "x"]);
+    assert!(
+        promoted.stdout.contains(
+            "master    no connected replica (this master had one, or is a Cluster node): "
+        ),
+        "{promoted:#?}"
+    );
+    let value = json(&run(&replica, &["status", "x", "--json"]).stdout);
+    assert_eq!(value["standalone"], false, "{value}");
+
+    // The master's replica is gone.
+    replica.kill();
+    wait_until("the master to see its replica gone", || {
+        master
+            .command(&["INFO", "replication"])
+            .contains("connected_slaves:0")
+    });
+    let without = run(&master, &["status", "x"]);
+    assert!(
+        without
+            .stdout
+            .contains("master    no connected replica (this master had one"),
+        "{without:#?}"
+    );
+    assert!(
+        without.stdout.contains("a failover would lose them"),
+        "{without:#?}"
+    );
 }

@@ -111,6 +111,61 @@ fn busy_lock_gives_the_conflict_code_and_names_the_holder() {
     assert!(!exists(&server, "lock:{report}"));
 }
 
+/// flock's short options for the same things: `-w` (wait; lockctl's takes a unit) and `-E`
+/// (the conflict exit code), so `flock -w 1 -E 1 FILE cmd` ports option for option.
+#[test]
+fn flock_short_options_wait_and_choose_the_conflict_code() {
+    let server = RedisServer::start();
+    // flock's other options, typed out of habit, are refused, not run as the command.
+    for habit in ["-x", "-s", "-o", "--bogus"] {
+        let ran = run(&server, &["run", "-n", "ported", habit, "--", "true"]);
+        assert_clean_failure(&ran, 64);
+        assert!(ran.stderr.contains(&format!("'{habit}'")), "{ran:#?}");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut holder = lockctl(&server)
+        .args(["run", "-n", "ported", "--", "sleep", "30"])
+        .spawn()
+        .unwrap();
+    wait_until("the holder's lock", || exists(&server, "lock:{ported}"));
+
+    let marker = dir.path().join("ran");
+    let marker = marker.to_str().unwrap();
+    let busy = run(
+        &server,
+        &[
+            "run", "-n", "ported", "-w", "200ms", "-E", "1", "--", "touch", marker,
+        ],
+    );
+    assert_clean_failure(&busy, 1);
+    assert!(
+        busy.stderr.contains("still busy after waiting"),
+        "-w waited: {busy:#?}"
+    );
+    let quiet = run(
+        &server,
+        &["run", "-n", "ported", "-E", "0", "--", "touch", marker],
+    );
+    assert_eq!(quiet.code, Some(0), "{quiet:#?}");
+    assert_eq!(quiet.stderr, "", "-E 0 is a quiet success: {quiet:#?}");
+    assert!(!std::path::Path::new(marker).exists(), "the command ran");
+
+    signal(&holder, Signal::TERM);
+    assert_eq!(wait_for(&mut holder, "holder"), Some(128 + 15));
+    // Free now: -w returns at once with the command's own status.
+    let free = run(
+        &server,
+        &[
+            "run", "-n", "ported", "-w", "5s", "-E", "1", "--", "touch", marker,
+        ],
+    );
+    assert_eq!(free.code, Some(0), "{free:#?}");
+    assert!(
+        std::path::Path::new(marker).exists(),
+        "the command did not run"
+    );
+}
+
 /// With renewal (the default), deleting the key (as `release --force` or an operator would) is noticed
 /// at the next renewal: the command is stopped and lockctl exits with the lost code.
 #[test]
