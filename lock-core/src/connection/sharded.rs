@@ -55,9 +55,16 @@ pub(crate) const LINGER: Duration = Duration::from_secs(5);
 /// The first pause between two tries to subscribe a channel on its slot's master again.
 const FOLLOW_FIRST_PAUSE: Duration = Duration::from_millis(10);
 
-/// The longest: while a failed master's replica is elected (a second or two), its waiters
-/// poll Redis about as often (their pauses between transient errors stop at 100 ms).
-const FOLLOW_MAX_PAUSE: Duration = Duration::from_millis(100);
+/// The longest. While a failed master's replica is elected (a second or two), each try
+/// costs two round trips per channel; its waiters poll Redis about as often (their pauses
+/// between transient errors stop at 100 ms), and the subscription is on the new master
+/// within this pause of its promotion.
+const FOLLOW_MAX_PAUSE: Duration = Duration::from_millis(50);
+
+/// How long a try waits for the command that has redis-rs refresh its slot map: the MOVED
+/// reply that sets off the refresh comes at once; redis-rs then retries the command itself
+/// where the reply pointed, which may be a master that is gone, for up to 0.66 s.
+const REFRESH_LIMIT: Duration = Duration::from_millis(50);
 
 /// Builds the cluster client of the sharded subscriptions, its pushes sent to the sender.
 pub(crate) type ShardDial =
@@ -116,14 +123,18 @@ impl Drop for Link {
     }
 }
 
-/// Where a channel's subscription is, as [`Shards::place`] found it.
+/// Where a channel's subscription is, as [`Shards::place`] found it on the node redis-rs
+/// takes for the master of the channel's slot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Placement {
     /// On the master of its slot.
     Master,
-    /// Not there: the node redis-rs takes for the slot's master is a replica (`held`: with
-    /// a subscriber of the channel), or a master without the subscriber.
-    Misplaced { held: bool },
+    /// On a replica that lost its link to its master (a master failed, and a replica is
+    /// about to be elected): kept there, in case it is this one; the next try looks again.
+    Orphaned,
+    /// Not on the master: the node is a replica (`held`: with a subscriber of the channel),
+    /// or a master without it (`replica` false; redis-rs sent the SSUBSCRIBE elsewhere).
+    Misplaced { replica: bool, held: bool },
 }
 
 impl Shards {
@@ -155,7 +166,9 @@ impl Shards {
     /// that the waiter looks again. On an error the waiter still counts:
     /// [`Shards::unwant`] takes it back.
     pub async fn want(&self, channel: &str) -> RedisResult<()> {
-        *lock(&self.inner.wanted).entry(channel.to_owned()).or_insert(0) += 1;
+        *lock(&self.inner.wanted)
+            .entry(channel.to_owned())
+            .or_insert(0) += 1;
         self.reconcile(channel).await
     }
 
@@ -289,18 +302,23 @@ impl Shards {
                 return Ok(false);
             }
         };
-        let Placement::Misplaced { held } = placement else {
-            link.subscribed.insert(channel.to_owned(), true);
-            return Ok(true);
+        let (replica, held) = match placement {
+            Placement::Master => {
+                link.subscribed.insert(channel.to_owned(), true);
+                return Ok(true);
+            }
+            Placement::Orphaned => return Ok(false),
+            Placement::Misplaced { replica, held } => (replica, held),
         };
-        tracing::debug!(%channel, held, "a sharded subscription missed the slot's master; subscribing again once the slot map is refreshed");
-        if held {
-            // On a replica: dropped there (the same route as the check), so that it does not
-            // stay behind when the channel is subscribed on the master.
+        tracing::debug!(%channel, replica, held, "a sharded subscription missed the slot's master; subscribing again");
+        if replica && held {
+            // On a replica under a live master: dropped there (the same route as the
+            // check), so that it does not stay behind once the channel is on the master.
             let _ = self.unsubscribe(link, channel).await;
         }
-        if let Some(conn) = link.conn.as_mut() {
-            refresh_slot_map(conn, channel).await;
+        if let (true, Some(conn)) = (replica, link.conn.as_mut()) {
+            // redis-rs's slot map names a replica: have it asked again.
+            let _ = tokio::time::timeout(REFRESH_LIMIT, refresh_slot_map(conn, channel)).await;
         }
         Ok(false)
     }
@@ -319,9 +337,7 @@ impl Shards {
             .cmd("PUBSUB")
             .arg("SHARDNUMSUB")
             .arg(channel);
-        let replies = conn
-            .route_pipeline(check, 0, 2, slot_master(channel))
-            .await;
+        let replies = conn.route_pipeline(check, 0, 2, slot_master(channel)).await;
         let replies = match replies {
             Ok(replies) => replies,
             Err(err) if is_refused(&err) => {
@@ -331,18 +347,21 @@ impl Shards {
             }
             Err(err) => return Err(err),
         };
-        let master = replies
-            .first()
-            .and_then(|role| match role {
-                Value::Array(items) => text(items.first()),
-                _ => None,
-            })
-            .is_some_and(|role| role == "master");
+        // `master ...`, or `slave <host> <port> <link state> <offset>`.
+        let role = match replies.first() {
+            Some(Value::Array(items)) => items.as_slice(),
+            _ => &[],
+        };
+        let master = text(role.first()).is_some_and(|role| role == "master");
+        let linked = text(role.get(3)).is_some_and(|state| state == "connected");
         let held = replies.get(1).and_then(subscribers).unwrap_or(0) > 0;
-        Ok(if master && held {
-            Placement::Master
-        } else {
-            Placement::Misplaced { held }
+        Ok(match (master, held) {
+            (true, true) => Placement::Master,
+            (false, true) if !linked => Placement::Orphaned,
+            _ => Placement::Misplaced {
+                replica: !master,
+                held,
+            },
         })
     }
 
@@ -423,7 +442,9 @@ impl Shards {
     async fn disconnected(&self) {
         let channels: Vec<String> = {
             let mut link = self.inner.link.lock().await;
-            link.subscribed.values_mut().for_each(|placed| *placed = false);
+            link.subscribed
+                .values_mut()
+                .for_each(|placed| *placed = false);
             link.subscribed.keys().cloned().collect()
         };
         for channel in channels.iter().filter(|channel| self.is_wanted(channel)) {
