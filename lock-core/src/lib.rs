@@ -254,7 +254,10 @@
 //!   head is gone too, the next one takes over one claim window later, or at its safety net.
 //! - Lost messages (the pub/sub connection dropped, `CLIENT KILL`, a restart): every waiter
 //!   of the `Locker` is woken and looks again; a server restarted empty forgets the queue and
-//!   the waiters simply queue again. None of this touches mutual exclusion, which rests on
+//!   the waiters simply queue again. On a Cluster, when a lock's slot moves or its master
+//!   fails over, the waiters' subscription is made again on the slot's new master (checked
+//!   with `ROLE` and `PUBSUB SHARDNUMSUB` there: a demoted master accepts `SSUBSCRIBE` as a
+//!   replica) and its waiters look once more. None of this touches mutual exclusion, which rests on
 //!   the lock key alone: a reservation is never anyone's lease.
 //!
 //! On Redlock every master keeps the lock's queue, ordered not by its own clock but by each
@@ -300,7 +303,8 @@
 //!   lease is granted, so they increase across successive holders while nodes keep their
 //!   data; they are not a consensus protocol.
 //! - **Cluster**: each lock lives in one slot (hash tag), so it has the guarantees of one
-//!   Redis per shard; resharding is followed transparently.
+//!   Redis per shard; resharding and failovers are followed transparently (the waiters'
+//!   sharded subscriptions move to the slot's new master, checked to be there).
 //! - **Sentinel**: like one Redis; connections follow the master the Sentinels name (a
 //!   connect is checked with them again once open, and their `+switch-master` retires
 //!   connections to the deposed master).

@@ -29,9 +29,12 @@
 //! master, says whether that node is a master and has the subscriber. If not, the
 //! misplaced subscription is dropped, redis-rs's slot map refreshed (a keyed command sent
 //! to a replica is answered MOVED, which makes redis-rs ask the cluster again), and the
-//! channel subscribed again until it is on the master. A subscription found there gets a
+//! channel subscribed again until it is on the master; on a replica that lost its master
+//! (a failed master's shard before the election) it is kept and looked at again, since a
+//! promoted replica keeps its subscribers. A subscription found on the master gets a
 //! notice (the drop, or the connection's loss) whenever the master stops being one, so
-//! steady waiting costs no call.
+//! waiting on it costs no call: the check is one round trip per new subscription, none
+//! per wait.
 //!
 //! A subscription lingers for [`LINGER`] after its last waiter leaves, so that a name
 //! waited for again and again (a hot lock) costs no SSUBSCRIBE / SUNSUBSCRIBE pair per
@@ -129,8 +132,9 @@ impl Drop for Link {
 enum Placement {
     /// On the master of its slot.
     Master,
-    /// On a replica that lost its link to its master (a master failed, and a replica is
-    /// about to be elected): kept there, in case it is this one; the next try looks again.
+    /// On a replica trying to reach its master (which may have failed, a replica about to
+    /// be elected in its place): kept there, in case it is this one; the next try looks
+    /// again. A master just demoted passes through this state too, for a moment.
     Orphaned,
     /// Not on the master: the node is a replica (`held`: with a subscriber of the channel),
     /// or a master without it (`replica` false; redis-rs sent the SSUBSCRIBE elsewhere).
@@ -347,22 +351,7 @@ impl Shards {
             }
             Err(err) => return Err(err),
         };
-        // `master ...`, or `slave <host> <port> <link state> <offset>`.
-        let role = match replies.first() {
-            Some(Value::Array(items)) => items.as_slice(),
-            _ => &[],
-        };
-        let master = text(role.first()).is_some_and(|role| role == "master");
-        let linked = text(role.get(3)).is_some_and(|state| state == "connected");
-        let held = replies.get(1).and_then(subscribers).unwrap_or(0) > 0;
-        Ok(match (master, held) {
-            (true, true) => Placement::Master,
-            (false, true) if !linked => Placement::Orphaned,
-            _ => Placement::Misplaced {
-                replica: !master,
-                held,
-            },
-        })
+        Ok(placement(replies.first(), replies.get(1)))
     }
 
     /// Starts a [`Shards::follow`] of `channel`, unless one is under way.
@@ -525,6 +514,28 @@ async fn refresh_slot_map(conn: &mut ClusterConnection, channel: &str) {
     }
 }
 
+/// Where a subscription is, from a node's replies to `ROLE` (`master ...`, or `slave
+/// <host> <port> <link state> <offset>`) and `PUBSUB SHARDNUMSUB <channel>`.
+fn placement(role: Option<&Value>, numsub: Option<&Value>) -> Placement {
+    let role = match role {
+        Some(Value::Array(items)) => items.as_slice(),
+        _ => &[],
+    };
+    let master = text(role.first()).is_some_and(|role| role == "master");
+    // Connecting to its master, not syncing or synced with it: the master may be gone.
+    let orphaned =
+        text(role.get(3)).is_some_and(|state| state == "connect" || state == "connecting");
+    let held = numsub.and_then(subscribers).unwrap_or(0) > 0;
+    match (master, held) {
+        (true, true) => Placement::Master,
+        (false, true) if orphaned => Placement::Orphaned,
+        _ => Placement::Misplaced {
+            replica: !master,
+            held,
+        },
+    }
+}
+
 /// The subscriber count of a `PUBSUB SHARDNUMSUB <channel>` reply (an array of channel and
 /// count, or a map of them).
 fn subscribers(reply: &Value) -> Option<i64> {
@@ -566,6 +577,61 @@ fn is_refused(err: &redis::RedisError) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn bulk(text: &str) -> Value {
+        Value::BulkString(text.as_bytes().to_vec())
+    }
+
+    /// `ROLE` of a replica whose link to its master is in `state`.
+    fn replica(state: &str) -> Value {
+        Value::Array(vec![
+            bulk("slave"),
+            bulk("127.0.0.1"),
+            Value::Int(7000),
+            bulk(state),
+            Value::Int(1234),
+        ])
+    }
+
+    #[test]
+    fn a_subscription_counts_as_placed_only_on_a_master_that_has_it() {
+        let master = Value::Array(vec![bulk("master"), Value::Int(1234), Value::Array(vec![])]);
+        let count = |n| Value::Array(vec![bulk("lock:{x}:t:$w"), Value::Int(n)]);
+        assert_eq!(placement(Some(&master), Some(&count(1))), Placement::Master);
+        // A master without it: redis-rs sent the SSUBSCRIBE elsewhere.
+        assert_eq!(
+            placement(Some(&master), Some(&count(0))),
+            Placement::Misplaced {
+                replica: false,
+                held: false
+            }
+        );
+        // A demoted master, a replica of the new one now (synced, or syncing): moved.
+        for state in ["connected", "sync"] {
+            assert_eq!(
+                placement(Some(&replica(state)), Some(&count(1))),
+                Placement::Misplaced {
+                    replica: true,
+                    held: true
+                }
+            );
+        }
+        // A replica whose master is gone (an election under way): kept, it may be promoted.
+        for state in ["connect", "connecting"] {
+            assert_eq!(
+                placement(Some(&replica(state)), Some(&count(1))),
+                Placement::Orphaned
+            );
+        }
+        // Unreadable replies prove nothing.
+        assert_eq!(
+            placement(None, None),
+            Placement::Misplaced {
+                replica: true,
+                held: false
+            }
+        );
+    }
 
     #[test]
     fn subscriber_counts_are_read_from_either_reply_shape() {
