@@ -126,6 +126,17 @@ impl Drop for Link {
     }
 }
 
+/// What one try of [`Shards::settle`] came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Settled {
+    /// The subscription is on the slot's master.
+    Yes,
+    /// Not yet; redis-rs's slot map was refreshed, so the next try may go at once.
+    Refreshed,
+    /// Not yet; the next try after a pause.
+    No,
+}
+
 /// Where a channel's subscription is, as [`Shards::place`] found it on the node redis-rs
 /// takes for the master of the channel's slot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -240,7 +251,7 @@ impl Shards {
         if !wanted {
             return self.unsubscribe(&mut link, channel).await;
         }
-        if !self.settle(&mut link, channel).await? {
+        if self.settle(&mut link, channel).await? != Settled::Yes {
             drop(link);
             self.start_following(channel);
         }
@@ -285,11 +296,11 @@ impl Shards {
     }
 
     /// One try to have `channel` subscribed on its slot's master: SSUBSCRIBE, then the
-    /// placement check. `Ok(false)` if the subscription is elsewhere (then dropped there
-    /// and redis-rs's slot map refreshed, for the next try); an error if SSUBSCRIBE failed.
-    async fn settle(&self, link: &mut Link, channel: &str) -> RedisResult<bool> {
+    /// placement check. If the subscription is elsewhere, it is dropped there and
+    /// redis-rs's slot map refreshed, for the next try; an error if SSUBSCRIBE failed.
+    async fn settle(&self, link: &mut Link, channel: &str) -> RedisResult<Settled> {
         let Some(conn) = link.conn.as_mut() else {
-            return Ok(false);
+            return Ok(Settled::No);
         };
         if let Err(err) = conn.ssubscribe(channel).await {
             if is_unknown_command(&err) {
@@ -303,15 +314,15 @@ impl Shards {
             Ok(placement) => placement,
             Err(err) => {
                 tracing::debug!(%channel, %err, "cannot check where a sharded subscription is; trying again");
-                return Ok(false);
+                return Ok(Settled::No);
             }
         };
         let (replica, held) = match placement {
             Placement::Master => {
                 link.subscribed.insert(channel.to_owned(), true);
-                return Ok(true);
+                return Ok(Settled::Yes);
             }
-            Placement::Orphaned => return Ok(false),
+            Placement::Orphaned => return Ok(Settled::No),
             Placement::Misplaced { replica, held } => (replica, held),
         };
         tracing::debug!(%channel, replica, held, "a sharded subscription missed the slot's master; subscribing again");
@@ -320,11 +331,15 @@ impl Shards {
             // check), so that it does not stay behind once the channel is on the master.
             let _ = self.unsubscribe(link, channel).await;
         }
-        if let (true, Some(conn)) = (replica, link.conn.as_mut()) {
-            // redis-rs's slot map names a replica: have it asked again.
-            let _ = tokio::time::timeout(REFRESH_LIMIT, refresh_slot_map(conn, channel)).await;
+        match (replica, link.conn.as_mut()) {
+            (true, Some(conn)) => {
+                // redis-rs's slot map names a replica: have it asked again.
+                let refresh = refresh_slot_map(conn, channel);
+                let _ = tokio::time::timeout(REFRESH_LIMIT, refresh).await;
+                Ok(Settled::Refreshed)
+            }
+            _ => Ok(Settled::No),
         }
-        Ok(false)
     }
 
     /// Where `channel`'s subscription is: asks the node redis-rs takes for the master of
@@ -373,6 +388,8 @@ impl Shards {
     /// message published before the subscription got there was missed).
     async fn follow(&self, channel: String) {
         let mut pause = FOLLOW_FIRST_PAUSE;
+        // The last try went at once after the one before (which refreshed the slot map).
+        let mut hurried = false;
         loop {
             if self.is_wanted(&channel) {
                 let settled = {
@@ -380,21 +397,26 @@ impl Shards {
                     match link.subscribed.get(&channel) {
                         // Settled meanwhile; or no connection, so nothing to follow (the
                         // next waiter's `want` subscribes).
-                        Some(true) => Ok(true),
-                        _ if link.conn.is_none() => Ok(true),
+                        Some(true) => Ok(Settled::Yes),
+                        _ if link.conn.is_none() => Ok(Settled::Yes),
                         _ => self.settle(&mut link, &channel).await,
                     }
                 };
                 match settled {
-                    Ok(true) => {}
+                    Ok(Settled::Yes) => {}
                     Err(_) if !self.supported() => {
                         lock(&self.inner.following).remove(&channel);
                         return;
                     }
-                    Ok(false) | Err(_) => {
+                    Ok(Settled::Refreshed) if !hurried => {
+                        hurried = true;
+                        continue;
+                    }
+                    Ok(_) | Err(_) => {
                         if let Err(err) = settled {
                             tracing::debug!(%channel, %err, "sharded re-subscription failed; trying again");
                         }
+                        hurried = false;
                         tokio::time::sleep(pause).await;
                         pause = (pause * 2).min(FOLLOW_MAX_PAUSE);
                         continue;
