@@ -451,6 +451,9 @@ impl Shards {
     /// subscription is known to be on its slot's master any more; each wanted one is
     /// checked again.
     async fn disconnected(&self) {
+        // A confirmation still awaited may have gone with the connection; one that comes
+        // after all is taken for a drop, which costs a check.
+        lock(&self.inner.leaving).clear();
         let channels: Vec<String> = {
             let mut link = self.inner.link.lock().await;
             link.subscribed
