@@ -306,7 +306,7 @@ async fn wake_ups_survive_a_master_killed_for_good() {
     let mut outcomes = Vec::new();
     for (kind, name, master, replica) in &runs {
         let (master, replica) = (*master, *replica);
-        until_replica_online(&cluster.nodes[master]);
+        tokio::task::block_in_place(|| until_replica_online(&cluster.nodes[master]));
         let outcome = {
             let cluster = &cluster;
             across(cluster, (&holder, &waiter), (*kind, name), master, || {
