@@ -402,6 +402,16 @@ impl LockError {
                 source: Some(Box::new(err)),
             };
         }
+        // A Cluster's slot whose master failed or changed: redis-rs followed the
+        // redirections and waited out CLUSTERDOWN for its 16 tries; the election (a second
+        // or two) outlasted them. A waiting request retries, as after a dropped connection.
+        if let Some(state) = cluster_in_flux(&err) {
+            return LockError::Connection {
+                name: name.to_owned(),
+                reason: format!("{state} ({err})"),
+                source: Some(Box::new(err)),
+            };
+        }
         if err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::TryAgain) {
             return LockError::SlotMigrating {
                 name: name.to_owned(),
@@ -575,6 +585,21 @@ fn holder_suffix(holder: &Option<String>, retry_after: &Option<Duration>) -> Str
     out
 }
 
+/// What a Cluster's redirection or availability error left after redis-rs's retries says
+/// of the cluster, if it is one.
+fn cluster_in_flux(err: &redis::RedisError) -> Option<&'static str> {
+    use redis::ServerErrorKind as Kind;
+    match err.kind() {
+        redis::ErrorKind::Server(Kind::Moved | Kind::Ask) => {
+            Some("the Redis Cluster kept redirecting the lock's slot to another node (a failover or a slot move under way)")
+        }
+        redis::ErrorKind::Server(Kind::ClusterDown | Kind::MasterDown) => {
+            Some("the Redis Cluster has no master for the lock's slot (a failover under way)")
+        }
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -647,6 +672,29 @@ mod tests {
         // Other errors are left as they are.
         let lost = LockError::Lost { name: "a".into() }.waiting_through(WaitSetting::Layer);
         assert!(matches!(lost, LockError::Lost { .. }));
+    }
+
+    /// A Cluster electing a new master for the lock's slot outlasts redis-rs's retries:
+    /// what is left is transient, so that a waiting request rides it out.
+    #[test]
+    fn a_cluster_in_a_failover_is_a_transient_error() {
+        use redis::{ErrorKind, ServerErrorKind};
+        for (kind, code) in [
+            (ServerErrorKind::Moved, "MOVED"),
+            (ServerErrorKind::Ask, "ASK"),
+            (ServerErrorKind::ClusterDown, "CLUSTERDOWN"),
+            (ServerErrorKind::MasterDown, "MASTERDOWN"),
+        ] {
+            let err = redis::RedisError::from((
+                ErrorKind::Server(kind),
+                code,
+                "14145 127.0.0.1:7001".to_owned(),
+            ));
+            let err = LockError::from_redis("x", "lock:{x}", err);
+            assert!(matches!(err, LockError::Connection { .. }), "{err:?}");
+            assert!(err.is_transient(), "{err}");
+            assert!(err.to_string().contains("Redis Cluster"), "{err}");
+        }
     }
 
     #[test]

@@ -31,6 +31,7 @@ mod schedule;
 mod security;
 mod semaphore;
 mod sentinel;
+mod shard_failovers;
 mod stalls;
 mod stopped;
 mod stress;

@@ -164,7 +164,7 @@ impl LockerBuilder {
         self.scripts_only("a Redis Cluster")?;
         // Turns and releases are announced with SPUBLISH in the lock's shard, where the
         // notifier subscribes (SSUBSCRIBE on the slot's master, followed when the slot
-        // moves): a message stays in one shard instead of crossing the cluster's bus to
+        // moves or fails over): a message stays in one shard instead of crossing the cluster's bus to
         // every node. The release script cannot see that subscription (`PUBSUB NUMSUB` is
         // per node), so a marked release is announced without asking.
         let (client, dial, shards) = connect::cluster(seeds, self.command_timeout, &self.tls)?;

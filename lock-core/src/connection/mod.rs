@@ -5,7 +5,8 @@
 //! - [`connect`]: turning URLs and TLS settings into pools, clients and dialers.
 //! - [`notifier`]: the one pub/sub connection per Locker that tells waiters their turn.
 //! - `sharded`: on a Redis Cluster, the notifier's sharded subscriptions (SSUBSCRIBE in
-//!   each lock's shard), following slots that move (feature `cluster`).
+//!   each lock's shard), kept on each slot's master when the slot moves or its master
+//!   changes (feature `cluster`).
 //! - `sentinel`: connecting to the master the Sentinels name, and retiring connections to
 //!   a deposed one at the Sentinels' `+switch-master` (feature `sentinel`).
 //! - `tls`: [`TlsConfig`](crate::TlsConfig) (feature `tls-rustls`).
