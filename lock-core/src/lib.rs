@@ -370,6 +370,7 @@ mod duration;
 mod election;
 mod engine;
 mod error;
+mod fence;
 mod holder;
 mod key;
 mod lease;

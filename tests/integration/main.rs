@@ -10,6 +10,7 @@ mod degraded;
 mod election;
 mod failover;
 mod fast_path;
+mod fence_order;
 mod fencing;
 mod harness;
 mod hostile_names;
