@@ -91,7 +91,9 @@ impl LockRequest {
     /// that missed the last grants and a Cluster slot's move, provided that a new server's
     /// clock is not behind the old one's by more than the time between their grants
     /// (a Locker warns when a name's token comes back lower than one it was handed).
-    /// Tokens stay below 2^53 (exact in JSON and JavaScript) until 2255.
+    /// Tokens stay below 2^53 (exact in JSON and JavaScript) until 2255. The
+    /// [`fenced`](crate::fenced) module enforces them where the data is: guarded writes
+    /// that a holder paused past its TTL cannot get through.
     pub fn fencing(mut self) -> Self {
         self.spec.fencing = Some(true);
         self
