@@ -29,6 +29,7 @@
 //! | `metrics` | no | counters and histograms through the `metrics` facade (see [`metrics`]) |
 //! | `tower` | no | [`web`]: `LockLayer`, a tower layer that guards HTTP (or gRPC) routes, and RFC 9457 problem responses for `LockError` |
 //! | `axum` | no | `tower`, plus `LockError: axum::response::IntoResponse` and lock keys from path parameters |
+//! | `postgres` | no | `fenced::PgStore`: guarded writes to PostgreSQL (tokio-postgres, deadpool-postgres) |
 //!
 //! Items that need a feature are marked with it on docs.rs.
 //!

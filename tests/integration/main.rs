@@ -11,6 +11,7 @@ mod election;
 mod failover;
 mod fast_path;
 mod fence_order;
+mod fenced_postgres;
 mod fenced_writes;
 mod fencing;
 mod harness;

@@ -40,7 +40,8 @@
 //!   other, and on a Redis Cluster (a key and its guard must be in one slot: give keys a
 //!   hash tag; checked before anything is sent).
 //! - **PostgreSQL** (feature `postgres`, on tokio-postgres and deadpool-postgres):
-//!   `PgStore`, whose `update` and `upsert` carry the check in the statement's `WHERE`.
+//!   `PgStore`, whose `update` and `upsert` carry the check in the statement's `WHERE`
+//!   (the statements below, with the table's own columns).
 //! - **Anything else**: the same rule in your own statement. In SQL, with two columns per
 //!   row:
 //!
@@ -84,8 +85,18 @@
 
 mod error;
 mod fence;
+#[cfg(feature = "postgres")]
+mod postgres;
 mod redis_store;
 
+/// The PostgreSQL driver and pool [`PgStore`] is built on, re-exported so that a pool for
+/// [`PgStore::new`] needs no version of its own (feature `postgres`).
+#[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+pub use deadpool_postgres;
 pub use error::FenceError;
 pub use fence::{AsFence, Fence};
+#[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+pub use postgres::{PgStore, PgTable};
 pub use redis_store::{FencedScript, RedisStore};
