@@ -14,6 +14,7 @@ pub mod s6_permits;
 pub mod s7_rwlock;
 pub mod s7_writer;
 pub mod s8_multi;
+pub mod s10_fenced;
 pub mod s9_cluster;
 
 /// How long and how often to measure.
