@@ -13,8 +13,8 @@ use crate::lineup::{
 };
 use crate::machine::Machine;
 use crate::scenarios::{
-    renewal, s1_latency, s2_throughput, s3_hot, s4_redlock, s5_overrun, s6_holders, s6_permits,
-    s10_fenced, s7_rwlock, s8_multi, s9_cluster,
+    renewal, s10_fenced, s1_latency, s2_throughput, s3_hot, s4_redlock, s5_overrun, s6_holders,
+    s6_permits, s7_rwlock, s8_multi, s9_cluster,
 };
 use crate::stats::{ratio, show_ratio, Spread};
 

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 pub mod renewal;
+pub mod s10_fenced;
 pub mod s1_latency;
 pub mod s2_throughput;
 pub mod s3_hot;
@@ -14,7 +15,6 @@ pub mod s6_permits;
 pub mod s7_rwlock;
 pub mod s7_writer;
 pub mod s8_multi;
-pub mod s10_fenced;
 pub mod s9_cluster;
 
 /// How long and how often to measure.

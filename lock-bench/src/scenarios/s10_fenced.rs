@@ -16,11 +16,23 @@ use crate::stats::{paired, Samples, Spread};
 /// The writes compared: label, and whether it is a hash write.
 const WRITES: [(&str, Kind); 6] = [
     ("redis-rs SET (raw)", Kind::RawSet),
-    ("RedisStore::set, same lease", Kind::GuardedSet { new_holder: false }),
-    ("RedisStore::set, new holder each write", Kind::GuardedSet { new_holder: true }),
+    (
+        "RedisStore::set, same lease",
+        Kind::GuardedSet { new_holder: false },
+    ),
+    (
+        "RedisStore::set, new holder each write",
+        Kind::GuardedSet { new_holder: true },
+    ),
     ("redis-rs HSET, 2 fields (raw)", Kind::RawHset),
-    ("RedisStore::hset, 2 fields, same lease", Kind::GuardedHset { new_holder: false }),
-    ("RedisStore::hset, 2 fields, new holder each write", Kind::GuardedHset { new_holder: true }),
+    (
+        "RedisStore::hset, 2 fields, same lease",
+        Kind::GuardedHset { new_holder: false },
+    ),
+    (
+        "RedisStore::hset, 2 fields, new holder each write",
+        Kind::GuardedHset { new_holder: true },
+    ),
 ];
 
 #[derive(Debug, Clone, Copy)]
@@ -102,58 +114,64 @@ pub async fn run(url: &str, settings: &Settings, probe: &Probe) -> Result<Table,
     let run_id = std::process::id();
     let lease = Fence::new(format!("bench:{run_id}"), 1);
     let mut next_token = 2u64;
-    let runs = sliced(WRITES.len(), settings.reps, settings.run_for, async |i, run_for, acc: &mut Acc| {
-        let (_, kind) = WRITES[i];
-        let key = format!("bench:{run_id}:fenced:{i}");
-        let before = probe.snapshot().await.ok();
-        let started = Instant::now();
-        let mut conn = conn.clone();
-        while started.elapsed() < run_for {
-            let t0 = Instant::now();
-            let fence = match kind {
-                Kind::GuardedSet { new_holder: true } | Kind::GuardedHset { new_holder: true } => {
-                    next_token += 1;
-                    Fence::new(lease.lock(), next_token)
+    let runs = sliced(
+        WRITES.len(),
+        settings.reps,
+        settings.run_for,
+        async |i, run_for, acc: &mut Acc| {
+            let (_, kind) = WRITES[i];
+            let key = format!("bench:{run_id}:fenced:{i}");
+            let before = probe.snapshot().await.ok();
+            let started = Instant::now();
+            let mut conn = conn.clone();
+            while started.elapsed() < run_for {
+                let t0 = Instant::now();
+                let fence = match kind {
+                    Kind::GuardedSet { new_holder: true }
+                    | Kind::GuardedHset { new_holder: true } => {
+                        next_token += 1;
+                        Fence::new(lease.lock(), next_token)
+                    }
+                    _ => lease.clone(),
+                };
+                let written = match kind {
+                    Kind::RawSet => redis::cmd("SET")
+                        .arg(&key)
+                        .arg("41")
+                        .query_async::<()>(&mut conn)
+                        .await
+                        .map_err(|err| err.to_string()),
+                    Kind::RawHset => redis::cmd("HSET")
+                        .arg(&key)
+                        .arg("stock")
+                        .arg("41")
+                        .arg("price")
+                        .arg("950")
+                        .query_async::<()>(&mut conn)
+                        .await
+                        .map_err(|err| err.to_string()),
+                    Kind::GuardedSet { .. } => store
+                        .set(fence, &key, "41")
+                        .await
+                        .map_err(|err| err.to_string()),
+                    Kind::GuardedHset { .. } => store
+                        .hset(fence, &key, &[("stock", "41"), ("price", "950")])
+                        .await
+                        .map_err(|err| err.to_string()),
+                };
+                match written {
+                    Ok(()) => acc.samples.push(t0.elapsed().as_nanos() as u64),
+                    Err(err) => acc.failures.record(err),
                 }
-                _ => lease.clone(),
-            };
-            let written = match kind {
-                Kind::RawSet => redis::cmd("SET")
-                    .arg(&key)
-                    .arg("41")
-                    .query_async::<()>(&mut conn)
-                    .await
-                    .map_err(|err| err.to_string()),
-                Kind::RawHset => redis::cmd("HSET")
-                    .arg(&key)
-                    .arg("stock")
-                    .arg("41")
-                    .arg("price")
-                    .arg("950")
-                    .query_async::<()>(&mut conn)
-                    .await
-                    .map_err(|err| err.to_string()),
-                Kind::GuardedSet { .. } => store
-                    .set(fence, &key, "41")
-                    .await
-                    .map_err(|err| err.to_string()),
-                Kind::GuardedHset { .. } => store
-                    .hset(fence, &key, &[("stock", "41"), ("price", "950")])
-                    .await
-                    .map_err(|err| err.to_string()),
-            };
-            match written {
-                Ok(()) => acc.samples.push(t0.elapsed().as_nanos() as u64),
-                Err(err) => acc.failures.record(err),
             }
-        }
-        acc.elapsed += started.elapsed();
-        if let Some(delta) = calls_since(probe, before, WRITES[i].0).await {
-            // The probe's own INFO: one call, one read.
-            acc.calls += delta.calls.saturating_sub(1);
-            acc.reads += delta.reads.saturating_sub(1);
-        }
-    })
+            acc.elapsed += started.elapsed();
+            if let Some(delta) = calls_since(probe, before, WRITES[i].0).await {
+                // The probe's own INFO: one call, one read.
+                acc.calls += delta.calls.saturating_sub(1);
+                acc.reads += delta.reads.saturating_sub(1);
+            }
+        },
+    )
     .await;
     // Clean up this run's keys and guards.
     let mut conn = conn.clone();
@@ -203,7 +221,8 @@ pub async fn run(url: &str, settings: &Settings, probe: &Probe) -> Result<Table,
 }
 
 pub fn title() -> String {
-    "S10. Guarded writes (`lock_core::fenced::RedisStore`) beside plain writes: one task, one key".into()
+    "S10. Guarded writes (`lock_core::fenced::RedisStore`) beside plain writes: one task, one key"
+        .into()
 }
 
 impl Table {
