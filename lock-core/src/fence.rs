@@ -163,6 +163,31 @@ mod tests {
         assert_eq!(watch.observe("a", 12), Seen::Forward);
     }
 
+    #[cfg(feature = "metrics")]
+    #[test]
+    fn a_token_that_went_backward_is_counted() {
+        use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        let watch = FenceWatch::default();
+        metrics::with_local_recorder(&recorder, || {
+            watch.check("orders:1", 10);
+            watch.check("orders:1", 11);
+            watch.check("orders:1", 9);
+        });
+        let regressions: u64 = snapshotter
+            .snapshot()
+            .into_vec()
+            .iter()
+            .filter(|(key, _, _, _)| key.key().name() == "lock_fence_regressions_total")
+            .map(|(_, _, _, value)| match value {
+                DebugValue::Counter(n) => *n,
+                _ => 0,
+            })
+            .sum();
+        assert_eq!(regressions, 1);
+    }
+
     #[test]
     fn the_watch_forgets_rather_than_grows() {
         let watch = FenceWatch::default();
