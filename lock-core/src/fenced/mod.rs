@@ -26,7 +26,9 @@
 //!
 //! A resource written for the first time accepts any token (there is nothing to be stale
 //! against). Guards never expire: they must outlive every lease. Reads are not fenced:
-//! re-read under a fresh lease after a refusal.
+//! re-read under a fresh lease after a refusal. A guard is exactly as durable as the data
+//! beside it (same script, same replication): a failover that loses a write loses its guard
+//! with it, never one without the other.
 //!
 //! A write and its guard change together or not at all: each guarded write is one Lua
 //! script (Redis) or one statement (PostgreSQL), which the store applies whole. A write
