@@ -55,7 +55,10 @@ async fn the_closure_gets_its_lease_and_one_question_mark_gives_the_value() {
     let locker = on(&server);
     let first = report(&locker).await.expect("the first report");
     let second = report(&locker).await.expect("the second report");
-    assert!(second > first, "fencing tokens grow: {first}, then {second}");
+    assert!(
+        second > first,
+        "fencing tokens grow: {first}, then {second}"
+    );
     assert!(locker.inspect("report").await.expect("inspect").is_none());
 
     // A lock that cannot be had: the work never runs, the error arrives converted.

@@ -21,7 +21,7 @@
 //! buyer (`users:{buyer_id}`) or `WATCH` the buyer's hash inside the lock.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use lock_core::fenced::{FencedScript, RedisStore};
@@ -48,7 +48,7 @@ pub struct LockedMarket {
     locker: Locker,
     body_clock: Option<Arc<BodyClock>>,
     /// Fenced mode: the writes go through guarded scripts carrying the lease's token.
-    fenced: Option<RedisStore>,
+    fenced: Option<Arc<Fenced>>,
 }
 
 impl std::fmt::Debug for LockedMarket {
@@ -77,9 +77,13 @@ impl LockedMarket {
     /// highest its lock's writes have carried, instead of `MULTI`/`EXEC`. The locker must draw
     /// tokens (`LockerBuilder::fencing(true)`). Same round trips; what the guard costs is the
     /// difference between a fenced row and the plain one.
-    pub fn with_fencing(mut self) -> LockedMarket {
-        self.fenced = Some(RedisStore::from_connection(self.conn.clone()));
-        self
+    pub fn with_fencing(mut self) -> Result<LockedMarket, MarketError> {
+        self.fenced = Some(Arc::new(Fenced {
+            store: RedisStore::from_connection(self.conn.clone()),
+            purchase: FencedScript::new(PURCHASE)?,
+            list: FencedScript::new(LIST)?,
+        }));
+        Ok(self)
     }
 
     /// Adds the time every purchase spends inside its lock to `clock`, so that a caller who
@@ -171,7 +175,7 @@ async fn list_unprotected(
         return Ok(Listing::NotInInventory);
     }
     let replies: Option<(i64, i64)> = match &market.fenced {
-        Some(store) => Some(fenced_list(store, &market.keys, &args).await?),
+        Some(fenced) => Some(fenced_list(fenced, &market.keys, &args).await?),
         None => {
             list_transaction(&market.keys, &args)
                 .query_async(&mut conn)
@@ -223,7 +227,7 @@ async fn purchase_checked_write(
         return Ok(refusal);
     }
     let replies: Option<PurchaseReplies> = match &market.fenced {
-        Some(store) => Some(fenced_purchase(store, &market.keys, &args).await?),
+        Some(fenced) => Some(fenced_purchase(fenced, &market.keys, &args).await?),
         None => {
             purchase_transaction(&market.keys, &args)
                 .query_async(&mut conn)
@@ -239,28 +243,25 @@ async fn purchase_checked_write(
     Ok(Purchase::Bought)
 }
 
+/// Fenced mode's store and scripts.
+struct Fenced {
+    store: RedisStore,
+    purchase: FencedScript,
+    list: FencedScript,
+}
+
 /// The purchase's writes under the guard: KEYS the guarded resource (not written), the
 /// seller, the buyer, the buyer's inventory, the market; ARGV the price, the item, its
 /// listing. The same replies as [`purchase_transaction`].
-static PURCHASE: LazyLock<FencedScript> = LazyLock::new(|| {
-    FencedScript::new(
-        "return {redis.call('HINCRBY', KEYS[2], 'funds', ARGV[1]), \
-         redis.call('HINCRBY', KEYS[3], 'funds', -tonumber(ARGV[1])), \
-         redis.call('SADD', KEYS[4], ARGV[2]), redis.call('ZREM', KEYS[5], ARGV[3])}",
-    )
-    .expect("a script without a #! line")
-});
+const PURCHASE: &str = "return {redis.call('HINCRBY', KEYS[2], 'funds', ARGV[1]), \
+     redis.call('HINCRBY', KEYS[3], 'funds', -tonumber(ARGV[1])), \
+     redis.call('SADD', KEYS[4], ARGV[2]), redis.call('ZREM', KEYS[5], ARGV[3])}";
 
 /// The listing's writes under the guard: KEYS the guarded resource, the market, the
 /// seller's inventory; ARGV the price, the listing, the item. The replies of
 /// [`list_transaction`].
-static LIST: LazyLock<FencedScript> = LazyLock::new(|| {
-    FencedScript::new(
-        "return {redis.call('ZADD', KEYS[2], ARGV[1], ARGV[2]), \
-         redis.call('SREM', KEYS[3], ARGV[3])}",
-    )
-    .expect("a script without a #! line")
-});
+const LIST: &str = "return {redis.call('ZADD', KEYS[2], ARGV[1], ARGV[2]), \
+     redis.call('SREM', KEYS[3], ARGV[3])}";
 
 /// The lease of the `#[redis_locked]` function this runs in: its token fences the writes.
 fn current_fence() -> Result<lock_core::LeaseHandle, MarketError> {
@@ -270,7 +271,7 @@ fn current_fence() -> Result<lock_core::LeaseHandle, MarketError> {
 }
 
 async fn fenced_purchase(
-    store: &RedisStore,
+    fenced: &Fenced,
     keys: &Keys,
     args: &PurchaseArgs,
 ) -> Result<PurchaseReplies, MarketError> {
@@ -283,10 +284,11 @@ async fn fenced_purchase(
         keys.market(),
     );
     let member = item_member(args.item_id, args.seller_id);
-    let replies = store
+    let replies = fenced
+        .store
         .eval(
             &lease,
-            &PURCHASE,
+            &fenced.purchase,
             &[&guarded, &seller, &buyer, &inventory, &market],
             &[args.price.to_string(), args.item_id.to_string(), member],
         )
@@ -295,7 +297,7 @@ async fn fenced_purchase(
 }
 
 async fn fenced_list(
-    store: &RedisStore,
+    fenced: &Fenced,
     keys: &Keys,
     args: &ListArgs,
 ) -> Result<(i64, i64), MarketError> {
@@ -303,10 +305,11 @@ async fn fenced_list(
     let guarded = keys.guarded(lease.name());
     let (market, inventory) = (keys.market(), keys.inventory(args.seller_id));
     let member = item_member(args.item_id, args.seller_id);
-    let replies = store
+    let replies = fenced
+        .store
         .eval(
             &lease,
-            &LIST,
+            &fenced.list,
             &[&guarded, &market, &inventory],
             &[args.price.to_string(), member, args.item_id.to_string()],
         )

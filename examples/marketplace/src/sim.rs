@@ -341,7 +341,7 @@ async fn seed_and_run(
                     let market = LockedMarket::new(conn.clone(), keys.clone(), locker)
                         .with_body_clock(Arc::clone(&clock));
                     if config.fenced {
-                        market.with_fencing()
+                        market.with_fencing()?
                     } else {
                         market
                     }
