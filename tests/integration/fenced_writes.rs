@@ -378,14 +378,29 @@ async fn a_cancelled_write_leaves_the_old_or_the_new_never_half() {
         let token = base + i;
         let fence = Fence::new("cancel", token);
         let fields = [("token", token.to_string()), ("pad", "x".repeat(64 << 10))];
-        let write = store.hset(fence, "c", &fields);
-        let wait = Duration::from_micros(fastrand::u64(0..400));
-        match tokio::time::timeout(wait, write).await {
-            Ok(done) => {
-                done.expect("write");
+        // Cut after 1 to 3 polls (the runtime runs between them, so the script is sent or
+        // in flight): not a timer, whose millisecond granularity outlasts a write on an
+        // idle machine.
+        let mut write = Box::pin(store.hset(fence, "c", &fields));
+        let mut done = None;
+        for _ in 0..fastrand::u32(1..4) {
+            let polled = std::future::poll_fn(|cx| {
+                std::task::Poll::Ready(std::future::Future::poll(write.as_mut(), cx))
+            })
+            .await;
+            if let std::task::Poll::Ready(result) = polled {
+                done = Some(result);
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        drop(write);
+        match done {
+            Some(result) => {
+                result.expect("write");
                 landed += 1;
             }
-            Err(_) => cut += 1,
+            None => cut += 1,
         }
         let (written, guard): (Option<u64>, Option<u64>) = redis::pipe()
             .cmd("HGET")
