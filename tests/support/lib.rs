@@ -12,7 +12,6 @@
 
 pub mod cluster;
 pub mod discover;
-pub mod postgres;
 pub mod proxy;
 #[cfg(feature = "tls")]
 pub mod tls;

@@ -4,7 +4,6 @@
 use std::time::Duration;
 
 pub mod renewal;
-pub mod s10_fenced;
 pub mod s1_latency;
 pub mod s2_throughput;
 pub mod s3_hot;

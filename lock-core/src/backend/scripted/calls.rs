@@ -15,10 +15,7 @@ pub(super) static ACQUIRE: LazyLock<Lua> = LazyLock::new(|| {
         LIBRARY_NAME,
         library,
         "acquire",
-        concat!(
-            include_str!("../../scripts/fence.lua"),
-            include_str!("../../scripts/acquire.lua")
-        ),
+        include_str!("../../scripts/acquire.lua"),
     )
 });
 pub(super) static ACQUIRE_QUEUED: LazyLock<Lua> = LazyLock::new(|| {
@@ -28,7 +25,6 @@ pub(super) static ACQUIRE_QUEUED: LazyLock<Lua> = LazyLock::new(|| {
         "acquire_queued",
         concat!(
             include_str!("../../scripts/queue.lua"),
-            include_str!("../../scripts/fence.lua"),
             include_str!("../../scripts/acquire_queued.lua")
         ),
     )
@@ -38,10 +34,7 @@ pub(super) static CLAIM: LazyLock<Lua> = LazyLock::new(|| {
         LIBRARY_NAME,
         library,
         "claim",
-        concat!(
-            include_str!("../../scripts/fence.lua"),
-            include_str!("../../scripts/claim.lua")
-        ),
+        include_str!("../../scripts/claim.lua"),
     )
 });
 pub(super) static RELEASE: LazyLock<Lua> = LazyLock::new(|| {
@@ -127,8 +120,8 @@ static LIBRARY: LazyLock<String> = LazyLock::new(|| {
 /// `release_lean`; v8: turns told with SPUBLISH to waiters whose channel begins with `$`,
 /// and `release`'s announce flag "3"; v9: `claim`, a reserved lock's claim declaring the
 /// lock key only, for a Cluster slot's migration, and `leave_queue` telling the new first
-/// two of the line; v10: fencing tokens drawn from the server's clock, `fence.lua`).
-const LIBRARY_NAME: &str = "lockcore_v10";
+/// two of the line).
+const LIBRARY_NAME: &str = "lockcore_v9";
 
 fn library() -> &'static str {
     LIBRARY.as_str()
@@ -168,7 +161,7 @@ pub(super) async fn set_nx_get(
     })
 }
 
-/// The scripted acquire: SET NX PX, plus the next fencing token when asked, atomically;
+/// The scripted acquire: SET NX PX, plus INCR of the fencing counter when asked, atomically;
 /// on a held lock it returns the holder's PTTL and value in the same round trip.
 pub(super) async fn acquire_script(
     mode: ScriptMode,
