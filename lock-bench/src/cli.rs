@@ -28,6 +28,8 @@ pub enum Scenario {
     S7,
     /// Multi-lock: lock_all of 2, 4 and 8 names against as many plain locks in key order.
     S8,
+    /// Guarded writes (`lock_core::fenced::RedisStore`) beside the same writes sent plainly.
+    S10,
     /// Renewal cost: 10,000 auto-renewed leases held 10 s.
     Renewal,
     /// Redis Cluster: hand-off bus messages per acquisition at 3 and 6 masters, and live

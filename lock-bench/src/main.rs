@@ -33,8 +33,8 @@ use machine::Machine;
 use probe::Probe;
 use report::{Report, RunSettings};
 use scenarios::{
-    renewal, s1_latency, s2_throughput, s3_hot, s4_redlock, s5_overrun, s6_holders, s6_permits,
-    s7_rwlock, s7_writer, s8_multi, s9_cluster,
+    renewal, s10_fenced, s1_latency, s2_throughput, s3_hot, s4_redlock, s5_overrun, s6_holders,
+    s6_permits, s7_rwlock, s7_writer, s8_multi, s9_cluster,
 };
 use servers::{start_cluster, start_sentinel, start_servers};
 
@@ -354,6 +354,25 @@ async fn run(args: Args) -> Result<(), Failure> {
             );
             report.s8 = Some(table);
         }
+    }
+
+    if args.runs(Scenario::S10) {
+        let table = s10_fenced::run(&endpoints.single, &settings, &probe)
+            .await
+            .map_err(Failure::Setup)?;
+        print_section(&s10_fenced::title(), &table.markdown());
+        report.check(
+            "S10",
+            table.rows.iter().map(|r| {
+                (
+                    r.contender.clone(),
+                    r.failures,
+                    r.first_error.clone(),
+                    r.writes_per_s.median > 0.0,
+                )
+            }),
+        );
+        report.s10 = Some(table);
     }
 
     if args.runs(Scenario::S9) {

@@ -13,8 +13,8 @@ use crate::lineup::{
 };
 use crate::machine::Machine;
 use crate::scenarios::{
-    renewal, s1_latency, s2_throughput, s3_hot, s4_redlock, s5_overrun, s6_holders, s6_permits,
-    s7_hold, s7_rwlock, s8_multi, s9_cluster,
+    renewal, s10_fenced, s1_latency, s2_throughput, s3_hot, s4_redlock, s5_overrun, s6_holders,
+    s6_permits, s7_hold, s7_rwlock, s8_multi, s9_cluster,
 };
 use crate::stats::{ratio, show_ratio, Spread};
 
@@ -39,6 +39,7 @@ pub struct Report {
     pub s7: Option<s7_rwlock::Table>,
     pub s8: Option<s8_multi::Table>,
     pub s9: Option<s9_cluster::Table>,
+    pub s10: Option<s10_fenced::Table>,
     pub renewal: Option<renewal::Table>,
     pub targets: Vec<Target>,
     /// Runs that measured nothing, or failed operations.
@@ -69,6 +70,7 @@ impl Report {
             s7: None,
             s8: None,
             s9: None,
+            s10: None,
             renewal: None,
             targets: Vec::new(),
             problems: Vec::new(),
@@ -161,6 +163,9 @@ impl Report {
         }
         if let Some(t) = &self.s9 {
             sections.push((s9_cluster::title(), t.markdown()));
+        }
+        if let Some(t) = &self.s10 {
+            sections.push((s10_fenced::title(), t.markdown()));
         }
         if let Some(t) = &self.renewal {
             sections.push((renewal_title(t), t.markdown()));

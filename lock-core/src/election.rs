@@ -29,10 +29,10 @@ const DEFAULT_LEASE: Duration = Duration::from_secs(15);
 /// let locker = Locker::memory();
 /// let election = locker.election("billing-scheduler");
 /// let leadership = election.campaign().await?; // waits until this process leads
-/// assert_eq!(leadership.term(), 1);
+/// let term = leadership.term(); // hand it to the stores the leader writes to
 ///
 /// let leader = election.leader().await?.expect("someone leads");
-/// assert_eq!(leader.term, 1);
+/// assert_eq!(leader.term, term);
 ///
 /// leadership.resign().await?; // the next candidate in line leads at once
 /// assert!(election.leader().await?.is_none());

@@ -29,6 +29,7 @@
 //! | `metrics` | no | counters and histograms through the `metrics` facade (see [`metrics`]) |
 //! | `tower` | no | [`web`]: `LockLayer`, a tower layer that guards HTTP (or gRPC) routes, and RFC 9457 problem responses for `LockError` |
 //! | `axum` | no | `tower`, plus `LockError: axum::response::IntoResponse` and lock keys from path parameters |
+//! | `postgres` | no | `fenced::PgStore`: guarded writes to PostgreSQL (tokio-postgres, deadpool-postgres) |
 //!
 //! Items that need a feature are marked with it on docs.rs.
 //!
@@ -184,7 +185,10 @@
 //! - **Overruns are visible**: [`LeaseHandle::is_lost`] and [`LeaseHandle::lost`] tell a holder
 //!   when its local validity (TTL minus a clock-drift margin) ran out.
 //! - **Fencing**: with [`LockRequest::fencing`] each acquisition also draws a number that
-//!   strictly increases per lock name, for stores that must reject stale writers.
+//!   strictly increases per lock name (across a server restarted empty, a flush and a
+//!   failover too: it is drawn from the server's clock when the counter is lost), and
+//!   [`fenced`] enforces it where the data is: guarded writes to Redis (and PostgreSQL,
+//!   feature `postgres`) that refuse a holder paused past its TTL once a newer holder wrote.
 //! - **Cancellation**: dropping an acquire or a lease deletes the lock in the background;
 //!   the TTL covers the cases where that cannot run.
 //! - **Bad input is an error, never a panic nor a false "acquired"**: empty or oversized
@@ -287,6 +291,8 @@ mod duration;
 mod election;
 mod engine;
 mod error;
+mod fence;
+pub mod fenced;
 mod holder;
 mod key;
 mod lease;

@@ -8,6 +8,7 @@
 //! | `lock_hold_seconds` | histogram | `lock`: time from acquisition to release |
 //! | `lock_lost_total` | counter | `lock`: leases found lost (expired, stolen, renewal failed) |
 //! | `lock_renewals_total` | counter | `lock`, `outcome` = renewed, lost, error |
+//! | `lock_fence_regressions_total` | counter | `lock`: grants whose fencing token was not above one this Locker had been handed for the name (a server clock behind another's; see `LockRequest::fencing`) |
 //! | `lock_masters_without_replica` | gauge | none: masters (Cluster: slots) that had a replica and now have none connected, where `ReplicaSync::Auto` grants without waiting for acknowledgements |
 //!
 //! The `lock` label is the name's first segment, up to the first `:` (`orders` for

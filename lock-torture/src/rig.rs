@@ -51,11 +51,6 @@ pub struct Rig {
     pub primitive: Primitive,
     /// Starts replacements for killed clients.
     pub spawner: Spawner,
-    /// After a restart of a single server, raise its fencing counters to the fenced
-    /// store's high-water marks (the throughput profile: otherwise, with many names and
-    /// restarts every few seconds, the counters never catch up and almost every write is
-    /// refused).
-    pub reseed_fences: bool,
 }
 
 impl Rig {

@@ -13,7 +13,6 @@ use crate::ha::sentinel::SentinelHa;
 use crate::ha::Ha;
 use crate::mode::Mode;
 use crate::primitive::Primitive;
-use crate::profile::Profile;
 use crate::rig::{Node, Rig};
 use crate::settings::{Protocols, Settings};
 use crate::spawn::Spawner;
@@ -165,7 +164,6 @@ pub fn start_rig(
         name_kind: s.name_kind,
         primitive,
         spawner,
-        reseed_fences: s.profile == Profile::Throughput,
     })
 }
 

@@ -233,21 +233,37 @@ async fn grant_then_crash(
 ) -> (Result<Lease, LockError>, Result<Lease, LockError>) {
     let mut setup = Sentinelled::start();
     let locker = setup.locker(sync);
+    // Fenced: the replica has the counter of `x`, which the grant below moves past.
     for _ in 0..6 {
-        let warm = locker.try_lock("warm", 30 * SECOND).await.expect("acquire");
+        let warm = fenced_try(&locker, "x").await.expect("acquire");
         assert!(warm.release().await.expect("release"));
     }
 
     setup.replica.signal("-STOP");
     fill_the_replication_link(&setup.master, "").await;
-    let first = locker.try_lock("x", 60 * SECOND).await;
+    let first = fenced_try(&locker, "x").await;
     // The master crashes right after its answer: the grant never reached the replica.
     setup.master.kill();
     setup.replica.signal("-CONT");
     setup.until_the_replica_is_named().await;
     let other = setup.locker(ReplicaSync::default());
-    let second = other.lock("x").ttl(60 * SECOND).wait(10 * SECOND).await;
+    let second = other
+        .lock("x")
+        .ttl(60 * SECOND)
+        .wait(10 * SECOND)
+        .fencing()
+        .await;
     (first, second)
+}
+
+/// One fenced try of `name` for a minute.
+async fn fenced_try(locker: &Locker, name: &str) -> Result<Lease, LockError> {
+    locker
+        .lock(name)
+        .ttl(60 * SECOND)
+        .wait(Duration::ZERO)
+        .fencing()
+        .await
 }
 
 /// Issue 25: a master SIGKILLed right after a grant, while its only replica was stopped.
@@ -274,6 +290,13 @@ where
         first.token(),
         second.token(),
         "two holders of `x` at once: the anomaly the check removes"
+    );
+    // Issue 40: the promoted replica never had the first grant's token, yet draws above
+    // it, so a store that fences on the tokens refuses the first holder.
+    let (lost, next) = (first.fencing_token(), second.fencing_token());
+    assert!(
+        next > lost,
+        "the promoted replica drew {next:?} after the lost grant's {lost:?}"
     );
 
     let (first, second) = grant_then_crash(ReplicaSync::default()).await;
@@ -390,7 +413,7 @@ async fn cluster_grant_then_crash(
     // Warm: every connection the locker writes on is open (the check's, once it saw the
     // replicas), so that the try below is no connect to a cluster with a stopped node.
     for _ in 0..6 {
-        let warm = locker.try_lock("x", 30 * SECOND).await.expect("acquire");
+        let warm = fenced_try(&locker, "x").await.expect("acquire");
         assert_eq!(warm.key(), key);
         assert!(warm.release().await.expect("release"));
     }
@@ -398,7 +421,7 @@ async fn cluster_grant_then_crash(
     cluster.nodes[replica].signal("-STOP");
     // Same hash tag as the lock: the master of its slot takes the filler.
     fill_the_replication_link(&cluster.nodes[master], "{x}:").await;
-    let first = locker.try_lock("x", 60 * SECOND).await;
+    let first = fenced_try(&locker, "x").await;
     cluster.nodes[master].kill();
     cluster.nodes[replica].signal("-CONT");
     let started = Instant::now();
@@ -414,7 +437,12 @@ async fn cluster_grant_then_crash(
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let other = on_cluster(ReplicaSync::default());
-    let second = other.lock("x").ttl(60 * SECOND).wait(10 * SECOND).await;
+    let second = other
+        .lock("x")
+        .ttl(60 * SECOND)
+        .wait(10 * SECOND)
+        .fencing()
+        .await;
     (first, second)
 }
 

@@ -172,7 +172,7 @@ async fn redlock_over_tls() {
         .fencing()
         .await
         .expect("acquire on a majority over TLS");
-    assert_eq!(lease.fencing_token(), Some(1));
+    assert!(lease.fencing_token().is_some());
     lease.extend(60 * SECOND).await.expect("extend");
     // A waiter of another locker subscribes to the release channel over TLS, and the
     // release reaches it.

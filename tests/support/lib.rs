@@ -12,6 +12,7 @@
 
 pub mod cluster;
 pub mod discover;
+pub mod postgres;
 pub mod proxy;
 #[cfg(feature = "tls")]
 pub mod tls;

@@ -13,6 +13,11 @@ pub enum MarketError {
     #[error(transparent)]
     Lock(#[from] LockError),
 
+    /// A guarded write was refused (fenced mode): a newer holder of the lock has written,
+    /// or the write could not be sent.
+    #[error(transparent)]
+    Fenced(#[from] lock_core::fenced::FenceError),
+
     /// A Redis command failed.
     #[error("redis command failed: {0}")]
     Redis(#[from] redis::RedisError),

@@ -24,10 +24,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use lock_core::fenced::{FencedScript, RedisStore};
 use lock_core::{redis_locked, Locker};
 use redis::aio::MultiplexedConnection;
 
-use crate::model::Keys;
+use crate::model::{item_member, Keys};
 use crate::steps::{
     add_purchase_reads, check_list_replies, check_purchase_replies, list_transaction,
     purchase_refusal, purchase_transaction, ListArgs, PurchaseArgs, PurchaseReads, PurchaseReplies,
@@ -46,6 +47,8 @@ pub struct LockedMarket {
     keys: Keys,
     locker: Locker,
     body_clock: Option<Arc<BodyClock>>,
+    /// Fenced mode: the writes go through guarded scripts carrying the lease's token.
+    fenced: Option<Arc<Fenced>>,
 }
 
 impl std::fmt::Debug for LockedMarket {
@@ -65,7 +68,22 @@ impl LockedMarket {
             keys,
             locker,
             body_clock: None,
+            fenced: None,
         }
+    }
+
+    /// Fenced mode: every listing and purchase writes in one guarded script
+    /// (`lock_core::fenced`) that applies only if the lease's fencing token is at least the
+    /// highest its lock's writes have carried, instead of `MULTI`/`EXEC`. The locker must draw
+    /// tokens (`LockerBuilder::fencing(true)`). Same round trips; what the guard costs is the
+    /// difference between a fenced row and the plain one.
+    pub fn with_fencing(mut self) -> Result<LockedMarket, MarketError> {
+        self.fenced = Some(Arc::new(Fenced {
+            store: RedisStore::from_connection(self.conn.clone()),
+            purchase: FencedScript::new(PURCHASE)?,
+            list: FencedScript::new(LIST)?,
+        }));
+        Ok(self)
     }
 
     /// Adds the time every purchase spends inside its lock to `clock`, so that a caller who
@@ -156,9 +174,14 @@ async fn list_unprotected(
     if !owned {
         return Ok(Listing::NotInInventory);
     }
-    let replies: Option<(i64, i64)> = list_transaction(&market.keys, &args)
-        .query_async(&mut conn)
-        .await?;
+    let replies: Option<(i64, i64)> = match &market.fenced {
+        Some(fenced) => Some(fenced_list(fenced, &market.keys, &args).await?),
+        None => {
+            list_transaction(&market.keys, &args)
+                .query_async(&mut conn)
+                .await?
+        }
+    };
     let Some(replies) = replies else {
         return Err(MarketError::Data(
             "a listing transaction without WATCH was aborted".into(),
@@ -203,9 +226,14 @@ async fn purchase_checked_write(
     if let Some(refusal) = purchase_refusal(reads, &args)? {
         return Ok(refusal);
     }
-    let replies: Option<PurchaseReplies> = purchase_transaction(&market.keys, &args)
-        .query_async(&mut conn)
-        .await?;
+    let replies: Option<PurchaseReplies> = match &market.fenced {
+        Some(fenced) => Some(fenced_purchase(fenced, &market.keys, &args).await?),
+        None => {
+            purchase_transaction(&market.keys, &args)
+                .query_async(&mut conn)
+                .await?
+        }
+    };
     let Some(replies) = replies else {
         return Err(MarketError::Data(
             "a purchase transaction without WATCH was aborted".into(),
@@ -213,6 +241,80 @@ async fn purchase_checked_write(
     };
     check_purchase_replies(replies, &args)?;
     Ok(Purchase::Bought)
+}
+
+/// Fenced mode's store and scripts.
+struct Fenced {
+    store: RedisStore,
+    purchase: FencedScript,
+    list: FencedScript,
+}
+
+/// The purchase's writes under the guard: KEYS the guarded resource (not written), the
+/// seller, the buyer, the buyer's inventory, the market; ARGV the price, the item, its
+/// listing. The same replies as [`purchase_transaction`].
+const PURCHASE: &str = "return {redis.call('HINCRBY', KEYS[2], 'funds', ARGV[1]), \
+     redis.call('HINCRBY', KEYS[3], 'funds', -tonumber(ARGV[1])), \
+     redis.call('SADD', KEYS[4], ARGV[2]), redis.call('ZREM', KEYS[5], ARGV[3])}";
+
+/// The listing's writes under the guard: KEYS the guarded resource, the market, the
+/// seller's inventory; ARGV the price, the listing, the item. The replies of
+/// [`list_transaction`].
+const LIST: &str = "return {redis.call('ZADD', KEYS[2], ARGV[1], ARGV[2]), \
+     redis.call('SREM', KEYS[3], ARGV[3])}";
+
+/// The lease of the `#[redis_locked]` function this runs in: its token fences the writes.
+fn current_fence() -> Result<lock_core::LeaseHandle, MarketError> {
+    lock_core::current_lease().ok_or_else(|| {
+        MarketError::Config("a fenced write ran outside a #[redis_locked] function".into())
+    })
+}
+
+async fn fenced_purchase(
+    fenced: &Fenced,
+    keys: &Keys,
+    args: &PurchaseArgs,
+) -> Result<PurchaseReplies, MarketError> {
+    let lease = current_fence()?;
+    let guarded = keys.guarded(lease.name());
+    let (seller, buyer, inventory, market) = (
+        keys.user(args.seller_id),
+        keys.user(args.buyer_id),
+        keys.inventory(args.buyer_id),
+        keys.market(),
+    );
+    let member = item_member(args.item_id, args.seller_id);
+    let replies = fenced
+        .store
+        .eval(
+            &lease,
+            &fenced.purchase,
+            &[&guarded, &seller, &buyer, &inventory, &market],
+            &[args.price.to_string(), args.item_id.to_string(), member],
+        )
+        .await?;
+    Ok(replies)
+}
+
+async fn fenced_list(
+    fenced: &Fenced,
+    keys: &Keys,
+    args: &ListArgs,
+) -> Result<(i64, i64), MarketError> {
+    let lease = current_fence()?;
+    let guarded = keys.guarded(lease.name());
+    let (market, inventory) = (keys.market(), keys.inventory(args.seller_id));
+    let member = item_member(args.item_id, args.seller_id);
+    let replies = fenced
+        .store
+        .eval(
+            &lease,
+            &fenced.list,
+            &[&guarded, &market, &inventory],
+            &[args.price.to_string(), member, args.item_id.to_string()],
+        )
+        .await?;
+    Ok(replies)
 }
 
 /// Total time spent inside lock-protected purchase bodies, and how many ran.

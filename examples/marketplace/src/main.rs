@@ -71,6 +71,12 @@ struct Cli {
     #[arg(long)]
     locker_per_task: bool,
 
+    /// Locked modes: run each row a second time with fenced writes (every lease draws a
+    /// fencing token, and listings and purchases write through guarded scripts that check
+    /// it, lock_core::fenced), so that the table shows what the guard costs.
+    #[arg(long)]
+    fenced: bool,
+
     /// Tokio worker threads for the listers and buyers (1 leaves the other core of a
     /// 2-core machine to a local Redis).
     #[arg(long, default_value_t = 1)]
@@ -223,15 +229,23 @@ fn plan(cli: &Cli) -> Vec<RowConfig> {
     let mut rows = Vec::new();
     for (listers, buyers) in configs {
         for mode in cli.mode.modes() {
-            rows.push(RowConfig {
-                mode,
-                listers,
-                buyers,
-                duration: Duration::from_secs_f64(cli.seconds),
-                seed,
-                max_price: cli.max_price,
-                locker_per_task: cli.locker_per_task,
-            });
+            let fenced = if cli.fenced && mode != Mode::Watch {
+                &[false, true][..]
+            } else {
+                &[false][..]
+            };
+            for &fenced in fenced {
+                rows.push(RowConfig {
+                    mode,
+                    listers,
+                    buyers,
+                    duration: Duration::from_secs_f64(cli.seconds),
+                    seed,
+                    max_price: cli.max_price,
+                    locker_per_task: cli.locker_per_task,
+                    fenced,
+                });
+            }
         }
     }
     rows

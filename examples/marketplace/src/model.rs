@@ -25,6 +25,13 @@ impl Keys {
         }
     }
 
+    /// The resource whose guard fences the writes made under lock `lock` (fenced mode): its
+    /// key is never written, only its guard beside it (`lock_core::fenced::RedisStore`),
+    /// which keeps the prefix (the lock's name is the key's hash tag).
+    pub fn guarded(&self, lock: &str) -> String {
+        format!("{}guarded:{{{lock}}}", self.prefix)
+    }
+
     /// The prefix every key of this marketplace starts with.
     pub fn prefix(&self) -> &str {
         &self.prefix

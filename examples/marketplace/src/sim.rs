@@ -98,6 +98,9 @@ pub struct RowConfig {
     /// Locked modes: give every task a [`Locker`] (and so a lock connection) of its own, as
     /// separate processes would have, instead of one shared by the row.
     pub locker_per_task: bool,
+    /// Locked modes: every lease draws a fencing token and the writes are guarded scripts
+    /// that check it ([`LockedMarket::with_fencing`]).
+    pub fenced: bool,
 }
 
 impl RowConfig {
@@ -137,7 +140,11 @@ impl RowConfig {
             self.buyers,
             plural(self.buyers),
             self.mode.book_label()
-        )
+        ) + if self.fenced && self.mode != Mode::Watch {
+            " + fence"
+        } else {
+            ""
+        }
     }
 }
 
@@ -313,6 +320,7 @@ async fn seed_and_run(
                     .url(url)
                     .prefix(keys.lock_prefix())
                     .app_name("marketplace")
+                    .fencing(config.fenced)
                     .build()?,
             ),
         })
@@ -329,8 +337,15 @@ async fn seed_and_run(
         };
         let driver = match locker {
             Some(locker) => Driver::Locked {
-                market: LockedMarket::new(conn.clone(), keys.clone(), locker)
-                    .with_body_clock(Arc::clone(&clock)),
+                market: {
+                    let market = LockedMarket::new(conn.clone(), keys.clone(), locker)
+                        .with_body_clock(Arc::clone(&clock));
+                    if config.fenced {
+                        market.with_fencing()?
+                    } else {
+                        market
+                    }
+                },
                 per_item: config.mode == Mode::Item,
             },
             None => Driver::Watch(WatchMarket::new(conn.clone(), keys.clone())),
@@ -683,6 +698,7 @@ mod tests {
             },
             max_price: 10,
             locker_per_task: false,
+            fenced: false,
         };
         assert_eq!(row.label(), "5 listers, 1 buyer, no lock");
         assert!(row.validate().is_ok());
@@ -702,6 +718,7 @@ mod tests {
             },
             max_price: 10,
             locker_per_task: false,
+            fenced: false,
         };
         assert!(good.validate().is_ok());
         let cases = [

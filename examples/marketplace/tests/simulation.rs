@@ -20,6 +20,7 @@ fn row(mode: Mode) -> RowConfig {
         },
         max_price: 100,
         locker_per_task: false,
+        fenced: false,
     }
 }
 
@@ -51,6 +52,32 @@ async fn every_mode_keeps_the_invariants() {
             assert!(result.held_ms.is_some(), "{mode}");
         }
         // The row cleaned up after itself: data and locks.
+        assert_eq!(dbsize(&server), ":0\r\n", "{mode} left keys behind");
+    }
+}
+
+/// Issue 40: the locked modes with fenced writes (guarded scripts carrying each lease's
+/// token) keep every invariant, write as much as the plain rows, and leave nothing behind
+/// (guards included).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fenced_writes_keep_the_invariants() {
+    let server = RedisServer::start();
+    for (index, mode) in [Mode::Market, Mode::Item].into_iter().enumerate() {
+        let mut config = row(mode);
+        config.fenced = true;
+        assert!(config.label().ends_with(" + fence"), "{}", config.label());
+        let prefix = format!("mp:fenced:{index}:");
+        let result = run_row(&server.url(), &prefix, &config, &Stop::new())
+            .await
+            .unwrap_or_else(|err| panic!("{mode}: {err}"));
+        assert!(result.passed(), "{mode}: {result:#?}");
+        assert_eq!(
+            result.checks.violations, 0,
+            "{mode}: {:?}",
+            result.checks.details
+        );
+        assert!(result.bought > 0, "{mode}: nothing bought: {result:#?}");
+        assert_eq!(result.purchase_retries, 0, "{mode} retried");
         assert_eq!(dbsize(&server), ":0\r\n", "{mode} left keys behind");
     }
 }

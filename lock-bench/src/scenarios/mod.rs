@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 pub mod renewal;
+pub mod s10_fenced;
 pub mod s1_latency;
 pub mod s2_throughput;
 pub mod s3_hot;

@@ -6,6 +6,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use super::{Attempt, AttemptKind, Backend, RawState};
+use crate::fence::{next_token, unix_micros};
 use crate::key::LockKeys;
 use crate::LockError;
 
@@ -26,7 +27,8 @@ pub(crate) struct Memory {
 #[derive(Default)]
 struct State {
     locks: HashMap<String, Entry>,
-    /// Fencing counters by lock key (never expire, like the Redis counters).
+    /// Fencing counters by lock key (never expire, like the Redis counters), drawn by the
+    /// rule of `crate::fence` on this process's clock.
     fences: HashMap<String, u64>,
     operations: u64,
 }
@@ -108,7 +110,7 @@ impl Backend for Memory {
         );
         let fencing_token = fencing.then(|| {
             let counter = state.fences.entry(keys.lock.clone()).or_insert(0);
-            *counter += 1;
+            *counter = next_token(*counter, unix_micros());
             *counter
         });
         Ok(Attempt::Acquired {

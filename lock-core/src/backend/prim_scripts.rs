@@ -402,6 +402,7 @@ fn scripts_touch_only_declared_keys() {
         "acquire.lua",
         "acquire_queued.lua",
         "extend.lua",
+        "fence.lua",
         "leave_queue.lua",
         "mark_listened.lua",
         "multi_acquire.lua",

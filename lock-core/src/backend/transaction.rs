@@ -12,6 +12,7 @@ use super::replicated::Replicated;
 use super::{millis, remaining_from_pttl, Attempt, AttemptKind, Backend, RawState, WAITER_ID_LEN};
 use crate::connection::shared::checkout;
 use crate::deadline::within;
+use crate::fence::{micros_of_time, next_token};
 use crate::key::LockKeys;
 use crate::token::{is_ours, LISTENED_MARK, RESERVED_MARK};
 use crate::LockError;
@@ -169,18 +170,23 @@ async fn acquire_once(
 ) -> Result<Attempt, LockError> {
     let redis_err = |err| LockError::from_redis(&keys.name, &keys.lock, err);
     let mut conn = checkout(pool, &keys.name, address).await?;
+    let fence = fencing.then(|| keys.fence());
     'look: for _ in 0..MAX_OPTIMISTIC_RETRIES {
         // WATCH and the look at the key travel together; GET raises WRONGTYPE on a foreign
-        // value, so such a key is an error, never "free".
-        let (current, pttl): (Option<Vec<u8>>, i64) = redis::pipe()
-            .cmd("WATCH")
-            .arg(&keys.lock)
-            .ignore()
-            .get(&keys.lock)
-            .pttl(&keys.lock)
-            .query_async(&mut conn)
-            .await
-            .map_err(redis_err)?;
+        // value, so such a key is an error, never "free". A fencing acquisition also
+        // watches the counter and reads it with the server's clock: its token is drawn
+        // here, by the rule of `crate::fence`, and written by the transaction.
+        let mut look = redis::pipe();
+        look.cmd("WATCH").arg(&keys.lock);
+        if let Some(fence) = &fence {
+            look.arg(fence);
+        }
+        look.ignore().get(&keys.lock).pttl(&keys.lock);
+        if let Some(fence) = &fence {
+            look.get(fence).cmd("TIME");
+        }
+        let looked: Vec<redis::Value> = look.query_async(&mut conn).await.map_err(redis_err)?;
+        let (current, pttl, token) = read_look(looked, fencing).map_err(redis_err)?;
         if let Some(holder) = current {
             if mark && holder.first() != Some(&LISTENED_MARK) {
                 // A waiter listening on the release channel: mark the holder's value (same
@@ -226,24 +232,16 @@ async fn acquire_once(
             .arg("NX")
             .arg("PX")
             .arg(millis(ttl));
-        if fencing {
-            tx.incr(keys.fence(), 1);
-        } else {
-            tx.cmd("PING");
-        }
-        // EXEC answers nil when the watched key changed in between: someone else moved first.
+        match (&fence, token) {
+            (Some(fence), Some(token)) => tx.cmd("SET").arg(fence).arg(token),
+            _ => tx.cmd("PING"),
+        };
+        // EXEC answers nil when a watched key changed in between: someone else moved first.
         let executed: Option<(Option<String>, redis::Value)> =
             tx.query_async(&mut conn).await.map_err(redis_err)?;
         match executed {
-            Some((Some(_), fence)) => {
-                let fencing_token = if fencing {
-                    Some(
-                        redis::from_redis_value::<u64>(fence)
-                            .map_err(|err| redis_err(err.into()))?,
-                    )
-                } else {
-                    None
-                };
+            Some((Some(_), _)) => {
+                let fencing_token = token;
                 if let Some(replicated) = replicated {
                     if let Err(err) = replicated.confirm(&mut conn, &keys.name, &keys.lock).await {
                         // Too few replicas have it: deleted again on this connection, after
@@ -267,6 +265,37 @@ async fn acquire_once(
         }
     }
     Ok(Attempt::busy_unknown())
+}
+
+/// The look before an acquisition's transaction: the lock's value and PTTL, and with
+/// `fencing` the token the transaction will write (the counter and the server's `TIME`).
+fn read_look(
+    looked: Vec<redis::Value>,
+    fencing: bool,
+) -> redis::RedisResult<(Option<Vec<u8>>, i64, Option<u64>)> {
+    let mut replies = looked.into_iter();
+    let mut next = || {
+        replies.next().ok_or_else(|| {
+            redis::RedisError::from((
+                redis::ErrorKind::Client,
+                "the look before the transaction came back short",
+            ))
+        })
+    };
+    let current: Option<Vec<u8>> = redis::from_redis_value(next()?)?;
+    let pttl: i64 = redis::from_redis_value(next()?)?;
+    if !fencing {
+        return Ok((current, pttl, None));
+    }
+    // A counter that is not a number (written by hand) counts as none: the clock restarts it.
+    let previous: Option<String> = redis::from_redis_value(next()?)?;
+    let previous = previous.and_then(|p| p.parse::<u64>().ok()).unwrap_or(0);
+    let (seconds, micros): (u64, u64) = redis::from_redis_value(next()?)?;
+    Ok((
+        current,
+        pttl,
+        Some(next_token(previous, micros_of_time(seconds, micros))),
+    ))
 }
 
 /// Gives the lock up if it still holds `value`; false when it does not (nothing is written

@@ -275,6 +275,9 @@ impl Acquire<'_> {
         // marked, or this locker queued for the name lately: its release then hands over at
         // once rather than try a bare compare-and-delete first.
         let listened = self.listened || local.contended_lately(self.begun);
+        if let Some(token) = self.fencing_token {
+            self.engine.fences().check(&self.keys.name, token);
+        }
         self.engine.hold(
             Grant {
                 keys: self.keys,

@@ -38,6 +38,7 @@ use crate::engine::background::Background;
 use crate::engine::held::{Grant, Held};
 use crate::engine::local::{LocalNames, Owner};
 use crate::engine::renew::Renewer;
+use crate::fence::FenceWatch;
 
 /// A Locker's settings, resolved by the builder.
 #[derive(Debug, Clone)]
@@ -76,6 +77,8 @@ pub(crate) struct Engine {
     commands_bounded: bool,
     renewer: Arc<Renewer>,
     background: Arc<Background>,
+    /// The highest fencing token handed out per name, to tell one that went backward.
+    fences: FenceWatch,
 }
 
 impl Engine {
@@ -103,6 +106,7 @@ impl Engine {
             commands_bounded,
             renewer: Arc::default(),
             background: Arc::default(),
+            fences: FenceWatch::default(),
         }
     }
 
@@ -112,6 +116,11 @@ impl Engine {
 
     pub fn backend(&self) -> &AnyBackend {
         &self.backend
+    }
+
+    /// The check that this Locker's fencing tokens never go backward.
+    pub fn fences(&self) -> &FenceWatch {
+        &self.fences
     }
 
     pub fn local(&self) -> &Arc<LocalNames> {

@@ -8,7 +8,7 @@
 -- GET on a non-string key raises WRONGTYPE, so a foreign value is an error, never "taken".
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   if ARGV[3] == '1' then
-    return {1, redis.call('INCR', KEYS[2]), ''}
+    return {1, draw_fence(KEYS[2]), ''}
   end
   return {1, 0, ''}
 end

@@ -47,7 +47,7 @@ if take then
   redis.call('SET', lock, value, 'PX', ARGV[2])
   local token = 0
   if ARGV[3] == '1' then
-    token = redis.call('INCR', KEYS[2])
+    token = draw_fence(KEYS[2])
   end
   return {1, token, '', 0, marked and 1 or 0}
 end

@@ -30,6 +30,6 @@ end
 redis.call('SET', KEYS[1], value, 'PX', ARGV[2])
 local token = 0
 if ARGV[3] == '1' then
-  token = redis.call('INCR', KEYS[2])
+  token = draw_fence(KEYS[2])
 end
 return {1, token, marked and 1 or 0}

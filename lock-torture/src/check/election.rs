@@ -7,8 +7,9 @@
 //!   moment (the lock's `overlap`, with the same restart and failover explanations);
 //! - `leader-term`: one term was handed to two leaderships (at most one leader per term);
 //! - `term-order`: a leadership that began after another was granted got a term that is
-//!   not larger (terms strictly increase across successive leaderships; a restarted
-//!   server's reset counter is counted in `fence_resets`, as for locks);
+//!   not larger (terms strictly increase across successive leaderships, across a
+//!   restarted server too, where a term that went backward is also counted in
+//!   `fence_resets`, as for locks);
 //! - `leader-late-action`: a leader acted (wrote with its term) after its lease's
 //!   validity ended, as the library reported it, while `is_leader()` still said true (the
 //!   lock's `silent-loss`);

@@ -1,7 +1,9 @@
 //! Rule `fence-order`: fencing tokens follow real time, within each stretch between
-//! restarts of a single server or a Redlock node (regressions across one are counted as
-//! `fence_resets`), and across a Cluster or Sentinel failover only where the replication
-//! evidence explains them ([`super::failover`]).
+//! restarts of a single server or a Redlock node, and never go backward across one (such a
+//! regression is a violation, also counted as `fence_resets`: lock-core draws a lost
+//! counter's next token from the server's clock); across a Cluster or Sentinel failover,
+//! an anomaly is excused only where the replication evidence explains it
+//! ([`super::failover`]).
 
 use std::collections::{BTreeMap, HashSet};
 
@@ -33,7 +35,8 @@ fn epoch(downs: &[Down], t: Nanos) -> usize {
 }
 
 /// Rule `fence-order` (or, for an election's terms, `rules`' names), within each stretch
-/// between restarts; regressions across a restart are counted as `fence_resets`.
+/// between restarts, and across restarts (a regression there is also counted in
+/// `fence_resets`).
 pub(super) fn check_fences<'a>(
     rules: FenceRules,
     name: &str,
@@ -71,9 +74,21 @@ pub(super) fn check_fences<'a>(
     let mut max_before: Option<u64> = None;
     for group in epochs.values_mut() {
         if let Some(previous) = max_before {
-            for (acq, _) in group.iter().filter(|(_, f)| *f <= previous) {
+            for (acq, fence) in group.iter().filter(|(_, f)| *f <= previous) {
+                // lock-core draws tokens from the server's clock when the counter is lost
+                // (issue 40): a token that went backward across a restart is a violation.
                 report.fence_resets += 1;
                 reset.insert(acq.a.id.as_str());
+                report.violations.push(Violation {
+                    rule: rules.order,
+                    name: name.to_owned(),
+                    detail: format!(
+                        "{} drew {} {fence} after a server restarted, not above the {previous} granted before the restart{}",
+                        acq.a.id,
+                        rules.token,
+                        replication.origins(&[acq])
+                    ),
+                });
             }
         }
         let group_max = group.iter().map(|(_, f)| *f).max();

@@ -32,7 +32,8 @@ pub struct Report {
     /// evidence from the run. Restart overlaps of a single server or a Redlock node count
     /// as `overlap/restart`.
     pub expected: BTreeMap<String, u64>,
-    /// Acquisitions whose fencing token did not exceed one drawn before a restart.
+    /// Acquisitions whose fencing token did not exceed one drawn before a restart (each
+    /// also a `fence-order` violation).
     pub fence_resets: u64,
     /// Writes the fenced store accepted.
     pub writes_accepted: u64,

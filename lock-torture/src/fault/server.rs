@@ -8,9 +8,7 @@ use std::time::Duration;
 use super::{ms_of, sleep_until_or, Injector};
 use crate::clock;
 use crate::event::Event;
-use crate::ha::ops;
 use crate::mode::Mode;
-use crate::resource;
 use crate::BoxError;
 
 impl Injector<'_> {
@@ -34,9 +32,6 @@ impl Injector<'_> {
                 // answers the orchestrator's PING: the outage ends here.
                 let t_spawn = clock::now();
                 self.rig.nodes[node].server.restart();
-                if self.rig.reseed_fences && self.rig.nodes.len() == 1 {
-                    self.reseed_fences(node);
-                }
                 let t_end = clock::now();
                 self.log.write(&Event::Down {
                     node: node as u32,
@@ -198,23 +193,6 @@ impl Injector<'_> {
                 self.fault("wrong-type", &target, t_start, t_end)
             }
             _ => Ok(false),
-        }
-    }
-
-    /// After a restart of a single server: every fencing counter raised to the fenced
-    /// store's high-water mark, the remedy RELIABILITY.md gives for counters that restart
-    /// from zero (tokens drawn before this are refused by the store, as without it).
-    fn reseed_fences(&self, node: usize) {
-        const RAISE: &str = "local c = tonumber(redis.call('GET', KEYS[1]) or '0') \
-            if c < tonumber(ARGV[1]) then redis.call('SET', KEYS[1], ARGV[1]) end return 1";
-        let port = self.rig.nodes[node].server.port();
-        for name in self.rig.name_list() {
-            let high = ops::ask(self.rig.store.port(), &["GET", &resource::high_key(&name)])
-                .ok()
-                .and_then(|v| ops::int(&v))
-                .unwrap_or(0);
-            let key = format!("{}:fence", ops::lock_key(&name));
-            let _ = ops::ask(port, &["EVAL", RAISE, "1", &key, &high.to_string()]);
         }
     }
 }

@@ -7,10 +7,11 @@
 //! that. `MONITOR` shows every command a server executes, those run by a script included
 //! (as `[0 lua] "SET" ...`), with the server's own time stamp. An acquire script that took
 //! the lock sets the lock key to the lease's value and then draws the fencing token
-//! (`INCR` of the counter, which the torture's locker asks for on every acquisition); a
-//! script that found the lock busy sets nothing or draws nothing. So a `SET lock:{n}
-//! <token>:...` followed, in the same script run, by `INCR lock:{n}:fence` is a grant of
-//! that token by that server: an [`Event::Granted`]. A permit set (semaphore, read-write
+//! (`TIME`, then `SET lock:{n}:fence <token> GET`: see lock-core's `fence.lua`; which the
+//! torture's locker asks for on every acquisition); a script that found the lock busy sets
+//! nothing or draws nothing. So a `SET lock:{n} <token>:...` followed, in the same script
+//! run, by a `SET` of `lock:{n}:fence` (or the `INCR` of lock-core before issue 40) is a
+//! grant of that token by that server: an [`Event::Granted`]. A permit set (semaphore, read-write
 //! lock) draws no token: a `ZADD` to its holders key (`lock:{n}:sem`, `lock:{n}:rw`) of a
 //! holder member (`<weight> <value>`, a positive score: when it ends) is the grant, a
 //! waiter's reservation and an extension included (they grant on the same server; the
@@ -152,7 +153,7 @@ impl Script {
                 self.sets.push((key.clone(), token));
                 None
             }
-            "INCR" => {
+            "SET" | "INCR" => {
                 let lock = key.strip_suffix(":fence")?;
                 let at = self.sets.iter().rposition(|(k, _)| k == lock)?;
                 Some(vec![self.sets.remove(at).1])
@@ -245,11 +246,26 @@ mod tests {
         let lines = [
             r#"+1700000000.000001 [0 127.0.0.1:5000] "evalsha" "abc" "2" "lock:{n}" "lock:{n}:fence" "t1:torture-c0@h:1" "200" "1""#,
             r#"+1700000000.000002 [0 lua] "SET" "lock:{n}" "t1:torture-c0@h:1" "NX" "PX" "200""#,
-            r#"+1700000000.000003 [0 lua] "INCR" "lock:{n}:fence""#,
+            r#"+1700000000.000003 [0 lua] "TIME""#,
+            r#"+1700000000.000004 [0 lua] "SET" "lock:{n}:fence" "1700000000000003" "GET""#,
         ];
         let grants: Vec<_> = lines.iter().flat_map(|l| script.feed(l)).collect();
         assert_eq!(grants, vec!["t1".to_owned()]);
-        assert_eq!(script.stamp, 1_700_000_000_000_003_000);
+        assert_eq!(script.stamp, 1_700_000_000_000_004_000);
+        // The counter's second SET (the clock was behind it) completes nothing more; the
+        // INCR of lock-core before issue 40 completes a grant too.
+        let lines = [
+            r#"+1.000001 [0 127.0.0.1:5000] "evalsha" "abc" "2" "lock:{n}" "lock:{n}:fence" "t2:x" "200" "1""#,
+            r#"+1.000002 [0 lua] "SET" "lock:{n}" "t2:x" "NX" "PX" "200""#,
+            r#"+1.000003 [0 lua] "TIME""#,
+            r#"+1.000004 [0 lua] "SET" "lock:{n}:fence" "1000003" "GET""#,
+            r#"+1.000005 [0 lua] "SET" "lock:{n}:fence" "9000000000""#,
+            r#"+1.000006 [0 127.0.0.1:5000] "evalsha" "abc" "2" "lock:{n}" "lock:{n}:fence" "t3:x" "200" "1""#,
+            r#"+1.000007 [0 lua] "SET" "lock:{n}" "t3:x" "NX" "PX" "200""#,
+            r#"+1.000008 [0 lua] "INCR" "lock:{n}:fence""#,
+        ];
+        let grants: Vec<_> = lines.iter().flat_map(|l| script.feed(l)).collect();
+        assert_eq!(grants, vec!["t2".to_owned(), "t3".to_owned()]);
     }
 
     #[test]
@@ -259,7 +275,8 @@ mod tests {
         let lines = [
             r#"+1.000001 [0 127.0.0.1:5000] "evalsha" "abc" "4" "lock:{n}" "lock:{n}:fence" "lock:{n}:q" "lock:{n}:qe" "t1:x" "200" "1""#,
             r#"+1.000002 [0 lua] "SET" "lock:{n}" "~t1:torture-c0@h:1" "PX" "200""#,
-            r#"+1.000003 [0 lua] "INCR" "lock:{n}:fence""#,
+            r#"+1.000003 [0 lua] "TIME""#,
+            r#"+1.000004 [0 lua] "SET" "lock:{n}:fence" "1000003" "GET""#,
         ];
         let grants: Vec<_> = lines.iter().flat_map(|l| script.feed(l)).collect();
         assert_eq!(grants, vec!["t1".to_owned()]);
@@ -269,16 +286,17 @@ mod tests {
     fn a_busy_attempt_or_a_reservation_is_not_a_grant() {
         let mut script = Script::default();
         let lines = [
-            // Busy: SET NX, then GET and PTTL, no INCR.
+            // Busy: SET NX, then GET and PTTL, no token drawn.
             r#"+1.000001 [0 127.0.0.1:5000] "evalsha" "abc" "2" "lock:{n}" "lock:{n}:fence" "t2:x" "200" "1""#,
             r#"+1.000002 [0 lua] "SET" "lock:{n}" "t2:x" "NX" "PX" "200""#,
             r#"+1.000003 [0 lua] "GET" "lock:{n}""#,
-            // A release handing the lock to the head: a reservation, no INCR.
+            // A release handing the lock to the head: a reservation, no token drawn.
             r#"+1.000004 [0 127.0.0.1:5001] "evalsha" "def" "3" "lock:{n}" "lock:{n}:q" "lock:{n}:qe" "t0:y" "50""#,
             r#"+1.000005 [0 lua] "SET" "lock:{n}" "t3:z" "PX" "50""#,
             r#"+1.000006 [0 lua] "PUBLISH" "lock:waiters:1" "g:50:lock:{n}""#,
-            // The next client's INCR of some counter does not complete anything.
+            // The next client's INCR or SET of some counter does not complete anything.
             r#"+1.000007 [0 127.0.0.1:5002] "INCR" "lock:{n}:fence""#,
+            r#"+1.000008 [0 127.0.0.1:5002] "SET" "lock:{n}:fence" "5""#,
         ];
         assert!(lines.iter().all(|l| script.feed(l).is_empty()));
     }

@@ -45,7 +45,8 @@ async fn status_shows_holder_ttl_and_fencing_counter() {
     let locker = locker(&server);
     let leases = hold_fenced(&locker, &NAMES).await;
     let pid = std::process::id();
-    for name in NAMES {
+    for (&name, lease) in NAMES.iter().zip(&leases) {
+        let token = lease.fencing_token().unwrap();
         let text = run(&server, &["status", name]);
         assert_eq!(text.code, Some(0), "{text:#?}");
         assert!(
@@ -76,7 +77,10 @@ async fn status_shows_holder_ttl_and_fencing_counter() {
             "{text:#?}"
         );
         assert!(text.stdout.contains("ttl left  "), "{text:#?}");
-        assert!(text.stdout.contains("fencing   1\n"), "{text:#?}");
+        assert!(
+            text.stdout.contains(&format!("fencing   {token}\n")),
+            "{text:#?}"
+        );
 
         let value = json(&run(&server, &["status", name, "--json"]).stdout);
         assert_eq!(value["replicas_connected"], 0, "{value}");
@@ -84,7 +88,7 @@ async fn status_shows_holder_ttl_and_fencing_counter() {
         assert_eq!(value["held"], true);
         assert_eq!(value["app"], "inventory-sync");
         assert_eq!(value["pid"], pid);
-        assert_eq!(value["fencing_counter"], 1);
+        assert_eq!(value["fencing_counter"], token);
         let ttl = value["ttl_ms"].as_u64().unwrap();
         assert!(ttl > 0 && ttl <= 30_000, "{value}");
     }
@@ -94,6 +98,7 @@ async fn status_shows_holder_ttl_and_fencing_counter() {
     let value = json(&run(&server, &["status", NAMES[2], "--json"]).stdout);
     assert_eq!(value["holder"].as_str(), info.holder.as_deref());
 
+    let last = leases[1].fencing_token().unwrap();
     for lease in leases {
         assert!(lease.release().await.unwrap());
     }
@@ -101,7 +106,7 @@ async fn status_shows_holder_ttl_and_fencing_counter() {
     assert_eq!(free.code, Some(1), "a free lock exits 1: {free:#?}");
     assert!(free.stdout.contains("state     free\n"), "{free:#?}");
     assert!(
-        free.stdout.contains("fencing   1\n"),
+        free.stdout.contains(&format!("fencing   {last}\n")),
         "the counter outlives the lock: {free:#?}"
     );
     let value = json(&run(&server, &["status", "never-taken", "--json"]).stdout);
@@ -141,7 +146,8 @@ async fn list_shows_every_held_lock_and_nothing_else() {
     assert_eq!(names, sorted);
     for lock in listed {
         assert_eq!(lock["app"], "inventory-sync");
-        assert_eq!(lock["fencing_counter"], 1);
+        let lease = leases.iter().find(|l| l.name() == lock["name"]).unwrap();
+        assert_eq!(lock["fencing_counter"], lease.fencing_token().unwrap());
         assert!(lock["ttl_ms"].as_u64().unwrap() <= 30_000);
     }
 
@@ -251,7 +257,11 @@ async fn names_with_braces_are_found_where_lock_core_keeps_them() {
         let value = json(&run(&server, &["status", name, "--json"]).stdout);
         assert_eq!(value["held"], true, "{name:?}: {value}");
         assert_eq!(value["key"].as_str(), Some(lease.key()), "{name:?}");
-        assert_eq!(value["fencing_counter"], 1, "{name:?}: {value}");
+        assert_eq!(
+            value["fencing_counter"],
+            lease.fencing_token().unwrap(),
+            "{name:?}: {value}"
+        );
     }
     let listed = json(&run(&server, &["list", "--json"]).stdout);
     let mut names: Vec<&str> = listed

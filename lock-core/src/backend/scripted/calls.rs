@@ -15,7 +15,10 @@ pub(super) static ACQUIRE: LazyLock<Lua> = LazyLock::new(|| {
         LIBRARY_NAME,
         library,
         "acquire",
-        include_str!("../../scripts/acquire.lua"),
+        concat!(
+            include_str!("../../scripts/fence.lua"),
+            include_str!("../../scripts/acquire.lua")
+        ),
     )
 });
 pub(super) static ACQUIRE_QUEUED: LazyLock<Lua> = LazyLock::new(|| {
@@ -25,6 +28,7 @@ pub(super) static ACQUIRE_QUEUED: LazyLock<Lua> = LazyLock::new(|| {
         "acquire_queued",
         concat!(
             include_str!("../../scripts/queue.lua"),
+            include_str!("../../scripts/fence.lua"),
             include_str!("../../scripts/acquire_queued.lua")
         ),
     )
@@ -34,7 +38,10 @@ pub(super) static CLAIM: LazyLock<Lua> = LazyLock::new(|| {
         LIBRARY_NAME,
         library,
         "claim",
-        include_str!("../../scripts/claim.lua"),
+        concat!(
+            include_str!("../../scripts/fence.lua"),
+            include_str!("../../scripts/claim.lua")
+        ),
     )
 });
 pub(super) static RELEASE: LazyLock<Lua> = LazyLock::new(|| {
@@ -120,8 +127,8 @@ static LIBRARY: LazyLock<String> = LazyLock::new(|| {
 /// `release_lean`; v8: turns told with SPUBLISH to waiters whose channel begins with `$`,
 /// and `release`'s announce flag "3"; v9: `claim`, a reserved lock's claim declaring the
 /// lock key only, for a Cluster slot's migration, and `leave_queue` telling the new first
-/// two of the line).
-const LIBRARY_NAME: &str = "lockcore_v9";
+/// two of the line; v10: fencing tokens drawn from the server's clock, `fence.lua`).
+const LIBRARY_NAME: &str = "lockcore_v10";
 
 fn library() -> &'static str {
     LIBRARY.as_str()
@@ -161,7 +168,7 @@ pub(super) async fn set_nx_get(
     })
 }
 
-/// The scripted acquire: SET NX PX, plus INCR of the fencing counter when asked, atomically;
+/// The scripted acquire: SET NX PX, plus the next fencing token when asked, atomically;
 /// on a held lock it returns the holder's PTTL and value in the same round trip.
 pub(super) async fn acquire_script(
     mode: ScriptMode,
