@@ -81,6 +81,9 @@
 //! - `unexplained-error`: an acquire failed with a Redis error reply (or an error the
 //!   harness cannot classify) while no fault was under way, nor had ended in the last
 //!   five seconds ([`errors`]).
+//! - `client-crashed`: a client process exited on its own with a failure (a panic in the
+//!   harness or the library); its history ends early, so the run fails whatever the other
+//!   rules made of it (judged in `run.rs`, from the processes' exit statuses).
 //!
 //! # What a restart is allowed to break
 //!
@@ -91,9 +94,10 @@
 //! the server was back before the earlier holder's validity ended) are counted as
 //! `expected_restart_overlaps`, not as violations. With the delayed-restart rule (stay down
 //! for at least one TTL) no such overlap can happen, and none is excused: any overlap is a
-//! violation. Tokens drawn after a restart start again from 1; such regressions are counted
-//! as `fence_resets`, and the fenced store rejects those holders' writes until the counter
-//! passes its old value (safe, but a loss of liveness).
+//! violation. Tokens drawn after a restart start again from the server's clock, above the
+//! ones drawn before it; a token that still went backward is counted in `fence_resets`, and
+//! the fenced store would reject that holder's writes until the tokens pass its old value
+//! (safe, but a loss of liveness).
 //!
 //! # Where
 //!

@@ -207,7 +207,17 @@ async fn run_async(args: ClientArgs) -> Result<(), BoxError> {
             }
         }
     }
-    while tasks.join_next().await.is_some() {}
+    while let Some(joined) = tasks.join_next().await {
+        if let Err(err) = joined {
+            if err.is_panic() {
+                // A task's panic (already printed on stderr) cut this client's history
+                // short: exit at once with a failure, which the orchestrator reports as
+                // the rule `client-crashed` instead of judging what the task left behind.
+                eprintln!("lock-torture client {}: a task panicked", ctx.args.id);
+                std::process::exit(101);
+            }
+        }
+    }
     // Let background releases of dropped leases finish before the runtime goes.
     tokio::time::sleep(Duration::from_millis(20)).await;
     Ok(())

@@ -11,10 +11,12 @@ use redis::Script;
 
 /// Check-and-set in one atomic step. KEYS: high-water mark, accepted-writes list.
 /// ARGV: token, writer id. Returns 1 when written, 0 when refused.
+/// Tokens are compared as decimal integers (by length, then digit by digit), exactly over
+/// all of u64: Lua's numbers would round the election's `term * ACTIONS + n` tokens.
 const FENCED_WRITE: &str = r"
-local high = tonumber(redis.call('GET', KEYS[1]) or '0')
-local token = tonumber(ARGV[1])
-if token <= high then return 0 end
+local high = redis.call('GET', KEYS[1]) or '0'
+local token = ARGV[1]
+if #token < #high or (#token == #high and token <= high) then return 0 end
 redis.call('SET', KEYS[1], ARGV[1])
 redis.call('RPUSH', KEYS[2], ARGV[1] .. ' ' .. ARGV[2])
 return 1";

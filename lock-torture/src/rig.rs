@@ -177,17 +177,26 @@ impl Rig {
             .unwrap_or(0)
     }
 
-    /// Stops every client: closes its standard input, waits, and kills stragglers.
-    pub fn stop_clients(&mut self) {
+    /// Stops every client: closes its standard input, waits, and kills stragglers. Returns
+    /// the clients that had exited with a failure on their own (a panic, an error), as
+    /// `(slot, exit status)`: their history ends early, so a run with any fails.
+    pub fn stop_clients(&mut self) -> Vec<(usize, String)> {
         self.heal();
         for client in &mut self.clients {
             client.stdin = None;
         }
         let deadline = clock::now() + clock::nanos(Duration::from_secs(15));
-        for client in &mut self.clients {
+        let mut crashed = Vec::new();
+        for (slot, client) in self.clients.iter_mut().enumerate() {
             loop {
                 match client.child.try_wait() {
-                    Ok(Some(_)) | Err(_) => break,
+                    Ok(Some(status)) => {
+                        if !status.success() {
+                            crashed.push((slot, status.to_string()));
+                        }
+                        break;
+                    }
+                    Err(_) => break,
                     Ok(None) if clock::now() > deadline => {
                         let _ = client.child.kill();
                         let _ = client.child.wait();
@@ -197,6 +206,7 @@ impl Rig {
                 }
             }
         }
+        crashed
     }
 }
 

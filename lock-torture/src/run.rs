@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::check::{check, History, Report};
+use crate::check::{check, History, Report, Violation};
 use crate::clock::{self, Nanos};
 use crate::event::{read_log, Event, Log};
 use crate::fault::Injector;
@@ -159,7 +159,7 @@ fn run_one(
     let healed = rig.progress();
     let settle = clock::now() + clock::nanos(Duration::from_secs_f64(s.settle_seconds));
     wait_for(&rig, healed + u64::from(s.clients), settle);
-    rig.stop_clients();
+    let crashed = rig.stop_clients();
     if let Some(monitors) = monitors.as_mut() {
         monitors.stop();
     }
@@ -167,7 +167,18 @@ fn run_one(
     let mut history = read_history(&dir)?;
     history.store = read_store(&rig.store.url(), &rig.name_list())?;
     save_store(&dir.join("store.json"), &history.store)?;
-    let report = check(&history, s.nodes as usize);
+    let mut report = check(&history, s.nodes as usize);
+    // A client that died on its own (not by a fault's SIGKILL: those are replaced) left a
+    // history cut short, and the rules above may blame the library for what it left.
+    for (client, status) in crashed {
+        report.violations.push(Violation {
+            rule: "client-crashed",
+            name: format!("client-{client}"),
+            detail: format!(
+                "the client process exited on its own ({status}); see client-{client}.stderr"
+            ),
+        });
+    }
     let line = format!(
         "topology={} mode={}{what} profile={} nodes={} clients={} tasks={} names={}{} ttl_ms={} seconds={} seed={} {}",
         s.topology.name(),

@@ -448,3 +448,31 @@ async fn a_leaderships_term_fences_its_writes() {
         .expect_err("deposed");
     assert!(err.is_stale(), "{err:?}");
 }
+
+/// Tokens a user hands in through `Fence::new` (a term of their own, an id from another
+/// system) may be any u64: the guard compares them exactly, where Lua's numbers would
+/// round neighbours above 2^53 to one value and let the older write through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_above_two_to_the_53_are_compared_exactly() {
+    let h = Harness::scripts();
+    let store = RedisStore::of(&h.locker).expect("store");
+    let high = (1u64 << 60) + 2;
+    store
+        .set(Fence::new("big", high), "big:{v}", "new")
+        .await
+        .expect("first write");
+    let err = store
+        .set(Fence::new("big", high - 1), "big:{v}", "stale")
+        .await
+        .expect_err("one below the mark");
+    assert!(err.is_stale(), "{err:?}");
+    store
+        .set(Fence::new("big", u64::MAX), "big:{v}", "max")
+        .await
+        .expect("the largest token");
+    let err = store
+        .set(Fence::new("big", u64::MAX - 1), "big:{v}", "stale")
+        .await
+        .expect_err("one below u64::MAX");
+    assert!(err.is_stale(), "{err:?}");
+}

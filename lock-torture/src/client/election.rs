@@ -20,8 +20,10 @@ use crate::clock::{self, Nanos};
 use crate::event::{Acquired, Event, FailKind, HoldKind};
 
 /// Actions per leadership the fenced store's tokens leave room for (a leadership lasts a
-/// few TTLs, with an action every third of a TTL at most).
-const ACTIONS: u64 = 1_000_000;
+/// few TTLs, with an action every third of a TTL at most). A power of two small enough
+/// that `term * ACTIONS` fits in a u64 for terms drawn from the server's clock in
+/// microseconds (about 2^51 today, 2^52 in 2112).
+const ACTIONS: u64 = 1 << 12;
 
 /// Completes once the client is told to stop (campaigns and observers wait indefinitely).
 async fn stopped(ctx: &Ctx) {
@@ -152,7 +154,9 @@ async fn lead(
             }
         }
         action += 1;
-        let token = term.saturating_mul(ACTIONS) + action.min(ACTIONS - 1);
+        let token = term
+            .saturating_mul(ACTIONS)
+            .saturating_add(action.min(ACTIONS - 1));
         fenced_write(ctx, &id, &name, Some(token), t, !leader).await;
         if !leader || clock::now() >= until || ctx.stopped() {
             break;
