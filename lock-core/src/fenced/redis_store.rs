@@ -490,6 +490,11 @@ fn same_slot(keys: &[&str]) -> Result<(), FenceError> {
 /// A user's Lua script, run by [`RedisStore::eval`] under the guard: the same text as for
 /// a plain `EVAL` (it reads its own `KEYS` and `ARGV`), wrapped once, when it is created,
 /// in the guard's check and record, and sent as `EVALSHA` (with `EVAL` after `NOSCRIPT`).
+///
+/// The text is code you trust, as any script you `EVAL`: it is pasted into the wrapper, so
+/// a body with an unbalanced `end` breaks out of it (Redis then refuses the script, or it
+/// runs outside the guard's order). Never build it from a request's input; pass values
+/// as `ARGV`.
 #[derive(Clone)]
 pub struct FencedScript {
     script: redis::Script,
