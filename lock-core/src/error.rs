@@ -310,6 +310,18 @@ pub enum LockError {
         name: String,
     },
 
+    /// A call of [`lock_core::blocking`](crate::blocking) was made on a thread that runs
+    /// async code (inside a tokio runtime: `#[tokio::main]`, a task, `spawn_blocking`).
+    /// Blocking there would stall one of the runtime's worker threads (a current-thread
+    /// runtime entirely), so the call did nothing and returned at once. In async code use
+    /// the async API ([`blocking::Locker::as_async`](crate::blocking::Locker::as_async)
+    /// gives the same locker), or make the call from a thread of your own.
+    #[error("lock_core::blocking::{call} was called inside an async runtime, where blocking would stall its worker thread; in async code use the async API with .await (blocking::Locker::as_async() gives the same locker), or call from a std::thread of your own")]
+    BlockingInAsync {
+        /// The blocking call that was refused (`LockRequest::acquire`, ...).
+        call: &'static str,
+    },
+
     /// The operating system's random number generator failed, so no safe token could be made.
     #[error("cannot draw a random token for lock `{name}`: {reason}")]
     Entropy {
@@ -358,7 +370,7 @@ impl LockError {
             | LockError::Entropy { name, .. }
             | LockError::NoQuorum { name, .. }
             | LockError::NotReplicated { name, .. } => name,
-            LockError::Config(_) => return None,
+            LockError::Config(_) | LockError::BlockingInAsync { .. } => return None,
         };
         (!name.is_empty()).then_some(name.as_str())
     }

@@ -252,6 +252,22 @@
 //! `Retry-After`, since `LockError` implements axum's `IntoResponse`.
 //!
 //!
+//! # Synchronous code
+//!
+//! [`blocking::Locker`] is the same API for code without async (`fn main`, `#[test]`, std
+//! threads): each call blocks the calling thread, and a runtime on the locker's own thread
+//! drives connections and renewals. Inside an async runtime its calls fail with
+//! [`LockError::BlockingInAsync`] instead of blocking a worker.
+//!
+//! ```
+//! # fn main() -> Result<(), lock_core::LockError> {
+//! let locker = lock_core::blocking::Locker::memory()?;
+//! let lease = locker.lock("reports:daily").acquire()?;
+//! assert!(lease.release()?);
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! # Guides
 //!
 //! The repository's `docs/guide/` has a page per topic, with compiled examples: the API
@@ -277,6 +293,7 @@
 #![warn(missing_docs)]
 
 mod backend;
+pub mod blocking;
 mod builder;
 mod connection;
 mod current;

@@ -1,6 +1,7 @@
 //! Integration tests against real redis-server processes started by `lock_tests`.
 
 mod behaviour;
+mod blocking;
 mod cancelled;
 mod cancelled_release;
 mod cluster;

@@ -152,6 +152,7 @@ impl ErrorResponses {
             | LockError::Config(_)
             | LockError::NoDefaultLocker { .. }
             | LockError::HeldByThisTask { .. }
+            | LockError::BlockingInAsync { .. }
             | LockError::Entropy { .. } => Problem::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "the request could not be guarded because of a server-side problem",
