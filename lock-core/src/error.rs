@@ -310,6 +310,15 @@ pub enum LockError {
         name: String,
     },
 
+    /// [`RwLease::upgrade`](crate::RwLease::upgrade) of a read lease: a reader cannot
+    /// become the writer in place. Two readers doing so at once would each wait for the
+    /// other's read lease to end, forever. The read lease is kept as it was.
+    #[error("the read lease of `{name}` cannot be upgraded to the write side: two readers upgrading at once would each wait for the other to leave, forever; release the read lease and ask for the write side (re-read what you read: it may change in between), or take the write side first and downgrade() it once the write is done")]
+    UpgradeRefused {
+        /// The read-write lock's name.
+        name: String,
+    },
+
     /// A call of [`lock_core::blocking`](crate::blocking) was made on a thread that runs
     /// async code (inside a tokio runtime: `#[tokio::main]`, a task, `spawn_blocking`).
     /// Blocking there would stall one of the runtime's worker threads (a current-thread
@@ -367,6 +376,7 @@ impl LockError {
             | LockError::InvalidDuration { name, .. }
             | LockError::NoDefaultLocker { name }
             | LockError::HeldByThisTask { name }
+            | LockError::UpgradeRefused { name }
             | LockError::Entropy { name, .. }
             | LockError::NoQuorum { name, .. }
             | LockError::NotReplicated { name, .. } => name,

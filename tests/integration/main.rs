@@ -9,6 +9,7 @@ mod cluster_shards;
 mod contention;
 mod deadlock;
 mod degraded;
+mod downgrade;
 mod election;
 mod failover;
 mod fast_path;

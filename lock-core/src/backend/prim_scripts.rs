@@ -1,5 +1,5 @@
 //! The Lua scripts of semaphores, read-write locks and multi-locks, and the server they run
-//! on: a Functions library of their own (`lockcore_prims_v7`), run like the lock's scripts
+//! on: a Functions library of their own (`lockcore_prims_v8`), run like the lock's scripts
 //! (see [`lua`](crate::backend::lua)).
 
 use std::sync::{Arc, LazyLock, Mutex, PoisonError};
@@ -13,8 +13,8 @@ use crate::LockError;
 
 /// Versioned: a script whose keys or arguments change, or a script added, gets a new
 /// library name (v6: the lean permit scripts and `multi_release`; v7: a Cluster Locker's
-/// permit turns told in the permit set's shard, with SPUBLISH).
-const LIBRARY_NAME: &str = "lockcore_prims_v7";
+/// permit turns told in the permit set's shard, with SPUBLISH; v8: `permits_reweigh`).
+const LIBRARY_NAME: &str = "lockcore_prims_v8";
 
 /// The marker in a permits script where the shared functions of `permits_lib.lua` go: after
 /// the script's fast path, so that a call that returns early defines none of them.
@@ -47,6 +47,10 @@ pub(crate) static PERMITS_ACQUIRE: LazyLock<Lua> =
     permits_script!("permits_acquire", "permits_acquire.lua");
 pub(crate) static PERMITS_RELEASE: LazyLock<Lua> =
     permits_script!("permits_release", "permits_release.lua");
+/// A held permit made lighter in place, the freed weight handed to the queue (a writer
+/// stepping down to a reader).
+pub(crate) static PERMITS_REWEIGH: LazyLock<Lua> =
+    permits_script!("permits_reweigh", "permits_reweigh.lua");
 pub(crate) static PERMITS_EXTEND: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(
         LIBRARY_NAME,
@@ -105,6 +109,7 @@ static LIBRARY: LazyLock<String> = LazyLock::new(|| {
         &[
             &PERMITS_ACQUIRE,
             &PERMITS_RELEASE,
+            &PERMITS_REWEIGH,
             &PERMITS_EXTEND,
             &PERMITS_HOLDERS,
             &MULTI_ACQUIRE,

@@ -408,6 +408,30 @@ impl RwLease {
         }
     }
 
+    /// Steps a write lease down to a read lease atomically (see
+    /// [`crate::RwLease::downgrade`]).
+    pub fn downgrade(&mut self) -> Result<(), LockError> {
+        let Some(lease) = self.lease.as_mut() else {
+            return Err(LockError::Lost {
+                name: self.hold.handle.name().to_owned(),
+            });
+        };
+        self.hold
+            .shared
+            .block_on("RwLease::downgrade", lease.downgrade())??;
+        self.mode = lease.mode();
+        Ok(())
+    }
+
+    /// Refused for a read lease with [`LockError::UpgradeRefused`] (see
+    /// [`crate::RwLease::upgrade`]).
+    pub fn upgrade(&mut self) -> Result<(), LockError> {
+        match self.lease.as_mut() {
+            Some(lease) => lease.upgrade(),
+            None => Ok(()),
+        }
+    }
+
     hold_accessors!();
 }
 

@@ -153,6 +153,7 @@ impl ErrorResponses {
             | LockError::NoDefaultLocker { .. }
             | LockError::HeldByThisTask { .. }
             | LockError::BlockingInAsync { .. }
+            | LockError::UpgradeRefused { .. }
             | LockError::Entropy { .. } => Problem::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "the request could not be guarded because of a server-side problem",
