@@ -310,6 +310,57 @@ pub enum LockError {
         name: String,
     },
 
+    /// A countdown latch was counted down or waited on, but there is none under its name:
+    /// it was never armed, or its last round expired (its TTL passed). Nothing was changed.
+    #[error("latch `{name}` does not exist: it was never armed, or its last round expired (its TTL passed); arm it with Latch::arm(count, ttl) before anyone counts it down or waits on it")]
+    LatchNotFound {
+        /// The latch's name.
+        name: String,
+    },
+
+    /// A countdown latch's round expired (its TTL passed) before it opened, while this
+    /// request waited on it: the processes counting it down did not all do so in time (one
+    /// may have crashed). The work the latch stood for is incomplete.
+    #[error("latch `{name}` expired before it opened: the processes counting it down did not all count down within its TTL (one may have crashed); treat its work as incomplete: re-arm it for a new round, or arm it with a longer TTL")]
+    LatchExpired {
+        /// The latch's name.
+        name: String,
+    },
+
+    /// A count-down of more than the round has left (a process counted down twice, or more
+    /// count-downs than the round was armed for). Nothing was changed.
+    #[error("cannot count latch `{name}` down by {asked}: only {remaining} count-downs are left in this round; a process counted down more than once or more than the round was armed for: arm each round with the number of count-downs it needs, and count each down once")]
+    LatchCountBelowZero {
+        /// The latch's name.
+        name: String,
+        /// What the round had left.
+        remaining: u64,
+        /// The count-down asked for.
+        asked: u64,
+    },
+
+    /// [`Latch::arm`](crate::Latch::arm) while the current round still counts: arming
+    /// again would leave that round's waiters waiting for an opening that never comes.
+    /// Nothing was changed.
+    #[error("latch `{name}` cannot be armed for a new round: the current round still waits for {remaining} count-downs (its waiters would never see it open); count it down to zero, or let it expire, then arm the next round")]
+    LatchStillCounting {
+        /// The latch's name.
+        name: String,
+        /// What the current round has left.
+        remaining: u64,
+    },
+
+    /// A [`Latch::wait`](crate::Latch::wait) whose time ran out before the latch opened.
+    #[error("latch `{name}` did not open within {}: {remaining} count-downs were still missing; wait longer, or find out which process has not counted down", shown(*waited))]
+    LatchTimeout {
+        /// The latch's name.
+        name: String,
+        /// How long the request waited.
+        waited: Duration,
+        /// The count-downs still missing at the end.
+        remaining: u64,
+    },
+
     /// [`RwLease::upgrade`](crate::RwLease::upgrade) of a read lease: a reader cannot
     /// become the writer in place. Two readers doing so at once would each wait for the
     /// other's read lease to end, forever. The read lease is kept as it was.
@@ -377,6 +428,11 @@ impl LockError {
             | LockError::NoDefaultLocker { name }
             | LockError::HeldByThisTask { name }
             | LockError::UpgradeRefused { name }
+            | LockError::LatchNotFound { name }
+            | LockError::LatchExpired { name }
+            | LockError::LatchCountBelowZero { name, .. }
+            | LockError::LatchStillCounting { name, .. }
+            | LockError::LatchTimeout { name, .. }
             | LockError::Entropy { name, .. }
             | LockError::NoQuorum { name, .. }
             | LockError::NotReplicated { name, .. } => name,

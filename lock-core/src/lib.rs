@@ -58,6 +58,9 @@
 //! - [`Locker::rwlock`]: **many readers or one writer** ("readers of the catalog never see
 //!   a half-written update"). A waiting writer holds back later readers, so a stream of
 //!   readers cannot starve it.
+//! - [`Locker::latch`]: **wait until N processes are done** (a countdown latch): every
+//!   waiter woken by one message when it opens, and a TTL per round so that a round whose
+//!   counting process died expires and its waiters are told so ([`Latch`]).
 //! - [`Locker::lock_all`]: **several locks at once, all or nothing** ("lock buyer, seller and
 //!   item together"), the very locks [`Locker::lock`] takes, as one [`MultiLease`]; two
 //!   multi-locks never deadlock, whatever their order.
@@ -343,8 +346,8 @@ pub use limits::{MAX_NAME_LEN, MAX_TTL, MAX_WAIT, MAX_WAIT_CHAIN, MIN_TTL};
 pub use locker::{LockInfo, Locker};
 pub use macro_support::{default_locker, set_default_locker};
 pub use prims::{
-    GuardHandle, HoldMode, MultiLease, MultiRequest, Permit, PermitHolder, PermitHolders,
-    PermitRequest, RwLease, RwLock, RwRequest, Semaphore, MAX_PERMITS,
+    GuardHandle, HoldMode, Latch, LatchState, MultiLease, MultiRequest, Permit, PermitHolder,
+    PermitHolders, PermitRequest, RwLease, RwLock, RwRequest, Semaphore, MAX_PERMITS,
 };
 pub use replication::ReplicaSync;
 pub use request::LockRequest;

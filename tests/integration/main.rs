@@ -16,6 +16,7 @@ mod fast_path;
 mod fencing;
 mod harness;
 mod hostile_names;
+mod latch;
 mod loss;
 mod macro_durations;
 mod multi;

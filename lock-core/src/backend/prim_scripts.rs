@@ -13,7 +13,8 @@ use crate::LockError;
 
 /// Versioned: a script whose keys or arguments change, or a script added, gets a new
 /// library name (v6: the lean permit scripts and `multi_release`; v7: a Cluster Locker's
-/// permit turns told in the permit set's shard, with SPUBLISH; v8: `permits_reweigh`).
+/// permit turns told in the permit set's shard, with SPUBLISH; v8: `permits_reweigh` and
+/// the latch scripts).
 const LIBRARY_NAME: &str = "lockcore_prims_v8";
 
 /// The marker in a permits script where the shared functions of `permits_lib.lua` go: after
@@ -93,6 +94,32 @@ pub(crate) static MULTI_RELEASE: LazyLock<Lua> = LazyLock::new(|| {
     )
 });
 
+/// Countdown latches (`crate::prims::latch`): arm a round, count it down, read it.
+pub(crate) static LATCH_ARM: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(
+        LIBRARY_NAME,
+        library,
+        "latch_arm",
+        include_str!("../scripts/latch_arm.lua"),
+    )
+});
+pub(crate) static LATCH_COUNT_DOWN: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(
+        LIBRARY_NAME,
+        library,
+        "latch_count_down",
+        include_str!("../scripts/latch_count_down.lua"),
+    )
+});
+pub(crate) static LATCH_STATE: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(
+        LIBRARY_NAME,
+        library,
+        "latch_state",
+        include_str!("../scripts/latch_state.lua"),
+    )
+});
+
 pub(crate) static MARK_LISTENED: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(
         LIBRARY_NAME,
@@ -115,6 +142,9 @@ static LIBRARY: LazyLock<String> = LazyLock::new(|| {
             &MULTI_ACQUIRE,
             &MULTI_RELEASE,
             &MARK_LISTENED,
+            &LATCH_ARM,
+            &LATCH_COUNT_DOWN,
+            &LATCH_STATE,
         ],
     )
 });
