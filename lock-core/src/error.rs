@@ -113,12 +113,18 @@ pub enum LockError {
     /// point says this, never [`Busy`](LockError::Busy) or [`Timeout`](LockError::Timeout)
     /// (see [the rule](LockError#which-contention-error)); on an HTTP handler it is answered
     /// 429 Too Many Requests, not 409 as a busy lock.
-    #[error("all {permits} permits of `{name}` are {}{}; retry later{}", if waited.is_some() { "still taken" } else { "taken" }, limit_suffix(waited, retry_after), limit_advice(waited, wait_setting))]
+    ///
+    /// A request for several permits at once ([`Semaphore::acquire_many`](crate::Semaphore::acquire_many))
+    /// reads "6 of the 8 permits of \`exports\` are not free".
+    #[error("{}{}; retry later{}", limit_head(name, *permits, *asked, waited.is_some()), limit_suffix(waited, retry_after), limit_advice(waited, wait_setting))]
     LimitReached {
         /// The semaphore's name.
         name: String,
         /// How many permits the limit has.
         permits: u64,
+        /// How many permits the request asked for (1 but for
+        /// [`Semaphore::acquire_many`](crate::Semaphore::acquire_many)).
+        asked: u64,
         /// How long the request waited for a permit (`None`: it did not wait).
         waited: Option<Duration>,
         /// When the first permit held ends unless its holder renews it, as Redis reported it.
@@ -141,6 +147,18 @@ pub enum LockError {
         stored: u64,
         /// The number this request asked for.
         asked: u64,
+    },
+
+    /// A request for more permits at once than the semaphore has: it could never be
+    /// granted, so it fails at once and takes nothing.
+    #[error("cannot take {asked} permits of `{name}` at once: it has only {permits}, so the request could never be granted; ask for at most {permits}, or give the semaphore more permits")]
+    PermitsAboveCapacity {
+        /// The semaphore's name.
+        name: String,
+        /// The permits asked for.
+        asked: u64,
+        /// The semaphore's number of permits.
+        permits: u64,
     },
 
     /// The lease is no longer ours: it expired (the holder overran its TTL), was released,
@@ -417,6 +435,7 @@ impl LockError {
             | LockError::WaitChainTooLong { name, .. }
             | LockError::LimitReached { name, .. }
             | LockError::CapacityMismatch { name, .. }
+            | LockError::PermitsAboveCapacity { name, .. }
             | LockError::Lost { name }
             | LockError::WrongType { name, .. }
             | LockError::Connection { name, .. }
@@ -518,6 +537,11 @@ impl LockError {
     /// `self`, a contention error on a semaphore of `permits`, as the limit it is: what
     /// every semaphore entry point returns when no permit is free.
     pub(crate) fn into_limit(self, permits: u64) -> LockError {
+        self.into_limit_of(permits, 1)
+    }
+
+    /// [`LockError::into_limit`] for a request of `asked` permits.
+    pub(crate) fn into_limit_of(self, permits: u64, asked: u64) -> LockError {
         let waited = match &self {
             LockError::LimitReached { .. } => return self,
             LockError::Busy { .. } => None,
@@ -526,6 +550,7 @@ impl LockError {
         };
         LockError::LimitReached {
             permits,
+            asked,
             waited,
             retry_after: self.retry_after(),
             wait_setting: self.wait_setting().unwrap_or_default(),
@@ -613,6 +638,21 @@ impl std::fmt::Display for WaitSetting {
 }
 
 /// The end of a full semaphore's message: what to do.
+/// "all 8 permits of `x` are taken", or for a request of several, "6 of the 8 permits of
+/// `x` are not free".
+fn limit_head(name: &str, permits: u64, asked: u64, waited: bool) -> String {
+    if asked <= 1 {
+        let taken = if waited { "still taken" } else { "taken" };
+        return format!("all {permits} permits of `{name}` are {taken}");
+    }
+    let free = if waited {
+        "did not come free"
+    } else {
+        "are not free"
+    };
+    format!("{asked} of the {permits} permits of `{name}` {free}")
+}
+
 fn limit_advice(waited: &Option<Duration>, setting: &WaitSetting) -> String {
     if waited.is_some() {
         ", wait longer or raise the limit".to_owned()

@@ -43,3 +43,4 @@ mod tls;
 mod urls;
 mod using;
 mod web_guards;
+mod weighted;

@@ -63,6 +63,15 @@ impl Semaphore {
         }
     }
 
+    /// A request for `n` permits at once, held together (see
+    /// [`crate::Semaphore::acquire_many`]).
+    pub fn permit_many(&self, n: u64) -> PermitRequest {
+        PermitRequest {
+            shared: Arc::clone(&self.shared),
+            request: self.semaphore.acquire_many(n),
+        }
+    }
+
     /// Tries once to take a permit for `ttl`; [`LockError::LimitReached`] if all are held.
     pub fn try_acquire(&self, ttl: Duration) -> Result<Permit, LockError> {
         self.permit().ttl(ttl).wait(Duration::ZERO).acquire()
@@ -238,6 +247,11 @@ impl Permit {
         self.hold
             .shared
             .block_on("Permit::release", permit.release())?
+    }
+
+    /// How many permits this holds (1, or `n` from [`Semaphore::permit_many`]).
+    pub fn permits(&self) -> u64 {
+        self.permit.as_ref().map_or(0, crate::Permit::permits)
     }
 
     /// Resets its TTL to `ttl` from now; [`LockError::Lost`] if it had already ended.

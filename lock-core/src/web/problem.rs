@@ -148,6 +148,7 @@ impl ErrorResponses {
             ),
             LockError::WrongType { .. }
             | LockError::CapacityMismatch { .. }
+            | LockError::PermitsAboveCapacity { .. }
             | LockError::InvalidDuration { .. }
             | LockError::Config(_)
             | LockError::NoDefaultLocker { .. }
