@@ -166,6 +166,22 @@ mod tests {
     }
 
     #[test]
+    fn a_latch_opening_names_its_round_and_wakes_for_it_only() {
+        assert_eq!(parse_opened("o:1764375000123456"), Some(1_764_375_000_123_456));
+        for bad in ["", "o:", "o:x", "g:100:k", "1"] {
+            assert_eq!(parse_opened(bad), None, "{bad}");
+        }
+        let wake = Wake::default();
+        wake.post_opened(7);
+        assert!(wake.has_opened(7) && !wake.has_opened(8));
+        for round in 100..100 + OPENED_KEPT as u64 {
+            wake.post_opened(round);
+        }
+        assert!(!wake.has_opened(7), "only the last few are kept");
+        assert!(wake.has_opened(100 + OPENED_KEPT as u64 - 1));
+    }
+
+    #[test]
     fn a_grant_is_not_overwritten() {
         let wake = Wake::default();
         wake.post(Hint::Granted);
