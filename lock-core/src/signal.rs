@@ -167,7 +167,10 @@ mod tests {
 
     #[test]
     fn a_latch_opening_names_its_round_and_wakes_for_it_only() {
-        assert_eq!(parse_opened("o:1764375000123456"), Some(1_764_375_000_123_456));
+        assert_eq!(
+            parse_opened("o:1764375000123456"),
+            Some(1_764_375_000_123_456)
+        );
         for bad in ["", "o:", "o:x", "g:100:k", "1"] {
             assert_eq!(parse_opened(bad), None, "{bad}");
         }
