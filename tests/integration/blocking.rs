@@ -359,3 +359,61 @@ async fn inside_a_runtime_a_blocking_call_is_refused_with_the_fix() {
     // Dropping the last handle inside the runtime neither blocks nor panics.
     drop(locker);
 }
+
+/// A latch from std threads of two lockers: counted down by four threads, waited on by
+/// three, each returning once the last count-down happened.
+#[test]
+fn a_latch_counted_down_and_waited_on_by_std_threads() {
+    let server = RedisServer::start();
+    let (a, b) = (on(&server), on(&server));
+    a.latch("batch").arm(4, 60 * SECOND).expect("arm");
+    let counted = Arc::new(AtomicUsize::new(0));
+    let waiters: Vec<_> = (0..3)
+        .map(|i| {
+            let latch = if i % 2 == 0 {
+                a.latch("batch")
+            } else {
+                b.latch("batch")
+            };
+            let counted = Arc::clone(&counted);
+            std::thread::spawn(move || {
+                latch.wait(30 * SECOND).expect("opened");
+                counted.load(Ordering::SeqCst)
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(100));
+    let counters: Vec<_> = (0..4)
+        .map(|i| {
+            let latch = if i % 2 == 0 {
+                a.latch("batch")
+            } else {
+                b.latch("batch")
+            };
+            let counted = Arc::clone(&counted);
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(20 * i));
+                counted.fetch_add(1, Ordering::SeqCst);
+                latch.count_down().expect("count down")
+            })
+        })
+        .collect();
+    for counter in counters {
+        counter.join().expect("thread");
+    }
+    for waiter in waiters {
+        assert_eq!(
+            waiter.join().expect("thread"),
+            4,
+            "returned before the last count-down"
+        );
+    }
+    assert!(matches!(
+        a.latch("batch").count_down(),
+        Err(LockError::LatchCountBelowZero {
+            remaining: 0,
+            asked: 1,
+            ..
+        })
+    ));
+}

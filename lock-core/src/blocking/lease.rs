@@ -152,5 +152,6 @@ mod tests {
         _send_sync::<super::super::Permit>();
         _send_sync::<super::super::RwLock>();
         _send_sync::<super::super::RwLease>();
+        _send_sync::<super::super::Latch>();
     }
 }

@@ -14,7 +14,7 @@
 //!
 //! Everything the async API guarantees holds here: TTLs judged by the server's clock,
 //! waiting without polling, auto-renewal, fencing tokens, semaphores, read-write locks,
-//! every deployment (one Redis, Redlock, Cluster, Sentinel, memory).
+//! countdown latches, every deployment (one Redis, Redlock, Cluster, Sentinel, memory).
 //!
 //! **Not inside an async runtime.** A call made on a thread that runs async code (inside
 //! `#[tokio::main]`, a tokio task, `spawn_blocking`) fails with
@@ -61,6 +61,7 @@
 //! }
 //! ```
 
+mod latch;
 mod lease;
 mod prims;
 mod runtime;
@@ -69,6 +70,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use latch::Latch;
 pub use lease::Lease;
 pub use prims::{Permit, PermitRequest, RwLease, RwLock, RwRequest, Semaphore};
 
@@ -215,6 +217,11 @@ impl Locker {
             Arc::clone(&self.shared),
             self.shared.locker.semaphore(name, permits),
         )
+    }
+
+    /// A countdown latch on `name` (see [`crate::Latch`]).
+    pub fn latch(&self, name: impl Into<String>) -> Latch {
+        Latch::new(Arc::clone(&self.shared), self.shared.locker.latch(name))
     }
 
     /// A read-write lock on `name` (see [`crate::RwLock`]).
