@@ -113,12 +113,18 @@ pub enum LockError {
     /// point says this, never [`Busy`](LockError::Busy) or [`Timeout`](LockError::Timeout)
     /// (see [the rule](LockError#which-contention-error)); on an HTTP handler it is answered
     /// 429 Too Many Requests, not 409 as a busy lock.
-    #[error("all {permits} permits of `{name}` are {}{}; retry later{}", if waited.is_some() { "still taken" } else { "taken" }, limit_suffix(waited, retry_after), limit_advice(waited, wait_setting))]
+    ///
+    /// A request for several permits at once ([`Semaphore::acquire_many`](crate::Semaphore::acquire_many))
+    /// reads "6 of the 8 permits of \`exports\` are not free".
+    #[error("{}{}; retry later{}", limit_head(name, *permits, *asked, waited.is_some()), limit_suffix(waited, retry_after), limit_advice(waited, wait_setting))]
     LimitReached {
         /// The semaphore's name.
         name: String,
         /// How many permits the limit has.
         permits: u64,
+        /// How many permits the request asked for (1 but for
+        /// [`Semaphore::acquire_many`](crate::Semaphore::acquire_many)).
+        asked: u64,
         /// How long the request waited for a permit (`None`: it did not wait).
         waited: Option<Duration>,
         /// When the first permit held ends unless its holder renews it, as Redis reported it.
@@ -141,6 +147,18 @@ pub enum LockError {
         stored: u64,
         /// The number this request asked for.
         asked: u64,
+    },
+
+    /// A request for more permits at once than the semaphore has: it could never be
+    /// granted, so it fails at once and takes nothing.
+    #[error("cannot take {asked} permits of `{name}` at once: it has only {permits}, so the request could never be granted; ask for at most {permits}, or give the semaphore more permits")]
+    PermitsAboveCapacity {
+        /// The semaphore's name.
+        name: String,
+        /// The permits asked for.
+        asked: u64,
+        /// The semaphore's number of permits.
+        permits: u64,
     },
 
     /// The lease is no longer ours: it expired (the holder overran its TTL), was released,
@@ -310,6 +328,78 @@ pub enum LockError {
         name: String,
     },
 
+    /// A countdown latch was counted down or waited on, but there is none under its name:
+    /// it was never armed, or its last round expired (its TTL passed). Nothing was changed.
+    #[error("latch `{name}` does not exist: it was never armed, or its last round expired (its TTL passed); arm it with Latch::arm(count, ttl) before anyone counts it down or waits on it")]
+    LatchNotFound {
+        /// The latch's name.
+        name: String,
+    },
+
+    /// A countdown latch's round expired (its TTL passed) before it opened, while this
+    /// request waited on it: the processes counting it down did not all do so in time (one
+    /// may have crashed). The work the latch stood for is incomplete.
+    #[error("latch `{name}` expired before it opened: the processes counting it down did not all count down within its TTL (one may have crashed); treat its work as incomplete: re-arm it for a new round, or arm it with a longer TTL")]
+    LatchExpired {
+        /// The latch's name.
+        name: String,
+    },
+
+    /// A count-down of more than the round has left (a process counted down twice, or more
+    /// count-downs than the round was armed for). Nothing was changed.
+    #[error("cannot count latch `{name}` down by {asked}: only {remaining} count-downs are left in this round; a process counted down more than once or more than the round was armed for: arm each round with the number of count-downs it needs, and count each down once")]
+    LatchCountBelowZero {
+        /// The latch's name.
+        name: String,
+        /// What the round had left.
+        remaining: u64,
+        /// The count-down asked for.
+        asked: u64,
+    },
+
+    /// [`Latch::arm`](crate::Latch::arm) while the current round still counts: arming
+    /// again would leave that round's waiters waiting for an opening that never comes.
+    /// Nothing was changed.
+    #[error("latch `{name}` cannot be armed for a new round: the current round still waits for {remaining} count-downs (its waiters would never see it open); count it down to zero, or let it expire, then arm the next round")]
+    LatchStillCounting {
+        /// The latch's name.
+        name: String,
+        /// What the current round has left.
+        remaining: u64,
+    },
+
+    /// A [`Latch::wait`](crate::Latch::wait) whose time ran out before the latch opened.
+    #[error("latch `{name}` did not open within {}: {remaining} count-downs were still missing; wait longer, or find out which process has not counted down", shown(*waited))]
+    LatchTimeout {
+        /// The latch's name.
+        name: String,
+        /// How long the request waited.
+        waited: Duration,
+        /// The count-downs still missing at the end.
+        remaining: u64,
+    },
+
+    /// [`RwLease::upgrade`](crate::RwLease::upgrade) of a read lease: a reader cannot
+    /// become the writer in place. Two readers doing so at once would each wait for the
+    /// other's read lease to end, forever. The read lease is kept as it was.
+    #[error("the read lease of `{name}` cannot be upgraded to the write side: two readers upgrading at once would each wait for the other to leave, forever; release the read lease and ask for the write side (re-read what you read: it may change in between), or take the write side first and downgrade() it once the write is done")]
+    UpgradeRefused {
+        /// The read-write lock's name.
+        name: String,
+    },
+
+    /// A call of [`lock_core::blocking`](crate::blocking) was made on a thread that runs
+    /// async code (inside a tokio runtime: `#[tokio::main]`, a task, `spawn_blocking`).
+    /// Blocking there would stall one of the runtime's worker threads (a current-thread
+    /// runtime entirely), so the call did nothing and returned at once. In async code use
+    /// the async API ([`blocking::Locker::as_async`](crate::blocking::Locker::as_async)
+    /// gives the same locker), or make the call from a thread of your own.
+    #[error("lock_core::blocking::{call} was called inside an async runtime, where blocking would stall its worker thread; in async code use the async API with .await (blocking::Locker::as_async() gives the same locker), or call from a std::thread of your own")]
+    BlockingInAsync {
+        /// The blocking call that was refused (`LockRequest::acquire`, ...).
+        call: &'static str,
+    },
+
     /// The operating system's random number generator failed, so no safe token could be made.
     #[error("cannot draw a random token for lock `{name}`: {reason}")]
     Entropy {
@@ -345,6 +435,7 @@ impl LockError {
             | LockError::WaitChainTooLong { name, .. }
             | LockError::LimitReached { name, .. }
             | LockError::CapacityMismatch { name, .. }
+            | LockError::PermitsAboveCapacity { name, .. }
             | LockError::Lost { name }
             | LockError::WrongType { name, .. }
             | LockError::Connection { name, .. }
@@ -355,10 +446,16 @@ impl LockError {
             | LockError::InvalidDuration { name, .. }
             | LockError::NoDefaultLocker { name }
             | LockError::HeldByThisTask { name }
+            | LockError::UpgradeRefused { name }
+            | LockError::LatchNotFound { name }
+            | LockError::LatchExpired { name }
+            | LockError::LatchCountBelowZero { name, .. }
+            | LockError::LatchStillCounting { name, .. }
+            | LockError::LatchTimeout { name, .. }
             | LockError::Entropy { name, .. }
             | LockError::NoQuorum { name, .. }
             | LockError::NotReplicated { name, .. } => name,
-            LockError::Config(_) => return None,
+            LockError::Config(_) | LockError::BlockingInAsync { .. } => return None,
         };
         (!name.is_empty()).then_some(name.as_str())
     }
@@ -440,6 +537,11 @@ impl LockError {
     /// `self`, a contention error on a semaphore of `permits`, as the limit it is: what
     /// every semaphore entry point returns when no permit is free.
     pub(crate) fn into_limit(self, permits: u64) -> LockError {
+        self.into_limit_of(permits, 1)
+    }
+
+    /// [`LockError::into_limit`] for a request of `asked` permits.
+    pub(crate) fn into_limit_of(self, permits: u64, asked: u64) -> LockError {
         let waited = match &self {
             LockError::LimitReached { .. } => return self,
             LockError::Busy { .. } => None,
@@ -448,6 +550,7 @@ impl LockError {
         };
         LockError::LimitReached {
             permits,
+            asked,
             waited,
             retry_after: self.retry_after(),
             wait_setting: self.wait_setting().unwrap_or_default(),
@@ -535,6 +638,21 @@ impl std::fmt::Display for WaitSetting {
 }
 
 /// The end of a full semaphore's message: what to do.
+/// "all 8 permits of `x` are taken", or for a request of several, "6 of the 8 permits of
+/// `x` are not free".
+fn limit_head(name: &str, permits: u64, asked: u64, waited: bool) -> String {
+    if asked <= 1 {
+        let taken = if waited { "still taken" } else { "taken" };
+        return format!("all {permits} permits of `{name}` are {taken}");
+    }
+    let free = if waited {
+        "did not come free"
+    } else {
+        "are not free"
+    };
+    format!("{asked} of the {permits} permits of `{name}` {free}")
+}
+
 fn limit_advice(waited: &Option<Duration>, setting: &WaitSetting) -> String {
     if waited.is_some() {
         ", wait longer or raise the limit".to_owned()

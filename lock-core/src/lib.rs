@@ -59,6 +59,9 @@
 //! - [`Locker::rwlock`]: **many readers or one writer** ("readers of the catalog never see
 //!   a half-written update"). A waiting writer holds back later readers, so a stream of
 //!   readers cannot starve it.
+//! - [`Locker::latch`]: **wait until N processes are done** (a countdown latch): every
+//!   waiter woken by one message when it opens, and a TTL per round so that a round whose
+//!   counting process died expires and its waiters are told so ([`Latch`]).
 //! - [`Locker::lock_all`]: **several locks at once, all or nothing** ("lock buyer, seller and
 //!   item together"), the very locks [`Locker::lock`] takes, as one [`MultiLease`]; two
 //!   multi-locks never deadlock, whatever their order.
@@ -256,6 +259,22 @@
 //! `Retry-After`, since `LockError` implements axum's `IntoResponse`.
 //!
 //!
+//! # Synchronous code
+//!
+//! [`blocking::Locker`] is the same API for code without async (`fn main`, `#[test]`, std
+//! threads): each call blocks the calling thread, and a runtime on the locker's own thread
+//! drives connections and renewals. Inside an async runtime its calls fail with
+//! [`LockError::BlockingInAsync`] instead of blocking a worker.
+//!
+//! ```
+//! # fn main() -> Result<(), lock_core::LockError> {
+//! let locker = lock_core::blocking::Locker::memory()?;
+//! let lease = locker.lock("reports:daily").acquire()?;
+//! assert!(lease.release()?);
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! # Guides
 //!
 //! The repository's `docs/guide/` has a page per topic, with compiled examples: the API
@@ -281,6 +300,7 @@
 #![warn(missing_docs)]
 
 mod backend;
+pub mod blocking;
 mod builder;
 mod connection;
 mod current;
@@ -332,8 +352,8 @@ pub use limits::{MAX_NAME_LEN, MAX_TTL, MAX_WAIT, MAX_WAIT_CHAIN, MIN_TTL};
 pub use locker::{LockInfo, Locker};
 pub use macro_support::{default_locker, set_default_locker};
 pub use prims::{
-    GuardHandle, HoldMode, MultiLease, MultiRequest, Permit, PermitHolder, PermitHolders,
-    PermitRequest, RwLease, RwLock, RwRequest, Semaphore, MAX_PERMITS,
+    GuardHandle, HoldMode, Latch, LatchState, MultiLease, MultiRequest, Permit, PermitHolder,
+    PermitHolders, PermitRequest, RwLease, RwLock, RwRequest, Semaphore, MAX_PERMITS,
 };
 pub use replication::ReplicaSync;
 pub use request::LockRequest;

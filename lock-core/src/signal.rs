@@ -1,6 +1,7 @@
 //! How a waiter is woken: a `Notify`, plus what the waiter-queue message that woke it said,
 //! so that a message that only moves the waiter's timer costs no Redis call.
 
+use std::collections::VecDeque;
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -27,7 +28,13 @@ pub(crate) struct Wake {
     /// A permit granted to this waiter by another request of its Locker (in that request's
     /// own script), valid from this instant (sent before the script ran).
     taken: Mutex<Option<Instant>>,
+    /// The latch rounds announced open on this signal's channel, newest last (a few: each
+    /// waiter looks as soon as it is woken).
+    opened: Mutex<VecDeque<u64>>,
 }
+
+/// How many opened latch rounds a signal remembers.
+const OPENED_KEPT: usize = 16;
 
 impl Wake {
     /// A future that completes at the next wake-up; enable it before looking at Redis.
@@ -59,6 +66,26 @@ impl Wake {
         self.notify.notify_waiters();
     }
 
+    /// Wakes every waiter: latch round `round` opened (told by one message for all of them).
+    pub fn post_opened(&self, round: u64) {
+        {
+            let mut opened = self.opened.lock().unwrap_or_else(PoisonError::into_inner);
+            if opened.len() == OPENED_KEPT {
+                opened.pop_front();
+            }
+            opened.push_back(round);
+        }
+        self.notify.notify_waiters();
+    }
+
+    /// Whether latch round `round` was announced open on this signal.
+    pub fn has_opened(&self, round: u64) -> bool {
+        self.opened
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains(&round)
+    }
+
     /// The grant posted by [`Wake::post_taken`], taken (once).
     pub fn take_taken(&self) -> Option<Instant> {
         self.taken
@@ -88,6 +115,11 @@ pub(crate) fn parse_message(payload: &str) -> Option<(&str, Hint)> {
         _ => return None,
     };
     Some((key, hint))
+}
+
+/// Parses a latch's opening, `o:<round>`, into the round.
+pub(crate) fn parse_opened(payload: &str) -> Option<u64> {
+    payload.strip_prefix("o:")?.parse().ok()
 }
 
 /// Parses a batch of grants to one Locker, `b:<ms>:<id>,<id>,...:<holders key>`, into the
@@ -131,6 +163,25 @@ mod tests {
         for bad in ["", "b:", "b:1", "b:x:ab:k", "g:100:k"] {
             assert!(parse_batch(bad).is_none(), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_latch_opening_names_its_round_and_wakes_for_it_only() {
+        assert_eq!(
+            parse_opened("o:1764375000123456"),
+            Some(1_764_375_000_123_456)
+        );
+        for bad in ["", "o:", "o:x", "g:100:k", "1"] {
+            assert_eq!(parse_opened(bad), None, "{bad}");
+        }
+        let wake = Wake::default();
+        wake.post_opened(7);
+        assert!(wake.has_opened(7) && !wake.has_opened(8));
+        for round in 100..100 + OPENED_KEPT as u64 {
+            wake.post_opened(round);
+        }
+        assert!(!wake.has_opened(7), "only the last few are kept");
+        assert!(wake.has_opened(100 + OPENED_KEPT as u64 - 1));
     }
 
     #[test]

@@ -535,6 +535,7 @@ mod tests {
         let err = LockError::LimitReached {
             name: "exports".into(),
             permits: 2,
+            asked: 1,
             waited: None,
             retry_after: Some(Duration::from_secs(3)),
 

@@ -18,7 +18,11 @@ fn state_of(held: bool, permits: &[PermitRow], capacity: Option<u64>) -> String 
     if permits.is_empty() {
         return "free".to_owned();
     }
-    let taken = permits.iter().filter(|row| row.kind == "permit").count() as u64;
+    let taken: u64 = permits
+        .iter()
+        .filter(|row| row.kind == "permit")
+        .map(|row| row.permits)
+        .sum();
     match capacity {
         Some(capacity) if taken >= capacity => {
             format!("full (all {capacity} permits of the semaphore are held)")
@@ -143,7 +147,7 @@ pub async fn status(target: &Target, args: &StatusArgs) -> Result<u8, Failure> {
     for row in &permits {
         let what = format!(
             "{} {} (ttl left {})",
-            row.kind,
+            row.kind_text(),
             or_dash(row.holder.as_deref()),
             ttl_text(Some(row.remaining))
         );
@@ -169,6 +173,9 @@ fn permit_json(row: &PermitRow) -> serde_json::Value {
         true,
     );
     value["kind"] = row.kind.into();
+    if row.kind == "permit" {
+        value["permits"] = row.permits.into();
+    }
     value
 }
 
@@ -231,7 +238,7 @@ pub async fn list(target: &Target, args: &ListArgs) -> Result<u8, Failure> {
             or_dash(p.holder.as_deref()),
             ttl_text(Some(p.remaining)),
             "-".to_owned(),
-            p.kind.to_owned(),
+            p.kind_text(),
         ]
     }));
     rows.sort_by(|a, b| (&a[0], &a[4]).cmp(&(&b[0], &b[4])));

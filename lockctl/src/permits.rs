@@ -20,6 +20,19 @@ pub struct PermitRow {
     pub kind: &'static str,
     pub holder: Option<String>,
     pub remaining: Duration,
+    /// How many of the semaphore's permits it holds (1 for a read-write lease).
+    pub permits: u64,
+}
+
+impl PermitRow {
+    /// `permit`, `6 permits`, `read` or `write`, as `status` and `list` show it.
+    pub fn kind_text(&self) -> String {
+        if self.kind == "permit" && self.permits > 1 {
+            format!("{} permits", self.permits)
+        } else {
+            self.kind.to_owned()
+        }
+    }
 }
 
 /// What `status` shows of a name's semaphore and read-write lock.
@@ -54,6 +67,7 @@ pub async fn of_name(locker: &Locker, target: &Target, name: &str) -> Result<Nam
                 },
                 holder: holder.holder,
                 remaining: holder.remaining,
+                permits: holder.weight,
             });
         }
     }

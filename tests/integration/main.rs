@@ -1,6 +1,7 @@
 //! Integration tests against real redis-server processes started by `lock_tests`.
 
 mod behaviour;
+mod blocking;
 mod cancelled;
 mod cancelled_release;
 mod cluster;
@@ -8,6 +9,7 @@ mod cluster_shards;
 mod contention;
 mod deadlock;
 mod degraded;
+mod downgrade;
 mod election;
 mod failover;
 mod fast_path;
@@ -17,6 +19,7 @@ mod fenced_writes;
 mod fencing;
 mod harness;
 mod hostile_names;
+mod latch;
 mod loss;
 mod macro_durations;
 mod multi;
@@ -43,3 +46,4 @@ mod tls;
 mod urls;
 mod using;
 mod web_guards;
+mod weighted;

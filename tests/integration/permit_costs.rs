@@ -259,3 +259,31 @@ async fn a_hand_off_inside_one_locker_needs_no_message_and_no_claim() {
     assert_eq!(of(&delta, "evalsha") + of(&delta, "eval"), 5, "{delta:?}");
     assert!(total(&delta) <= 5 * 8, "{delta:?}");
 }
+
+/// A request for several permits costs what a request for one does: the same calls per
+/// uncontended take-and-give-back cycle (warm: the scripts loaded, the state key there).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn several_permits_at_once_cost_what_one_does() {
+    let server = RedisServer::start();
+    let locker = Locker::from_url(&server.url()).expect("locker");
+    let semaphore = locker.semaphore("gpus", 8);
+    let warm = semaphore.acquire().ttl(10 * SECOND).await.expect("warm up");
+    warm.release().await.expect("release");
+    let mut costs = Vec::new();
+    for n in [1, 6, 1, 8] {
+        let before = calls(&server);
+        let permit = semaphore
+            .acquire_many(n)
+            .ttl(10 * SECOND)
+            .await
+            .expect("permits");
+        assert_eq!(permit.permits(), n);
+        assert!(permit.release().await.expect("release"));
+        costs.push((n, total(&since(&server, &before))));
+    }
+    let one = costs[0].1;
+    assert!(
+        costs.iter().all(|&(_, cost)| cost == one),
+        "calls per cycle by weight: {costs:?}"
+    );
+}

@@ -18,6 +18,8 @@ pub(crate) struct Memory {
     state: Mutex<State>,
     /// Semaphores and read-write locks (`crate::prims`), kept apart from the locks.
     permits: std::sync::Arc<crate::backend::permits::memory::MemoryPermits>,
+    /// Countdown latches (`crate::backend::latch`).
+    latches: std::sync::Arc<crate::backend::latch::MemoryLatches>,
     /// Elections' records and their announcements (`crate::backend::board`).
     elections: crate::backend::board::MemoryBoard,
     /// Deadlock detection's waits-for records (`crate::backend::waits`).
@@ -65,6 +67,10 @@ impl Memory {
     pub(crate) fn holder(&self, key: &str) -> Option<String> {
         let mut state = self.state();
         state.live(key).map(|entry| entry.value.clone())
+    }
+
+    pub(crate) fn latches(&self) -> &std::sync::Arc<crate::backend::latch::MemoryLatches> {
+        &self.latches
     }
 
     pub(crate) fn permits(

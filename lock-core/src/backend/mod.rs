@@ -11,6 +11,7 @@ use crate::key::LockKeys;
 use crate::LockError;
 
 pub(crate) mod board;
+pub(crate) mod latch;
 pub(crate) mod lua;
 pub(crate) mod memory;
 pub(crate) mod permits;

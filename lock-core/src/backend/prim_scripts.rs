@@ -1,5 +1,5 @@
 //! The Lua scripts of semaphores, read-write locks and multi-locks, and the server they run
-//! on: a Functions library of their own (`lockcore_prims_v7`), run like the lock's scripts
+//! on: a Functions library of their own (`lockcore_prims_v8`), run like the lock's scripts
 //! (see [`lua`](crate::backend::lua)).
 
 use std::sync::{Arc, LazyLock, Mutex, PoisonError};
@@ -13,8 +13,9 @@ use crate::LockError;
 
 /// Versioned: a script whose keys or arguments change, or a script added, gets a new
 /// library name (v6: the lean permit scripts and `multi_release`; v7: a Cluster Locker's
-/// permit turns told in the permit set's shard, with SPUBLISH).
-const LIBRARY_NAME: &str = "lockcore_prims_v7";
+/// permit turns told in the permit set's shard, with SPUBLISH; v8: `permits_reweigh` and
+/// the latch scripts).
+const LIBRARY_NAME: &str = "lockcore_prims_v8";
 
 /// The marker in a permits script where the shared functions of `permits_lib.lua` go: after
 /// the script's fast path, so that a call that returns early defines none of them.
@@ -47,6 +48,10 @@ pub(crate) static PERMITS_ACQUIRE: LazyLock<Lua> =
     permits_script!("permits_acquire", "permits_acquire.lua");
 pub(crate) static PERMITS_RELEASE: LazyLock<Lua> =
     permits_script!("permits_release", "permits_release.lua");
+/// A held permit made lighter in place, the freed weight handed to the queue (a writer
+/// stepping down to a reader).
+pub(crate) static PERMITS_REWEIGH: LazyLock<Lua> =
+    permits_script!("permits_reweigh", "permits_reweigh.lua");
 pub(crate) static PERMITS_EXTEND: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(
         LIBRARY_NAME,
@@ -89,6 +94,32 @@ pub(crate) static MULTI_RELEASE: LazyLock<Lua> = LazyLock::new(|| {
     )
 });
 
+/// Countdown latches (`crate::prims::latch`): arm a round, count it down, read it.
+pub(crate) static LATCH_ARM: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(
+        LIBRARY_NAME,
+        library,
+        "latch_arm",
+        include_str!("../scripts/latch_arm.lua"),
+    )
+});
+pub(crate) static LATCH_COUNT_DOWN: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(
+        LIBRARY_NAME,
+        library,
+        "latch_count_down",
+        include_str!("../scripts/latch_count_down.lua"),
+    )
+});
+pub(crate) static LATCH_STATE: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(
+        LIBRARY_NAME,
+        library,
+        "latch_state",
+        include_str!("../scripts/latch_state.lua"),
+    )
+});
+
 pub(crate) static MARK_LISTENED: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(
         LIBRARY_NAME,
@@ -105,11 +136,15 @@ static LIBRARY: LazyLock<String> = LazyLock::new(|| {
         &[
             &PERMITS_ACQUIRE,
             &PERMITS_RELEASE,
+            &PERMITS_REWEIGH,
             &PERMITS_EXTEND,
             &PERMITS_HOLDERS,
             &MULTI_ACQUIRE,
             &MULTI_RELEASE,
             &MARK_LISTENED,
+            &LATCH_ARM,
+            &LATCH_COUNT_DOWN,
+            &LATCH_STATE,
         ],
     )
 });

@@ -295,6 +295,25 @@ impl Notifier {
         Ok(subscription)
     }
 
+    /// [`Notifier::subscribe`] with the signal every subscriber of `channel` in this Locker
+    /// shares (the first one's), returned: a broadcast wakes all of them at once.
+    pub async fn subscribe_shared(
+        &self,
+        channel: &str,
+    ) -> redis::RedisResult<(Subscription, Arc<Wake>)> {
+        let signal = self
+            .wanted()
+            .get(channel)
+            .map_or_else(Arc::default, |(_, signal)| Arc::clone(signal));
+        let subscription = self.subscribe(channel, &signal).await?;
+        // Another subscriber may have come first in between: its signal is the one.
+        let signal = self
+            .wanted()
+            .get(channel)
+            .map_or(signal, |(_, signal)| Arc::clone(signal));
+        Ok((subscription, signal))
+    }
+
     fn wanted(&self) -> std::sync::MutexGuard<'_, HashMap<String, (usize, Arc<Wake>)>> {
         self.inner
             .wanted
@@ -523,7 +542,11 @@ impl Inner {
             .get(channel)
             .map(|(_, signal)| Arc::clone(signal));
         if let Some(signal) = signal {
-            signal.wake();
+            // A latch's opening names its round; every other broadcast just wakes.
+            match crate::signal::parse_opened(payload) {
+                Some(round) => signal.post_opened(round),
+                None => signal.wake(),
+            }
         }
     }
 }

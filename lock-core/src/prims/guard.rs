@@ -21,6 +21,16 @@ pub(crate) trait Ops: Send + Sync + 'static {
     fn extend(&self, ttl: Duration) -> BoxFuture<'_, Result<bool, LockError>>;
     /// Asks the store whether it is still ours.
     fn held(&self) -> BoxFuture<'_, Result<bool, LockError>>;
+    /// Makes the hold lighter in place (`weight`, the same end), handing what it frees to
+    /// the waiters in one step; false if it was no longer ours. Only permits have a weight.
+    fn reweigh(&self, weight: u64) -> BoxFuture<'_, Result<bool, LockError>> {
+        let _ = weight;
+        Box::pin(async {
+            Err(LockError::Config(
+                "this hold has no weight to change".into(),
+            ))
+        })
+    }
     /// Whether [`Ops::release`] says only that the hold was still there, not whether it
     /// had ended (a release that reads no clock): then the guard's own validity judges,
     /// and a hold released after its local validity ran out counts as ended.
@@ -135,6 +145,26 @@ impl Guard {
             }
         })?;
         if !extended || !shared.extended(sent_at, ttl) {
+            shared.mark_lost();
+            return Err(LockError::Lost {
+                name: shared.name.clone(),
+            });
+        }
+        Ok(())
+    }
+}
+
+impl Guard {
+    /// Makes the hold lighter in place ([`Ops::reweigh`]); [`LockError::Lost`] (and the
+    /// guard marked lost) if it was no longer ours.
+    pub async fn reweigh(&self, weight: u64) -> Result<(), LockError> {
+        let shared = &self.handle.shared;
+        if shared.validity.is_lost() {
+            return Err(LockError::Lost {
+                name: shared.name.clone(),
+            });
+        }
+        if !shared.ops.reweigh(weight).await? {
             shared.mark_lost();
             return Err(LockError::Lost {
                 name: shared.name.clone(),

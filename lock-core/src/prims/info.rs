@@ -28,6 +28,9 @@ pub struct PermitHolder {
     pub remaining: Duration,
     /// How it holds.
     pub mode: HoldMode,
+    /// How many permits it holds (a semaphore's [`acquire_many`](crate::Semaphore::acquire_many));
+    /// 1 for a read-write lock's reader or writer.
+    pub weight: u64,
 }
 
 /// Everyone holding a semaphore or a read-write lock, and how many wait.
@@ -60,6 +63,7 @@ impl PermitHolders {
                     (true, false) => HoldMode::Read,
                     (true, true) => HoldMode::Write,
                 },
+                weight: if rw { 1 } else { h.weight },
             })
             .collect();
         PermitHolders {

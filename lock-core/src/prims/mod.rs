@@ -8,6 +8,7 @@
 pub(crate) mod env;
 mod guard;
 mod info;
+mod latch;
 mod multi;
 mod options;
 pub(crate) mod permits;
@@ -16,6 +17,7 @@ mod semaphore;
 
 pub use guard::GuardHandle;
 pub use info::{HoldMode, PermitHolder, PermitHolders};
+pub use latch::{Latch, LatchState};
 pub use multi::{MultiLease, MultiRequest};
 pub use rwlock::{RwLease, RwLock, RwRequest};
 pub use semaphore::{Permit, PermitRequest, Semaphore, MAX_PERMITS};

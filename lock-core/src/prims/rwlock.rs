@@ -24,9 +24,13 @@ use crate::{LockError, Locker};
 /// the writer gets in as soon as the readers ahead of it are done. When a writer leaves,
 /// every reader queued before the next writer gets in together.
 ///
-/// **No upgrade or downgrade.** A reader that asks for the write side of the same lock
-/// waits for itself (until its `wait` runs out): release the read lease first. Holding
-/// both at once would be a deadlock between two upgrading readers, so it is not offered.
+/// **A writer steps down; a reader does not step up.** [`RwLease::downgrade`] turns the
+/// write lease into a read lease in one atomic step: no other writer gets in between, and
+/// the readers queued behind it (up to the next queued writer) get in at once. The reverse,
+/// [`RwLease::upgrade`], is refused with [`LockError::UpgradeRefused`]: two readers
+/// upgrading at once would each wait for the other to leave, forever. A reader that asks
+/// for the write side through [`RwLock::write`] waits for itself (until its `wait` runs
+/// out): release the read lease first.
 ///
 /// Made by [`Locker::rwlock`]; cheap to clone. Works on one Redis, a Redis Cluster and in
 /// memory; not on Redlock nor with `Protocol::Transactions` ([`LockError::Config`]).
@@ -180,6 +184,66 @@ impl RwLease {
     /// Resets its TTL to `ttl` from now; [`LockError::Lost`] if it had already ended.
     pub async fn extend(&self, ttl: Duration) -> Result<(), LockError> {
         self.guard.extend(ttl).await
+    }
+
+    /// Steps a write lease down to a read lease, atomically: the lease stays held
+    /// throughout (same token, same TTL, its renewal goes on), no other writer can get in
+    /// between, and the readers waiting behind it, up to the next waiting writer, are let
+    /// in at once. A read lease stays as it is. [`LockError::Lost`] if the lease had already
+    /// ended; after another error (Redis unreachable) it is still the write lease.
+    ///
+    /// ```
+    /// # use lock_core::{HoldMode, Locker};
+    /// # use std::time::Duration;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lock_core::LockError> {
+    /// let locker = Locker::memory();
+    /// let catalog = locker.rwlock("catalog");
+    /// let mut lease = catalog.write().await?;
+    /// // ... write the new catalog ...
+    /// lease.downgrade().await?; // now a reader: others read with us, no writer in between
+    /// assert_eq!(lease.mode(), HoldMode::Read);
+    /// let reader = catalog.read().wait(Duration::ZERO).await?;
+    /// assert!(catalog.write().wait(Duration::ZERO).await.is_err());
+    /// # drop(reader);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn downgrade(&mut self) -> Result<(), LockError> {
+        if self.mode == HoldMode::Read {
+            return Ok(());
+        }
+        self.guard.reweigh(1).await?;
+        self.mode = HoldMode::Read;
+        Ok(())
+    }
+
+    /// Refused for a read lease, with [`LockError::UpgradeRefused`] saying why: two readers
+    /// upgrading at once would each wait for the other's read lease to end, forever.
+    /// Release the read lease and ask for the write side (re-reading what was read: it may
+    /// have changed in between), or take the write side from the start and
+    /// [`downgrade`](RwLease::downgrade) it once the write is done. A write lease is left
+    /// as it is (`Ok`).
+    ///
+    /// ```
+    /// # use lock_core::{LockError, Locker};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), LockError> {
+    /// let locker = Locker::memory();
+    /// let mut reader = locker.rwlock("catalog").read().await?;
+    /// let refused = reader.upgrade().unwrap_err();
+    /// assert!(matches!(refused, LockError::UpgradeRefused { .. }));
+    /// assert!(refused.to_string().contains("would each wait for the other"));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn upgrade(&mut self) -> Result<(), LockError> {
+        if self.mode == HoldMode::Read {
+            return Err(LockError::UpgradeRefused {
+                name: self.name().to_owned(),
+            });
+        }
+        Ok(())
     }
 
     /// A cloneable view of this lease.

@@ -101,9 +101,42 @@ impl Semaphore {
     /// `.await` it. No permit free (within the wait) is [`LockError::LimitReached`], "all N
     /// permits of `name` are taken" (see [`LockError`]'s rule).
     pub fn acquire(&self) -> PermitRequest {
+        self.acquire_many(1)
+    }
+
+    /// A request for `n` permits at once, held and released together as one [`Permit`]
+    /// (tokio's `Semaphore::acquire_many`). It waits in the same FIFO line as one-permit
+    /// requests and is never starved by them: a request that does not fit stops the line
+    /// behind it, so the permits freed by the holders ahead of it accumulate for it, and
+    /// it gets in once they are enough. The same Redis calls per acquisition and release as
+    /// one permit. More than the semaphore has is refused at once with
+    /// [`LockError::PermitsAboveCapacity`].
+    ///
+    /// ```
+    /// # use lock_core::{Locker, LockError};
+    /// # use std::time::Duration;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), LockError> {
+    /// let locker = Locker::memory();
+    /// let gpus = locker.semaphore("gpus", 8);
+    /// let training = gpus.acquire_many(6).ttl(Duration::from_secs(60)).await?;
+    /// assert_eq!(training.permits(), 6);
+    /// let small = gpus.acquire_many(2).await?;        // the last 2
+    /// assert!(gpus.try_acquire(Duration::from_secs(5)).await.is_err());
+    /// assert_eq!(gpus.holders().await?.holders.iter().map(|h| h.weight).sum::<u64>(), 8);
+    /// assert!(matches!(
+    ///     gpus.acquire_many(9).await,
+    ///     Err(LockError::PermitsAboveCapacity { asked: 9, permits: 8, .. })
+    /// ));
+    /// # drop((training, small));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn acquire_many(&self, n: u64) -> PermitRequest {
         PermitRequest {
             semaphore: self.clone(),
             options: Options::default(),
+            weight: n,
         }
     }
 
@@ -126,16 +159,29 @@ impl Semaphore {
         PermitKeys::new(self.env.prefix(), self.name.clone(), "sem")
     }
 
-    fn ask(&self) -> Result<Ask, LockError> {
+    fn ask(&self, weight: u64) -> Result<Ask, LockError> {
         if !(1..=MAX_PERMITS).contains(&self.permits) {
             return Err(LockError::Config(format!(
                 "semaphore `{}`: {} permits; it needs between 1 and {MAX_PERMITS}",
                 self.name, self.permits
             )));
         }
+        if weight == 0 {
+            return Err(LockError::Config(format!(
+                "semaphore `{}`: a request for 0 permits takes nothing; ask for 1 or more",
+                self.name
+            )));
+        }
+        if weight > self.permits {
+            return Err(LockError::PermitsAboveCapacity {
+                name: self.name.clone(),
+                asked: weight,
+                permits: self.permits,
+            });
+        }
         Ok(Ask {
             capacity: self.permits,
-            weight: 1,
+            weight,
         })
     }
 }
@@ -149,12 +195,14 @@ impl fmt::Debug for Semaphore {
     }
 }
 
-/// A request for one permit of a [`Semaphore`]; `.await` it.
+/// A request for one permit (or, from [`Semaphore::acquire_many`], several) of a
+/// [`Semaphore`]; `.await` it.
 #[must_use = "a permit request does nothing until it is awaited"]
 #[derive(Debug)]
 pub struct PermitRequest {
     semaphore: Semaphore,
     options: Options,
+    weight: u64,
 }
 
 impl PermitRequest {
@@ -167,15 +215,19 @@ impl IntoFuture for PermitRequest {
 
     fn into_future(self) -> Self::IntoFuture {
         Box::pin(async move {
-            let PermitRequest { semaphore, options } = self;
-            let ask = semaphore.ask()?;
+            let PermitRequest {
+                semaphore,
+                options,
+                weight,
+            } = self;
+            let ask = semaphore.ask(weight)?;
             // The request owns its handle: the name moves into the keys, not cloned.
             let Semaphore { env, name, permits } = semaphore;
             let keys = PermitKeys::new(env.prefix(), name, "sem")?;
             let guard = take(env, keys, ask, options)
                 .await
-                .map_err(|err| err.into_limit(permits))?;
-            Ok(Permit { guard })
+                .map_err(|err| err.into_limit_of(permits, weight))?;
+            Ok(Permit { guard, weight })
         })
     }
 }
@@ -187,9 +239,15 @@ impl IntoFuture for PermitRequest {
 #[derive(Debug)]
 pub struct Permit {
     guard: Guard,
+    weight: u64,
 }
 
 impl Permit {
+    /// How many permits this holds (1, or `n` from [`Semaphore::acquire_many`]).
+    pub fn permits(&self) -> u64 {
+        self.weight
+    }
+
     /// Gives the permit back. `Ok(true)` if it was still ours; `Ok(false)` if it had
     /// already ended (nobody else's permit is touched).
     pub async fn release(self) -> Result<bool, LockError> {

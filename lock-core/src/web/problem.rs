@@ -148,10 +148,18 @@ impl ErrorResponses {
             ),
             LockError::WrongType { .. }
             | LockError::CapacityMismatch { .. }
+            | LockError::PermitsAboveCapacity { .. }
             | LockError::InvalidDuration { .. }
             | LockError::Config(_)
             | LockError::NoDefaultLocker { .. }
             | LockError::HeldByThisTask { .. }
+            | LockError::BlockingInAsync { .. }
+            | LockError::UpgradeRefused { .. }
+            | LockError::LatchNotFound { .. }
+            | LockError::LatchExpired { .. }
+            | LockError::LatchCountBelowZero { .. }
+            | LockError::LatchStillCounting { .. }
+            | LockError::LatchTimeout { .. }
             | LockError::Entropy { .. } => Problem::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "the request could not be guarded because of a server-side problem",

@@ -172,3 +172,50 @@ async fn status_and_list_show_every_holder() {
     assert!(locker.shutdown(Duration::from_secs(5)).await);
     assert_eq!(run(&server, &["list", "--json"]).stdout, "[]\n");
 }
+
+/// A holder of several permits (`Semaphore::acquire_many`) is shown with its number, and
+/// the semaphore is full when the numbers add up to its permits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_shows_how_many_permits_each_holder_has() {
+    let server = RedisServer::start();
+    let locker = Locker::builder()
+        .url(server.url())
+        .app_name("trainer")
+        .build()
+        .unwrap();
+    let ttl = Duration::from_secs(30);
+    let gpus = locker.semaphore("gpus", 8);
+    let held = [
+        gpus.acquire_many(6).ttl(ttl).await.unwrap(),
+        gpus.acquire_many(2).ttl(ttl).await.unwrap(),
+    ];
+    let status = run(&server, &["status", "gpus"]);
+    assert_eq!(status.code, Some(0), "{status:#?}");
+    assert!(
+        status.stdout.contains("holds     6 permits trainer@"),
+        "{status:#?}"
+    );
+    assert!(
+        status.stdout.contains("holds     2 permits trainer@"),
+        "{status:#?}"
+    );
+    assert!(
+        status
+            .stdout
+            .contains("full (all 8 permits of the semaphore are held)"),
+        "{status:#?}"
+    );
+    let json: Value =
+        serde_json::from_str(&run(&server, &["status", "gpus", "--json"]).stdout).unwrap();
+    let mut weights: Vec<u64> = json["permits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["permits"].as_u64().unwrap())
+        .collect();
+    weights.sort_unstable();
+    assert_eq!(weights, [2, 6], "{json}");
+    let table = run(&server, &["list"]);
+    assert!(table.stdout.contains("6 permits"), "{table:#?}");
+    drop(held);
+}

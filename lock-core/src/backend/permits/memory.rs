@@ -217,6 +217,25 @@ impl MemoryPermits {
         ours
     }
 
+    /// The scripts' `permits_reweigh`: `member` becomes `lighter` with the same end, and the
+    /// weight it frees goes to the queue in order.
+    pub fn reweigh(&self, keys: &PermitKeys, member: &str, lighter: &str) -> bool {
+        let now = Instant::now();
+        let mut sets = self.sets();
+        let Some(set) = sets.get_mut(&keys.holders) else {
+            return false;
+        };
+        match set.holders.remove(member) {
+            Some(end) if end > now => {
+                set.holders.insert(lighter.to_owned(), end);
+            }
+            _ => return false,
+        }
+        let sum = set.prune(now);
+        set.admit(now, sum, None, Duration::ZERO, true);
+        true
+    }
+
     pub fn extend(&self, keys: &PermitKeys, member: &str, ttl: Duration) -> bool {
         let now = Instant::now();
         let mut sets = self.sets();

@@ -227,6 +227,23 @@ impl Store {
         }
     }
 
+    /// Replaces the held `member` by `lighter` (the same value with a smaller weight, the
+    /// same end) and hands the weight it frees to the waiters in order, in one step; false
+    /// when the permit had ended (nothing changed). The waiters of `local` (this Locker's
+    /// notifier) it hands a permit are woken from its reply.
+    pub async fn reweigh(
+        &self,
+        keys: &PermitKeys,
+        member: &str,
+        lighter: &str,
+        local: Option<&Notifier>,
+    ) -> Result<bool, LockError> {
+        match self {
+            Store::Server(server) => redis::reweigh(server, keys, member, lighter, local).await,
+            Store::Memory(memory) => Ok(memory.reweigh(keys, member, lighter)),
+        }
+    }
+
     pub async fn extend(
         &self,
         keys: &PermitKeys,

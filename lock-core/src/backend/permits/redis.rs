@@ -8,6 +8,7 @@ use super::{parse_member, Ask, Attempt, Leaving, PermitKeys, QueueWaiter, RawHol
 use crate::backend::millis;
 use crate::backend::prim_scripts::{
     SentOn, Server, PERMITS_ACQUIRE, PERMITS_EXTEND, PERMITS_HOLDERS, PERMITS_RELEASE,
+    PERMITS_REWEIGH,
 };
 use crate::connection::notifier::Notifier;
 use crate::connection::shared::Conn;
@@ -209,6 +210,41 @@ pub(super) async fn release(
         == Some(1);
     wake_local(keys, local, values, sent_at);
     Ok(ours)
+}
+
+/// Replaces the held `member` by the lighter `lighter` (same end) and hands the weight it
+/// frees to the queue; false when the permit had ended.
+pub(super) async fn reweigh(
+    server: &Server,
+    keys: &PermitKeys,
+    member: &str,
+    lighter: &str,
+    local: Option<&Notifier>,
+) -> Result<bool, LockError> {
+    let channel = local.map_or("", Notifier::own_channel);
+    let sent_at = Instant::now();
+    let unread = UnreadReply { keys, local };
+    let reply: Vec<redis::Value> = server
+        .run(
+            &PERMITS_REWEIGH,
+            &keys.name,
+            &[&keys.holders, &keys.queue],
+            &[
+                member.as_bytes(),
+                lighter.as_bytes(),
+                WINDOW_MS.as_bytes(),
+                channel.as_bytes(),
+            ],
+        )
+        .await?;
+    unread.read();
+    let mut values = reply.into_iter();
+    let done = values
+        .next()
+        .and_then(|v| redis::from_redis_value::<i64>(v).ok())
+        == Some(1);
+    wake_local(keys, local, values, sent_at);
+    Ok(done)
 }
 
 pub(super) async fn extend(

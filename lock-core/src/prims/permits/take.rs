@@ -1,5 +1,6 @@
 //! A permit taken and wrapped in a guard that releases, extends and checks it.
 
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
@@ -38,7 +39,7 @@ pub(crate) async fn take(
         env: env.clone(),
         store,
         keys,
-        member: granted.member,
+        member: Mutex::new(granted.member),
     };
     Ok(Guard::new(Parts {
         env,
@@ -55,7 +56,37 @@ struct PermitOps {
     env: Env,
     store: Store,
     keys: PermitKeys,
-    member: String,
+    /// `<weight> <value>`: changed only by a reweigh (a writer stepping down), which the
+    /// renewal may cross (see [`PermitOps::extend`]).
+    member: Mutex<String>,
+}
+
+impl PermitOps {
+    fn member(&self) -> String {
+        self.member
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// `op` on the member; when the store says it is not there but the member was
+    /// reweighed meanwhile (the renewal's extension crossing a downgrade), once more on the
+    /// member as it is now.
+    async fn on_member<F, Fut>(&self, op: F) -> Result<bool, LockError>
+    where
+        F: Fn(String) -> Fut,
+        Fut: std::future::Future<Output = Result<bool, LockError>>,
+    {
+        let member = self.member();
+        if op(member.clone()).await? {
+            return Ok(true);
+        }
+        let now = self.member();
+        if now == member {
+            return Ok(false);
+        }
+        op(now).await
+    }
 }
 
 impl Ops for PermitOps {
@@ -64,16 +95,16 @@ impl Ops for PermitOps {
     }
 
     fn release(&self) -> BoxFuture<'_, Result<bool, LockError>> {
-        Box::pin(self.env.run(
-            &self.keys.name,
-            self.store.release(
-                &self.keys,
-                &self.member,
-                None,
-                None,
-                self.env.queue_notifier(),
-            ),
-        ))
+        Box::pin(async move {
+            let member = self.member();
+            self.env
+                .run(
+                    &self.keys.name,
+                    self.store
+                        .release(&self.keys, &member, None, None, self.env.queue_notifier()),
+                )
+                .await
+        })
     }
 
     fn after_lost_reply(&self) {
@@ -83,10 +114,31 @@ impl Ops for PermitOps {
     }
 
     fn extend(&self, ttl: Duration) -> BoxFuture<'_, Result<bool, LockError>> {
-        Box::pin(self.env.run(
-            &self.keys.name,
-            self.store.extend(&self.keys, &self.member, ttl),
-        ))
+        Box::pin(self.on_member(move |member| async move {
+            self.env
+                .run(&self.keys.name, self.store.extend(&self.keys, &member, ttl))
+                .await
+        }))
+    }
+
+    fn reweigh(&self, weight: u64) -> BoxFuture<'_, Result<bool, LockError>> {
+        Box::pin(async move {
+            let member = self.member();
+            let (_, value) = crate::backend::permits::parse_member(&member);
+            let lighter = crate::backend::permits::member(weight, value);
+            let done = self
+                .env
+                .run(
+                    &self.keys.name,
+                    self.store
+                        .reweigh(&self.keys, &member, &lighter, self.env.queue_notifier()),
+                )
+                .await?;
+            if done {
+                *self.member.lock().unwrap_or_else(PoisonError::into_inner) = lighter;
+            }
+            Ok(done)
+        })
     }
 
     fn held(&self) -> BoxFuture<'_, Result<bool, LockError>> {
@@ -96,7 +148,8 @@ impl Ops for PermitOps {
                 .run(&self.keys.name, self.store.holders(&self.keys))
                 .await?
                 .holders;
-            let (weight, value) = crate::backend::permits::parse_member(&self.member);
+            let member = self.member();
+            let (weight, value) = crate::backend::permits::parse_member(&member);
             let token = decode_value(value).0;
             Ok(holders
                 .iter()
