@@ -32,7 +32,9 @@ async fn checked(n: u64) -> Result<u64, AppError> {
 }
 
 #[redis_locked(key = "forbid")]
-async fn one_line(n: u64) -> Result<u64, LockError> { Ok(n) }
+async fn one_line(n: u64) -> Result<u64, LockError> {
+    Ok(n)
+}
 
 /// Durations given as expressions: typed locals, no lint.
 #[redis_locked(key = "forbid:{n}", ttl = TTL, wait = Duration::from_millis(n), hold_at_least = { TTL * 2 })]

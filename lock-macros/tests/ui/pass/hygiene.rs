@@ -21,7 +21,11 @@ mod hygiene {
         };
     }
 
-    #[::lock_core::redis_locked(key = "hygiene:{__lock_key}:{__lock_locker}", ttl = "1s", wait = "1s")]
+    #[::lock_core::redis_locked(
+        key = "hygiene:{__lock_key}:{__lock_locker}",
+        ttl = "1s",
+        wait = "1s"
+    )]
     pub async fn collide(
         __lock_key: u32,
         __lock_locker: u32,
@@ -55,5 +59,8 @@ mod hygiene {
 fn main() {
     drop(hygiene::collide(1, 2));
     drop(hygiene::constant(&lock_core::Locker::memory()));
-    drop(hygiene::duration_locals(std::time::Duration::from_secs(1), 2));
+    drop(hygiene::duration_locals(
+        std::time::Duration::from_secs(1),
+        2,
+    ));
 }

@@ -1,3 +1,6 @@
+// A test target of the workspace (built and linted with it): the lints on the user code
+// written here, not on what the attribute generates, are off.
+#![allow(missing_debug_implementations)]
 use std::sync::{Arc, LazyLock, OnceLock};
 
 use lock_core::{redis_locked, LockError, Locker};
@@ -77,13 +80,19 @@ async fn temporary() -> Result<(), LockError> {
 fn main() {
     drop(temporary());
     let _ = ONCE.set(Locker::memory());
-    let state = Arc::new(AppState { locker: Locker::memory() });
+    let state = Arc::new(AppState {
+        locker: Locker::memory(),
+    });
     drop(handler(State(state), 1));
     drop((lazy(), once(), block_expression()));
     let locker = Locker::memory();
     drop(by_reference(&locker));
     drop(by_value(locker.clone()));
     drop(choose(true, &locker, &locker));
-    let service = Service { locks: locker.clone(), shared: Arc::new(locker.clone()), boxed: Box::new(locker) };
+    let service = Service {
+        locks: locker.clone(),
+        shared: Arc::new(locker.clone()),
+        boxed: Box::new(locker),
+    };
     drop((service.field(1), service.arc(1), service.boxed(1)));
 }

@@ -1,3 +1,6 @@
+// A test target of the workspace (built and linted with it): the lints on the user code
+// written here, not on what the attribute generates, are off.
+#![allow(missing_debug_implementations)]
 use std::sync::Arc;
 
 use lock_core::{redis_locked, LockError, Locker};
@@ -38,14 +41,29 @@ impl Account {
 
     #[redis_locked(key = "account:{id}")]
     pub async fn associated(id: u64) -> Result<Self, LockError> {
-        Ok(Account { id, balance: 0, locks: Locker::memory() })
+        Ok(Account {
+            id,
+            balance: 0,
+            locks: Locker::memory(),
+        })
     }
 }
 
 fn main() {
-    let mut account = Account { id: 1, balance: 0, locks: Locker::memory() };
+    let mut account = Account {
+        id: 1,
+        balance: 0,
+        locks: Locker::memory(),
+    };
     drop(account.balance());
     drop(account.deposit(5));
     drop(Account::associated(2));
-    drop(Arc::new(Account { id: 3, balance: 0, locks: Locker::memory() }).shared(3));
+    drop(
+        Arc::new(Account {
+            id: 3,
+            balance: 0,
+            locks: Locker::memory(),
+        })
+        .shared(3),
+    );
 }

@@ -42,7 +42,10 @@ impl Cleanup for Janitor {
 }
 
 fn main() {
-    let mut nightly = Nightly { locks: Locker::memory(), runs: 0 };
+    let mut nightly = Nightly {
+        locks: Locker::memory(),
+        runs: 0,
+    };
     drop(nightly.run(1));
     drop(nightly.run_mut());
     drop(Janitor.cleanup());
