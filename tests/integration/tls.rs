@@ -165,9 +165,7 @@ async fn redlock_over_tls() {
         Locker::builder()
             .redlock(nodes.iter().map(TlsServer::url))
             .tls(ca(&files))
-            // A node's answer may include a TLS handshake: on a loaded 2-core machine that
-            // took over the default 100 ms (a CI run's release failed with NoQuorum).
-            .node_timeout(Duration::from_secs(1))
+            .node_timeout(Duration::from_millis(500))
             .build()
             .expect("redlock locker")
     };
