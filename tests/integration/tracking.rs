@@ -189,12 +189,18 @@ async fn a_dropped_watch_connection_makes_every_lease_look_again() {
     let second = held(&locker, &server, "second").await;
     // Every client connection dies (the watch connection among them) and, in the same
     // moment, one key goes: no push can tell of it, the re-check after reconnecting must.
-    let script = format!(
-        "redis.call('DEL', '{}'); return redis.call('CLIENT', 'KILL', 'TYPE', 'normal', 'SKIPME', 'yes')",
-        first.key()
-    );
-    let reply = server.command(&["EVAL", &script, "0"]);
-    assert!(reply.starts_with(':'), "{reply}");
+    let client = redis::Client::open(server.url()).expect("client");
+    let mut conn = client.get_connection().expect("connection");
+    let (deleted, killed): (u64, u64) = redis::pipe()
+        .atomic()
+        .cmd("DEL")
+        .arg(first.key())
+        .cmd("CLIENT")
+        .arg(&["KILL", "TYPE", "normal", "SKIPME", "yes"])
+        .query(&mut conn)
+        .expect("DEL and CLIENT KILL in one transaction");
+    assert_eq!(deleted, 1);
+    assert!(killed >= 1, "the watch connection was killed");
     told(&first, "a DEL while the watch connection was down").await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(!second.is_lost(), "the other lease is still ours");
