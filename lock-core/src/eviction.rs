@@ -6,7 +6,7 @@
 /// `allkeys-*` policies any key). Under memory pressure such a server deletes lock keys
 /// while their holders still work under them.
 ///
-/// The Locker reads the policy with `CONFIG GET` when it first connects its watch
+/// The Locker reads the policy with `INFO memory` when it first connects its watch
 /// connection (at its first acquisition) and again whenever that connection is reopened (a
 /// restart or a failover). Set with
 /// [`LockerBuilder::eviction_check`](crate::LockerBuilder::eviction_check).
@@ -30,7 +30,7 @@ pub enum EvictionCheck {
     #[default]
     Warn,
     /// Refuse every acquisition with [`LockError::Misconfigured`](crate::LockError::Misconfigured)
-    /// while the server could evict locks, or while its policy cannot be read (`CONFIG GET`
+    /// while the server could evict locks, or while its policy cannot be read (`INFO`
     /// refused): the first acquisition waits for the check.
     Refuse,
     /// Do not read the policy.

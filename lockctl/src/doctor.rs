@@ -86,12 +86,19 @@ impl Finding {
 /// could not be made), [`UNSAFE`] (2) when locks are unsafe there, 69 when unreachable.
 pub async fn doctor(target: &Target, args: &DoctorArgs) -> Result<u8, Failure> {
     let mut conn = target.connection().await?;
-    let info = info(&mut conn, "everything").await.map_err(|err| {
-        Failure::from_redis(&err, &target.shown_url)
-    })?;
+    let info = match info(&mut conn, "everything").await {
+        Ok(info) => Ok(info),
+        Err(err) if err.is_io_error() || err.is_timeout() || err.is_connection_dropped() => {
+            return Err(Failure::from_redis(&err, &target.shown_url))
+        }
+        Err(err) => Err(format!("INFO refused ({err})")),
+    };
     let mut findings = vec![version(&info), topology(&mut conn, &info).await];
-    if info.get("redis_mode").map(String::as_str) != Some("sentinel") {
-        findings.push(eviction(&mut conn).await);
+    let sentinel = info
+        .as_ref()
+        .is_ok_and(|info| info.get("redis_mode").map(String::as_str) == Some("sentinel"));
+    if !sentinel {
+        findings.push(eviction(&info));
         findings.push(persistence(&mut conn).await);
         findings.push(replicas(&info));
         findings.push(clock(&mut conn).await);
@@ -202,10 +209,14 @@ fn major_minor(version: &str) -> Option<(u32, u32)> {
     Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
 }
 
-fn version(info: &HashMap<String, String>) -> Finding {
+fn version(info: &Result<HashMap<String, String>, String>) -> Finding {
     const WHY: &str = "every acquisition is one SET ... NX PX ... GET (Redis 6.2 and later); \
                        a Cluster's waiters listen with sharded pub/sub, and key tracking and \
                        ACL checks need 7.0";
+    let info = match info {
+        Ok(info) => info,
+        Err(reason) => return Finding::unchecked("version", reason, WHY),
+    };
     let Some(version) = info.get("redis_version") else {
         return Finding::unchecked("version", "INFO server reports no redis_version", WHY);
     };
@@ -221,7 +232,16 @@ fn version(info: &HashMap<String, String>) -> Finding {
     }
 }
 
-async fn topology(conn: &mut MultiplexedConnection, info: &HashMap<String, String>) -> Finding {
+async fn topology(
+    conn: &mut MultiplexedConnection,
+    info: &Result<HashMap<String, String>, String>,
+) -> Finding {
+    let info = match info {
+        Ok(info) => info,
+        Err(reason) => {
+            return Finding::unchecked("topology", reason, "INFO tells a master from a replica, a Cluster node or a Sentinel")
+        }
+    };
     let mode = info.get("redis_mode").map_or("standalone", String::as_str);
     match mode {
         "cluster" => {
@@ -321,20 +341,21 @@ async fn info_raw(
         .collect())
 }
 
-async fn eviction(conn: &mut MultiplexedConnection) -> Finding {
+fn eviction(info: &Result<HashMap<String, String>, String>) -> Finding {
     const WHY: &str = "with a memory limit and any policy but noeviction, Redis deletes keys \
                        under memory pressure (volatile-* policies exactly the keys with a \
                        TTL, which is every lock), and the holder works on under a lock that \
                        is gone";
-    let settings = match config(conn, "maxmemory*").await {
-        Ok(settings) => settings,
+    let info = match info {
+        Ok(info) => info,
         Err(reason) => return Finding::unchecked("eviction", reason, WHY),
     };
-    let policy = settings.get("maxmemory-policy").cloned().unwrap_or_default();
-    let maxmemory: u64 = settings
-        .get("maxmemory")
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0);
+    let (Some(policy), Some(maxmemory)) = (
+        info.get("maxmemory_policy"),
+        info.get("maxmemory").and_then(|n| n.parse::<u64>().ok()),
+    ) else {
+        return Finding::unchecked("eviction", "INFO memory reports no maxmemory_policy", WHY);
+    };
     let found = format!("maxmemory-policy {policy}, maxmemory {maxmemory}");
     if maxmemory > 0 && policy != "noeviction" {
         Finding::new("eviction", Level::Unsafe, found)
@@ -373,10 +394,14 @@ async fn persistence(conn: &mut MultiplexedConnection) -> Finding {
     }
 }
 
-fn replicas(info: &HashMap<String, String>) -> Finding {
+fn replicas(info: &Result<HashMap<String, String>, String>) -> Finding {
     const WHY: &str = "replication is asynchronous: a lock written on the master and not yet \
                        on the replica that a failover promotes is granted again (lag is how \
                        far behind they are; ReplicaSync waits for acknowledgements)";
+    let info = match info {
+        Ok(info) => info,
+        Err(reason) => return Finding::unchecked("replicas", reason, WHY),
+    };
     let connected: u32 = info
         .get("connected_slaves")
         .and_then(|n| n.parse().ok())
@@ -461,7 +486,7 @@ fn acl_commands(prefix: &str) -> Vec<(bool, &'static str, Vec<String>)> {
         (false, "INFO (replica count)", strings(&["INFO", "replication"])),
         (false, "WAIT (ReplicaSync)", strings(&["WAIT", "0", "0"])),
         (false, "CLIENT TRACKING (lost leases told at once)", strings(&["CLIENT", "TRACKING", "ON"])),
-        (false, "CONFIG GET (eviction check)", strings(&["CONFIG", "GET", "maxmemory-policy"])),
+        (false, "MGET (lost leases told at once)", strings(&["MGET", &key])),
     ]
 }
 
@@ -571,7 +596,7 @@ mod tests {
 
     #[test]
     fn versions_are_graded() {
-        let of = |v: &str| version(&HashMap::from([("redis_version".to_owned(), v.to_owned())])).level;
+        let of = |v: &str| version(&Ok(HashMap::from([("redis_version".to_owned(), v.to_owned())]))).level;
         assert_eq!(of("6.0.9"), Level::Unsafe);
         assert_eq!(of("6.2.14"), Level::Warning);
         assert_eq!(of("7.0.15"), Level::Fine);

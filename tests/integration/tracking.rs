@@ -313,8 +313,8 @@ async fn noeviction_and_no_memory_limit_pass_the_strict_check() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_server_refusing_config_get_is_not_taken_for_safe_under_the_strict_check() {
-    let server = RedisServer::start_with(&["user default on nopass ~* &* +@all -config"]);
+async fn a_server_refusing_info_is_not_taken_for_safe_under_the_strict_check() {
+    let server = RedisServer::start_with(&["user default on nopass ~* &* +@all -info"]);
     let strict = Locker::builder()
         .url(server.url())
         .eviction_check(EvictionCheck::Refuse)

@@ -34,7 +34,7 @@ pub(crate) trait WatchListener: Send + Sync {
     fn opened(&self, generation: u64, eviction: Result<Eviction, String>);
 }
 
-/// The server's eviction settings, as `CONFIG GET` reported them.
+/// The server's eviction settings, as `INFO memory` reported them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Eviction {
     /// `maxmemory-policy`: `noeviction`, `volatile-lru`, `allkeys-lru`, ...
@@ -150,6 +150,14 @@ impl Watcher {
             .query_async(&mut conn)
             .await;
         result.map_err(|err| {
+            if is_refusal(&err) {
+                let reason = format!("MGET was refused: {err}");
+                *self
+                    .tracking_refused
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(reason.clone());
+                return WatchError::Refused(reason);
+            }
             self.forget(generation);
             WatchError::Failed(err)
         })
@@ -265,54 +273,32 @@ fn deliver(listener: &dyn WatchListener, generation: u64, info: PushInfo) {
     }
 }
 
-/// The server's `maxmemory-policy` and `maxmemory`, or why they could not be read.
+/// The server's `maxmemory-policy` and `maxmemory` (from `INFO memory`, which a
+/// least-privilege user may run where `CONFIG GET`, which shows passwords too, is refused),
+/// or why they could not be read.
 pub(crate) async fn read_eviction(conn: &mut MultiplexedConnection) -> Result<Eviction, String> {
-    let reply: redis::RedisResult<Value> = redis::cmd("CONFIG")
-        .arg("GET")
-        .arg("maxmemory*")
+    let reply: redis::RedisResult<String> = redis::cmd("INFO")
+        .arg("memory")
         .query_async(conn)
         .await;
-    let reply = reply.map_err(|err| format!("CONFIG GET was refused: {err}"))?;
-    let pairs = config_pairs(reply);
-    let find = |name: &str| {
-        pairs
-            .iter()
-            .find(|(key, _)| key == name)
-            .map(|(_, value)| value.clone())
-    };
-    let policy = find("maxmemory-policy")
-        .ok_or_else(|| "CONFIG GET did not report maxmemory-policy".to_owned())?;
-    let maxmemory = find("maxmemory")
-        .and_then(|value| value.parse().ok())
-        .ok_or_else(|| "CONFIG GET did not report maxmemory".to_owned())?;
-    Ok(Eviction { policy, maxmemory })
+    let text = reply.map_err(|err| format!("INFO memory was refused: {err}"))?;
+    parse_eviction(&text)
 }
 
-/// A CONFIG GET reply (a RESP3 map, or a RESP2 flat array) as name/value pairs.
-fn config_pairs(reply: Value) -> Vec<(String, String)> {
-    let text = |value: Value| match value {
-        Value::BulkString(bytes) => Some(String::from_utf8_lossy(&bytes).into_owned()),
-        Value::SimpleString(text) => Some(text),
-        Value::Int(n) => Some(n.to_string()),
-        _ => None,
+/// `maxmemory` and `maxmemory_policy` of an `INFO memory` reply.
+fn parse_eviction(text: &str) -> Result<Eviction, String> {
+    let field = |name: &str| {
+        text.lines()
+            .filter_map(|line| line.split_once(':'))
+            .find(|(key, _)| *key == name)
+            .map(|(_, value)| value.trim().to_owned())
     };
-    match reply {
-        Value::Map(pairs) => pairs
-            .into_iter()
-            .filter_map(|(key, value)| Some((text(key)?, text(value)?)))
-            .collect(),
-        Value::Array(items) => {
-            let mut items = items.into_iter();
-            let mut pairs = Vec::new();
-            while let (Some(key), Some(value)) = (items.next(), items.next()) {
-                if let (Some(key), Some(value)) = (text(key), text(value)) {
-                    pairs.push((key, value));
-                }
-            }
-            pairs
-        }
-        _ => Vec::new(),
-    }
+    let policy = field("maxmemory_policy")
+        .ok_or_else(|| "INFO memory did not report maxmemory_policy".to_owned())?;
+    let maxmemory = field("maxmemory")
+        .and_then(|value| value.parse().ok())
+        .ok_or_else(|| "INFO memory did not report maxmemory".to_owned())?;
+    Ok(Eviction { policy, maxmemory })
 }
 
 /// The server does not speak RESP3 (Redis before 6 answers HELLO with an error).
@@ -351,14 +337,15 @@ mod tests {
     }
 
     #[test]
-    fn config_replies_of_both_protocols_are_read() {
-        let bulk = |text: &str| Value::BulkString(text.as_bytes().to_vec());
-        let map = Value::Map(vec![(bulk("maxmemory"), bulk("10"))]);
-        assert_eq!(config_pairs(map), vec![("maxmemory".into(), "10".into())]);
-        let flat = Value::Array(vec![bulk("maxmemory-policy"), bulk("noeviction")]);
+    fn info_memory_is_read() {
+        let info = "# Memory\r\nused_memory:1000\r\nmaxmemory:2097152\r\nmaxmemory_human:2.00M\r\nmaxmemory_policy:volatile-lru\r\n";
         assert_eq!(
-            config_pairs(flat),
-            vec![("maxmemory-policy".into(), "noeviction".into())]
+            parse_eviction(info),
+            Ok(Eviction {
+                policy: "volatile-lru".into(),
+                maxmemory: 2 << 20
+            })
         );
+        assert!(parse_eviction("# Memory\r\n").is_err());
     }
 }

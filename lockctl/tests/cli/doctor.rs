@@ -132,18 +132,26 @@ fn a_user_without_scripts_is_unsafe_and_one_without_tracking_a_warning() {
 }
 
 #[test]
-fn a_server_refusing_config_get_is_could_not_check_never_fine() {
+fn checks_the_server_refuses_are_could_not_check_never_fine() {
     let server = RedisServer::start_with(&[GOOD[0], GOOD[1], "user default on nopass ~* &* +@all -config"]);
     let (code, report) = doctor_json(&server);
     assert_eq!(code, Some(1), "{report:#}");
     assert_eq!(report["verdict"], "warnings");
-    for check in ["eviction", "persistence"] {
+    let (level, found, _, _) = finding(&report, "persistence");
+    assert_eq!(level, "unchecked", "{report:#}");
+    assert!(found.starts_with("could not check: CONFIG GET refused"), "{found}");
+    only(&report, "persistence");
+    let text = run(&server, &["doctor"]);
+    assert!(text.stdout.contains("[could not check] persistence"), "{text:#?}");
+
+    let server = RedisServer::start_with(&[GOOD[0], GOOD[1], "user default on nopass ~* &* +@all -info"]);
+    let (code, report) = doctor_json(&server);
+    assert_eq!(code, Some(1), "{report:#}");
+    for check in ["eviction", "version", "topology", "replicas"] {
         let (level, found, _, _) = finding(&report, check);
         assert_eq!(level, "unchecked", "{check}: {report:#}");
-        assert!(found.starts_with("could not check: CONFIG GET refused"), "{found}");
+        assert!(found.starts_with("could not check: INFO refused"), "{found}");
     }
-    let text = run(&server, &["doctor"]);
-    assert!(text.stdout.contains("[could not check] eviction"), "{text:#?}");
 }
 
 #[test]
