@@ -85,7 +85,8 @@ mod enabled {
     }
 
     pub(crate) fn tracked_loss(name: &str) {
-        metrics::counter!("lock_lost_by_push_total", "lock" => family(name).to_owned()).increment(1);
+        metrics::counter!("lock_lost_by_push_total", "lock" => family(name).to_owned())
+            .increment(1);
     }
 
     pub(crate) fn unreplicated_master(bare: bool) {

@@ -75,9 +75,13 @@ impl Finding {
     }
 
     fn unchecked(check: &'static str, reason: impl fmt::Display, why: &str) -> Finding {
-        Finding::new(check, Level::Unchecked, format!("could not check: {reason}"))
-            .why(why)
-            .fix("grant this user the command, or check the setting by hand")
+        Finding::new(
+            check,
+            Level::Unchecked,
+            format!("could not check: {reason}"),
+        )
+        .why(why)
+        .fix("grant this user the command, or check the setting by hand")
     }
 }
 
@@ -224,9 +228,11 @@ fn version(info: &Result<HashMap<String, String>, String>) -> Finding {
         Some(v) if v < (6, 2) => Finding::new("version", Level::Unsafe, format!("Redis {version}"))
             .why(WHY)
             .fix("upgrade to Redis 7.0 or later (6.2 at the very least)"),
-        Some(v) if v < (7, 0) => Finding::new("version", Level::Warning, format!("Redis {version}"))
-            .why(WHY)
-            .fix("upgrade to Redis 7.0 or later"),
+        Some(v) if v < (7, 0) => {
+            Finding::new("version", Level::Warning, format!("Redis {version}"))
+                .why(WHY)
+                .fix("upgrade to Redis 7.0 or later")
+        }
         Some(_) => Finding::new("version", Level::Fine, format!("Redis {version}")).why(WHY),
         None => Finding::unchecked("version", format!("unreadable version {version:?}"), WHY),
     }
@@ -239,7 +245,11 @@ async fn topology(
     let info = match info {
         Ok(info) => info,
         Err(reason) => {
-            return Finding::unchecked("topology", reason, "INFO tells a master from a replica, a Cluster node or a Sentinel")
+            return Finding::unchecked(
+                "topology",
+                reason,
+                "INFO tells a master from a replica, a Cluster node or a Sentinel",
+            )
         }
     };
     let mode = info.get("redis_mode").map_or("standalone", String::as_str);
@@ -255,7 +265,8 @@ async fn topology(
                 .and_then(|n| n.parse().ok())
                 .unwrap_or(0);
             let state = cluster.get("cluster_state").cloned().unwrap_or_default();
-            let found = format!(
+            let found =
+                format!(
                 "Redis Cluster, state {state}, {assigned} of 16384 slots assigned, {} known nodes",
                 cluster.get("cluster_known_nodes").map_or("?", String::as_str)
             );
@@ -277,7 +288,13 @@ async fn topology(
                 .await;
             let masters = match reply {
                 Ok(masters) => masters,
-                Err(err) => return Finding::unchecked("topology", format!("SENTINEL MASTERS refused ({err})"), WHY),
+                Err(err) => {
+                    return Finding::unchecked(
+                        "topology",
+                        format!("SENTINEL MASTERS refused ({err})"),
+                        WHY,
+                    )
+                }
             };
             let mut level = Level::Fine;
             let mut parts = Vec::new();
@@ -302,7 +319,10 @@ async fn topology(
                     field("flags")
                 ));
             }
-            let found = format!("a Sentinel: {}; point doctor at the master for the other checks", parts.join("; "));
+            let found = format!(
+                "a Sentinel: {}; point doctor at the master for the other checks",
+                parts.join("; ")
+            );
             Finding::new("topology", level, found)
                 .why(WHY)
                 .fix("run at least three Sentinels on separate hosts, with a quorum that is a majority of them")
@@ -377,7 +397,11 @@ async fn persistence(conn: &mut MultiplexedConnection) -> Finding {
     let appendonly = aof.get("appendonly").map_or("no", String::as_str);
     let fsync = aof.get("appendfsync").map_or("?", String::as_str);
     let save = save.get("save").cloned().unwrap_or_default();
-    let rdb = if save.is_empty() { "off".to_owned() } else { format!("save {save}") };
+    let rdb = if save.is_empty() {
+        "off".to_owned()
+    } else {
+        format!("save {save}")
+    };
     let found = format!("AOF {appendonly} (appendfsync {fsync}), RDB {rdb}");
     match (appendonly, fsync) {
         ("yes", "always") => Finding::new("persistence", Level::Fine, found).why(WHY),
@@ -473,20 +497,53 @@ fn acl_commands(prefix: &str) -> Vec<(bool, &'static str, Vec<String>)> {
     let channel = format!("{prefix}waiters:doctor");
     let strings = |words: &[&str]| words.iter().map(|w| (*w).to_owned()).collect::<Vec<_>>();
     vec![
-        (true, "SET NX PX GET", strings(&["SET", &key, "v", "NX", "PX", "1000", "GET"])),
+        (
+            true,
+            "SET NX PX GET",
+            strings(&["SET", &key, "v", "NX", "PX", "1000", "GET"]),
+        ),
         (true, "GET", strings(&["GET", &key])),
         (true, "DEL", strings(&["DEL", &key])),
         (true, "PEXPIRE", strings(&["PEXPIRE", &key, "1000"])),
         (true, "EVAL", strings(&["EVAL", "return 1", "1", &key])),
-        (true, "EVALSHA", strings(&["EVALSHA", "e0e1f9fabfc9d4800c877a703b823ac0578ff8db", "1", &key])),
+        (
+            true,
+            "EVALSHA",
+            strings(&[
+                "EVALSHA",
+                "e0e1f9fabfc9d4800c877a703b823ac0578ff8db",
+                "1",
+                &key,
+            ]),
+        ),
         (true, "PUBLISH", strings(&["PUBLISH", &channel, "m"])),
         (true, "SUBSCRIBE", strings(&["SUBSCRIBE", &channel])),
-        (false, "FCALL (ScriptMode::Functions)", strings(&["FCALL", "lock_acquire", "1", &key])),
-        (false, "SSUBSCRIBE (Cluster waiters)", strings(&["SSUBSCRIBE", &channel])),
-        (false, "INFO (replica count)", strings(&["INFO", "replication"])),
+        (
+            false,
+            "FCALL (ScriptMode::Functions)",
+            strings(&["FCALL", "lock_acquire", "1", &key]),
+        ),
+        (
+            false,
+            "SSUBSCRIBE (Cluster waiters)",
+            strings(&["SSUBSCRIBE", &channel]),
+        ),
+        (
+            false,
+            "INFO (replica count)",
+            strings(&["INFO", "replication"]),
+        ),
         (false, "WAIT (ReplicaSync)", strings(&["WAIT", "0", "0"])),
-        (false, "CLIENT TRACKING (lost leases told at once)", strings(&["CLIENT", "TRACKING", "ON"])),
-        (false, "MGET (lost leases told at once)", strings(&["MGET", &key])),
+        (
+            false,
+            "CLIENT TRACKING (lost leases told at once)",
+            strings(&["CLIENT", "TRACKING", "ON"]),
+        ),
+        (
+            false,
+            "MGET (lost leases told at once)",
+            strings(&["MGET", &key]),
+        ),
     ]
 }
 
@@ -519,7 +576,9 @@ async fn acl(conn: &mut MultiplexedConnection, target: &Target) -> Finding {
             Err(err) => {
                 let text = err.to_string();
                 // Unknown command (FCALL on Redis 6) is not a right missing.
-                if text.contains("unknown command") || text.contains("Command") && text.contains("not found") {
+                if text.contains("unknown command")
+                    || text.contains("Command") && text.contains("not found")
+                {
                     continue;
                 }
                 return Finding::unchecked("acl", format!("ACL DRYRUN refused ({err})"), WHY);
@@ -540,14 +599,20 @@ async fn acl(conn: &mut MultiplexedConnection, target: &Target) -> Finding {
         .fix("ACL SETUSER <user> +@string +@keyspace +@scripting +@pubsub (or the single commands listed) on the lock keys' prefix");
     }
     if !missing_optional.is_empty() {
-        return Finding::new("acl", Level::Warning, format!(
-            "user {user} may not run: {}",
-            missing_optional.join(", ")
-        ))
+        return Finding::new(
+            "acl",
+            Level::Warning,
+            format!("user {user} may not run: {}", missing_optional.join(", ")),
+        )
         .why(WHY)
         .fix("grant these commands to the user if the features are wanted");
     }
-    Finding::new("acl", Level::Fine, format!("user {user} may run every command lockers send")).why(WHY)
+    Finding::new(
+        "acl",
+        Level::Fine,
+        format!("user {user} may run every command lockers send"),
+    )
+    .why(WHY)
 }
 
 fn tls(url: &str) -> Finding {
@@ -569,12 +634,20 @@ fn tls(url: &str) -> Finding {
         .unwrap_or_default();
     let host = host.rsplit_once('@').map_or(host, |(_, host)| host);
     let host = if host.starts_with('[') {
-        host.split(']').next().unwrap_or_default().trim_start_matches('[')
+        host.split(']')
+            .next()
+            .unwrap_or_default()
+            .trim_start_matches('[')
     } else {
         host.split(':').next().unwrap_or_default()
     };
     if matches!(host, "127.0.0.1" | "localhost" | "::1") {
-        Finding::new("tls", Level::Fine, format!("plain TCP to {host}, this host")).why(WHY)
+        Finding::new(
+            "tls",
+            Level::Fine,
+            format!("plain TCP to {host}, this host"),
+        )
+        .why(WHY)
     } else {
         Finding::new("tls", Level::Warning, format!("plain TCP to {host}"))
             .why(WHY)
@@ -596,7 +669,13 @@ mod tests {
 
     #[test]
     fn versions_are_graded() {
-        let of = |v: &str| version(&Ok(HashMap::from([("redis_version".to_owned(), v.to_owned())]))).level;
+        let of = |v: &str| {
+            version(&Ok(HashMap::from([(
+                "redis_version".to_owned(),
+                v.to_owned(),
+            )])))
+            .level
+        };
         assert_eq!(of("6.0.9"), Level::Unsafe);
         assert_eq!(of("6.2.14"), Level::Warning);
         assert_eq!(of("7.0.15"), Level::Fine);

@@ -20,10 +20,7 @@ const LONG_TTL: Duration = Duration::from_secs(60);
 const TOLD_WITHIN: Duration = Duration::from_secs(5);
 
 fn locker(server: &RedisServer) -> Locker {
-    Locker::builder()
-        .url(server.url())
-        .build()
-        .expect("locker")
+    Locker::builder().url(server.url()).build().expect("locker")
 }
 
 /// Holds `name` and waits until its key is watched (the registering read has run).
@@ -32,7 +29,10 @@ async fn held(locker: &Locker, server: &RedisServer, name: &str) -> lock_core::L
     let lease = locker.lock(name).ttl(LONG_TTL).await.expect("acquire");
     let deadline = Instant::now() + TOLD_WITHIN;
     while tracked_keys(server) <= before {
-        assert!(Instant::now() < deadline, "{name} was never read for tracking");
+        assert!(
+            Instant::now() < deadline,
+            "{name} was never read for tracking"
+        );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     lease
@@ -87,13 +87,21 @@ async fn without_tracking_a_foreign_delete_goes_unnoticed_until_renewal() {
         .track_keys(false)
         .build()
         .expect("locker");
-    let lease = locker.lock("unwatched").ttl(LONG_TTL).await.expect("acquire");
+    let lease = locker
+        .lock("unwatched")
+        .ttl(LONG_TTL)
+        .await
+        .expect("acquire");
     assert!(server.command(&["DEL", lease.key()]).starts_with(":1"));
     assert!(
         tokio::time::timeout(SECOND, lease.lost()).await.is_err(),
         "with track_keys(false) nothing tells the holder before its validity ends"
     );
-    assert_eq!(calls(&server).get("mget"), None, "and no key is read for it");
+    assert_eq!(
+        calls(&server).get("mget"),
+        None,
+        "and no key is read for it"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -106,7 +114,10 @@ async fn a_foreign_overwrite_and_a_flush_fire_lost_at_once() {
         .command(&["SET", overwritten.key(), "someone-else"])
         .starts_with("+OK"));
     told(&overwritten, "a foreign SET").await;
-    assert!(!flushed.is_lost(), "another key's change tells only its own lease");
+    assert!(
+        !flushed.is_lost(),
+        "another key's change tells only its own lease"
+    );
     // A hash on the key (WRONGTYPE for the lock commands) after a flush.
     assert!(server.command(&["FLUSHDB"]).starts_with("+OK"));
     told(&flushed, "FLUSHDB").await;
@@ -137,7 +148,10 @@ async fn renewals_and_releases_never_tell_a_holder_falsely() {
     assert!(extended.release().await.expect("release"));
     let again = locker.lock("renewed").ttl(LONG_TTL).await.expect("again");
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(!again.is_lost(), "a successor is not told of its predecessor's release");
+    assert!(
+        !again.is_lost(),
+        "a successor is not told of its predecessor's release"
+    );
     assert!(again.release().await.expect("release"));
 }
 
@@ -162,7 +176,11 @@ async fn an_acquisition_costs_at_most_one_read_and_a_release_none() {
         );
     }
     tokio::time::sleep(Duration::from_millis(200)).await;
-    assert_eq!(tracked_keys(&server) - before, cycles, "every held key is tracked");
+    assert_eq!(
+        tracked_keys(&server) - before,
+        cycles,
+        "every held key is tracked"
+    );
     let reads = calls(&server).get("mget").copied().unwrap_or(0);
     assert!(
         (1..=cycles).contains(&reads),
@@ -224,7 +242,11 @@ async fn a_server_refusing_tracking_leaves_renewal_time_detection() {
     assert!(server.command(&["DEL", lease.key()]).starts_with(":1"));
     // The renewal (a third of the TTL in) finds the key gone.
     told(&lease, "a DEL found by the renewal").await;
-    assert_eq!(calls(&server).get("mget"), None, "no tracking read was made");
+    assert_eq!(
+        calls(&server).get("mget"),
+        None,
+        "no tracking read was made"
+    );
 }
 
 /// A server with a 2 MB memory limit under `policy`, and a Locker that checks it.
@@ -283,7 +305,10 @@ async fn evicting_policies_are_refused_under_the_strict_check_and_warned_about_o
         let warned = locker(&server);
         let lease = held(&warned, &server, "evictable").await;
         let everything_written = fill(&server, policy.starts_with("volatile"));
-        assert!(everything_written, "{policy} evicts instead of refusing writes");
+        assert!(
+            everything_written,
+            "{policy} evicts instead of refusing writes"
+        );
         let evicted = server.command(&["EXISTS", lease.key()]).starts_with(":0");
         if evicted {
             told(&lease, &format!("eviction under {policy}")).await;
@@ -296,7 +321,10 @@ async fn evicting_policies_are_refused_under_the_strict_check_and_warned_about_o
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn noeviction_and_no_memory_limit_pass_the_strict_check() {
-    let servers = [small("noeviction"), RedisServer::start_with(&["maxmemory-policy volatile-lru"])];
+    let servers = [
+        small("noeviction"),
+        RedisServer::start_with(&["maxmemory-policy volatile-lru"]),
+    ];
     for server in &servers {
         let strict = Locker::builder()
             .url(server.url())

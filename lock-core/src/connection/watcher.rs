@@ -81,7 +81,9 @@ pub(crate) struct Watcher {
 
 impl std::fmt::Debug for Watcher {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Watcher").field("track", &self.track).finish()
+        f.debug_struct("Watcher")
+            .field("track", &self.track)
+            .finish()
     }
 }
 
@@ -145,10 +147,8 @@ impl Watcher {
         {
             return Err(WatchError::Refused(reason));
         }
-        let result: redis::RedisResult<Vec<Option<Vec<u8>>>> = redis::cmd("MGET")
-            .arg(keys)
-            .query_async(&mut conn)
-            .await;
+        let result: redis::RedisResult<Vec<Option<Vec<u8>>>> =
+            redis::cmd("MGET").arg(keys).query_async(&mut conn).await;
         result.map_err(|err| {
             if is_refusal(&err) {
                 let reason = format!("MGET was refused: {err}");
@@ -277,10 +277,8 @@ fn deliver(listener: &dyn WatchListener, generation: u64, info: PushInfo) {
 /// least-privilege user may run where `CONFIG GET`, which shows passwords too, is refused),
 /// or why they could not be read.
 pub(crate) async fn read_eviction(conn: &mut MultiplexedConnection) -> Result<Eviction, String> {
-    let reply: redis::RedisResult<String> = redis::cmd("INFO")
-        .arg("memory")
-        .query_async(conn)
-        .await;
+    let reply: redis::RedisResult<String> =
+        redis::cmd("INFO").arg("memory").query_async(conn).await;
     let text = reply.map_err(|err| format!("INFO memory was refused: {err}"))?;
     parse_eviction(&text)
 }

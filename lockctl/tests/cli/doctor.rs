@@ -32,7 +32,10 @@ fn only(report: &Value, check: &str) {
         if row["check"] != check {
             assert_eq!(row["level"], "ok", "{report:#}");
         }
-        assert!(!row["why"].as_str().unwrap_or_default().is_empty(), "{row:#}");
+        assert!(
+            !row["why"].as_str().unwrap_or_default().is_empty(),
+            "{row:#}"
+        );
     }
 }
 
@@ -45,14 +48,31 @@ fn a_well_set_up_server_is_fine() {
     only(&report, "");
     let text = run(&server, &["doctor"]);
     assert_eq!(text.code, Some(0), "{text:#?}");
-    for check in ["eviction", "persistence", "replicas", "clock", "acl", "version", "tls", "topology"] {
-        assert!(text.stdout.contains(&format!("[ok] {check}: ")), "{check}: {text:#?}");
+    for check in [
+        "eviction",
+        "persistence",
+        "replicas",
+        "clock",
+        "acl",
+        "version",
+        "tls",
+        "topology",
+    ] {
+        assert!(
+            text.stdout.contains(&format!("[ok] {check}: ")),
+            "{check}: {text:#?}"
+        );
     }
 }
 
 #[test]
 fn an_evicting_policy_is_unsafe() {
-    let server = RedisServer::start_with(&[GOOD[0], GOOD[1], "maxmemory 64mb", "maxmemory-policy volatile-lru"]);
+    let server = RedisServer::start_with(&[
+        GOOD[0],
+        GOOD[1],
+        "maxmemory 64mb",
+        "maxmemory-policy volatile-lru",
+    ]);
     let (code, report) = doctor_json(&server);
     assert_eq!(code, Some(2), "{report:#}");
     assert_eq!(report["verdict"], "unsafe");
@@ -95,9 +115,12 @@ fn an_aof_without_fsync_is_a_warning() {
 fn a_replica_is_unsafe_to_lock_on_and_its_master_lists_it() {
     let master = RedisServer::start_with(&GOOD);
     let port = master.port().to_string();
-    let replica = RedisServer::start_with(&[GOOD[0], GOOD[1], &format!("replicaof 127.0.0.1 {port}")]);
+    let replica =
+        RedisServer::start_with(&[GOOD[0], GOOD[1], &format!("replicaof 127.0.0.1 {port}")]);
     crate::support::wait_until("the replica is online", || {
-        master.command(&["INFO", "replication"]).contains("state=online")
+        master
+            .command(&["INFO", "replication"])
+            .contains("state=online")
     });
     let (code, report) = doctor_json(&replica);
     assert_eq!(code, Some(2), "{report:#}");
@@ -114,15 +137,26 @@ fn a_replica_is_unsafe_to_lock_on_and_its_master_lists_it() {
 
 #[test]
 fn a_user_without_scripts_is_unsafe_and_one_without_tracking_a_warning() {
-    let server = RedisServer::start_with(&[GOOD[0], GOOD[1], "user default on nopass ~* &* +@all -evalsha -eval"]);
+    let server = RedisServer::start_with(&[
+        GOOD[0],
+        GOOD[1],
+        "user default on nopass ~* &* +@all -evalsha -eval",
+    ]);
     let (code, report) = doctor_json(&server);
     assert_eq!(code, Some(2), "{report:#}");
     let (level, found, _, _) = finding(&report, "acl");
     assert_eq!(level, "unsafe");
-    assert!(found.contains("EVALSHA") && found.contains("EVAL"), "{found}");
+    assert!(
+        found.contains("EVALSHA") && found.contains("EVAL"),
+        "{found}"
+    );
     only(&report, "acl");
 
-    let server = RedisServer::start_with(&[GOOD[0], GOOD[1], "user default on nopass ~* &* +@all -client|tracking"]);
+    let server = RedisServer::start_with(&[
+        GOOD[0],
+        GOOD[1],
+        "user default on nopass ~* &* +@all -client|tracking",
+    ]);
     let (code, report) = doctor_json(&server);
     assert_eq!(code, Some(1), "{report:#}");
     let (level, found, _, _) = finding(&report, "acl");
@@ -133,24 +167,38 @@ fn a_user_without_scripts_is_unsafe_and_one_without_tracking_a_warning() {
 
 #[test]
 fn checks_the_server_refuses_are_could_not_check_never_fine() {
-    let server = RedisServer::start_with(&[GOOD[0], GOOD[1], "user default on nopass ~* &* +@all -config"]);
+    let server = RedisServer::start_with(&[
+        GOOD[0],
+        GOOD[1],
+        "user default on nopass ~* &* +@all -config",
+    ]);
     let (code, report) = doctor_json(&server);
     assert_eq!(code, Some(1), "{report:#}");
     assert_eq!(report["verdict"], "warnings");
     let (level, found, _, _) = finding(&report, "persistence");
     assert_eq!(level, "unchecked", "{report:#}");
-    assert!(found.starts_with("could not check: CONFIG GET refused"), "{found}");
+    assert!(
+        found.starts_with("could not check: CONFIG GET refused"),
+        "{found}"
+    );
     only(&report, "persistence");
     let text = run(&server, &["doctor"]);
-    assert!(text.stdout.contains("[could not check] persistence"), "{text:#?}");
+    assert!(
+        text.stdout.contains("[could not check] persistence"),
+        "{text:#?}"
+    );
 
-    let server = RedisServer::start_with(&[GOOD[0], GOOD[1], "user default on nopass ~* &* +@all -info"]);
+    let server =
+        RedisServer::start_with(&[GOOD[0], GOOD[1], "user default on nopass ~* &* +@all -info"]);
     let (code, report) = doctor_json(&server);
     assert_eq!(code, Some(1), "{report:#}");
     for check in ["eviction", "version", "topology", "replicas"] {
         let (level, found, _, _) = finding(&report, check);
         assert_eq!(level, "unchecked", "{check}: {report:#}");
-        assert!(found.starts_with("could not check: INFO refused"), "{found}");
+        assert!(
+            found.starts_with("could not check: INFO refused"),
+            "{found}"
+        );
     }
 }
 
