@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+pub mod loss;
 pub mod renewal;
 pub mod s1_latency;
 pub mod s2_throughput;
