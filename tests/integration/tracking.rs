@@ -358,3 +358,44 @@ async fn a_server_refusing_info_is_not_taken_for_safe_under_the_strict_check() {
     let lease = locker(&server).lock("unchecked").await.expect("acquire");
     assert!(lease.release().await.expect("release"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewal_round_of_many_leases_is_re_read_in_a_few_batches() {
+    use futures_util::{StreamExt as _, TryStreamExt as _};
+    let server = RedisServer::start();
+    let locker = locker(&server);
+    let count = 2000u64;
+    let leases: Vec<lock_core::Lease> = futures_util::stream::iter(0..count)
+        .map(|i| {
+            let locker = locker.clone();
+            async move {
+                locker
+                    .lock(format!("many:{i}"))
+                    .ttl(Duration::from_millis(3000))
+                    .auto_renew()
+                    .await
+            }
+        })
+        .buffer_unordered(64)
+        .try_collect()
+        .await
+        .expect("acquire");
+    // Each renewal round changes every key, and the server pushes each of them back.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let before = calls(&server);
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+    let after = calls(&server);
+    let lost = leases.iter().filter(|lease| lease.is_lost()).count();
+    assert_eq!(lost, 0, "{lost} of {count} untouched leases told lost");
+    let count_of = |map: &BTreeMap<String, u64>, name: &str| map.get(name).copied().unwrap_or(0);
+    let renewed = count_of(&after, "evalsha") - count_of(&before, "evalsha");
+    let reads = count_of(&after, "mget") - count_of(&before, "mget");
+    assert!(
+        renewed >= 2 * count,
+        "two rounds at least: {renewed} renewals"
+    );
+    assert!(
+        reads * 20 <= renewed,
+        "{reads} tracking reads for {renewed} renewals: re-reads must be batched"
+    );
+}

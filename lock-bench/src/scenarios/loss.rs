@@ -14,7 +14,6 @@ use lock_core::Locker;
 use serde::Serialize;
 use tokio::sync::Semaphore;
 
-
 /// Samples per mode.
 const SAMPLES: usize = 200;
 /// Samples in flight at once.
@@ -47,7 +46,12 @@ pub fn title(t: &Table) -> String {
     )
 }
 
-async fn sample(locker: &Locker, conn: &mut redis::aio::MultiplexedConnection, name: String, ttl: Duration) -> Result<Option<Duration>, String> {
+async fn sample(
+    locker: &Locker,
+    conn: &mut redis::aio::MultiplexedConnection,
+    name: String,
+    ttl: Duration,
+) -> Result<Option<Duration>, String> {
     let lease = locker
         .lock(name)
         .ttl(ttl)
@@ -56,7 +60,9 @@ async fn sample(locker: &Locker, conn: &mut redis::aio::MultiplexedConnection, n
         .map_err(|err| format!("acquire: {err}"))?;
     // Anywhere between two renewals (and past the registering read).
     let period = ttl / 3;
-    let pause = period.mul_f64(fastrand::f64()).max(Duration::from_millis(10));
+    let pause = period
+        .mul_f64(fastrand::f64())
+        .max(Duration::from_millis(10));
     tokio::time::sleep(pause).await;
     let deleted: u64 = redis::cmd("DEL")
         .arg(lease.key())
@@ -168,7 +174,13 @@ impl Table {
         for row in &self.rows {
             out.push_str(&format!(
                 "| {} | {} | {:.1} | {:.1} | {:.1} | {} | {} |\n",
-                row.mode, row.samples, row.p50_ms, row.p99_ms, row.max_ms, row.missed, row.false_losses
+                row.mode,
+                row.samples,
+                row.p50_ms,
+                row.p99_ms,
+                row.max_ms,
+                row.missed,
+                row.false_losses
             ));
         }
         out

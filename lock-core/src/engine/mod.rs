@@ -116,6 +116,7 @@ impl Engine {
 
     /// Held leases are watched, and the server checked, by `watch`.
     pub fn watched_by(mut self, watch: Option<Arc<LossWatch>>) -> Engine {
+        self.renewer = Arc::new(Renewer::watched(watch.clone()));
         self.watch = watch;
         self
     }

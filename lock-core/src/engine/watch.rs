@@ -3,7 +3,7 @@
 //! Every lease this Locker is granted is registered here; its lock key is then read on the
 //! Locker's watch connection ([`crate::connection::watcher`], `CLIENT TRACKING on`), in
 //! batches: the keys granted while the previous read was in flight, or within
-//! [`REGISTER_BATCH`], go in one `MGET`, so an acquisition costs at most one extra call and
+//! [`BATCH`], go in one `MGET`, so an acquisition costs at most one extra call and
 //! usually a fraction of one. From then on the server pushes an invalidation when the key
 //! changes (deleted, overwritten, expired, evicted, flushed). The leases held on an
 //! invalidated key re-read it (one batched `MGET` again, which also tracks it anew) and
@@ -25,7 +25,7 @@
 //! [`EvictionCheck::Refuse`], makes acquisitions fail with `Misconfigured`.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
@@ -38,8 +38,10 @@ use crate::eviction::{risk, EvictionCheck};
 use crate::token::is_ours;
 use crate::LockError;
 
-/// Leases granted within this long share one registering read.
-const REGISTER_BATCH: Duration = Duration::from_millis(2);
+/// Keys that wait to be read gather this long after the first of them (leases granted,
+/// keys invalidated: a renewal round of thousands of leases is pushed back key by key), so
+/// that they share one read: a few reads per round instead of one per key.
+const BATCH: Duration = Duration::from_millis(2);
 
 /// The longest pause between re-reads while the server does not answer.
 const MAX_RETRY_PAUSE: Duration = Duration::from_secs(1);
@@ -54,6 +56,9 @@ pub(crate) struct LossWatch {
     eviction: Mutex<Finding>,
     /// The first acquisition asked for the server check.
     checking: AtomicBool,
+    /// Renewal rounds in flight: the keys they change are pushed back one by one, and are
+    /// read once the round is over, all in one read.
+    renewing: AtomicUsize,
 }
 
 #[derive(Default)]
@@ -64,8 +69,6 @@ struct State {
     pending: HashSet<String>,
     /// Re-read every watched key (connection lost or reopened, database flushed).
     all: bool,
-    /// Only registrations pending: a short pause gathers more.
-    urgent: bool,
     /// Registrations so far: a read judges only leases registered before it was sent.
     sequence: u64,
     running: bool,
@@ -110,6 +113,7 @@ impl LossWatch {
                 check,
                 eviction: Mutex::new(Finding::Unknown),
                 checking: AtomicBool::new(false),
+                renewing: AtomicUsize::new(0),
             }
         }))
     }
@@ -237,8 +241,24 @@ impl LossWatch {
         *known = finding;
     }
 
-    /// The keys to read now and the registration watermark, or `None` when nothing waits.
+    /// A renewal round starts: what it changes is read once it ends ([`LossWatch::renewed`]).
+    pub fn renewing(&self) {
+        self.renewing.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// A renewal round ended (its replies applied).
+    pub fn renewed(&self) {
+        if self.renewing.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.wake.notify_one();
+        }
+    }
+
+    /// The keys to read now and the registration watermark, or `None` when nothing waits
+    /// (or a renewal round is in flight: its keys are read when it ends).
     fn take(&self) -> Option<(Vec<String>, u64)> {
+        if self.renewing.load(Ordering::Acquire) > 0 {
+            return None;
+        }
         let mut state = self.state();
         let keys: Vec<String> = if std::mem::take(&mut state.all) {
             state.pending.clear();
@@ -246,7 +266,6 @@ impl LossWatch {
         } else {
             state.pending.drain().collect()
         };
-        state.urgent = false;
         let live: Vec<String> = keys
             .into_iter()
             .filter(|key| {
@@ -311,7 +330,6 @@ impl LossWatch {
     fn retry(&self, keys: Vec<String>) {
         let mut state = self.state();
         state.pending.extend(keys);
-        state.urgent = true;
     }
 
     /// Ends the task when nothing is watched; true if it ended.
@@ -322,11 +340,6 @@ impl LossWatch {
             return true;
         }
         false
-    }
-
-    fn wants_now(&self) -> bool {
-        let state = self.state();
-        state.all || state.urgent
     }
 }
 
@@ -345,13 +358,8 @@ async fn run(weak: Weak<LossWatch>) {
             }
             drop(watch);
             notified.await;
-            // Registrations only: let a few more join this read.
-            if let Some(watch) = weak.upgrade() {
-                if !watch.wants_now() {
-                    drop(watch);
-                    tokio::time::sleep(REGISTER_BATCH).await;
-                }
-            }
+            // Let the keys pushed or granted with this one join its read.
+            tokio::time::sleep(BATCH).await;
             continue;
         };
         let borrowed: Vec<&str> = keys.iter().map(String::as_str).collect();
@@ -391,7 +399,6 @@ impl WatchListener for LossWatch {
             }
         }
         if any {
-            state.urgent = true;
             drop(state);
             self.wake.notify_one();
         }
