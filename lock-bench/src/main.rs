@@ -384,7 +384,12 @@ async fn run(args: Args) -> Result<(), Failure> {
     }
 
     if args.runs(Scenario::Loss) {
-        match loss::run(&endpoints.single, settings.renew_ttl).await {
+        let samples = if args.smoke {
+            loss::SAMPLES / 10
+        } else {
+            loss::SAMPLES
+        };
+        match loss::run(&endpoints.single, settings.renew_ttl, samples).await {
             Ok(table) => {
                 print_section(&loss::title(&table), &table.markdown());
                 for row in &table.rows {

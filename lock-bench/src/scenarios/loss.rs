@@ -14,8 +14,8 @@ use lock_core::Locker;
 use serde::Serialize;
 use tokio::sync::Semaphore;
 
-/// Samples per mode.
-const SAMPLES: usize = 200;
+/// Samples per mode (a tenth with `--smoke`).
+pub const SAMPLES: usize = 200;
 /// Samples in flight at once.
 const CONCURRENT: usize = 20;
 
@@ -79,7 +79,7 @@ async fn sample(
     Ok(latency)
 }
 
-async fn measure(url: &str, track: bool, ttl: Duration) -> Result<Row, String> {
+async fn measure(url: &str, track: bool, ttl: Duration, samples: usize) -> Result<Row, String> {
     let locker = Locker::builder()
         .url(url)
         .prefix("loss-bench:")
@@ -105,7 +105,7 @@ async fn measure(url: &str, track: bool, ttl: Duration) -> Result<Row, String> {
     }
     let gate = Arc::new(Semaphore::new(CONCURRENT));
     let mut tasks = Vec::new();
-    for i in 0..SAMPLES {
+    for i in 0..samples {
         let permit = Arc::clone(&gate)
             .acquire_owned()
             .await
@@ -155,10 +155,10 @@ async fn measure(url: &str, track: bool, ttl: Duration) -> Result<Row, String> {
 }
 
 /// Both modes on the Redis at `url`.
-pub async fn run(url: &str, ttl: Duration) -> Result<Table, String> {
+pub async fn run(url: &str, ttl: Duration, samples: usize) -> Result<Table, String> {
     let mut rows = Vec::new();
     for track in [true, false] {
-        rows.push(measure(url, track, ttl).await?);
+        rows.push(measure(url, track, ttl, samples).await?);
     }
     Ok(Table {
         ttl_ms: ttl.as_millis() as u64,
