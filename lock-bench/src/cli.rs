@@ -32,6 +32,9 @@ pub enum Scenario {
     S10,
     /// Renewal cost: 10,000 auto-renewed leases held 10 s.
     Renewal,
+    /// Loss detection: a foreign DEL of a held key to lost(), with key tracking and with
+    /// renewal-time detection only.
+    Loss,
     /// Redis Cluster: hand-off bus messages per acquisition at 3 and 6 masters, and live
     /// resharding (8 Lockers on 16 names). Not part of `all`: it starts up to 12 servers.
     S9,

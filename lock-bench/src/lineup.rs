@@ -448,6 +448,16 @@ pub async fn renewal(endpoints: &Endpoints, filter: &Filter) -> Result<Vec<Any>,
             true,
             "lock-core auto_renew() (batched per tick)",
         )),
+        Any::Core(Core::new(
+            Locker::builder()
+                .prefix("core-renew-untracked:")
+                .url(endpoints.single.clone())
+                .track_keys(false)
+                .build()
+                .map_err(|err| format!("cannot build a locker: {err}"))?,
+            true,
+            "lock-core auto_renew(), track_keys(false)",
+        )),
         Any::Naive(Naive::connect(&endpoints.single, "naive: a timer per lease").await?),
         Any::Rslock(Rslock::new(single, true, "rslock 0.10 using() per lease")?),
     ];

@@ -33,7 +33,7 @@ use machine::Machine;
 use probe::Probe;
 use report::{Report, RunSettings};
 use scenarios::{
-    renewal, s10_fenced, s1_latency, s2_throughput, s3_hot, s4_redlock, s5_overrun, s6_holders,
+    loss, renewal, s10_fenced, s1_latency, s2_throughput, s3_hot, s4_redlock, s5_overrun, s6_holders,
     s6_permits, s7_rwlock, s7_writer, s8_multi, s9_cluster,
 };
 use servers::{start_cluster, start_sentinel, start_servers};
@@ -400,6 +400,29 @@ async fn run(args: Args) -> Result<(), Failure> {
             }),
         );
         report.renewal = Some(table);
+    }
+
+    if args.runs(Scenario::Loss) {
+        let samples = if args.smoke {
+            loss::SAMPLES / 10
+        } else {
+            loss::SAMPLES
+        };
+        match loss::run(&endpoints.single, settings.renew_ttl, samples).await {
+            Ok(table) => {
+                print_section(&loss::title(&table), &table.markdown());
+                for row in &table.rows {
+                    if row.false_losses > 0 {
+                        report.problems.push(format!(
+                            "loss detection, {}: {} untouched leases told lost",
+                            row.mode, row.false_losses
+                        ));
+                    }
+                }
+                report.loss = Some(table);
+            }
+            Err(err) => report.problems.push(format!("loss detection: {err}")),
+        }
     }
 
     report.machine.finish();

@@ -13,7 +13,7 @@ use crate::lineup::{
 };
 use crate::machine::Machine;
 use crate::scenarios::{
-    renewal, s10_fenced, s1_latency, s2_throughput, s3_hot, s4_redlock, s5_overrun, s6_holders,
+    loss, renewal, s10_fenced, s1_latency, s2_throughput, s3_hot, s4_redlock, s5_overrun, s6_holders,
     s6_permits, s7_hold, s7_rwlock, s8_multi, s9_cluster,
 };
 use crate::stats::{ratio, show_ratio, Spread};
@@ -41,6 +41,7 @@ pub struct Report {
     pub s9: Option<s9_cluster::Table>,
     pub s10: Option<s10_fenced::Table>,
     pub renewal: Option<renewal::Table>,
+    pub loss: Option<loss::Table>,
     pub targets: Vec<Target>,
     /// Runs that measured nothing, or failed operations.
     pub problems: Vec<String>,
@@ -72,6 +73,7 @@ impl Report {
             s9: None,
             s10: None,
             renewal: None,
+            loss: None,
             targets: Vec::new(),
             problems: Vec::new(),
         }
@@ -169,6 +171,9 @@ impl Report {
         }
         if let Some(t) = &self.renewal {
             sections.push((renewal_title(t), t.markdown()));
+        }
+        if let Some(t) = &self.loss {
+            sections.push((loss::title(t), t.markdown()));
         }
         sections
     }

@@ -129,7 +129,12 @@
 //!   stands and the loss is reported (a warning, the `lock_lost_total` metric, `is_lost()`
 //!   on the lease the work sees): turning finished work into an error invites a retry that
 //!   does it twice. `on_lost = "error"` / [`OnLost::Error`] and `"cancel"` /
-//!   [`OnLost::Cancel`] are the opt-ins.
+//!   [`OnLost::Cancel`] are the opt-ins. A lock's key deleted, overwritten, evicted or
+//!   flushed by someone else is reported within milliseconds on one Redis that allows key
+//!   tracking ([`LockerBuilder::track_keys`], on), not only at the next renewal.
+//! - **The server's eviction policy** is checked at the first acquisition and after each
+//!   reconnect: a Redis that could evict lock keys is warned about once
+//!   ([`EvictionCheck::Warn`]); [`EvictionCheck::Refuse`] makes it an error.
 //! - **Scheduled runs and elections.** A replica whose timer finds the tick taken has nothing
 //!   to wait for: the tick ran elsewhere, so `run_once` and `hold_at_least` functions skip at
 //!   once. A candidate has nothing better to do than wait, so a campaign waits until
@@ -313,6 +318,7 @@ mod engine;
 mod error;
 mod fence;
 pub mod fenced;
+mod eviction;
 mod holder;
 mod key;
 mod lease;
@@ -345,6 +351,7 @@ pub use cycle::DeadlockLink;
 pub use duration::{parse_duration, DurationError};
 pub use election::{Election, Leader, LeaderChange, Leadership, Observer};
 pub use error::{LockError, WaitSetting};
+pub use eviction::EvictionCheck;
 pub use holder::Holder;
 pub use key::{KeyLayout, NAME_ESCAPE};
 pub use lease::{Lease, LeaseHandle};

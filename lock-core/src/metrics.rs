@@ -9,6 +9,8 @@
 //! | `lock_lost_total` | counter | `lock`: leases found lost (expired, stolen, renewal failed) |
 //! | `lock_renewals_total` | counter | `lock`, `outcome` = renewed, lost, error |
 //! | `lock_fence_regressions_total` | counter | `lock`: grants whose fencing token was not above one this Locker had been handed for the name (a server clock behind another's; see `LockRequest::fencing`) |
+//! | `lock_lost_by_push_total` | counter | `lock`: of `lock_lost_total`, the leases told at once because the server pushed a change of their key (key tracking) |
+//! | `lock_eviction_risk` | gauge | none: 1 while the server's `maxmemory` and `maxmemory-policy` let it evict lock keys, or could not be read; 0 when it cannot (see `EvictionCheck`) |
 //! | `lock_masters_without_replica` | gauge | none: masters (Cluster: slots) that had a replica and now have none connected, where `ReplicaSync::Auto` grants without waiting for acknowledgements |
 //!
 //! The `lock` label is the name's first segment, up to the first `:` (`orders` for
@@ -79,6 +81,15 @@ mod enabled {
             .increment(1);
     }
 
+    pub(crate) fn eviction_risk(at_risk: bool) {
+        metrics::gauge!("lock_eviction_risk").set(if at_risk { 1.0 } else { 0.0 });
+    }
+
+    pub(crate) fn tracked_loss(name: &str) {
+        metrics::counter!("lock_lost_by_push_total", "lock" => family(name).to_owned())
+            .increment(1);
+    }
+
     pub(crate) fn unreplicated_master(bare: bool) {
         let gauge = metrics::gauge!("lock_masters_without_replica");
         if bare {
@@ -101,9 +112,15 @@ mod enabled {
     pub(crate) fn renewal(_: &str, _: &'static str) {}
     #[inline(always)]
     pub(crate) fn unreplicated_master(_: bool) {}
+    #[inline(always)]
+    pub(crate) fn eviction_risk(_: bool) {}
+    #[inline(always)]
+    pub(crate) fn tracked_loss(_: &str) {}
 }
 
-pub(crate) use enabled::{lost, released, renewal, unreplicated_master};
+pub(crate) use enabled::{
+    eviction_risk, lost, released, renewal, tracked_loss, unreplicated_master,
+};
 
 #[cfg(test)]
 mod tests {

@@ -115,6 +115,21 @@ pub enum Command {
     /// holding other locks (and what), and what its holder waits for.
     #[command(after_help = after_help(""))]
     Waits(StatusArgs),
+    /// Check a Redis before trusting it with locks: eviction policy, persistence, replicas
+    /// and their lag, clock offset, the ACL rights lockers need, version, TLS and topology.
+    /// Each finding says why it matters and what to change. Exits 0 when all is fine, 1 with
+    /// warnings (or checks the server would not answer), 2 when locks are unsafe there.
+    #[command(after_help = after_help(""))]
+    Doctor(DoctorArgs),
+}
+
+/// `lockctl doctor`.
+#[derive(Debug, Args)]
+pub struct DoctorArgs {
+    /// Print one JSON object: url, verdict (fine, warnings, unsafe) and the findings (check,
+    /// level, found, why, fix).
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// The text after `elect --help`, before the exit codes.
@@ -190,8 +205,9 @@ Renewal: the lease lasts --ttl and is renewed every ttl/3 while the command runs
 lock is held for the command's whole life, however long (as with flock(1)). When renewal \
 fails, because Redis cannot be reached, it is retried until the lease runs out: the lock is \
 lost only when no renewal succeeded for a whole TTL, or at once when Redis says the lock is \
-no longer ours (it was removed, for example by `lockctl release --force`, which is also \
-noticed within ttl/3 or 2s, whichever is shorter). On a lost lease the command is stopped \
+no longer ours (it was removed, for example by `lockctl release --force`, which the \
+server reports at once on a Redis that allows key tracking, and which is otherwise noticed \
+within ttl/3 or 2s, whichever is shorter). On a lost lease the command is stopped \
 (SIGTERM, then SIGKILL after --kill-after) and lockctl exits with --lost-exit-code (79), \
 unless --on-lost ignore. With --no-renew the lease is not renewed: a command that runs \
 longer than --ttl loses the lock and is stopped the same way.

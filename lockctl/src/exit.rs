@@ -14,6 +14,8 @@ pub const SUCCESS: u8 = 0;
 /// read-write lock are all free), so that `if lockctl status NAME; then ...` reads "if it is
 /// held"; `leader`: the election has no leader. Not an error: the status is printed.
 pub const FREE: u8 = 1;
+/// `doctor`: a finding makes the server unsafe for locks (or locks cannot work there).
+pub const UNSAFE: u8 = 2;
 /// A bad command line: unknown option, bad duration, bad Redis URL, invalid lock name
 /// (`EX_USAGE`).
 pub const USAGE: u8 = 64;
@@ -79,12 +81,18 @@ pub const TABLE: &[Documented] = &[
         codes: &[SUCCESS],
         shown: None,
         meaning: "success (run, elect: the command exited 0; status: the name is held; \
-                  leader: the election has a leader)",
+                  leader: the election has a leader; doctor: every check is fine)",
     },
     Documented {
         codes: &[FREE],
         shown: None,
-        meaning: "status: nothing of the name is held (free); leader: no leader",
+        meaning: "status: nothing of the name is held (free); leader: no leader; doctor: \
+                  warnings, or checks the server would not answer",
+    },
+    Documented {
+        codes: &[UNSAFE],
+        shown: None,
+        meaning: "doctor: the server is unsafe for locks as it is set up (see the findings)",
     },
     Documented {
         codes: &[],

@@ -7,6 +7,7 @@
 #![warn(missing_docs)]
 
 pub mod cli;
+mod doctor;
 pub mod duration;
 pub mod exit;
 mod held;
@@ -68,6 +69,7 @@ async fn dispatch(cli: Cli) -> Result<u8, Failure> {
         Command::Elect(args) => run::run(&target, cli::RunArgs::election(args)).await,
         Command::Leader(args) => leader::leader(&target, &args).await,
         Command::Waits(args) => waits::waits(&target, &args).await,
+        Command::Doctor(args) => doctor::doctor(&target, &args).await,
     }
 }
 

@@ -94,6 +94,14 @@ impl Target {
 
     /// Opens a connection whose every command answers within the timeout or fails.
     pub async fn connect(&self) -> Result<Store, Failure> {
+        Ok(Store {
+            conn: self.connection().await?,
+            target: self.clone(),
+        })
+    }
+
+    /// The connection of [`Target::connect`], bare.
+    pub async fn connection(&self) -> Result<MultiplexedConnection, Failure> {
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(self.timeout))
             .set_response_timeout(Some(self.timeout));
@@ -109,10 +117,7 @@ impl Target {
                 )))
             }
         };
-        Ok(Store {
-            conn,
-            target: self.clone(),
-        })
+        Ok(conn)
     }
 }
 

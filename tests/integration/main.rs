@@ -43,6 +43,7 @@ mod stopped;
 mod stress;
 #[cfg(feature = "tls")]
 mod tls;
+mod tracking;
 mod urls;
 mod using;
 mod web_guards;

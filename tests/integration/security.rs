@@ -144,7 +144,7 @@ async fn the_name_without_the_token_is_not_enough_transactions() {
 /// scripts run with the caller's permissions, so the commands they call are listed too.
 pub const LOCK_USER_ACL: &str = "on >s3cret resetkeys ~lock:* resetchannels &lock:* \
     -@all +set +get +pttl +pexpire +incr +incrby +del +exists +publish +evalsha +eval +time +zadd +zrange +zrank +zrem +hget +hset +hdel +pubsub|numsub +role +info +wait +subscribe \
-    +unsubscribe +watch +unwatch +multi +exec +ping";
+    +mget +client|tracking +unsubscribe +watch +unwatch +multi +exec +ping";
 
 /// The same user without scripting: only the WATCH/MULTI backend can work for it.
 pub const NO_SCRIPT_USER_ACL: &str = "on >s3cret resetkeys ~lock:* resetchannels &lock:* \

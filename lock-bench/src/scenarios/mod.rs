@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+pub mod loss;
 pub mod renewal;
 pub mod s10_fenced;
 pub mod s1_latency;

@@ -43,6 +43,7 @@ impl LockerBuilder {
                 "pubsub_client is for a locker on a pool; other lockers open their own".into(),
             ));
         }
+        let mut watch = None;
         let (pool, notifier, address) = match store {
             Store::Memory => {
                 let backend = AnyBackend::Memory(Memory::default());
@@ -65,12 +66,14 @@ impl LockerBuilder {
                     std::env::var(REDIS_URL_ENV).unwrap_or_else(|_| DEFAULT_REDIS_URL.to_owned());
                 let (pool, dial) =
                     connect::pool(&url, self.pool_size, self.command_timeout, &self.tls)?;
+                watch = self.loss_watch(&dial);
                 let notifier = Some(Notifier::new(dial, own_channel(&settings)));
                 (pool, notifier, Some(redact_url(&url)))
             }
             Store::Url(url) => {
                 let (pool, dial) =
                     connect::pool(&url, self.pool_size, self.command_timeout, &self.tls)?;
+                watch = self.loss_watch(&dial);
                 let notifier = Some(Notifier::new(dial, own_channel(&settings)));
                 (pool, notifier, Some(redact_url(&url)))
             }
@@ -104,7 +107,22 @@ impl LockerBuilder {
                 )
             }
         };
-        Ok(assemble(backend, settings, notifier, commands_bounded))
+        Ok(Locker::from_engine(
+            Engine::new(backend, settings, notifier, commands_bounded).watched_by(watch),
+        ))
+    }
+
+    /// The loss watch and server check of a Locker on the one server `dial` reaches.
+    fn loss_watch(
+        &self,
+        dial: &connect::Dial,
+    ) -> Option<std::sync::Arc<crate::engine::watch::LossWatch>> {
+        crate::engine::watch::LossWatch::new(
+            dial,
+            self.command_timeout,
+            self.track_keys && self.protocol == Protocol::Scripts,
+            self.eviction_check,
+        )
     }
 
     fn build_redlock(&self, urls: &[String], settings: Settings) -> Result<Locker, LockError> {

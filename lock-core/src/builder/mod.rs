@@ -126,6 +126,8 @@ pub struct LockerBuilder {
     pubsub_client: Option<redis::Client>,
     replica_sync: crate::ReplicaSync,
     sync_timeout: Option<Duration>,
+    track_keys: bool,
+    eviction_check: crate::EvictionCheck,
     /// Tests only: how far off (ms) this Locker's clock reads when it takes Redlock tickets.
     ticket_skew_ms: i64,
 }
@@ -190,7 +192,53 @@ impl LockerBuilder {
             pubsub_client: None,
             replica_sync: crate::ReplicaSync::default(),
             sync_timeout: None,
+            track_keys: true,
+            eviction_check: crate::EvictionCheck::Warn,
         }
+    }
+
+    /// Whether a held lease learns at once that its key was deleted, overwritten, expired,
+    /// evicted or flushed on the server (default on): the Locker keeps one RESP3 connection
+    /// with `CLIENT TRACKING` on, reads each granted key there once (batched with the other
+    /// grants of the moment: at most one extra call per acquisition, none per release), and
+    /// the server pushes the key's next change, after which `lost()` fires within
+    /// milliseconds. Off (or on a server that refuses tracking, said once in a warning),
+    /// a lost lease is noticed at its next renewal or at the end of its validity.
+    ///
+    /// Locks on one Redis given by URL (or `REDIS_URL`); Redlock, a Redis Cluster, Sentinel,
+    /// a locker built on a pool, semaphores, read-write locks and multi-locks keep
+    /// renewal-time detection.
+    ///
+    /// ```
+    /// let locker = lock_core::Locker::builder()
+    ///     .url("redis://127.0.0.1:6379/0")
+    ///     .track_keys(false)
+    ///     .build()?;
+    /// # let _ = locker;
+    /// # Ok::<(), lock_core::LockError>(())
+    /// ```
+    pub fn track_keys(mut self, on: bool) -> Self {
+        self.track_keys = on;
+        self
+    }
+
+    /// What to do when the server could evict held locks (`maxmemory` set and
+    /// `maxmemory-policy` not `noeviction`): warn once (the default), refuse acquisitions
+    /// with `Misconfigured`, or not check. See [`EvictionCheck`](crate::EvictionCheck).
+    ///
+    /// ```
+    /// use lock_core::{EvictionCheck, Locker};
+    ///
+    /// let locker = Locker::builder()
+    ///     .url("redis://127.0.0.1:6379/0")
+    ///     .eviction_check(EvictionCheck::Refuse)
+    ///     .build()?;
+    /// # let _ = locker;
+    /// # Ok::<(), lock_core::LockError>(())
+    /// ```
+    pub fn eviction_check(mut self, check: crate::EvictionCheck) -> Self {
+        self.eviction_check = check;
+        self
     }
 
     /// Connect to the Redis at `url`.

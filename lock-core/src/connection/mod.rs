@@ -9,6 +9,9 @@
 //!   changes (feature `cluster`).
 //! - `sentinel`: connecting to the master the Sentinels name, and retiring connections to
 //!   a deposed one at the Sentinels' `+switch-master` (feature `sentinel`).
+//! - [`watcher`]: the one RESP3 connection per Locker with `CLIENT TRACKING` on, whose
+//!   reads ask the server to push the next change of a key, and which reads the server's
+//!   eviction settings when it opens.
 //! - `tls`: [`TlsConfig`](crate::TlsConfig) (feature `tls-rustls`).
 //!
 //! Nothing here knows about locks beyond channel names; these modules import only leaves.
@@ -22,3 +25,4 @@ pub(crate) mod sharded;
 pub(crate) mod shared;
 #[cfg(feature = "tls-rustls")]
 pub(crate) mod tls;
+pub(crate) mod watcher;

@@ -69,6 +69,7 @@ pub(crate) fn acquire<L>(
             validate_hold_at_least(&keys.name, hold)?;
         }
         let value = new_value(&keys.name, settings.label.as_deref())?;
+        engine.server_ready(&keys.name).await?;
         // Who awaits this request: the lease will count as its (see `engine/local.rs`).
         let owner = Owner::current().await;
         let span = tracing::debug_span!(

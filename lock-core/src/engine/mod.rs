@@ -11,6 +11,8 @@
 //! - [`local`]: per-name state inside this Locker (local waiters, the local holder).
 //! - [`deadlock`]: deadlock detection around a wait whose task holds other leases.
 //! - [`background`]: work left running (background releases), counted for `shutdown`.
+//! - [`watch`]: a held lease told at once when its key changes on the server (key
+//!   tracking), and the check of the server's eviction policy.
 //!
 //! Nothing here knows the public types; it reaches Redis only through the backends.
 
@@ -23,6 +25,7 @@ pub(crate) mod local;
 pub(crate) mod renew;
 mod turn;
 pub(crate) mod validity;
+pub(crate) mod watch;
 
 #[cfg(feature = "tower")]
 pub(crate) use attempt::THIS_LOCKER;
@@ -39,6 +42,8 @@ use crate::engine::held::{Grant, Held};
 use crate::engine::local::{LocalNames, Owner};
 use crate::engine::renew::Renewer;
 use crate::fence::FenceWatch;
+use crate::engine::watch::LossWatch;
+use crate::LockError;
 
 /// A Locker's settings, resolved by the builder.
 #[derive(Debug, Clone)]
@@ -79,6 +84,8 @@ pub(crate) struct Engine {
     background: Arc<Background>,
     /// The highest fencing token handed out per name, to tell one that went backward.
     fences: FenceWatch,
+    /// Key tracking of held leases and the eviction check (one Redis by URL).
+    watch: Option<Arc<LossWatch>>,
 }
 
 impl Engine {
@@ -107,6 +114,22 @@ impl Engine {
             renewer: Arc::default(),
             background: Arc::default(),
             fences: FenceWatch::default(),
+            watch: None,
+        }
+    }
+
+    /// Held leases are watched, and the server checked, by `watch`.
+    pub fn watched_by(mut self, watch: Option<Arc<LossWatch>>) -> Engine {
+        self.renewer = Arc::new(Renewer::watched(watch.clone()));
+        self.watch = watch;
+        self
+    }
+
+    /// Before an acquisition of `name`: the server check (see [`LossWatch::server_ready`]).
+    pub async fn server_ready(&self, name: &str) -> Result<(), LockError> {
+        match &self.watch {
+            Some(watch) => watch.server_ready(name).await,
+            None => Ok(()),
         }
     }
 
@@ -193,6 +216,9 @@ impl Engine {
         if let Some(renewal) = renew {
             self.renewer
                 .register(&self.backend, &held, renewal.max_hold);
+        }
+        if let Some(watch) = &self.watch {
+            watch.register(&held);
         }
         held
     }

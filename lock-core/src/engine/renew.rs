@@ -9,6 +9,7 @@ use tokio::sync::Notify;
 
 use crate::backend::{AnyBackend, Backend as _};
 use crate::engine::held::Held;
+use crate::engine::watch::LossWatch;
 use crate::LockError;
 
 /// Leases are extended once a third of their TTL has passed, so two renewals can fail
@@ -23,6 +24,9 @@ const BATCH_WINDOW: u32 = 6;
 pub(crate) struct Renewer {
     state: Mutex<State>,
     wake: Notify,
+    /// Told when a round starts and ends: the server pushes back every key a round
+    /// extends, and the watch reads them once, after the round.
+    watch: Option<Arc<LossWatch>>,
 }
 
 #[derive(Default)]
@@ -42,6 +46,14 @@ struct Entry {
 }
 
 impl Renewer {
+    /// A renewer whose rounds `watch` hears of.
+    pub fn watched(watch: Option<Arc<LossWatch>>) -> Renewer {
+        Renewer {
+            watch,
+            ..Renewer::default()
+        }
+    }
+
     /// Starts renewing `lease` on `backend` (on the renewal task, started if needed).
     pub fn register(
         self: &Arc<Self>,
@@ -73,6 +85,27 @@ impl Renewer {
         };
         state.running = true;
         runtime.spawn(run(Arc::clone(backend), Arc::clone(self)));
+    }
+}
+
+/// Tells the watch that a round ended, once its replies are applied (or the round was
+/// dropped).
+struct RoundEnd<'a>(Option<&'a LossWatch>);
+
+impl RoundEnd<'_> {
+    fn start(watch: Option<&LossWatch>) -> RoundEnd<'_> {
+        if let Some(watch) = watch {
+            watch.renewing();
+        }
+        RoundEnd(watch)
+    }
+}
+
+impl Drop for RoundEnd<'_> {
+    fn drop(&mut self) {
+        if let Some(watch) = self.0 {
+            watch.renewed();
+        }
     }
 }
 
@@ -140,6 +173,7 @@ async fn renew(backend: &AnyBackend, renewer: &Renewer, due: Vec<Arc<Held>>) {
         .iter()
         .map(|lease| (&lease.keys, lease.value.as_str(), lease.ttl))
         .collect();
+    let _round = RoundEnd::start(renewer.watch.as_deref());
     let results = backend.extend_many(&items).await;
     let mut state = renewer.state.lock().unwrap_or_else(PoisonError::into_inner);
     for (lease, result) in due.iter().zip(results) {

@@ -1,6 +1,7 @@
 //! End-to-end tests of the `lockctl` binary against private redis-server processes.
 
 mod consistency;
+mod doctor;
 mod elect;
 mod errors;
 mod inspect;

@@ -1,0 +1,436 @@
+//! A lost lease noticed at once: the loss watch of one `Locker`, and its server check.
+//!
+//! Every lease this Locker is granted is registered here; its lock key is then read on the
+//! Locker's watch connection ([`crate::connection::watcher`], `CLIENT TRACKING on`), in
+//! batches: the keys granted while the previous read was in flight, or within
+//! [`BATCH`], go in one `MGET`, so an acquisition costs at most one extra call and
+//! usually a fraction of one. From then on the server pushes an invalidation when the key
+//! changes (deleted, overwritten, expired, evicted, flushed). The leases held on an
+//! invalidated key re-read it (one batched `MGET` again, which also tracks it anew) and
+//! are marked lost if it no longer holds their value. A push about a key whose lease has
+//! ended (our own release) costs nothing.
+//!
+//! Our own renewals change the key too (`PEXPIRE` counts as a modification): their
+//! pushes lead to a re-read that finds our value, so no lease is ever told falsely, at
+//! one batched read per renewal round.
+//!
+//! Silence is never taken for "still held": when the watch connection drops, or the
+//! server reports a flush, every watched lease re-reads its key at once (on a new
+//! connection, retried with a growing pause while the server is away). A server that
+//! refuses tracking (no RESP3, `CLIENT TRACKING` forbidden) leaves the Locker with
+//! renewal-time detection, said once in a warning.
+//!
+//! The server check: when the watch connection opens, it reads `maxmemory-policy`; a
+//! server that could evict lock keys is reported once (warning and metric) or, with
+//! [`EvictionCheck::Refuse`], makes acquisitions fail with `Misconfigured`.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+
+use crate::connection::connect::Dial;
+use crate::connection::watcher::{Eviction, WatchError, WatchListener, Watcher};
+use crate::engine::held::Held;
+use crate::eviction::{risk, EvictionCheck};
+use crate::token::is_ours;
+use crate::LockError;
+
+/// Keys that wait to be read gather this long after the first of them (leases granted,
+/// keys invalidated: a renewal round of thousands of leases is pushed back key by key), so
+/// that they share one read: a few reads per round instead of one per key.
+const BATCH: Duration = Duration::from_millis(2);
+
+/// The longest pause between re-reads while the server does not answer.
+const MAX_RETRY_PAUSE: Duration = Duration::from_secs(1);
+
+pub(crate) struct LossWatch {
+    watcher: Watcher,
+    /// Whether leases are watched (`track_keys`); off, the watcher only checks eviction.
+    track: bool,
+    state: Mutex<State>,
+    wake: Arc<Notify>,
+    check: EvictionCheck,
+    eviction: Mutex<Finding>,
+    /// The first acquisition asked for the server check.
+    checking: AtomicBool,
+    /// Renewal rounds in flight: the keys they change are pushed back one by one, and are
+    /// read once the round is over, all in one read.
+    renewing: AtomicUsize,
+}
+
+#[derive(Default)]
+struct State {
+    /// Lock key -> the leases registered on it (at most one live, usually).
+    leases: HashMap<String, Vec<Entry>>,
+    /// Keys to read: just granted, or invalidated.
+    pending: HashSet<String>,
+    /// Re-read every watched key (connection lost or reopened, database flushed).
+    all: bool,
+    /// Registrations so far: a read judges only leases registered before it was sent.
+    sequence: u64,
+    running: bool,
+    /// Tracking was refused and said so: leases are no longer watched.
+    off: bool,
+}
+
+struct Entry {
+    lease: Weak<Held>,
+    sequence: u64,
+}
+
+/// What the server check found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Finding {
+    Unknown,
+    Safe,
+    /// Why locks are at risk (the warning's text).
+    Risky(String),
+}
+
+impl LossWatch {
+    /// The loss watch of a Locker on the server `dial` reaches, or `None` when it has
+    /// nothing to do (`track` off and the check off) or cannot open a connection there.
+    pub fn new(
+        dial: &Dial,
+        timeout: Duration,
+        track: bool,
+        check: EvictionCheck,
+    ) -> Option<Arc<LossWatch>> {
+        if !track && check == EvictionCheck::Off {
+            return None;
+        }
+        let client = Watcher::client_for(dial)?;
+        Some(Arc::new_cyclic(|weak: &Weak<LossWatch>| {
+            let listener: Weak<dyn WatchListener> = weak.clone();
+            LossWatch {
+                watcher: Watcher::new(client, timeout, track, listener),
+                track,
+                state: Mutex::default(),
+                wake: Arc::new(Notify::new()),
+                check,
+                eviction: Mutex::new(Finding::Unknown),
+                checking: AtomicBool::new(false),
+                renewing: AtomicUsize::new(0),
+            }
+        }))
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn finding(&self) -> MutexGuard<'_, Finding> {
+        self.eviction.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Watches a fresh lease's key from now on (one batched read).
+    pub fn register(self: &Arc<Self>, held: &Arc<Held>) {
+        if !self.track {
+            return;
+        }
+        let mut state = self.state();
+        if state.off {
+            return;
+        }
+        state.sequence += 1;
+        let sequence = state.sequence;
+        state
+            .leases
+            .entry(held.keys.lock.clone())
+            .or_default()
+            .push(Entry {
+                lease: Arc::downgrade(held),
+                sequence,
+            });
+        state.pending.insert(held.keys.lock.clone());
+        self.start(state);
+    }
+
+    /// Starts the task if it is not running; wakes it otherwise.
+    fn start(self: &Arc<Self>, mut state: MutexGuard<'_, State>) {
+        if state.running {
+            drop(state);
+            self.wake.notify_one();
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        state.running = true;
+        drop(state);
+        runtime.spawn(run(Arc::downgrade(self)));
+    }
+
+    /// Before an acquisition: with [`EvictionCheck::Refuse`], `Misconfigured` while the
+    /// server could evict locks (the first acquisition waits for the check); with `Warn`,
+    /// the first acquisition starts the check in the background.
+    pub async fn server_ready(self: &Arc<Self>, name: &str) -> Result<(), LockError> {
+        match self.check {
+            EvictionCheck::Off => Ok(()),
+            EvictionCheck::Warn => {
+                if !self.checking.swap(true, Ordering::AcqRel) {
+                    let watch = Arc::clone(self);
+                    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                        runtime.spawn(async move {
+                            if let Err(WatchError::Refused(reason)) =
+                                watch.watcher.ensure_open().await
+                            {
+                                watch.refused(&reason);
+                            }
+                        });
+                    }
+                }
+                Ok(())
+            }
+            EvictionCheck::Refuse => {
+                if *self.finding() == Finding::Unknown {
+                    if let Err(WatchError::Refused(reason)) = self.watcher.ensure_open().await {
+                        self.refused(&reason);
+                    }
+                }
+                match &*self.finding() {
+                    Finding::Risky(reason) => Err(LockError::Misconfigured {
+                        name: name.to_owned(),
+                        reason: format!(
+                            "{reason} (refused because the Locker was built with \
+                             EvictionCheck::Refuse)"
+                        ),
+                        source: None,
+                    }),
+                    // Unknown: the server did not answer; the attempt reports that itself,
+                    // and the next acquisition checks again.
+                    Finding::Safe | Finding::Unknown => Ok(()),
+                }
+            }
+        }
+    }
+
+    /// The server refused the watch connection's set-up for good.
+    fn refused(&self, reason: &str) {
+        let mut state = self.state();
+        if state.off {
+            return;
+        }
+        state.off = true;
+        state.leases.clear();
+        state.pending.clear();
+        drop(state);
+        if self.track {
+            tracing::warn!(
+                reason,
+                "the server refuses key tracking (RESP3 CLIENT TRACKING): a lease whose key \
+                 is deleted or overwritten is noticed at its next renewal or at the end of \
+                 its validity, not at once"
+            );
+        }
+    }
+
+    /// Records the server check's finding; warns once per new finding.
+    fn found(&self, finding: Finding) {
+        let mut known = self.finding();
+        if *known == finding {
+            return;
+        }
+        crate::metrics::eviction_risk(matches!(finding, Finding::Risky(_)));
+        if let Finding::Risky(reason) = &finding {
+            tracing::warn!("{reason}");
+        }
+        *known = finding;
+    }
+
+    /// A renewal round starts: what it changes is read once it ends ([`LossWatch::renewed`]).
+    pub fn renewing(&self) {
+        self.renewing.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// A renewal round ended (its replies applied).
+    pub fn renewed(&self) {
+        if self.renewing.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.wake.notify_one();
+        }
+    }
+
+    /// The keys to read now and the registration watermark, or `None` when nothing waits
+    /// (or a renewal round is in flight: its keys are read when it ends).
+    fn take(&self) -> Option<(Vec<String>, u64)> {
+        if self.renewing.load(Ordering::Acquire) > 0 {
+            return None;
+        }
+        let mut state = self.state();
+        let keys: Vec<String> = if std::mem::take(&mut state.all) {
+            state.pending.clear();
+            state.leases.keys().cloned().collect()
+        } else {
+            state.pending.drain().collect()
+        };
+        let live: Vec<String> = keys
+            .into_iter()
+            .filter(|key| {
+                let Some(entries) = state.leases.get_mut(key) else {
+                    return false;
+                };
+                entries.retain(|entry| entry.lease.upgrade().is_some_and(|l| !l.has_ended()));
+                if entries.is_empty() {
+                    state.leases.remove(key);
+                    return false;
+                }
+                true
+            })
+            .collect();
+        Some((live, state.sequence)).filter(|(live, _)| !live.is_empty())
+    }
+
+    /// Applies a read of `keys` sent after registration `watermark`: a lease registered by
+    /// then whose key no longer holds its value is lost.
+    fn judge(&self, keys: &[String], values: Vec<Option<Vec<u8>>>, watermark: u64) {
+        let mut lost = Vec::new();
+        {
+            let mut state = self.state();
+            for (key, value) in keys.iter().zip(values) {
+                let Some(entries) = state.leases.get_mut(key) else {
+                    continue;
+                };
+                entries.retain(|entry| {
+                    let Some(lease) = entry.lease.upgrade() else {
+                        return false;
+                    };
+                    if lease.has_ended() {
+                        return false;
+                    }
+                    if entry.sequence > watermark {
+                        return true;
+                    }
+                    let ours = value
+                        .as_deref()
+                        .is_some_and(|stored| is_ours(stored, &lease.value));
+                    if !ours {
+                        lost.push(lease);
+                    }
+                    ours
+                });
+                if entries.is_empty() {
+                    state.leases.remove(key);
+                }
+            }
+        }
+        for lease in lost {
+            if lease.has_ended() {
+                continue;
+            }
+            crate::metrics::tracked_loss(&lease.keys.name);
+            tracing::warn!(name = %lease.keys.name, "the server reports the lock's key changed and it no longer holds this lease's token: deleted, overwritten, expired, evicted or flushed");
+            lease.mark_lost();
+        }
+    }
+
+    /// Puts `keys` back to be read again (the read failed).
+    fn retry(&self, keys: Vec<String>) {
+        let mut state = self.state();
+        state.pending.extend(keys);
+    }
+
+    /// Ends the task when nothing is watched; true if it ended.
+    fn idle(&self) -> bool {
+        let mut state = self.state();
+        if state.leases.is_empty() && state.pending.is_empty() && !state.all {
+            state.running = false;
+            return true;
+        }
+        false
+    }
+}
+
+/// The watch task: reads what is pending, judges the leases, and sleeps until told.
+async fn run(weak: Weak<LossWatch>) {
+    let mut pause = Duration::from_millis(20);
+    loop {
+        let Some(watch) = weak.upgrade() else { return };
+        let wake = Arc::clone(&watch.wake);
+        let notified = wake.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        let Some((keys, watermark)) = watch.take() else {
+            if watch.idle() {
+                return;
+            }
+            drop(watch);
+            notified.await;
+            // Let the keys pushed or granted with this one join its read.
+            tokio::time::sleep(BATCH).await;
+            continue;
+        };
+        let borrowed: Vec<&str> = keys.iter().map(String::as_str).collect();
+        match watch.watcher.read(&borrowed).await {
+            Ok(values) => {
+                pause = Duration::from_millis(20);
+                watch.judge(&keys, values, watermark);
+            }
+            Err(WatchError::Refused(reason)) => {
+                watch.refused(&reason);
+                let mut state = watch.state();
+                state.running = false;
+                return;
+            }
+            Err(WatchError::Failed(err)) => {
+                tracing::debug!(%err, "re-reading watched lock keys failed; retrying");
+                watch.retry(keys);
+                drop(watch);
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(MAX_RETRY_PAUSE);
+            }
+        }
+    }
+}
+
+impl WatchListener for LossWatch {
+    fn invalidated(&self, keys: Vec<Vec<u8>>) {
+        let mut state = self.state();
+        let mut any = false;
+        for key in keys {
+            let Ok(key) = String::from_utf8(key) else {
+                continue;
+            };
+            if state.leases.contains_key(&key) {
+                state.pending.insert(key);
+                any = true;
+            }
+        }
+        if any {
+            drop(state);
+            self.wake.notify_one();
+        }
+    }
+
+    fn everything(&self, _generation: Option<u64>) {
+        let mut state = self.state();
+        if state.leases.is_empty() {
+            return;
+        }
+        state.all = true;
+        drop(state);
+        self.wake.notify_one();
+    }
+
+    fn opened(&self, generation: u64, eviction: Result<Eviction, String>) {
+        if generation > 1 {
+            // A new connection: what the old one tracked is no longer tracked.
+            self.everything(None);
+        }
+        if self.check == EvictionCheck::Off {
+            return;
+        }
+        self.found(match eviction {
+            Ok(eviction) if eviction.may_evict_locks() => {
+                Finding::Risky(risk(&eviction.policy, eviction.maxmemory))
+            }
+            Ok(_) => Finding::Safe,
+            Err(reason) => Finding::Risky(format!(
+                "could not read the server's eviction policy ({reason}): make sure \
+                 maxmemory-policy is noeviction or maxmemory is 0"
+            )),
+        });
+    }
+}
