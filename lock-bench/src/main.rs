@@ -33,8 +33,8 @@ use machine::Machine;
 use probe::Probe;
 use report::{Report, RunSettings};
 use scenarios::{
-    loss, renewal, s10_fenced, s1_latency, s2_throughput, s3_hot, s4_redlock, s5_overrun, s6_holders,
-    s6_permits, s7_rwlock, s7_writer, s8_multi, s9_cluster,
+    loss, renewal, s10_fenced, s1_latency, s2_throughput, s3_hot, s4_redlock, s5_overrun,
+    s6_holders, s6_permits, s7_rwlock, s7_writer, s8_multi, s9_cluster,
 };
 use servers::{start_cluster, start_sentinel, start_servers};
 

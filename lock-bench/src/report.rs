@@ -13,8 +13,8 @@ use crate::lineup::{
 };
 use crate::machine::Machine;
 use crate::scenarios::{
-    loss, renewal, s10_fenced, s1_latency, s2_throughput, s3_hot, s4_redlock, s5_overrun, s6_holders,
-    s6_permits, s7_hold, s7_rwlock, s8_multi, s9_cluster,
+    loss, renewal, s10_fenced, s1_latency, s2_throughput, s3_hot, s4_redlock, s5_overrun,
+    s6_holders, s6_permits, s7_hold, s7_rwlock, s8_multi, s9_cluster,
 };
 use crate::stats::{ratio, show_ratio, Spread};
 

@@ -41,8 +41,8 @@ use crate::engine::background::Background;
 use crate::engine::held::{Grant, Held};
 use crate::engine::local::{LocalNames, Owner};
 use crate::engine::renew::Renewer;
-use crate::fence::FenceWatch;
 use crate::engine::watch::LossWatch;
+use crate::fence::FenceWatch;
 use crate::LockError;
 
 /// A Locker's settings, resolved by the builder.
