@@ -36,7 +36,8 @@
 //!         .wait(Duration::from_secs(2))
 //!         .fencing()
 //!         .acquire()?;
-//!     assert_eq!(lease.fencing_token(), Some(1));
+//!     let token = lease.fencing_token(); // hand it to the stores you write to
+//!     assert!(token.is_some());
 //!     lease.extend(Duration::from_secs(20))?;
 //!     // ... build the report: no other process holds "reports:daily" now ...
 //!     assert!(lease.release()?);
