@@ -534,13 +534,8 @@ impl LockError {
         )
     }
 
-    /// `self`, a contention error on a semaphore of `permits`, as the limit it is: what
-    /// every semaphore entry point returns when no permit is free.
-    pub(crate) fn into_limit(self, permits: u64) -> LockError {
-        self.into_limit_of(permits, 1)
-    }
-
-    /// [`LockError::into_limit`] for a request of `asked` permits.
+    /// `self`, a contention error on a request of `asked` of a semaphore's `permits`, as
+    /// the limit it is: what every semaphore entry point returns when no permit is free.
     pub(crate) fn into_limit_of(self, permits: u64, asked: u64) -> LockError {
         let waited = match &self {
             LockError::LimitReached { .. } => return self,
@@ -781,7 +776,7 @@ mod tests {
             retry_after: None,
             wait_setting: WaitSetting::Attribute,
         }
-        .into_limit(2);
+        .into_limit_of(2, 1);
         assert!(
             full.to_string()
                 .ends_with("wait for a permit with `wait = \"..\"` on #[redis_locked]"),

@@ -1,4 +1,4 @@
-//! `#[redis_locked]` with `permits = N`, `mode = "read"|"write"` or `keys = [..]`: the body
+//! `#[redis_locked]` with `permits = N` (and `weight = W`), `mode = "read"|"write"` or `keys = [..]`: the body
 //! runs under a semaphore permit, one side of a read-write lock, or a multi-lock, with the
 //! same release and loss policies as under a lock. Unlike a lock, these are not reentrant;
 //! inside the body, `current_lease()` is a view of the hold.
@@ -15,8 +15,8 @@ use crate::{GuardHandle, LockError, Locker, MultiLease, Permit, RwLease};
 /// What the body runs under, besides a plain lock.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Hold {
-    /// One of N permits of a semaphore on the key.
-    Permits(u64),
+    /// `weight` of the `permits` permits of a semaphore on the key.
+    Permits { permits: u64, weight: u64 },
     /// The shared side of a read-write lock on the key.
     Read,
     /// The exclusive side of a read-write lock on the key.
@@ -83,9 +83,9 @@ async fn acquire(
     policy: Policy,
 ) -> Result<Held, LockError> {
     Ok(match hold {
-        Hold::Permits(permits) => {
-            Held::Permit(configured!(locker.semaphore(key, permits).acquire(), policy).await?)
-        }
+        Hold::Permits { permits, weight } => Held::Permit(
+            configured!(locker.semaphore(key, permits).acquire_many(weight), policy).await?,
+        ),
         Hold::Read => Held::Rw(configured!(locker.rwlock(key).read(), policy).await?),
         Hold::Write => Held::Rw(configured!(locker.rwlock(key).write(), policy).await?),
         Hold::All(keys) => Held::All(configured!(locker.lock_all(keys), policy).await?),

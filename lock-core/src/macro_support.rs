@@ -81,7 +81,16 @@ impl LockSpec {
 
     /// One of `permits` permits of a semaphore on the key (`permits = N`).
     pub fn permits(mut self, permits: u64) -> LockSpec {
-        self.hold = Some(crate::macro_held::Hold::Permits(permits));
+        self.hold = Some(crate::macro_held::Hold::Permits { permits, weight: 1 });
+        self
+    }
+
+    /// With [`LockSpec::permits`]: each call takes `weight` permits (`weight = W`). Without
+    /// a semaphore it changes nothing (the macro refuses that combination).
+    pub fn weight(mut self, weight: u64) -> LockSpec {
+        if let Some(crate::macro_held::Hold::Permits { weight: w, .. }) = &mut self.hold {
+            *w = weight;
+        }
         self
     }
 
@@ -368,7 +377,9 @@ where
     // A handler's permits are a concurrency limit: a refused one is answered 429 with
     // `Retry-After` (as by `LockLayer::permits`), not 409 as a busy lock.
     let limit = match (&spec.hold, spec.http_handler) {
-        (Some(crate::macro_held::Hold::Permits(permits)), true) => Some(*permits),
+        (Some(crate::macro_held::Hold::Permits { permits, weight }), true) => {
+            Some((*permits, *weight))
+        }
         _ => None,
     };
     match run_ended(locker, spec, body).await {
@@ -379,7 +390,7 @@ where
             // is where this request's wait is set, not `.wait(..)`.
             let err = err.waiting_through(WaitSetting::Attribute);
             Err(E::from(match limit {
-                Some(permits) => err.into_limit(permits),
+                Some((permits, weight)) => err.into_limit_of(permits, weight),
                 None => err,
             }))
         }

@@ -1,6 +1,6 @@
 //! The attribute's arguments: `key = ".."` (or `keys = [..]`), `ttl`, `wait` and
 //! `hold_at_least` (each `".."` or a `Duration` expression), `locker = <expr>`,
-//! `renew = <bool>`, `on_lost = ".."`, `permits = N`, `mode = ".."`, `crate = ".."`, parsed
+//! `renew = <bool>`, `on_lost = ".."`, `permits = N`, `weight = W`, `mode = ".."`, `crate = ".."`, parsed
 //! into one typed [`Args`].
 //!
 //! Parsing goes on past a bad argument so that every independent problem is reported in one
@@ -15,7 +15,7 @@ use syn::{Expr, ExprLit, Ident, Lit, LitStr, Path, Token};
 use crate::duration;
 use crate::duration_arg::{self, DurationArg};
 use crate::errors::Errors;
-use crate::hold::{self, Hold};
+use crate::hold::{self, Hold, Weight};
 use crate::suggest::closest;
 use crate::template::Template;
 
@@ -29,11 +29,12 @@ mod kw {
     syn::custom_keyword!(on_lost);
     syn::custom_keyword!(keys);
     syn::custom_keyword!(permits);
+    syn::custom_keyword!(weight);
     syn::custom_keyword!(mode);
     syn::custom_keyword!(hold_at_least);
 }
 
-const NAMES: [&str; 11] = [
+const NAMES: [&str; 12] = [
     "key",
     "keys",
     "ttl",
@@ -42,12 +43,13 @@ const NAMES: [&str; 11] = [
     "renew",
     "on_lost",
     "permits",
+    "weight",
     "mode",
     "hold_at_least",
     "crate",
 ];
 const VALID: &str = "valid arguments are `key`, `keys`, `ttl`, `wait`, `locker`, `renew`, \
-     `on_lost`, `permits`, `mode`, `hold_at_least` and `crate`";
+     `on_lost`, `permits`, `weight`, `mode`, `hold_at_least` and `crate`";
 
 /// What happens when the lease is lost while the body runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,6 +70,8 @@ pub(crate) struct Args {
     pub keys: Vec<Template>,
     /// A lock (default), a semaphore permit, a read-write lock side, or all of `keys`.
     pub hold: Hold,
+    /// With `permits`: how many permits each call takes (one without it).
+    pub weight: Option<Weight>,
     pub ttl: Option<DurationArg>,
     pub wait: Option<DurationArg>,
     pub locker: Option<Expr>,
@@ -91,6 +95,7 @@ struct Partial<'a> {
     key_span: Option<Span>,
     keys_span: Option<Span>,
     permits: Option<(Span, u64)>,
+    weight: Option<(Span, Weight)>,
     mode: Option<(Span, Hold)>,
     ttl: Option<DurationArg>,
     wait: Option<DurationArg>,
@@ -158,6 +163,9 @@ impl Args {
         if let Some(err) = partial.hold_of_a_lock_only() {
             errors.push(err);
         }
+        if let Some(err) = hold::check_weight(partial.permits, partial.weight.as_ref()) {
+            errors.push(err);
+        }
         let held = held.map_err(|all| all.into_iter().for_each(|err| errors.push(err)));
         match (errors.finish(), keys, held) {
             (Some(err), _, _) => Err(err),
@@ -165,6 +173,7 @@ impl Args {
             (None, Some(keys), Ok(hold)) => Ok(Args {
                 keys,
                 hold,
+                weight: partial.weight.map(|(_, weight)| weight),
                 ttl: partial.ttl,
                 wait: partial.wait,
                 locker: partial.locker,
@@ -209,6 +218,8 @@ fn argument_name(input: ParseStream<'_>) -> syn::Result<Ident> {
         Ident::new("keys", input.parse::<kw::keys>()?.span)
     } else if input.peek(kw::permits) {
         Ident::new("permits", input.parse::<kw::permits>()?.span)
+    } else if input.peek(kw::weight) {
+        Ident::new("weight", input.parse::<kw::weight>()?.span)
     } else if input.peek(kw::mode) {
         Ident::new("mode", input.parse::<kw::mode>()?.span)
     } else if input.peek(kw::hold_at_least) {
@@ -288,6 +299,7 @@ impl Partial<'_> {
                 self.keys = Some(hold::keys(&value, self.names)?);
             }
             "permits" => self.permits = Some((name.span(), hold::permits(&value)?)),
+            "weight" => self.weight = Some((name.span(), hold::weight(&value)?)),
             "mode" => {
                 let lit = string_literal(&value, "mode")?;
                 self.mode = Some((name.span(), hold::mode(&lit)?));
@@ -358,6 +370,7 @@ fn example(name: &str) -> &'static str {
         "key" => "key = \"orders:{order_id}\"",
         "keys" => "keys = [\"buyer:{buyer_id}\", \"item:{item_id}\"]",
         "permits" => "permits = 5",
+        "weight" => "weight = 2",
         "mode" => "mode = \"read\"",
         "ttl" => "ttl = \"10s\" or ttl = Duration::from_secs(10)",
         "wait" => "wait = \"5s\" or wait = Duration::from_secs(5)",

@@ -157,3 +157,34 @@ fn hold_misuse_is_reported_together() {
     assert!(all[2].contains("exclusive locks only"), "{all:?}");
     assert!(messages(quote!(permits = 3))[0].starts_with("missing `key`"));
 }
+
+#[test]
+fn weight_goes_with_permits_and_fits_in_them() {
+    use crate::hold::Weight;
+    let args = parse(quote!(key = "a", permits = 8, weight = 8)).unwrap();
+    assert!(matches!(args.weight, Some(Weight::Literal(8, _))));
+    let args = parse(quote!(key = "a", permits = 8, weight = job.gpus)).unwrap();
+    assert!(matches!(args.weight, Some(Weight::Expr(_))));
+    assert!(parse(quote!(key = "a", permits = 8))
+        .unwrap()
+        .weight
+        .is_none());
+
+    let msg = &messages(quote!(key = "a", permits = 8, weight = 0))[0];
+    assert!(msg.contains("at least 1 and at most `permits`"), "{msg}");
+    let msg = &messages(quote!(key = "a", permits = 8, weight = 9))[0];
+    assert!(
+        msg.contains("`weight = 9` is more than `permits = 8`"),
+        "{msg}"
+    );
+    let msg = &messages(quote!(key = "a", weight = 2))[0];
+    assert!(msg.contains("there is no semaphore here"), "{msg}");
+    let msg = &messages(quote!(key = "a", mode = "read", weight = 2))[0];
+    assert!(msg.contains("add `permits = N`"), "{msg}");
+    let msg = &messages(quote!(key = "a", permits = 8, weight = "2"))[0];
+    assert!(msg.contains("without quotes: `weight = 2`"), "{msg}");
+    let msg = &messages(quote!(key = "a", permits = 8, weight = 1.5))[0];
+    assert!(msg.contains("an integer literal"), "{msg}");
+    let msg = &messages(quote!(key = "a", permits = 8, wieght = 2))[0];
+    assert!(msg.contains("did you mean `weight`?"), "{msg}");
+}

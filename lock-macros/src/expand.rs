@@ -176,6 +176,21 @@ fn generate(args: &Args, function: ItemFn) -> TokenStream {
             spec = quote!(#spec.#setter(#value));
         }
     }
+    // `weight`: a literal goes in as it is; an expression is evaluated first, in the
+    // function's scope, into a `u64` local (a wrong type is an error on the expression).
+    match &args.weight {
+        Some(crate::hold::Weight::Literal(n, _)) => {
+            let n = Literal::u64_unsuffixed(*n);
+            spec = quote!(#spec.weight(#n));
+        }
+        Some(crate::hold::Weight::Expr(expr)) => {
+            let local = Ident::new("__lock_weight", Span::mixed_site());
+            let ty = quote_spanned!(expr.span()=> u64);
+            durations.extend(quote!(let #local: #ty = #expr;));
+            spec = quote!(#spec.weight(#local));
+        }
+        None => {}
+    }
     if handler::is_http_handler(&sig) {
         // lock_core applies the web default (no waiting, as LockLayer: one table there)
         // unless `wait` says otherwise, and answers refused `permits` as a limit (429).

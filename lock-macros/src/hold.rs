@@ -1,6 +1,6 @@
-//! What the body runs under besides a plain lock: `permits = N` (a semaphore), `mode =
-//! "read"|"write"` (a read-write lock) or `keys = [..]` (several locks taken together), and
-//! the rules on combining them.
+//! What the body runs under besides a plain lock: `permits = N` (a semaphore, with `weight
+//! = W` permits per call), `mode = "read"|"write"` (a read-write lock) or `keys = [..]`
+//! (several locks taken together), and the rules on combining them.
 
 use proc_macro2::Span;
 use syn::spanned::Spanned as _;
@@ -70,6 +70,82 @@ pub(crate) fn permits(value: &Expr) -> syn::Result<u64> {
         ));
     }
     Ok(n)
+}
+
+/// How many permits one call takes (`weight = ..`): a literal, checked against `permits`
+/// at compile time, or an expression of the function's scope, checked when the call runs.
+#[derive(Debug, Clone)]
+pub(crate) enum Weight {
+    /// `weight = 2`, with the literal's span.
+    Literal(u64, Span),
+    /// `weight = job.gpus`: a `u64` evaluated when the function is called.
+    Expr(Expr),
+}
+
+/// The value of `weight`: an integer literal from 1 to [`MAX_PERMITS`], or an expression.
+pub(crate) fn weight(value: &Expr) -> syn::Result<Weight> {
+    match value {
+        Expr::Lit(ExprLit {
+            lit: Lit::Int(int), ..
+        }) => {
+            let out_of_range = || {
+                syn::Error::new(
+                    int.span(),
+                    "`weight` is the number of permits each call takes: at least 1 and at most \
+                     `permits` (a call of 0 permits would hold nothing)",
+                )
+            };
+            let n = int.base10_parse::<u64>().map_err(|_| out_of_range())?;
+            if !(1..=MAX_PERMITS).contains(&n) {
+                return Err(out_of_range());
+            }
+            Ok(Weight::Literal(n, int.span()))
+        }
+        Expr::Lit(ExprLit {
+            lit: Lit::Str(text),
+            ..
+        }) => Err(syn::Error::new(
+            text.span(),
+            format!(
+                "`weight` takes an integer without quotes: `weight = {}`",
+                text.value()
+            ),
+        )),
+        Expr::Lit(other) => Err(syn::Error::new(
+            other.span(),
+            "`weight` takes the number of permits each call takes: an integer literal \
+             (`weight = 2`) or a `u64` expression of the function's parameters \
+             (`weight = job.gpus`)",
+        )),
+        other => Ok(Weight::Expr(other.clone())),
+    }
+}
+
+/// `weight` goes with `permits`, and a literal weight fits in them.
+pub(crate) fn check_weight(
+    permits: Option<(Span, u64)>,
+    weight: Option<&(Span, Weight)>,
+) -> Option<syn::Error> {
+    let (span, weight) = weight?;
+    let Some((_, permits)) = permits else {
+        return Some(syn::Error::new(
+            *span,
+            "`weight` is how many permits of a semaphore each call takes, and there is no \
+             semaphore here: add `permits = N` (the semaphore's size), e.g. `permits = 8, \
+             weight = 2`, or remove `weight`",
+        ));
+    };
+    match weight {
+        Weight::Literal(n, at) if *n > permits => Some(syn::Error::new(
+            *at,
+            format!(
+                "`weight = {n}` is more than `permits = {permits}`: a call taking {n} permits \
+                 of a semaphore of {permits} could never run; take at most {permits}, or \
+                 raise `permits`"
+            ),
+        )),
+        _ => None,
+    }
 }
 
 /// The value of `mode`: `"read"` or `"write"`.

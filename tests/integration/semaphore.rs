@@ -656,3 +656,67 @@ async fn a_refused_mismatch_leaves_the_count_right_in_memory() {
     let locker = Locker::memory();
     a_refused_mismatch_leaves_the_count_right(locker.clone(), locker).await;
 }
+
+/// A training job on `pool`, taking `gpus` of its 8 permits; answers the weights held on
+/// the pool while it runs.
+#[lock_core::redis_locked(key = "gpus:{pool}", permits = 8, weight = gpus, wait = "0s", locker = locker)]
+async fn train(locker: &Locker, pool: &str, gpus: u64) -> Result<Vec<u64>, LockError> {
+    let mut weights: Vec<u64> = locker
+        .semaphore(format!("gpus:{pool}"), 8)
+        .holders()
+        .await?
+        .holders
+        .iter()
+        .map(|holder| holder.weight)
+        .collect();
+    weights.sort_unstable();
+    Ok(weights)
+}
+
+/// `#[redis_locked(permits = 8, weight = ..)]` on one Redis: each call holds its weight
+/// while the body runs; one that does not fit is `LimitReached` naming its weight; one
+/// above the capacity or of 0 permits is refused with the error that says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_attribute_takes_its_weight_of_permits() {
+    let server = RedisServer::start();
+    let locker = Locker::from_url(&server.url()).expect("locker");
+    assert_eq!(train(&locker, "a", 6).await.expect("6 of 8"), [6]);
+    assert_eq!(train(&locker, "a", 8).await.expect("all 8"), [8]);
+
+    let held = locker
+        .semaphore("gpus:a", 8)
+        .acquire_many(3)
+        .ttl(Duration::from_secs(30))
+        .await
+        .expect("3 of 8");
+    assert_eq!(train(&locker, "a", 5).await.expect("the other 5"), [3, 5]);
+    match train(&locker, "a", 6).await {
+        Err(LockError::LimitReached {
+            name,
+            permits: 8,
+            asked: 6,
+            ..
+        }) => assert_eq!(name, "gpus:a"),
+        other => panic!("expected LimitReached for 6 of 8 with 3 held, got {other:?}"),
+    }
+    assert!(matches!(
+        train(&locker, "a", 9).await,
+        Err(LockError::PermitsAboveCapacity {
+            asked: 9,
+            permits: 8,
+            ..
+        })
+    ));
+    assert!(matches!(
+        train(&locker, "a", 0).await,
+        Err(LockError::Config(_))
+    ));
+    held.release().await.expect("release");
+    assert_eq!(train(&locker, "a", 6).await.expect("6 of 8"), [6]);
+    let left = locker
+        .semaphore("gpus:a", 8)
+        .holders()
+        .await
+        .expect("holders");
+    assert!(left.holders.is_empty(), "{left:?}");
+}

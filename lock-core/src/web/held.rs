@@ -11,17 +11,18 @@ pub(crate) enum Held {
 }
 
 impl Held {
-    /// Takes `name` on `locker`: its lock, or one of `permits` permits of its semaphore.
+    /// Takes `name` on `locker`: its lock, or `weight` of the `permits` permits of its
+    /// semaphore (`permits` is `(permits, weight)`).
     pub async fn acquire(
         locker: &Locker,
         name: String,
-        permits: Option<u64>,
+        permits: Option<(u64, u64)>,
         settings: Settings,
     ) -> Result<Held, LockError> {
-        if let Some(permits) = permits {
+        if let Some((permits, weight)) = permits {
             let mut request = locker
                 .semaphore(name, permits)
-                .acquire()
+                .acquire_many(weight)
                 .wait(settings.wait);
             if let Some(ttl) = settings.ttl {
                 request = request.ttl(ttl);
@@ -101,14 +102,23 @@ pub(crate) fn limit_problem(
         return responses.problem(err);
     }
     let name = err.name().unwrap_or_default();
-    let mut problem = super::Problem::new(
-        http::StatusCode::TOO_MANY_REQUESTS,
+    let asked = match err {
+        LockError::LimitReached { asked, .. } => *asked,
+        _ => 1,
+    };
+    let detail = if asked > 1 {
+        format!(
+            "{asked} of the {permits} permits of `{name}` are not free: this request takes \
+             {asked}; retry later"
+        )
+    } else {
         format!(
             "all {permits} permits of `{name}` are taken: at most {permits} requests for it run \
              at once; retry later"
-        ),
-    )
-    .with_lock(name);
+        )
+    };
+    let mut problem =
+        super::Problem::new(http::StatusCode::TOO_MANY_REQUESTS, detail).with_lock(name);
     if let Some(after) = err.retry_after() {
         problem = problem.with_retry_after(after);
     }

@@ -95,6 +95,8 @@ struct Config {
     max_hold: Option<Duration>,
     /// A per-key semaphore of this many permits instead of a lock.
     permits: Option<u64>,
+    /// With `permits`: how many of them each request takes.
+    weight: u64,
     hold: HoldUntil,
     responses: Option<ErrorResponses>,
     on_reject: Option<Arc<Responder>>,
@@ -114,6 +116,7 @@ impl LockLayer {
                 renew: true,
                 max_hold: None,
                 permits: None,
+                weight: 1,
                 hold: HoldUntil::Response,
                 responses: None,
                 on_reject: None,
@@ -174,6 +177,33 @@ impl LockLayer {
         self
     }
 
+    /// With [`permits`](LockLayer::permits): each request takes `weight` permits instead of
+    /// one ([`Semaphore::acquire_many`](crate::Semaphore::acquire_many)), so routes of
+    /// different cost can share one limit: give their layers the same key and `permits`,
+    /// and a heavier `weight` to the costly route. Requests wait in one FIFO line, and a
+    /// heavy one is not starved by light ones. A weight above `permits` is refused as
+    /// [`LockError::PermitsAboveCapacity`](crate::LockError::PermitsAboveCapacity) (500: a
+    /// configuration error); one that does not fit now is answered 429 like a full limit.
+    /// Without `permits` it changes nothing.
+    ///
+    /// ```
+    /// use lock_core::web::{key, LockLayer};
+    /// use lock_core::Locker;
+    ///
+    /// let locker = Locker::memory();
+    /// // 8 export slots per tenant: a full export takes 4 of them, a preview 1.
+    /// let full = LockLayer::new(locker.clone(), key::header("x-tenant").prefix("exports:"))
+    ///     .permits(8)
+    ///     .weight(4);
+    /// let preview = LockLayer::new(locker, key::header("x-tenant").prefix("exports:"))
+    ///     .permits(8);
+    /// # drop((full, preview));
+    /// ```
+    pub fn weight(mut self, weight: u64) -> LockLayer {
+        self.config.weight = weight;
+        self
+    }
+
     /// How long the lock is kept: until the response is produced (default) or until its
     /// body has been streamed.
     pub fn hold_until(mut self, hold: HoldUntil) -> LockLayer {
@@ -226,6 +256,7 @@ impl fmt::Debug for Config {
             .field("renew", &self.renew)
             .field("max_hold", &self.max_hold)
             .field("permits", &self.permits)
+            .field("weight", &self.weight)
             .field("hold", &self.hold)
             .field("responses", &self.responses)
             .field("on_reject", &self.on_reject.is_some())
@@ -332,7 +363,8 @@ impl Config {
             renew: self.renew,
             max_hold: self.max_hold,
         };
-        Held::acquire(&self.locker, name, self.permits, settings)
+        let permits = self.permits.map(|permits| (permits, self.weight));
+        Held::acquire(&self.locker, name, permits, settings)
             .await
             // A busy answer's advice (in logs) names this layer's `wait`, not `.wait(..)`.
             .map_err(|err| err.waiting_through(crate::WaitSetting::Layer))

@@ -73,7 +73,9 @@
 //! A concurrency limit that is full (all N permits of the key's semaphore are taken, with
 //! [`LockLayer::permits`] or `#[redis_locked(permits = N)]` on a handler) answers **429 Too
 //! Many Requests** with `Retry-After` (when the first permit ends) and a body saying "all
-//! N permits of `key` are taken: at most N requests for it run at once".
+//! N permits of `key` are taken: at most N requests for it run at once" (for a request that
+//! takes several, [`LockLayer::weight`] or `weight = W`: "W of the N permits of `key` are
+//! not free").
 //!
 //! When Redis cannot be reached: **503** with a generic detail (no URL, host or Redis error
 //! text; those go to the `tracing` log). A request without a key: **400**. See

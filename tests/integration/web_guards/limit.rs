@@ -272,3 +272,152 @@ async fn an_annotated_handler_over_its_permits_is_429_with_retry_after_like_the_
     assert_eq!(reply.body, "exported acme");
     second.release().await.expect("release");
 }
+
+/// The weights of the permits held on `name` (a semaphore of `permits`), sorted.
+async fn weights(locker: &Locker, name: &str, permits: u64) -> Vec<u64> {
+    let mut weights: Vec<u64> = locker
+        .semaphore(name, permits)
+        .holders()
+        .await
+        .expect("holders")
+        .holders
+        .iter()
+        .map(|holder| holder.weight)
+        .collect();
+    weights.sort_unstable();
+    weights
+}
+
+/// `POST /{route}/{tenant}` under `layer`, answering with the weights held on the tenant's
+/// key while the handler runs.
+async fn weighing_replica(route: &str, layer: LockLayer, locker: Locker) -> Running {
+    let router = Router::new()
+        .route(
+            &format!("/{route}/{{tenant}}"),
+            post(move |Path(tenant): Path<String>| {
+                let locker = locker.clone();
+                async move {
+                    format!(
+                        "{:?}",
+                        weights(&locker, &format!("exports:{tenant}"), 4).await
+                    )
+                }
+            }),
+        )
+        .route_layer(layer);
+    web_service::spawn(router, SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))
+        .await
+        .expect("listen")
+}
+
+/// `LockLayer::weight`: two routes share one limit of 4 permits per tenant, a full export
+/// taking 3 and a preview 1; a request that does not fit is 429 naming its weight.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn layers_of_different_weights_share_one_limit() {
+    let server = RedisServer::start();
+    let locker = Locker::from_url(&server.url()).expect("locker");
+    let layer = |weight: u64| {
+        LockLayer::new(locker.clone(), key::path("exports:{tenant}"))
+            .permits(4)
+            .weight(weight)
+            .ttl(Duration::from_secs(10))
+    };
+    let full = weighing_replica("full", layer(3), locker.clone()).await;
+    let preview = weighing_replica("preview", layer(1), locker.clone()).await;
+    let http = Http::new();
+    let post = |app: &Running, tenant: &str| {
+        let url = format!("{}/{tenant}", app.base_url());
+        let http = http.clone();
+        async move { http.post_json(&url, &[], "{}").await }
+    };
+    // Alone, a full export holds 3 permits, a preview 1.
+    let reply = post(&full, "full/acme").await;
+    assert_eq!(reply.status, StatusCode::OK, "{reply:?}");
+    assert_eq!(reply.body, "[3]");
+    let reply = post(&preview, "preview/acme").await;
+    assert_eq!(reply.status, StatusCode::OK, "{reply:?}");
+    assert_eq!(reply.body, "[1]");
+
+    // Another replica holds 2 of acme's 4 permits: a preview still fits, a full export
+    // does not, and is told how many it takes.
+    let other = Locker::from_url(&server.url()).expect("locker");
+    let held = other
+        .semaphore("exports:acme", 4)
+        .acquire_many(2)
+        .ttl(Duration::from_secs(30))
+        .await
+        .expect("two permits");
+    let reply = post(&preview, "preview/acme").await;
+    assert_eq!(reply.status, StatusCode::OK, "{reply:?}");
+    assert_eq!(reply.body, "[1, 2]");
+    let reply = post(&full, "full/acme").await;
+    assert_eq!(reply.status, StatusCode::TOO_MANY_REQUESTS, "{reply:?}");
+    assert!(reply.retry_after().is_some(), "{reply:?}");
+    let problem = reply.json();
+    assert_eq!(problem["lock"], "exports:acme", "{problem}");
+    assert_eq!(
+        problem["detail"],
+        "3 of the 4 permits of `exports:acme` are not free: this request takes 3; retry later",
+        "{problem}"
+    );
+    // Another tenant has permits of its own.
+    let reply = post(&full, "full/globex").await;
+    assert_eq!(reply.status, StatusCode::OK, "{reply:?}");
+    assert_eq!(reply.body, "[3]");
+
+    // Once they are back, the full export runs.
+    held.release().await.expect("release");
+    let reply = post(&full, "full/acme").await;
+    assert_eq!(reply.status, StatusCode::OK, "{reply:?}");
+    assert_eq!(reply.body, "[3]");
+    assert!(weights(&locker, "exports:acme", 4).await.is_empty());
+}
+
+/// A full export takes 3 of a tenant's 4 permits; a handler, so one that does not fit is
+/// answered 429 at once.
+#[redis_locked(key = "exports:{tenant}", permits = 4, weight = 3, locker = locker)]
+async fn annotated_full_export(
+    State(locker): State<Locker>,
+    Path(tenant): Path<String>,
+) -> Result<String, LockError> {
+    Ok(format!(
+        "{:?}",
+        weights(&locker, &format!("exports:{tenant}"), 4).await
+    ))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_annotated_handler_takes_its_weight_and_is_429_when_it_does_not_fit() {
+    let server = RedisServer::start();
+    let locker = Locker::from_url(&server.url()).expect("locker");
+    let router = Router::new()
+        .route("/full/{tenant}", post(annotated_full_export))
+        .with_state(locker.clone());
+    let app = web_service::spawn(router, SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))
+        .await
+        .expect("listen");
+    let http = Http::new();
+    let url = format!("{}/full/acme", app.base_url());
+    let reply = http.post_json(&url, &[], "{}").await;
+    assert_eq!(reply.status, StatusCode::OK, "{reply:?}");
+    assert_eq!(reply.body, "[3]");
+
+    let held = locker
+        .semaphore("exports:acme", 4)
+        .acquire_many(2)
+        .ttl(Duration::from_secs(30))
+        .await
+        .expect("two permits");
+    let reply = http.post_json(&url, &[], "{}").await;
+    assert_eq!(reply.status, StatusCode::TOO_MANY_REQUESTS, "{reply:?}");
+    let problem = reply.json();
+    assert_eq!(
+        problem["detail"],
+        "3 of the 4 permits of `exports:acme` are not free: this request takes 3; retry later",
+        "{problem}"
+    );
+    held.release().await.expect("release");
+    let reply = http.post_json(&url, &[], "{}").await;
+    assert_eq!(reply.status, StatusCode::OK, "{reply:?}");
+    assert_eq!(reply.body, "[3]");
+}

@@ -62,7 +62,25 @@ pub async fn inner_attribute(unused: u8) -> Result<(), LockError> {
     return Ok(());
 }
 
+/// A weighted permit, by literal and by a parameter.
+///
+/// # Errors
+/// When the permits cannot be had.
+#[redis_locked(key = "gpus:{pool}", permits = 8, weight = 2)]
+pub async fn weighted(pool: u8) -> Result<u8, LockError> {
+    Ok(pool)
+}
+
+/// # Errors
+/// When the permits cannot be had.
+#[redis_locked(key = "gpus", permits = 8, weight = u64::from(gpus), wait = "1s")]
+pub async fn weighted_by(gpus: u8) -> Result<(), LockError> {
+    Ok(())
+}
+
 fn main() {
+    drop(weighted(1));
+    drop(weighted_by(2));
     drop(inner_attribute(1));
     drop(strict(1, 1, "x"));
     drop(with_items(&Locker::memory()));

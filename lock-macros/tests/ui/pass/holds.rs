@@ -13,6 +13,16 @@ impl Shop {
         Ok(tenant)
     }
 
+    #[redis_locked(key = "gpus", permits = 8, weight = 2, locker = self.locks)]
+    async fn train(&self) -> Result<(), LockError> {
+        Ok(())
+    }
+
+    #[redis_locked(key = "gpus", permits = 8, weight = gpus, wait = "5s", locker = self.locks)]
+    async fn train_on(&self, gpus: u64) -> Result<u64, LockError> {
+        Ok(gpus)
+    }
+
     #[redis_locked(key = "catalog", mode = "read", locker = self.locks, on_lost = "cancel")]
     async fn browse(&self) -> Result<(), LockError> {
         Ok(())
@@ -41,6 +51,8 @@ fn main() {
         locks: Locker::memory(),
     };
     assert_send(shop.export(1));
+    assert_send(shop.train());
+    assert_send(shop.train_on(4));
     assert_send(shop.browse());
     assert_send(shop.restock(2));
     assert_send(shop.trade(1, 2, "lamp"));

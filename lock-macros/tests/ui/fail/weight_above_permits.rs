@@ -1,0 +1,8 @@
+use lock_core::{redis_locked, LockError};
+
+#[redis_locked(key = "gpus", permits = 8, weight = 9)]
+async fn train() -> Result<(), LockError> {
+    Ok(())
+}
+
+fn main() {}
