@@ -130,6 +130,7 @@ mod requests;
 mod revival;
 pub mod schedule;
 pub mod starvation;
+pub mod steal;
 mod vacancy;
 mod writes;
 
@@ -167,6 +168,8 @@ struct Acq {
     /// When the holder logged that it was about to release (a killed client may have sent
     /// its release without living to log the answer).
     releasing: Option<Nanos>,
+    /// `--mode steal`: when its key was taken, and by when its holder must be told.
+    stolen: Option<steal::Stolen>,
 }
 
 impl Acq {
@@ -217,6 +220,7 @@ pub fn check(history: &History, nodes: usize) -> Report {
                 lost_at: None,
                 release: None,
                 releasing: None,
+                stolen: None,
             });
         }
     }
@@ -346,11 +350,13 @@ pub fn check(history: &History, nodes: usize) -> Report {
             | Event::RunStarted(_)
             | Event::TickDone(_)
             | Event::Waited(_)
-            | Event::Granted { .. } => {}
+            | Event::Granted { .. }
+            | Event::Steal { .. } => {}
             Event::Cancelled { .. } => report.cancelled += 1,
         }
     }
     downs.sort_by_key(|d| d.start);
+    steal::mark(&history.events, &mut acqs);
     report.acquisitions = acqs.len() as u64;
     report.lost_detected = acqs.iter().filter(|a| a.lost_at.is_some()).count() as u64;
     report.resumed = match last_fault_end {
@@ -418,6 +424,7 @@ pub fn check(history: &History, nodes: usize) -> Report {
     deadlock::check(&history.events, &mut report);
     replica_stall::check(&history.events, &mut report);
     vacancy::check(&history.events, &mut report);
+    steal::check(&history.events, &index, &acqs, &mut report);
     report
 }
 

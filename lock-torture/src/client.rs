@@ -109,6 +109,9 @@ pub fn build_locker(args: &ClientArgs) -> Result<Locker, LockError> {
     if let Some(size) = args.pool_size {
         builder = builder.pool_size(size);
     }
+    if args.no_track_keys {
+        builder = builder.track_keys(false);
+    }
     if args.replica_sync == ReplicaSyncArg::Off {
         builder = builder.replica_sync(lock_core::ReplicaSync::Off);
     }

@@ -224,6 +224,24 @@ pub enum Event {
         /// Before it was removed.
         t_end: Nanos,
     },
+    /// `--mode steal`: the orchestrator took a lock's key from its holder, deleting it or
+    /// overwriting it with a foreign value, in one script that read it first (only a lease
+    /// value is taken). The holder of `token` must be told within the bound (rule
+    /// `steal-untold`).
+    Steal {
+        /// The lock name.
+        name: String,
+        /// The lease token the key held (without the hand-over mark and holder label).
+        token: String,
+        /// `del` or `overwrite`.
+        how: String,
+        /// Before the script was sent.
+        t_sent: Nanos,
+        /// When its answer came: the key was taken in between.
+        t_reply: Nanos,
+        /// The server's clock when the script ran (`TIME`, in microseconds).
+        server_us: u64,
+    },
     /// A nested `#[redis_locked]` call on the lock its enclosing annotated function holds
     /// (the reentrant path: no new acquisition).
     Nested {

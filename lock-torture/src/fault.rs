@@ -57,9 +57,10 @@ impl Injector<'_> {
 
     fn pause_between(&mut self, mode: Mode) {
         let ttl = ms_of(self.ttl);
-        let range = if mode == Mode::Stall {
+        let range = if mode == Mode::Stall || mode == Mode::Steal {
             // Stalls come back quickly, so that leases taken between two of them are caught
-            // by the next: half a TTL to one and a half.
+            // by the next: half a TTL to one and a half. Steals too: a held lease is robbed
+            // two or three times a second.
             ttl / 2..ttl * 3 / 2
         } else {
             ttl..ttl * 3
@@ -93,7 +94,8 @@ impl Injector<'_> {
             | Mode::ClientKill
             | Mode::Pool
             | Mode::WrongType
-            | Mode::Stall => self.server_fault(fault, until),
+            | Mode::Stall
+            | Mode::Steal => self.server_fault(fault, until),
         }
     }
 

@@ -86,6 +86,13 @@ pub enum Mode {
     /// ended when it was sent). On one server and on Redlock (where no probe follows a
     /// cancelled request: it would read one master); not drawn by `mixed`.
     Cancel,
+    /// One server: the lock key of a held lock deleted (`DEL`) or overwritten (`SET` to a
+    /// foreign value, with a TTL) by the orchestrator, at random moments, as an operator's
+    /// `DEL`, an eviction or a `FLUSHDB` would. Every client runs on scripts with key
+    /// tracking on (unless `--track-keys off`), and every holder listens for `lost()`
+    /// while it holds: each robbed lease must be told within the bound (rule
+    /// `steal-untold`), and none told while its key was untouched (rule `false-loss`).
+    Steal,
     /// A random mix of the faults of the deployment, with delayed restarts.
     Mixed,
     /// Every mode of the deployment in turn, one run each.
@@ -121,6 +128,7 @@ impl Mode {
             Mode::LoseMaster => "lose-master",
             Mode::ClockSkew => "clock-skew",
             Mode::Cancel => "cancel",
+            Mode::Steal => "steal",
             Mode::Mixed => "mixed",
             Mode::All => "all",
         }

@@ -114,6 +114,14 @@ impl Primitive {
     /// while the slot moves of `reshard` and the clients' faults are judged in full.
     pub fn runs_in(self, topology: Topology, mode: Mode) -> Result<(), String> {
         self.supports(topology)?;
+        if mode == Mode::Steal && !matches!(self, Primitive::Mutex | Primitive::All) {
+            return Err(format!(
+                "--mode steal tortures plain locks only (lock-core tracks the keys of locks, \
+                 not of semaphores, read-write locks, multi-locks or elections), not \
+                 --primitive {}",
+                self.name()
+            ));
+        }
         let moves_a_master = matches!(
             mode,
             Mode::KillMaster | Mode::Failover | Mode::PauseMaster | Mode::Mixed

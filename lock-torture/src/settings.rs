@@ -96,6 +96,11 @@ pub struct RunArgs {
     /// grants count once the master wrote them, the behaviour before the check).
     #[arg(long, value_enum, default_value_t = ReplicaSyncArg::Auto)]
     pub replica_sync: ReplicaSyncArg,
+    /// The clients build their Locker with key tracking off (`track_keys(false)`): a
+    /// taken lease is then noticed only at its next renewal or at the end of its validity.
+    /// A self-test of `--mode steal`, whose rule `steal-untold` must then fail.
+    #[arg(long)]
+    pub no_track_keys: bool,
 }
 
 /// The clients' `ReplicaSync`.
@@ -146,6 +151,8 @@ pub struct Settings {
     pub sabotage_ms: u64,
     /// The clients' replica acknowledgement check.
     pub replica_sync: ReplicaSyncArg,
+    /// Key tracking off in the clients (`--no-track-keys`).
+    pub no_track_keys: bool,
     /// The primitives, one run each per mode (`all` expanded).
     pub primitives: Vec<Primitive>,
     /// Permits per name of the semaphore workload.
@@ -226,6 +233,7 @@ impl Settings {
             settle_seconds: args.settle_seconds,
             sabotage_ms: args.sabotage_ms,
             replica_sync: args.replica_sync,
+            no_track_keys: args.no_track_keys,
             primitives,
             permits: args.permits,
         };

@@ -98,6 +98,12 @@ pub fn start_rig(
     if mode == Mode::ClockSkew {
         common.push("--queue-rounds".to_owned());
     }
+    if mode == Mode::Steal {
+        common.push("--steal-watch".to_owned());
+    }
+    if s.no_track_keys {
+        common.push("--no-track-keys".to_owned());
+    }
     if mode == Mode::Pool {
         // Many tasks on one pooled connection, with a short deadline for a checkout.
         for arg in [
@@ -118,6 +124,8 @@ pub fn start_rig(
         .map(|id| {
             let protocol = match s.protocol {
                 _ if s.topology != Topology::Single => ProtocolArg::Scripts,
+                // Key tracking, which `steal` judges, runs on scripts only.
+                _ if mode == Mode::Steal => ProtocolArg::Scripts,
                 // lock-core runs semaphores, read-write locks and elections on scripts only.
                 _ if primitive.scripts_only() => ProtocolArg::Scripts,
                 Protocols::Scripts => ProtocolArg::Scripts,

@@ -76,6 +76,7 @@ impl Topology {
                 Mode::KillWaiter,
                 Mode::KillWokenHead,
                 Mode::Cancel,
+                Mode::Steal,
                 Mode::Mixed,
             ],
             Topology::Redlock => &[

@@ -29,9 +29,16 @@ pub(super) fn check_overlaps(
                         && d.end < earlier.trusted_until()
                 });
                 let explained = replication.explain(Anomaly::Overlap, name, earlier, next);
+                // `--mode steal`: the earlier key was taken before this grant, and its
+                // holder stopped trusting it by the deadline it had to be told by.
+                let stolen = earlier.stolen.is_some_and(|st| {
+                    st.sent <= next.a.acquired && earlier.trusted_until() <= st.deadline
+                });
                 if restart.is_some() {
                     report.expected_restart_overlaps += 1;
                     report.expect(rule, "restart");
+                } else if stolen {
+                    report.expect(rule, "steal");
                 } else if let Some(why) = explained {
                     report.expect(rule, why);
                 } else {

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use super::schedule;
+use super::{schedule, steal};
 use crate::clock::Nanos;
 
 /// A broken rule.
@@ -104,6 +104,9 @@ pub struct Report {
     pub leader_changes_seen: Option<u64>,
     /// Scheduled runs: ticks, runs, skips ([`schedule`]); `None` without them.
     pub schedule: Option<schedule::ScheduleStats>,
+    /// `--mode steal`: keys taken, holders told, detection delays ([`steal`]); `None`
+    /// without steals.
+    pub steal: Option<steal::StealStats>,
 }
 
 impl Report {
@@ -169,6 +172,12 @@ impl Report {
             prims.push_str(&format!(
                 " ticks={} runs={} skipped={} tick_errors={} late_fires={} unfired_ticks={} judged_ticks={}",
                 s.ticks, s.runs, s.skipped, s.errors, s.late_fires, s.unfired, s.judged
+            ));
+        }
+        if let Some(s) = &self.steal {
+            prims.push_str(&format!(
+                " steals={} steals_judged={} steals_told={} steals_ended_untold={} told_p50_ms={:.1} told_max_ms={:.1}",
+                s.steals, s.judged, s.told, s.ended, s.p50_ms, s.max_ms
             ));
         }
         let unseen = self

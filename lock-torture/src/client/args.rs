@@ -118,6 +118,15 @@ pub struct ClientArgs {
     /// (rule `starvation`).
     #[arg(long)]
     pub queue_rounds: bool,
+    /// `--mode steal`: every holder of a plain round listens for `lost()` for its whole
+    /// hold (a naive one logs it and holds on), and no round goes through a
+    /// `#[redis_locked]` function (whose body does not listen), so that each lease whose
+    /// key is taken shows when its holder was told.
+    #[arg(long)]
+    pub steal_watch: bool,
+    /// Build the Locker with key tracking off (`LockerBuilder::track_keys(false)`).
+    #[arg(long)]
+    pub no_track_keys: bool,
 }
 
 /// How many TTLs a request waits with `--queue-rounds`.

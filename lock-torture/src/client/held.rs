@@ -82,12 +82,17 @@ pub(super) async fn hold(ctx: &Ctx, rng: &mut fastrand::Rng, lease: Guard, held:
     let hold = Duration::from_millis(hold_ms);
     if auto_renew {
         lost = holding::renewed(ctx, &lease, &id, hold, careful, sabotage).await;
-    } else if careful {
+    } else if careful || ctx.args.steal_watch {
+        // `--mode steal`: a naive holder listens too, and holds on once told.
+        let until = tokio::time::Instant::now() + hold;
         tokio::select! {
-            () = tokio::time::sleep(hold) => {}
+            () = tokio::time::sleep_until(until) => {}
             () = lease.lost() => {
                 lost = true;
                 lost_detected("signal");
+                if !careful {
+                    tokio::time::sleep_until(until).await;
+                }
             }
         }
     } else {

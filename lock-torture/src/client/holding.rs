@@ -42,7 +42,8 @@ pub(super) async fn renewed(
         if step.is_zero() {
             return lost;
         }
-        if careful && !stopped {
+        // `--mode steal`: a naive holder listens too, until it is told (then holds on).
+        if (careful && !stopped) || (ctx.args.steal_watch && !lost) {
             tokio::select! {
                 () = tokio::time::sleep(step) => {}
                 () = lease.lost() => {

@@ -32,6 +32,7 @@ pub(super) async fn task_loop(ctx: Arc<Ctx>, task: u32) {
         if primitive == Primitive::Mutex
             && ctx.args.name_kind == crate::names::NameKind::Plain
             && !ctx.args.queue_rounds
+            && !ctx.args.steal_watch
             && profile.annotated_round(&mut rng)
         {
             // One round in five goes through a `#[redis_locked]` function instead.

@@ -1,7 +1,7 @@
 //! Faults of the proxied lock servers (one server, or Redlock's nodes): kills and
 //! restarts, latency, dropped connections and partitions through the proxies, the script
 //! cache flushed, client connections killed, an exhausted pool, foreign values on lock
-//! keys, stalls with `DEBUG SLEEP`.
+//! keys, stalls with `DEBUG SLEEP`, held lock keys taken from their holders (`steal`).
 
 use std::time::Duration;
 
@@ -192,7 +192,63 @@ impl Injector<'_> {
                 };
                 self.fault("wrong-type", &target, t_start, t_end)
             }
+            Mode::Steal => self.steal(),
             _ => Ok(false),
         }
+    }
+
+    /// `--mode steal`: the lock key of one of the names, if a lease holds it now, deleted
+    /// or overwritten with a foreign value (which expires after a TTL), in one script that
+    /// reads it first; logged with the token taken. False when no name was held.
+    fn steal(&mut self) -> Result<bool, BoxError> {
+        /// Takes KEYS[1] if it holds a lease (a string that is not a steal's own value):
+        /// ARGV[1] `del` or `overwrite` (with ARGV[2] for ARGV[3] ms). Returns the value
+        /// taken and the server's TIME, or nothing.
+        const STEAL: &str = "if redis.call('TYPE', KEYS[1]).ok ~= 'string' then return {} end \
+            local v = redis.call('GET', KEYS[1]) \
+            if string.sub(v, 1, 6) == 'stolen' then return {} end \
+            if ARGV[1] == 'del' then redis.call('DEL', KEYS[1]) \
+            else redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3]) end \
+            local t = redis.call('TIME') return {v, t[1], t[2]}";
+        let Some(node) = self.rig.nodes.first() else {
+            return Ok(false);
+        };
+        let port = node.server.port();
+        let names = self.rig.names.max(1);
+        let first = self.rng.u32(..names);
+        let how = if self.rng.bool() { "del" } else { "overwrite" };
+        let foreign = format!("stolen-{}:torture-steal", self.rng.u32(..));
+        let ttl_ms = ms_of(self.ttl).to_string();
+        let mut conn = crate::ha::ops::connect(port)?;
+        // The names in turn from a random one: the first held is taken.
+        for i in 0..names {
+            let name = self.rig.name((first + i) % names);
+            let key = self.rig.primitive.holders_key(&name);
+            let t_sent = clock::now();
+            let reply = crate::ha::ops::run(
+                &mut conn,
+                &["EVAL", STEAL, "1", &key, how, &foreign, &ttl_ms],
+            )?;
+            let t_reply = clock::now();
+            let redis::Value::Array(items) = reply else {
+                continue;
+            };
+            let texts: Vec<String> = items.iter().filter_map(crate::ha::ops::text).collect();
+            let [value, secs, micros] = texts.as_slice() else {
+                continue;
+            };
+            let server_us = secs.parse::<u64>().unwrap_or(0) * 1_000_000
+                + micros.parse::<u64>().unwrap_or(0);
+            self.log.write(&Event::Steal {
+                name: name.clone(),
+                token: crate::event::lease_token(value).to_owned(),
+                how: how.to_owned(),
+                t_sent,
+                t_reply,
+                server_us,
+            })?;
+            return self.fault("steal", &format!("{name}:{how}"), t_sent, t_reply);
+        }
+        Ok(false)
     }
 }
