@@ -435,4 +435,6 @@ mod elect_tests;
 #[cfg(test)]
 mod prim_tests;
 #[cfg(test)]
+mod steal_tests;
+#[cfg(test)]
 mod tests;

@@ -148,7 +148,12 @@ fn trust_end_untold(acq: &Acq) -> Nanos {
 }
 
 /// Rules `steal-untold` and `false-loss`, and the run's steal figures.
-pub(super) fn check(events: &[Event], index: &HashMap<String, usize>, acqs: &[Acq], report: &mut Report) {
+pub(super) fn check(
+    events: &[Event],
+    index: &HashMap<String, usize>,
+    acqs: &[Acq],
+    report: &mut Report,
+) {
     let count = events
         .iter()
         .filter(|e| matches!(e, Event::Steal { .. }))

@@ -237,8 +237,8 @@ impl Injector<'_> {
             let [value, secs, micros] = texts.as_slice() else {
                 continue;
             };
-            let server_us = secs.parse::<u64>().unwrap_or(0) * 1_000_000
-                + micros.parse::<u64>().unwrap_or(0);
+            let server_us =
+                secs.parse::<u64>().unwrap_or(0) * 1_000_000 + micros.parse::<u64>().unwrap_or(0);
             self.log.write(&Event::Steal {
                 name: name.clone(),
                 token: crate::event::lease_token(value).to_owned(),
