@@ -154,7 +154,19 @@ pub(super) async fn hold(ctx: &Ctx, rng: &mut fastrand::Rng, lease: Guard, held:
                 lost_detected("extend");
             }
             if result.is_ok() {
-                tokio::time::sleep(Duration::from_millis(rng.u64(0..ttl_ms / 2))).await;
+                let pause = tokio::time::sleep(Duration::from_millis(rng.u64(0..ttl_ms / 2)));
+                if ctx.args.steal_watch && !lost {
+                    // `--mode steal`: the holder keeps listening after its extension.
+                    tokio::select! {
+                        () = pause => {}
+                        () = lease.lost() => {
+                            lost = true;
+                            lost_detected("signal");
+                        }
+                    }
+                } else {
+                    pause.await;
+                }
             }
         }
     }
