@@ -210,6 +210,31 @@ mod tests {
     }
 
     #[test]
+    fn steal_clients_listen_run_on_scripts_and_may_have_tracking_off() {
+        for (extra, tracking) in [(None, true), (Some("--no-track-keys"), false)] {
+            let mut argv = vec!["run", "--mode", "steal"];
+            argv.extend(extra);
+            let cli = Cli::parse_from(argv);
+            let settings = Settings::resolve(&cli.run).expect("settings");
+            let dir = tempfile::tempdir().expect("tempdir");
+            let rig = start_rig(&settings, Primitive::Mutex, Mode::Steal, 1, dir.path())
+                .expect("the rig starts");
+            for id in 0..4 {
+                let mut args = vec!["client".to_owned(), "--id".to_owned(), id.to_string()];
+                args.extend(["--log".to_owned(), "x.jsonl".to_owned()]);
+                args.extend(rig.spawner.common.iter().cloned());
+                args.extend(rig.spawner.per_client[id].iter().cloned());
+                let client = ClientCli::parse_from(args).client;
+                assert!(client.steal_watch);
+                assert_eq!(client.no_track_keys, !tracking);
+                assert_eq!(client.protocol, ProtocolArg::Scripts);
+            }
+        }
+        let semaphore = Primitive::Semaphore.runs_in(Topology::Single, Mode::Steal);
+        assert!(semaphore.is_err());
+    }
+
+    #[test]
     fn clock_skew_clients_get_their_offsets_one_name_and_queue_rounds() {
         let cli = Cli::parse_from(["run", "--mode", "clock-skew", "--topology", "redlock"]);
         let settings = Settings::resolve(&cli.run).expect("settings");
