@@ -3,6 +3,7 @@
 mod behaviour;
 mod blocking;
 mod cancelled;
+mod capacity;
 mod cancelled_release;
 mod cluster;
 mod cluster_shards;
