@@ -64,7 +64,13 @@ async fn lowering_revokes_nobody(locker: Locker) {
     let semaphore = locker.semaphore(name, 3);
     let mut held = Vec::new();
     for _ in 0..3 {
-        held.push(semaphore.acquire().ttl(60 * SECOND).await.expect("a permit"));
+        held.push(
+            semaphore
+                .acquire()
+                .ttl(60 * SECOND)
+                .await
+                .expect("a permit"),
+        );
     }
     assert_eq!(semaphore.set_capacity(1).await.expect("lower"), Some(3));
     for permit in &held {
@@ -81,14 +87,24 @@ async fn lowering_revokes_nobody(locker: Locker) {
     );
     waiting(&locker, name, 1).await;
     for left in [2, 1] {
-        assert!(held.pop().expect("a permit").release().await.expect("release"));
+        assert!(held
+            .pop()
+            .expect("a permit")
+            .release()
+            .await
+            .expect("release"));
         tokio::time::sleep(Duration::from_millis(200)).await;
         let holders = semaphore.holders().await.expect("holders");
         assert_eq!(holders.holders.len(), left, "nobody let in at {left} held");
         assert_eq!(holders.waiting, 1);
         assert!(!queued.is_finished());
     }
-    assert!(held.pop().expect("the last").release().await.expect("release"));
+    assert!(held
+        .pop()
+        .expect("the last")
+        .release()
+        .await
+        .expect("release"));
     let granted = tokio::time::timeout(10 * SECOND, queued)
         .await
         .expect("let in once fewer than 1 were held")
@@ -135,7 +151,10 @@ async fn the_number_set_wins(locker: Locker) {
 async fn concurrent_changes_are_atomic(one: Locker, other: Locker) {
     for round in 0..5u64 {
         let name = format!("race{round}");
-        let (x, y) = (one.semaphore(name.as_str(), 1), other.semaphore(name.as_str(), 1));
+        let (x, y) = (
+            one.semaphore(name.as_str(), 1),
+            other.semaphore(name.as_str(), 1),
+        );
         let (left, right) = tokio::join!(x.set_capacity(2 + round), y.set_capacity(10 + round));
         left.expect("set");
         right.expect("set");
@@ -174,7 +193,10 @@ async fn below_a_waiters_weight_is_refused(locker: Locker) {
         matches!(&refused, Err(LockError::Config(text)) if text.contains("4 permits")),
         "{refused:?}"
     );
-    assert_eq!(semaphore.holders().await.expect("holders").capacity, Some(4));
+    assert_eq!(
+        semaphore.holders().await.expect("holders").capacity,
+        Some(4)
+    );
     held.release().await.expect("release");
     let granted = queued.await.expect("join").expect("4 of 4");
     drop(granted);
@@ -198,7 +220,11 @@ async fn capacity_changes_on_redis() {
     below_a_waiters_weight_is_refused(one).await;
     // The pin lives with the keys: at least a day on an idle semaphore.
     let ttl = server.command(&["PTTL", "lock:{pinned}:sem"]);
-    let ttl = ttl.trim().trim_start_matches(':').parse::<i64>().unwrap_or(-1);
+    let ttl = ttl
+        .trim()
+        .trim_start_matches(':')
+        .parse::<i64>()
+        .unwrap_or(-1);
     assert!(ttl > 23 * 3600 * 1000, "{ttl}");
 }
 

@@ -3,8 +3,8 @@
 mod behaviour;
 mod blocking;
 mod cancelled;
-mod capacity;
 mod cancelled_release;
+mod capacity;
 mod cluster;
 mod cluster_shards;
 mod contention;

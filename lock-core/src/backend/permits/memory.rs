@@ -6,7 +6,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use super::{parse_member, Ask, Attempt, CapacitySet, PermitKeys, QueueWaiter, RawHolder, RawHolders};
+use super::{
+    parse_member, Ask, Attempt, CapacitySet, PermitKeys, QueueWaiter, RawHolder, RawHolders,
+};
 use crate::backend::CLAIM_WINDOW;
 use crate::signal::{Hint, Wake};
 

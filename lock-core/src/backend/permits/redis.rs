@@ -4,7 +4,10 @@
 
 use std::time::{Duration, Instant};
 
-use super::{parse_member, Ask, Attempt, CapacitySet, Leaving, PermitKeys, QueueWaiter, RawHolder, RawHolders};
+use super::{
+    parse_member, Ask, Attempt, CapacitySet, Leaving, PermitKeys, QueueWaiter, RawHolder,
+    RawHolders,
+};
 use crate::backend::millis;
 use crate::backend::prim_scripts::{
     SentOn, Server, PERMITS_ACQUIRE, PERMITS_EXTEND, PERMITS_HOLDERS, PERMITS_RELEASE,
