@@ -456,6 +456,11 @@ async fn redlock_and_transactions_refuse_with_a_clear_error() {
         assert!(err.to_string().contains("not available"), "{err}");
         let rw = harness.locker.rwlock("x").read().wait(Duration::ZERO).await;
         assert!(matches!(rw, Err(LockError::Config(_))));
+        let set = harness.locker.semaphore("x", 2).set_capacity(3).await;
+        assert!(
+            matches!(&set, Err(LockError::Config(text)) if text.contains("not available")),
+            "{set:?}"
+        );
     }
 }
 
