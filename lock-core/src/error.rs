@@ -137,9 +137,11 @@ pub enum LockError {
     /// store) by the first request while it is idle, and every request must agree with it
     /// while anyone holds a permit or waits: this one asked for a different number. Nothing
     /// was taken and the request did not wait. Give every process the same number for a
-    /// name; to change it, let the semaphore fall idle (no holder, no waiter: the next
-    /// request stores its own number) or use another name.
-    #[error("semaphore `{name}` has {stored} permits stored (set by the requests that hold or wait on it), but this request asked for {asked}; use the same number of permits for this name in every process, or change it only once nobody holds or waits (then the next request stores its own number)")]
+    /// name; to change it while in use, call
+    /// [`Semaphore::set_capacity`](crate::Semaphore::set_capacity) (the number it sets wins
+    /// over the one requests ask for, so they no longer get this error), or let the
+    /// semaphore fall idle (no holder, no waiter: the next request stores its own number).
+    #[error("semaphore `{name}` has {stored} permits stored (set by the requests that hold or wait on it), but this request asked for {asked}; use the same number of permits for this name in every process, or change it with Semaphore::set_capacity (or `lockctl capacity`), or once nobody holds or waits (then the next request stores its own number)")]
     CapacityMismatch {
         /// The semaphore's name.
         name: String,

@@ -360,7 +360,7 @@ pub use locker::{LockInfo, Locker};
 pub use macro_support::{default_locker, set_default_locker};
 pub use prims::{
     GuardHandle, HoldMode, Latch, LatchState, MultiLease, MultiRequest, Permit, PermitHolder,
-    PermitHolders, PermitRequest, RwLease, RwLock, RwRequest, Semaphore, MAX_PERMITS,
+    PermitHolders, PermitRequest, RwLease, RwLock, RwRequest, Semaphore, CAPACITY_PIN, MAX_PERMITS,
 };
 pub use replication::ReplicaSync;
 pub use request::LockRequest;

@@ -121,6 +121,27 @@ pub enum Command {
     /// warnings (or checks the server would not answer), 2 when locks are unsafe there.
     #[command(after_help = after_help(""))]
     Doctor(DoctorArgs),
+    /// Show the number of permits stored with a name's semaphore; --set N changes it while
+    /// the semaphore is in use (raising it lets waiters in at once; lowering it takes no
+    /// permit from a holder, and nobody gets in until fewer than N are held).
+    #[command(after_help = after_help(""))]
+    Capacity(CapacityArgs),
+}
+
+/// `lockctl capacity`.
+#[derive(Debug, Args)]
+pub struct CapacityArgs {
+    /// Name of the semaphore.
+    pub name: String,
+
+    /// Store N permits with the semaphore (it wins over the number requests ask for until
+    /// the semaphore has been idle for 24 hours).
+    #[arg(long, value_name = "N")]
+    pub set: Option<u64>,
+
+    /// Print one JSON object (name, permits, and with --set: before) instead of text.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `lockctl doctor`.

@@ -6,6 +6,7 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 #![warn(missing_docs)]
 
+mod capacity;
 pub mod cli;
 mod doctor;
 pub mod duration;
@@ -70,6 +71,7 @@ async fn dispatch(cli: Cli) -> Result<u8, Failure> {
         Command::Leader(args) => leader::leader(&target, &args).await,
         Command::Waits(args) => waits::waits(&target, &args).await,
         Command::Doctor(args) => doctor::doctor(&target, &args).await,
+        Command::Capacity(args) => capacity::capacity(&target, &args).await,
     }
 }
 

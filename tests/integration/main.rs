@@ -4,6 +4,7 @@ mod behaviour;
 mod blocking;
 mod cancelled;
 mod cancelled_release;
+mod capacity;
 mod cluster;
 mod cluster_shards;
 mod contention;

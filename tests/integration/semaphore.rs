@@ -456,6 +456,11 @@ async fn redlock_and_transactions_refuse_with_a_clear_error() {
         assert!(err.to_string().contains("not available"), "{err}");
         let rw = harness.locker.rwlock("x").read().wait(Duration::ZERO).await;
         assert!(matches!(rw, Err(LockError::Config(_))));
+        let set = harness.locker.semaphore("x", 2).set_capacity(3).await;
+        assert!(
+            matches!(&set, Err(LockError::Config(text)) if text.contains("not available")),
+            "{set:?}"
+        );
     }
 }
 
@@ -498,7 +503,7 @@ async fn semaphores_run_as_redis_functions_too() {
     assert!(permit.release().await.expect("release"));
     assert!(server
         .command(&["FUNCTION", "LIST"])
-        .contains("lockcore_prims_v8"));
+        .contains("lockcore_prims_v9"));
 }
 
 #[lock_core::redis_locked(key = "exports", permits = 2, wait = "0s", locker = locker)]

@@ -1,5 +1,5 @@
 //! The Lua scripts of semaphores, read-write locks and multi-locks, and the server they run
-//! on: a Functions library of their own (`lockcore_prims_v8`), run like the lock's scripts
+//! on: a Functions library of their own (`lockcore_prims_v9`), run like the lock's scripts
 //! (see [`lua`](crate::backend::lua)).
 
 use std::sync::{Arc, LazyLock, Mutex, PoisonError};
@@ -14,8 +14,8 @@ use crate::LockError;
 /// Versioned: a script whose keys or arguments change, or a script added, gets a new
 /// library name (v6: the lean permit scripts and `multi_release`; v7: a Cluster Locker's
 /// permit turns told in the permit set's shard, with SPUBLISH; v8: `permits_reweigh` and
-/// the latch scripts).
-const LIBRARY_NAME: &str = "lockcore_prims_v8";
+/// the latch scripts; v9: `permits_set_capacity` and the capacity pin `#p`).
+const LIBRARY_NAME: &str = "lockcore_prims_v9";
 
 /// The marker in a permits script where the shared functions of `permits_lib.lua` go: after
 /// the script's fast path, so that a call that returns early defines none of them.
@@ -52,6 +52,10 @@ pub(crate) static PERMITS_RELEASE: LazyLock<Lua> =
 /// stepping down to a reader).
 pub(crate) static PERMITS_REWEIGH: LazyLock<Lua> =
     permits_script!("permits_reweigh", "permits_reweigh.lua");
+/// A semaphore's capacity set (and pinned) while in use, the room it makes handed to the
+/// queue.
+pub(crate) static PERMITS_SET_CAPACITY: LazyLock<Lua> =
+    permits_script!("permits_set_capacity", "permits_set_capacity.lua");
 pub(crate) static PERMITS_EXTEND: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(
         LIBRARY_NAME,
@@ -137,6 +141,7 @@ static LIBRARY: LazyLock<String> = LazyLock::new(|| {
             &PERMITS_ACQUIRE,
             &PERMITS_RELEASE,
             &PERMITS_REWEIGH,
+            &PERMITS_SET_CAPACITY,
             &PERMITS_EXTEND,
             &PERMITS_HOLDERS,
             &MULTI_ACQUIRE,
@@ -448,6 +453,7 @@ fn scripts_touch_only_declared_keys() {
         "permits_holders.lua",
         "permits_lib.lua",
         "permits_release.lua",
+        "permits_set_capacity.lua",
         "queue.lua",
         "raise_fence.lua",
         "release.lua",

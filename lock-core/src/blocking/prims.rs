@@ -83,6 +83,28 @@ impl Semaphore {
             .block_on("Semaphore::holders", self.semaphore.holders())?
     }
 
+    /// Changes the number of permits stored with the semaphore while it is in use, and
+    /// returns the number stored before (see [`crate::Semaphore::set_capacity`]: raising
+    /// it lets waiters in at once, lowering it takes no permit from a holder).
+    ///
+    /// ```
+    /// # fn main() -> Result<(), lock_core::LockError> {
+    /// let locker = lock_core::blocking::Locker::memory()?;
+    /// let exports = locker.semaphore("exports", 1);
+    /// let first = exports.try_acquire(std::time::Duration::from_secs(5))?;
+    /// assert_eq!(exports.set_capacity(2)?, Some(1));
+    /// let second = exports.try_acquire(std::time::Duration::from_secs(5))?;
+    /// # drop((first, second));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn set_capacity(&self, permits: u64) -> Result<Option<u64>, LockError> {
+        self.shared.block_on(
+            "Semaphore::set_capacity",
+            self.semaphore.set_capacity(permits),
+        )?
+    }
+
     /// The async semaphore this one wraps.
     pub fn as_async(&self) -> &crate::Semaphore {
         &self.semaphore

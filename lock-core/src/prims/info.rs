@@ -44,9 +44,10 @@ pub struct PermitHolders {
     /// A semaphore's number of permits as stored with it: set by the first request while
     /// the semaphore is idle, binding on every request while anyone holds or waits
     /// (a request asking for another number fails with
-    /// [`LockError::CapacityMismatch`](crate::LockError::CapacityMismatch)). `None` while
-    /// it is idle (the next request stores its own number), and always for a read-write
-    /// lock (its capacity is fixed).
+    /// [`LockError::CapacityMismatch`](crate::LockError::CapacityMismatch)), or set with
+    /// [`Semaphore::set_capacity`](crate::Semaphore::set_capacity) (then it wins over the
+    /// number requests ask for). `None` while it is idle and not set (the next request
+    /// stores its own number), and always for a read-write lock (its capacity is fixed).
     pub capacity: Option<u64>,
 }
 

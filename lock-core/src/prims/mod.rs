@@ -20,4 +20,4 @@ pub use info::{HoldMode, PermitHolder, PermitHolders};
 pub use latch::{Latch, LatchState};
 pub use multi::{MultiLease, MultiRequest};
 pub use rwlock::{RwLease, RwLock, RwRequest};
-pub use semaphore::{Permit, PermitRequest, Semaphore, MAX_PERMITS};
+pub use semaphore::{Permit, PermitRequest, Semaphore, CAPACITY_PIN, MAX_PERMITS};

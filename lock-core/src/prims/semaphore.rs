@@ -11,11 +11,17 @@ use super::guard::{Guard, GuardHandle};
 use super::info::PermitHolders;
 use super::options::{request_options, Options};
 use super::permits::take::take;
-use crate::backend::permits::{Ask, PermitKeys};
+use crate::backend::permits::{Ask, CapacitySet, PermitKeys};
 use crate::{LockError, Locker};
 
 /// The most permits a semaphore may have.
 pub const MAX_PERMITS: u64 = 1_000_000;
+
+/// How long a number of permits set with [`Semaphore::set_capacity`] outlives the
+/// semaphore's last use (24 hours): while permits are held or requests wait it stays; once
+/// the semaphore is idle this long, it is forgotten and the next request stores its own
+/// number.
+pub const CAPACITY_PIN: Duration = Duration::from_secs(24 * 60 * 60);
 
 /// A counting semaphore: at most `permits` holders of its name at once, across every
 /// process. Each permit is a lease with a TTL (judged by the Redis server's clock, so a
@@ -30,8 +36,11 @@ pub const MAX_PERMITS: u64 = 1_000_000;
 /// Redis, next to the holders); while anyone holds or waits, a request that asks for
 /// another number fails at once with [`LockError::CapacityMismatch`] (naming both numbers)
 /// and takes nothing, so two processes that disagree never admit more holders than the
-/// stored number. To change N, deploy the new number and let the semaphore fall idle: the
-/// next request stores its own. [`Semaphore::holders`] shows the stored number.
+/// stored number. To change N while the semaphore is in use, call
+/// [`Semaphore::set_capacity`]: the number it stores wins over the one requests ask for
+/// (raising it lets waiters in at once; lowering it takes no permit from a holder). Or
+/// deploy the new number and let the semaphore fall idle: the next request stores its own.
+/// [`Semaphore::holders`] shows the stored number.
 ///
 /// Works on one Redis, a Redis Cluster (every key of a semaphore shares its name's hash
 /// tag) and in memory. Not on Redlock (N per node does not bound a majority's holders to
@@ -155,17 +164,77 @@ impl Semaphore {
         Ok(PermitHolders::from_raw(raw, false))
     }
 
+    /// Changes the number of permits stored with the semaphore, while it is in use, and
+    /// returns the number stored before (`None`: none was, the semaphore was idle).
+    ///
+    /// - **Raising** it lets the waiters that now fit in at once, in their order (woken in
+    ///   the same step, as a release wakes them).
+    /// - **Lowering** it takes no permit from anyone: the holders keep theirs, and no
+    ///   request is granted until the permits held are fewer than the new number.
+    /// - The change is one atomic step: of two concurrent calls, one number ends up stored,
+    ///   and no request is judged against a mix of both.
+    ///
+    /// The number set is **pinned**: every request is judged against it instead of its own
+    /// number (one asking for another gets in against the stored one rather than failing
+    /// with [`LockError::CapacityMismatch`]; one asking for more permits at once than it has
+    /// fails with [`LockError::PermitsAboveCapacity`]). The pin lives with the semaphore's
+    /// keys: while permits are held or requests wait it stays, and once the semaphore is
+    /// idle it is forgotten after [`CAPACITY_PIN`] (then the next request stores its own
+    /// number again). A number below what a waiting request asks for at once is refused
+    /// with [`LockError::Config`] (that request could never be granted). On one Redis,
+    /// Sentinel, a Cluster and in memory; not on Redlock (as every semaphore operation).
+    ///
+    /// ```
+    /// # use lock_core::{Locker, LockError};
+    /// # use std::time::Duration;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), LockError> {
+    /// let locker = Locker::memory();
+    /// let exports = locker.semaphore("exports", 1);
+    /// let first = exports.acquire().await?;
+    /// assert!(exports.try_acquire(Duration::from_secs(5)).await.is_err());
+    /// assert_eq!(exports.set_capacity(2).await?, Some(1)); // raised while in use
+    /// let second = exports.try_acquire(Duration::from_secs(5)).await?;
+    /// assert_eq!(exports.holders().await?.capacity, Some(2));
+    /// exports.set_capacity(1).await?; // lowered: both keep their permits
+    /// assert_eq!(exports.holders().await?.holders.len(), 2);
+    /// second.release().await?;
+    /// assert!(exports.try_acquire(Duration::from_secs(5)).await.is_err()); // 1 held of 1
+    /// # drop(first);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn set_capacity(&self, permits: u64) -> Result<Option<u64>, LockError> {
+        check_permits(&self.name, permits)?;
+        let keys = self.keys()?;
+        let store = self.env.store(&self.name)?;
+        let span = tracing::debug_span!("set_capacity", name = %self.name, permits);
+        let _entered = span.enter();
+        let set = self
+            .env
+            .run(
+                &self.name,
+                store.set_capacity(&keys, permits, CAPACITY_PIN, self.env.queue_notifier()),
+            )
+            .await?;
+        match set {
+            CapacitySet::Set { before } => {
+                tracing::debug!(name = %self.name, ?before, permits, "semaphore capacity set");
+                Ok(before)
+            }
+            CapacitySet::WaiterAbove { weight } => Err(LockError::Config(format!(
+                "semaphore `{}`: a waiting request asks for {weight} permits at once, more                  than the {permits} asked for, so it could never be granted; set at least                  {weight}, or let that request end first",
+                self.name
+            ))),
+        }
+    }
+
     fn keys(&self) -> Result<PermitKeys, LockError> {
         PermitKeys::new(self.env.prefix(), self.name.clone(), "sem")
     }
 
     fn ask(&self, weight: u64) -> Result<Ask, LockError> {
-        if !(1..=MAX_PERMITS).contains(&self.permits) {
-            return Err(LockError::Config(format!(
-                "semaphore `{}`: {} permits; it needs between 1 and {MAX_PERMITS}",
-                self.name, self.permits
-            )));
-        }
+        check_permits(&self.name, self.permits)?;
         if weight == 0 {
             return Err(LockError::Config(format!(
                 "semaphore `{}`: a request for 0 permits takes nothing; ask for 1 or more",
@@ -184,6 +253,16 @@ impl Semaphore {
             weight,
         })
     }
+}
+
+/// A semaphore's number of permits must be between 1 and [`MAX_PERMITS`].
+fn check_permits(name: &str, permits: u64) -> Result<(), LockError> {
+    if !(1..=MAX_PERMITS).contains(&permits) {
+        return Err(LockError::Config(format!(
+            "semaphore `{name}`: {permits} permits; it needs between 1 and {MAX_PERMITS}"
+        )));
+    }
+    Ok(())
 }
 
 impl fmt::Debug for Semaphore {

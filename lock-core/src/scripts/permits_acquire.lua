@@ -5,9 +5,11 @@
 -- ARGV[5] the waiter's queue member ('' for a plain try), ARGV[6] claim window ms,
 -- ARGV[7] how long the queue member counts (ms, the request's wait; it is in the member
 -- too), ARGV[8] the calling Locker's channel ('' when it polls)
+-- A capacity set by `permits_set_capacity` (the state member `#p` is there) wins over
+-- ARGV[3]: the request is judged against the stored number.
 -- Returns {-1, the stored capacity, -1} when ARGV[3] disagrees with the capacity stored
--- while the name is in use (nothing of the request is written; ended permits are
--- dropped), {1, 0, -1} when taken, {0, ms until the first permit ends (-1: none, or not
+-- while the name is in use, or the weight is above a set capacity (nothing of the request
+-- is written; ended permits are dropped), {1, 0, -1} when taken, {0, ms until the first permit ends (-1: none, or not
 -- read for a waiter behind the first two), our place among the waiters (-1 for a plain
 -- try)} when not; then, after these three, one line "<kind>:<ms>:<waiter id>" per waiter of
 -- the calling Locker handed a permit or told when to look again (see the lib's `admit`).
@@ -17,7 +19,7 @@ local cap, weight = tonumber(ARGV[3]), tonumber(ARGV[4])
 local t = redis.call('TIME')
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local now = math.floor(now_us / 1000)
-local r = redis.call('ZMSCORE', h, '#c', '#w', '#l', '#q', '#h', '#e', '#t', member)
+local r = redis.call('ZMSCORE', h, '#c', '#w', '#l', '#q', '#h', '#e', '#t', member, '#p')
 local mine = r[8] and tonumber(r[8])
 local kt = r[7] and -tonumber(r[7]) or 0
 if mine and mine > now then
@@ -34,6 +36,11 @@ if mine and mine > now then
   return {1, 0, -1}
 end
 local stored = r[1] and -tonumber(r[1])
+if stored and r[9] then
+  -- The capacity was set (pinned): it is the name's whatever the request asks.
+  if weight > stored then return {-1, stored, -1} end
+  cap = stored
+end
 local w = r[2] and -tonumber(r[2]) or 0
 if not mine and (not stored or stored == cap) and w == math.floor(w) and w + weight <= cap then
   -- Free, and nobody waits: take it, writing only the state that changed.

@@ -219,3 +219,64 @@ async fn status_shows_how_many_permits_each_holder_has() {
     assert!(table.stdout.contains("6 permits"), "{table:#?}");
     drop(held);
 }
+
+/// `lockctl capacity NAME` shows the stored number; `--set N` changes it while the
+/// semaphore is in use: raised, a waiting request gets in at once; `status` shows it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn capacity_shows_and_sets_the_stored_number() {
+    let server = RedisServer::start();
+    let locker = Locker::from_url(&server.url()).unwrap();
+    let idle = run(&server, &["capacity", "exports"]);
+    assert_eq!(idle.code, Some(0), "{idle:#?}");
+    assert!(idle.stdout.contains("none stored"), "{idle:#?}");
+    let exports = locker.semaphore("exports", 1);
+    let held = exports
+        .acquire()
+        .ttl(Duration::from_secs(60))
+        .await
+        .unwrap();
+    let shown = run(&server, &["capacity", "exports"]);
+    assert!(
+        shown
+            .stdout
+            .contains("permits   1 (the semaphore's, as stored)"),
+        "{shown:#?}"
+    );
+    let queued = tokio::spawn({
+        let exports = exports.clone();
+        async move {
+            exports
+                .acquire()
+                .ttl(Duration::from_secs(60))
+                .wait(Duration::from_secs(30))
+                .await
+        }
+    });
+    for _ in 0..500 {
+        if exports.holders().await.unwrap().waiting == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let set = run(&server, &["capacity", "exports", "--set", "2", "--json"]);
+    assert_eq!(set.code, Some(0), "{set:#?}");
+    let json: Value = serde_json::from_str(&set.stdout).unwrap();
+    assert_eq!(json["permits"], 2, "{json}");
+    assert_eq!(json["before"], 1, "{json}");
+    let second = tokio::time::timeout(Duration::from_secs(10), queued)
+        .await
+        .expect("let in by the raise")
+        .unwrap()
+        .unwrap();
+    let status = run(&server, &["status", "exports"]);
+    assert!(
+        status
+            .stdout
+            .contains("permits   2 (the semaphore's, as stored)"),
+        "{status:#?}"
+    );
+    let zero = run(&server, &["capacity", "exports", "--set", "0"]);
+    assert_clean_failure(&zero, 64);
+    assert!(zero.stderr.contains("between 1 and"), "{zero:#?}");
+    drop((held, second));
+}

@@ -6,7 +6,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use super::{parse_member, Ask, Attempt, PermitKeys, QueueWaiter, RawHolder, RawHolders};
+use super::{
+    parse_member, Ask, Attempt, CapacitySet, PermitKeys, QueueWaiter, RawHolder, RawHolders,
+};
 use crate::backend::CLAIM_WINDOW;
 use crate::signal::{Hint, Wake};
 
@@ -22,12 +24,16 @@ impl std::fmt::Debug for MemoryPermits {
 }
 
 /// One name's holders (member -> end), waiters (in arrival order), and the capacity stored
-/// by the first request while it was idle (the set is dropped when idle again).
+/// by the first request while it was idle (the set is dropped when idle again, unless its
+/// capacity is pinned), or set by `set_capacity` and pinned until `pinned_until` (pushed
+/// out by the permits and waiters that come while it is pinned, as the keys' expiry is on
+/// Redis).
 #[derive(Default)]
 struct Set {
     holders: HashMap<String, Instant>,
     queue: Vec<Entry>,
     capacity: Option<u64>,
+    pinned_until: Option<Instant>,
 }
 
 struct Entry {
@@ -52,6 +58,19 @@ struct Admitted {
 }
 
 impl Set {
+    /// Whether the stored capacity is pinned (and wins over the one a request asks for).
+    fn pinned(&mut self, now: Instant) -> bool {
+        if self.pinned_until.is_some_and(|until| until <= now) {
+            self.pinned_until = None;
+        }
+        self.pinned_until.is_some()
+    }
+
+    /// Dropped when nobody holds or waits and no capacity is pinned.
+    fn idle(&mut self, now: Instant) -> bool {
+        self.holders.is_empty() && self.queue.is_empty() && !self.pinned(now)
+    }
+
     fn prune(&mut self, now: Instant) -> u64 {
         self.holders.retain(|_, end| *end > now);
         self.holders.keys().map(|m| parse_member(m).0).sum()
@@ -149,7 +168,20 @@ impl MemoryPermits {
         let set = sets.entry(keys.holders.clone()).or_default();
         let sum = set.prune(now);
         set.queue.retain(|entry| entry.expiry > now);
+        if set.pinned(now) {
+            if let Some(stored) = set.capacity {
+                if ask.weight > stored {
+                    return Attempt::Mismatch { stored };
+                }
+                // Judged against the stored number, whatever the request asks; the pin
+                // lives as long as what comes while it is there.
+                let life = waiter.map_or(Duration::ZERO, |w| w.life + CLAIM_WINDOW);
+                let until = now + ttl.max(life);
+                set.pinned_until = set.pinned_until.max(Some(until));
+            }
+        }
         match set.capacity {
+            Some(_) if set.pinned_until.is_some() => {}
             Some(stored) if stored != ask.capacity => {
                 if sum > 0 || !set.queue.is_empty() {
                     return Attempt::Mismatch { stored };
@@ -190,7 +222,7 @@ impl MemoryPermits {
             return Attempt::Taken;
         }
         let first_end = set.first_end(now);
-        if set.holders.is_empty() && set.queue.is_empty() {
+        if set.idle(now) {
             sets.remove(&keys.holders);
         }
         Attempt::Busy {
@@ -211,10 +243,30 @@ impl MemoryPermits {
         }
         let sum = set.prune(now);
         set.admit(now, sum, None, Duration::ZERO, true);
-        if set.holders.is_empty() && set.queue.is_empty() {
+        if set.idle(now) {
             sets.remove(&keys.holders);
         }
         ours
+    }
+
+    /// The script `permits_set_capacity`: stores `capacity` and pins it for at least
+    /// `pin`; the room it makes goes to the queue in order at once.
+    pub fn set_capacity(&self, keys: &PermitKeys, capacity: u64, pin: Duration) -> CapacitySet {
+        let now = Instant::now();
+        let mut sets = self.sets();
+        let set = sets.entry(keys.holders.clone()).or_default();
+        set.queue.retain(|entry| entry.expiry > now);
+        if let Some(above) = set.queue.iter().find(|e| e.ask.weight > capacity) {
+            return CapacitySet::WaiterAbove {
+                weight: above.ask.weight,
+            };
+        }
+        let before = set.capacity.replace(capacity);
+        set.pinned(now);
+        set.pinned_until = set.pinned_until.max(Some(now + pin));
+        let sum = set.prune(now);
+        set.admit(now, sum, None, Duration::ZERO, true);
+        CapacitySet::Set { before }
     }
 
     /// The scripts' `permits_reweigh`: `member` becomes `lighter` with the same end, and the
@@ -253,8 +305,8 @@ impl MemoryPermits {
 
     pub fn holders(&self, keys: &PermitKeys) -> RawHolders {
         let now = Instant::now();
-        let sets = self.sets();
-        let Some(set) = sets.get(&keys.holders) else {
+        let mut sets = self.sets();
+        let Some(set) = sets.get_mut(&keys.holders) else {
             return RawHolders::default();
         };
         let mut holders: Vec<RawHolder> = set
@@ -272,7 +324,7 @@ impl MemoryPermits {
             .collect();
         holders.sort_by_key(|h| h.remaining);
         let waiting = set.queue.iter().filter(|e| e.expiry > now).count();
-        let idle = holders.is_empty() && waiting == 0;
+        let idle = holders.is_empty() && waiting == 0 && !set.pinned(now);
         RawHolders {
             holders,
             waiting: u64::try_from(waiting).unwrap_or(u64::MAX),

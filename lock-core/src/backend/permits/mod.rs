@@ -3,7 +3,9 @@
 //! A name has a set of holders, each with a weight and an end (a TTL judged by the store's
 //! clock: Redis's `TIME` inside the scripts, or this process's in memory), a capacity stored
 //! with it (set by the first request while the name is idle; a request that asks for
-//! another while anyone holds or waits gets [`Attempt::Mismatch`]), and a FIFO queue of
+//! another while anyone holds or waits gets [`Attempt::Mismatch`]; or set and pinned by
+//! [`Store::set_capacity`], after which the stored number wins over the one a request asks
+//! for until the keys expire), and a FIFO queue of
 //! waiters, each with its own weight. A request is admitted while the holders' total weight
 //! plus its own stays within the capacity, and nobody is queued ahead of it. A semaphore of
 //! N permits is capacity N, weight 1; a read-write lock is capacity [`RW_CAPACITY`] (the
@@ -151,6 +153,15 @@ pub(crate) enum Attempt {
     },
 }
 
+/// What `set_capacity` did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CapacitySet {
+    /// Stored and pinned; `before` the capacity stored until then, if any.
+    Set { before: Option<u64> },
+    /// Nothing changed: a live waiter asks for `weight` permits, more than the new capacity.
+    WaiterAbove { weight: u64 },
+}
+
 /// What `holders` reads: the live holders, how many requests wait, and the capacity stored
 /// with the name (`None` while it is idle).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -241,6 +252,22 @@ impl Store {
         match self {
             Store::Server(server) => redis::reweigh(server, keys, member, lighter, local).await,
             Store::Memory(memory) => Ok(memory.reweigh(keys, member, lighter)),
+        }
+    }
+
+    /// Stores `capacity` with the name and pins it (it wins over the capacity requests ask
+    /// for) for at least `pin`, as long as the name is in use; the room it makes goes to
+    /// the waiters in order at once, and those of `local` are woken from the reply.
+    pub async fn set_capacity(
+        &self,
+        keys: &PermitKeys,
+        capacity: u64,
+        pin: Duration,
+        local: Option<&Notifier>,
+    ) -> Result<CapacitySet, LockError> {
+        match self {
+            Store::Server(server) => redis::set_capacity(server, keys, capacity, pin, local).await,
+            Store::Memory(memory) => Ok(memory.set_capacity(keys, capacity, pin)),
         }
     }
 

@@ -4,11 +4,14 @@
 
 use std::time::{Duration, Instant};
 
-use super::{parse_member, Ask, Attempt, Leaving, PermitKeys, QueueWaiter, RawHolder, RawHolders};
+use super::{
+    parse_member, Ask, Attempt, CapacitySet, Leaving, PermitKeys, QueueWaiter, RawHolder,
+    RawHolders,
+};
 use crate::backend::millis;
 use crate::backend::prim_scripts::{
     SentOn, Server, PERMITS_ACQUIRE, PERMITS_EXTEND, PERMITS_HOLDERS, PERMITS_RELEASE,
-    PERMITS_REWEIGH,
+    PERMITS_REWEIGH, PERMITS_SET_CAPACITY,
 };
 use crate::connection::notifier::Notifier;
 use crate::connection::shared::Conn;
@@ -245,6 +248,51 @@ pub(super) async fn reweigh(
         == Some(1);
     wake_local(keys, local, values, sent_at);
     Ok(done)
+}
+
+/// Stores and pins `capacity` (see `scripts/permits_set_capacity.lua`); the waiters it
+/// lets in are told, and those of `local` woken from the reply.
+pub(super) async fn set_capacity(
+    server: &Server,
+    keys: &PermitKeys,
+    capacity: u64,
+    pin: Duration,
+    local: Option<&Notifier>,
+) -> Result<CapacitySet, LockError> {
+    let channel = local.map_or("", Notifier::own_channel);
+    let (capacity, pin) = (capacity.to_string(), millis(pin).to_string());
+    let sent_at = Instant::now();
+    let unread = UnreadReply { keys, local };
+    let reply: Vec<redis::Value> = server
+        .run(
+            &PERMITS_SET_CAPACITY,
+            &keys.name,
+            &[&keys.holders, &keys.queue],
+            &[
+                capacity.as_bytes(),
+                pin.as_bytes(),
+                WINDOW_MS.as_bytes(),
+                channel.as_bytes(),
+            ],
+        )
+        .await?;
+    unread.read();
+    let mut values = reply.into_iter();
+    let mut number = || {
+        values
+            .next()
+            .and_then(|v| redis::from_redis_value::<i64>(v).ok())
+    };
+    let (before, after) = (number().unwrap_or(0), number().unwrap_or(0));
+    if before < 0 {
+        return Ok(CapacitySet::WaiterAbove {
+            weight: u64::try_from(after).unwrap_or(0),
+        });
+    }
+    wake_local(keys, local, values, sent_at);
+    Ok(CapacitySet::Set {
+        before: u64::try_from(before).ok().filter(|&b| b > 0),
+    })
 }
 
 pub(super) async fn extend(

@@ -379,8 +379,17 @@ async fn run(request: Request<'_>) -> Result<Granted, LockError> {
     }
 }
 
-/// A request whose capacity disagrees with the one stored with the name.
+/// A request whose capacity disagrees with the one stored with the name, or (against a
+/// capacity set with `Semaphore::set_capacity`, which wins over the request's) whose weight
+/// is above it.
 fn mismatch(keys: &PermitKeys, stored: u64, ask: Ask) -> LockError {
+    if ask.weight > stored {
+        return LockError::PermitsAboveCapacity {
+            name: keys.name.clone(),
+            asked: ask.weight,
+            permits: stored,
+        };
+    }
     LockError::CapacityMismatch {
         name: keys.name.clone(),
         stored,
