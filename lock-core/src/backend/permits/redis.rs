@@ -8,6 +8,7 @@ use super::{
     parse_member, Ask, Attempt, CapacitySet, Leaving, PermitKeys, QueueWaiter, RawHolder,
     RawHolders,
 };
+use crate::backend::lua::Lua;
 use crate::backend::millis;
 use crate::backend::prim_scripts::{
     SentOn, Server, PERMITS_ACQUIRE, PERMITS_EXTEND, PERMITS_HOLDERS, PERMITS_RELEASE,
@@ -215,6 +216,32 @@ pub(super) async fn release(
     Ok(ours)
 }
 
+/// Runs a permit script that may hand freed room to the queue: keys `[holders, queue]`,
+/// arguments `args` then the hand-off window and `local`'s channel. Returns the reply's
+/// values (the script's own first, then the waiters it let in, for [`wake_local`]) and
+/// when it was sent; a reply never read wakes `local`'s waiters instead ([`UnreadReply`]).
+async fn run_handing(
+    server: &Server,
+    keys: &PermitKeys,
+    script: &Lua,
+    args: [&[u8]; 2],
+    local: Option<&Notifier>,
+) -> Result<(std::vec::IntoIter<redis::Value>, Instant), LockError> {
+    let channel = local.map_or("", Notifier::own_channel);
+    let sent_at = Instant::now();
+    let unread = UnreadReply { keys, local };
+    let reply: Vec<redis::Value> = server
+        .run(
+            script,
+            &keys.name,
+            &[&keys.holders, &keys.queue],
+            &[args[0], args[1], WINDOW_MS.as_bytes(), channel.as_bytes()],
+        )
+        .await?;
+    unread.read();
+    Ok((reply.into_iter(), sent_at))
+}
+
 /// Replaces the held `member` by the lighter `lighter` (same end) and hands the weight it
 /// frees to the queue; false when the permit had ended.
 pub(super) async fn reweigh(
@@ -224,24 +251,14 @@ pub(super) async fn reweigh(
     lighter: &str,
     local: Option<&Notifier>,
 ) -> Result<bool, LockError> {
-    let channel = local.map_or("", Notifier::own_channel);
-    let sent_at = Instant::now();
-    let unread = UnreadReply { keys, local };
-    let reply: Vec<redis::Value> = server
-        .run(
-            &PERMITS_REWEIGH,
-            &keys.name,
-            &[&keys.holders, &keys.queue],
-            &[
-                member.as_bytes(),
-                lighter.as_bytes(),
-                WINDOW_MS.as_bytes(),
-                channel.as_bytes(),
-            ],
-        )
-        .await?;
-    unread.read();
-    let mut values = reply.into_iter();
+    let (mut values, sent_at) = run_handing(
+        server,
+        keys,
+        &PERMITS_REWEIGH,
+        [member.as_bytes(), lighter.as_bytes()],
+        local,
+    )
+    .await?;
     let done = values
         .next()
         .and_then(|v| redis::from_redis_value::<i64>(v).ok())
@@ -259,25 +276,15 @@ pub(super) async fn set_capacity(
     pin: Duration,
     local: Option<&Notifier>,
 ) -> Result<CapacitySet, LockError> {
-    let channel = local.map_or("", Notifier::own_channel);
     let (capacity, pin) = (capacity.to_string(), millis(pin).to_string());
-    let sent_at = Instant::now();
-    let unread = UnreadReply { keys, local };
-    let reply: Vec<redis::Value> = server
-        .run(
-            &PERMITS_SET_CAPACITY,
-            &keys.name,
-            &[&keys.holders, &keys.queue],
-            &[
-                capacity.as_bytes(),
-                pin.as_bytes(),
-                WINDOW_MS.as_bytes(),
-                channel.as_bytes(),
-            ],
-        )
-        .await?;
-    unread.read();
-    let mut values = reply.into_iter();
+    let (mut values, sent_at) = run_handing(
+        server,
+        keys,
+        &PERMITS_SET_CAPACITY,
+        [capacity.as_bytes(), pin.as_bytes()],
+        local,
+    )
+    .await?;
     let mut number = || {
         values
             .next()
