@@ -277,3 +277,121 @@ async fn waiters_moving_up_when_the_first_give_up_are_told() {
     );
     assert!(lease.release().await.expect("release"));
 }
+
+/// Starts a request for `name` on a Locker living in a runtime of its own, lets it queue
+/// (`queued_by` turns true once it stands in line), then drops that runtime with the
+/// request still waiting: its connections close, as a killed process's do, and its queue
+/// entry stays behind (nothing runs to take it out).
+async fn die_while_queued(
+    make: impl FnOnce() -> Locker + Send + 'static,
+    name: &'static str,
+    queued_by: impl FnMut() -> bool,
+) {
+    let (kill, killed) = std::sync::mpsc::channel::<()>();
+    let thread = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let locker = runtime.block_on(async { make() });
+        runtime.spawn(async move {
+            let _ = locker.lock(name).ttl(10 * SECOND).wait(60 * SECOND).await;
+        });
+        runtime.block_on(async {
+            while killed.try_recv().is_err() {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        });
+        // Its tasks are dropped where they stand; nothing else of it runs again.
+        runtime.shutdown_background();
+    });
+    until("the doomed waiter to queue", queued_by).await;
+    kill.send(()).expect("the doomed waiter's thread");
+    tokio::task::spawn_blocking(move || thread.join().expect("the doomed waiter's thread"))
+        .await
+        .expect("join");
+}
+
+/// The members of `name`'s queue on `server`, in line.
+fn line(server: &RedisServer, name: &str) -> Vec<String> {
+    lock_tests::cluster::bulk_strings(&server.command(&[
+        "ZRANGE",
+        &format!("lock:{{{name}}}:q"),
+        "0",
+        "-1",
+    ]))
+}
+
+/// Regression (lock-torture's Redlock `kill-waiter` flags): a waiter whose process died
+/// while queued was still handed the lock at the next release, and the lock lay reserved
+/// for it, free, for a claim window; with several dead in line, one window each, while
+/// the live waiter behind them slept on its own timer. A hand-over now passes over a
+/// waiter whose Locker no longer listens (its turn message reaches nobody).
+async fn dead_waiters_are_passed_over(
+    servers: &[RedisServer],
+    make: impl Fn() -> Locker + Clone + Send + 'static,
+) {
+    const NAME: &str = "dead-line";
+    let holder = make();
+    let lease = holder.lock(NAME).ttl(30 * SECOND).await.expect("holder");
+    for dead in 1..=3 {
+        die_while_queued(make.clone(), NAME, || {
+            servers.iter().all(|server| queued(server, NAME) == dead)
+        })
+        .await;
+    }
+    let live = make();
+    let waiter =
+        tokio::spawn(async move { live.lock(NAME).ttl(10 * SECOND).wait(20 * SECOND).await });
+    until("the live waiter to queue", || {
+        servers.iter().all(|server| queued(server, NAME) == 4)
+    })
+    .await;
+    let lines: Vec<Vec<String>> = servers.iter().map(|server| line(server, NAME)).collect();
+    assert!(lease.release().await.expect("release"));
+    for (server, members) in servers.iter().zip(&lines) {
+        let value = server.command(&["GET", &format!("lock:{{{NAME}}}")]);
+        for dead in &members[..3] {
+            assert!(
+                !value.contains(&format!("?{dead}")),
+                "the release reserved the lock for a waiter that died in line ({value:?})"
+            );
+        }
+    }
+    let lease = waiter
+        .await
+        .expect("join")
+        .expect("the live waiter gets the lock");
+    for server in servers {
+        assert_eq!(
+            queued(server, NAME),
+            0,
+            "the dead waiters' entries are gone from the line"
+        );
+    }
+    assert!(lease.release().await.expect("release"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_that_died_in_line_are_passed_over() {
+    let server = RedisServer::start();
+    let url = server.url();
+    dead_waiters_are_passed_over(std::slice::from_ref(&server), move || {
+        Locker::from_url(&url).expect("locker")
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_redlock_waiters_that_died_in_line_are_passed_over() {
+    let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
+    dead_waiters_are_passed_over(&servers, move || {
+        Locker::builder()
+            .redlock(urls.clone())
+            .node_timeout(Duration::from_millis(500))
+            .build()
+            .expect("redlock locker")
+    })
+    .await;
+}

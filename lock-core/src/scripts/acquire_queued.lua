@@ -34,9 +34,18 @@ else
     marked = line[2] ~= nil
   else
     -- Free (its holder expired, or a reservation lapsed) with someone queued ahead: their
-    -- turn (and ours to stand by, should we be next).
-    hand_over(lock, q, ARGV[6], ARGV[7])
-    current = '?' .. head
+    -- turn (and ours to stand by, should we be next); ours at once if every waiter ahead
+    -- of us is gone (see hand_over).
+    local reserved = hand_over(lock, q, ARGV[6], ARGV[7], me)
+    if reserved == me then
+      current = redis.call('GET', lock)
+      take = true
+      marked = string.byte(current, 1) == 126
+    elseif reserved then
+      current = '?' .. reserved
+    else
+      take = true
+    end
   end
 end
 if take then

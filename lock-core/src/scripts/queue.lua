@@ -49,33 +49,59 @@ end
 -- lock's shard, on `<lock>:t:<channel>` (the lock's slot): told with SPUBLISH there (with
 -- PUBLISH on the channel itself on a server without sharded pub/sub). The one place a
 -- queue script tells a waiter.
+-- Returns false when the message provably reached nobody: no connection listens on the
+-- member's channel, so its Locker is gone (a process that died or was killed: Redis
+-- dropped its subscription with its connection). True otherwise, and where the count
+-- proves nothing (a Cluster's plain PUBLISH counts one node's listeners only).
 local function notify(waiters, member, message, lock)
   local channel = waiters .. string.sub(member, 1, 16)
   if string.byte(channel, 1) == 36 then
-    if type(redis.pcall('SPUBLISH', lock .. ':t:' .. channel, message)) == 'number' then
-      return
+    local heard = redis.pcall('SPUBLISH', lock .. ':t:' .. channel, message)
+    if type(heard) == 'number' then
+      return heard > 0
     end
+    redis.call('PUBLISH', channel, message)
+    return true
   end
-  redis.call('PUBLISH', channel, message)
+  return redis.call('PUBLISH', channel, message) > 0
 end
 
 -- Reserves the free lock for the head of the queue for `window` ms (popping it), tells it
 -- its turn ("g") and the one after it to stand by ("s": take the lock if the head has not
 -- claimed it within the window). The reservation carries the mark when someone else
--- waits, and the head's claim passes it on. False when nobody waits.
-local function hand_over(lock, q, window, waiters)
-  local line = redis.call('ZRANGE', q, 0, 1)
-  local head, second = line[1], line[2]
-  if not head then return false end
-  redis.call('ZREM', q, head)
-  local reserved = '?' .. head
-  if second then
-    reserved = '~' .. reserved
+-- waits, and the head's claim passes it on.
+-- A head whose Locker no longer listens (its process died while queued: the turn message
+-- reached nobody) is dropped from the line instead, and the next one gets the turn: a
+-- killed waiter costs the line nothing, where a reservation for it would have kept the
+-- lock free for a whole claim window, one window per dead waiter in line. At most
+-- `SKIP_DEAD` are dropped in one go (the rest at the next hand-over), so that a script's
+-- work stays bounded. A waiter alive but cut off from its pub/sub connection at that
+-- moment loses its place too; its Locker wakes its waiters when the connection comes
+-- back, and they queue again.
+-- `taker` (optional): the member of the Locker running the script, which takes a lock
+-- reserved for itself at once, untold.
+-- Returns the member the lock is now reserved for, or false when nobody (alive) waits.
+local SKIP_DEAD = 8
+local function hand_over(lock, q, window, waiters, taker)
+  for skipped = 0, SKIP_DEAD do
+    local line = redis.call('ZRANGE', q, 0, 1)
+    local head, second = line[1], line[2]
+    if not head then return false end
+    redis.call('ZREM', q, head)
+    local alive = head == taker
+      or notify(waiters, head, 'g:' .. window .. ':' .. lock, lock)
+      or skipped == SKIP_DEAD
+    if alive then
+      local reserved = '?' .. head
+      if second then
+        reserved = '~' .. reserved
+      end
+      redis.call('SET', lock, reserved, 'PX', window)
+      if second and head ~= taker then
+        notify(waiters, second, 's:' .. window .. ':' .. lock, lock)
+      end
+      return head
+    end
   end
-  redis.call('SET', lock, reserved, 'PX', window)
-  notify(waiters, head, 'g:' .. window .. ':' .. lock, lock)
-  if second then
-    notify(waiters, second, 's:' .. window .. ':' .. lock, lock)
-  end
-  return true
+  return false
 end
