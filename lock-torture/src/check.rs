@@ -463,6 +463,8 @@ mod degraded_tests;
 #[cfg(test)]
 mod elect_tests;
 #[cfg(test)]
+mod issue43_tests;
+#[cfg(test)]
 mod prim_tests;
 #[cfg(test)]
 mod steal_tests;
