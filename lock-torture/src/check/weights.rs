@@ -97,8 +97,8 @@ impl Capacities {
         };
         let mut best = list
             .iter()
-            .filter(|c| c.known && c.reply <= from)
-            .last()
+            .rev()
+            .find(|c| c.known && c.reply <= from)
             .map_or(initial, |c| c.permits);
         for (i, c) in list.iter().enumerate() {
             if c.sent > to {
