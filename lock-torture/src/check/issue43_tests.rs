@@ -322,3 +322,29 @@ fn a_downgraded_writer_lets_readers_in_after_it_and_no_writer() {
     ];
     assert_eq!(rules(&run(writer_after, &[])), vec!["downgrade"]);
 }
+
+#[test]
+fn a_killed_counter_may_have_counted_without_logging_it() {
+    // Count 3: two logged count-downs and an opener; client 3 was killed in between, after
+    // its last logged count-down, so its unlogged one may be the missing third.
+    let kill = |at_ms: u64| Event::Fault {
+        kind: "kill-counter".into(),
+        target: "client3".into(),
+        t_start: at_ms * MS,
+        t_end: (at_ms + 2) * MS,
+    };
+    let history = vec![
+        arm(1, 0, 3),
+        count(1, 50, 1),
+        count(2, 100, 0),
+        arm(2, 300, 2),
+    ];
+    assert_eq!(rules(&run(history.clone(), &[])), vec!["latch-once"]);
+    let mut killed = history.clone();
+    killed.push(kill(80));
+    assert_eq!(rules(&run(killed, &[])), Vec::<&str>::new());
+    // Killed more than a command timeout after the opening: no excuse.
+    let mut late = history;
+    late.push(kill(1200));
+    assert_eq!(rules(&run(late, &[])), vec!["latch-once"]);
+}

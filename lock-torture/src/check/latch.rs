@@ -145,7 +145,8 @@ pub(super) fn check(events: &[Event], report: &mut Report) {
     }
     // A client killed by `kill-counter` may have counted down without living to log it:
     // each kill stands for a count-down of unknown outcome on every name, sent up to a
-    // command timeout before it.
+    // command timeout before it, and after the last count-down the client logged (its
+    // one counting task logs each before it sends the next).
     let mut killed: Vec<LatchCount> = Vec::new();
     for event in events {
         if let Event::Fault {
@@ -162,11 +163,18 @@ pub(super) fn check(events: &[Event], report: &mut Report) {
                 .strip_prefix("client")
                 .and_then(|c| c.parse().ok())
                 .unwrap_or(u32::MAX);
+            let logged = counts
+                .values()
+                .flatten()
+                .filter(|c| c.client == client && c.t_reply <= *t_start)
+                .map(|c| c.t_reply)
+                .max()
+                .unwrap_or(0);
             for name in arms.keys() {
                 killed.push(LatchCount {
                     client,
                     name: (*name).to_owned(),
-                    t_sent: t_start.saturating_sub(KILLED_IN_FLIGHT),
+                    t_sent: t_start.saturating_sub(KILLED_IN_FLIGHT).max(logged),
                     t_reply: *t_end,
                     round_seen: None,
                     left: None,
