@@ -56,6 +56,16 @@
 //!   more grants to requests made after it began waiting than a fair queue allows
 //!   ([`starvation::PASSED_OVER_PER_CLIENT`] per client of the run), and granted nothing
 //!   meanwhile ([`starvation`]).
+//! - `weight`, `revoked`, `weight-starved`: permits taken by weight while the capacity is
+//!   changed in use: never more weight trusted than the capacity in force at a grant, no
+//!   holder's permit taken by a lowering, no large request passed over more than a fair
+//!   queue allows ([`weights`]).
+//! - `downgrade`: a write lease stepped down to reader met no other writer, and no reader
+//!   before the downgrade (`check/downgrade.rs`).
+//! - `latch-once`, `latch-rearm`, `latch-early`, `latch-late`, `latch-expired`,
+//!   `latch-wrong-round`: countdown latches' rounds open once, at their count, are not
+//!   replaced while counting, and wake their own waiters, all of them, in time, or tell
+//!   them they expired ([`latch`]).
 //! - `ghost-grant`: after a request was cancelled, the lock's key carried its client's
 //!   never-granted value while that client had no live request for it ([`ghost`]).
 //! - `sibling-overlap`: two concurrent sibling calls of one key inside a `#[redis_locked]`

@@ -292,6 +292,29 @@ mod tests {
         assert!(!Primitive::Schedule.scripts_only());
     }
 
+    /// The workloads of issue 43 run on one server in the modes that restart no server,
+    /// and `kill-counter` is the latch's alone.
+    #[test]
+    fn latches_and_weights_run_on_one_server_without_restarts() {
+        assert!(Primitive::Latch
+            .runs_in(Topology::Single, Mode::KillCounter)
+            .is_ok());
+        assert!(Primitive::Weighted
+            .runs_in(Topology::Single, Mode::Cancel)
+            .is_ok());
+        for p in [Primitive::Latch, Primitive::Weighted] {
+            let why = p.runs_in(Topology::Single, Mode::Kill).unwrap_err();
+            assert!(why.contains("restarted empty"), "{why}");
+            assert!(p.supports(Topology::Cluster).is_err());
+        }
+        let why = Primitive::Mutex
+            .runs_in(Topology::Single, Mode::KillCounter)
+            .unwrap_err();
+        assert!(why.contains("latch"), "{why}");
+        assert!(!Primitive::each().contains(&Primitive::Latch));
+        assert_eq!(Primitive::Weighted.holders_key("a"), "lock:{a}:sem");
+    }
+
     /// `all` left elections and scheduled runs out (they were run only when asked for by
     /// name), so a check of every primitive skipped two of them.
     #[test]
