@@ -8,7 +8,7 @@
 //!   lies in that span), so the bound is the largest capacity that may have been in force
 //!   at some moment of it: the one set last before it, and any set (or possibly set, when
 //!   the call's answer was lost) during it. Before the first change, the number every
-//!   client asks for ([`WEIGHTED_CAPACITY`](crate::primitive::WEIGHTED_CAPACITY)).
+//!   client asks for ([`WEIGHTED_CAPACITY`]).
 //!   Holders kept over a lowering count: nothing may be granted until they fit under it.
 //! - `revoked`: a holder trusted while the capacity was lowered keeps its permit: it is
 //!   not told it lost it (`lost()`, `is_lost()`, an extension) before the validity it was
