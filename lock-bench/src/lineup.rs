@@ -6,6 +6,7 @@ use std::sync::Arc;
 use lock_core::{Locker, ReplicaSync};
 
 use crate::contenders::annotated::Annotated;
+use crate::contenders::blocking::Blocking;
 use crate::contenders::core::Core;
 use crate::contenders::naive::Naive;
 use crate::contenders::raw::Raw;
@@ -27,6 +28,7 @@ pub const MACRO_RENEW: &str = "#[redis_locked] (default: renews)";
 pub const MACRO_PLAIN: &str = "#[redis_locked(renew = false)]";
 pub const RSLOCK: &str = "rslock 0.10";
 pub const SEMAPHORE: &str = "lock-core semaphore (8 permits)";
+pub const BLOCKING: &str = "lock-core blocking::Locker (std threads)";
 pub const RSLOCK_USING: &str = "rslock 0.10 using() (renews)";
 
 pub const HOT_CORE_SHARED: &str = "lock-core, 1 locker (N tasks)";
@@ -113,14 +115,18 @@ impl Filter {
 }
 
 fn locker(urls: &[String], prefix: &str) -> Result<Locker, String> {
+    builder(urls, prefix)
+        .build()
+        .map_err(|err| format!("cannot build a locker: {err}"))
+}
+
+fn builder(urls: &[String], prefix: &str) -> lock_core::LockerBuilder {
     let builder = Locker::builder().prefix(prefix);
     let builder = match urls {
         [url] => builder.url(url.clone()),
         urls => builder.redlock(urls.iter().cloned()),
     };
     builder
-        .build()
-        .map_err(|err| format!("cannot build a locker: {err}"))
 }
 
 /// S1 and S2: the floor first (ratios refer to it), then everyone on one Redis.
@@ -139,6 +145,7 @@ pub async fn uncontended(endpoints: &Endpoints, filter: &Filter) -> Result<Vec<A
         )),
         Any::Rslock(Rslock::new(single, false, RSLOCK)?),
         Any::Semaphore(Semaphore::new(locker(single, "sem:")?, 8, SEMAPHORE)),
+        Any::Blocking(Blocking::new(builder(single, "blocking:"), BLOCKING).await?),
     ];
     // The floor stays whatever the filter says: every ratio refers to it.
     let floor = all.remove(0);

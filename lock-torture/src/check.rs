@@ -56,6 +56,16 @@
 //!   more grants to requests made after it began waiting than a fair queue allows
 //!   ([`starvation::PASSED_OVER_PER_CLIENT`] per client of the run), and granted nothing
 //!   meanwhile ([`starvation`]).
+//! - `weight`, `revoked`, `weight-starved`: permits taken by weight while the capacity is
+//!   changed in use: never more weight trusted than the capacity in force at a grant, no
+//!   holder's permit taken by a lowering, no large request passed over more than a fair
+//!   queue allows ([`weights`]).
+//! - `downgrade`: a write lease stepped down to reader met no other writer, and no reader
+//!   before the downgrade (`check/downgrade.rs`).
+//! - `latch-once`, `latch-rearm`, `latch-early`, `latch-late`, `latch-expired`,
+//!   `latch-wrong-round`: countdown latches' rounds open once, at their count, are not
+//!   replaced while counting, and wake their own waiters, all of them, in time, or tell
+//!   them they expired ([`latch`]).
 //! - `ghost-grant`: after a request was cancelled, the lock's key carried its client's
 //!   never-granted value while that client had no live request for it ([`ghost`]).
 //! - `sibling-overlap`: two concurrent sibling calls of one key inside a `#[redis_locked]`
@@ -110,12 +120,14 @@
 mod capacity;
 mod deadline;
 mod deadlock;
+mod downgrade;
 mod election;
 mod errors;
 mod failover;
 mod fences;
 mod ghost;
 mod grant;
+pub mod latch;
 mod leftover;
 pub mod liveness;
 mod multi;
@@ -132,6 +144,7 @@ pub mod schedule;
 pub mod starvation;
 pub mod steal;
 mod vacancy;
+pub mod weights;
 mod writes;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -170,6 +183,9 @@ struct Acq {
     releasing: Option<Nanos>,
     /// `--mode steal`: when its key was taken, and by when its holder must be told.
     stolen: Option<steal::Stolen>,
+    /// One part of a read-write lease that was downgraded: its write part, up to the
+    /// downgrade, or its read part, after it (`check/downgrade.rs`).
+    downgraded: bool,
 }
 
 impl Acq {
@@ -221,6 +237,7 @@ pub fn check(history: &History, nodes: usize) -> Report {
                 release: None,
                 releasing: None,
                 stolen: None,
+                downgraded: false,
             });
         }
     }
@@ -351,7 +368,12 @@ pub fn check(history: &History, nodes: usize) -> Report {
             | Event::TickDone(_)
             | Event::Waited(_)
             | Event::Granted { .. }
-            | Event::Steal { .. } => {}
+            | Event::Steal { .. }
+            | Event::CapacitySet(_)
+            | Event::Downgraded(_)
+            | Event::LatchArm(_)
+            | Event::LatchCount(_)
+            | Event::LatchWait(_) => {}
             Event::Cancelled { .. } => report.cancelled += 1,
         }
     }
@@ -362,13 +384,22 @@ pub fn check(history: &History, nodes: usize) -> Report {
     report.resumed = match last_fault_end {
         None => true,
         Some(end) => {
-            acqs.iter().any(|a| a.a.acquired > end) || schedule::ran_after(&history.events, end)
+            acqs.iter().any(|a| a.a.acquired > end)
+                || schedule::ran_after(&history.events, end)
+                || latch::opened_after(&history.events, end)
         }
     };
 
+    // A downgraded write lease is judged as its write part and its read part.
+    let (split, pieces) = downgrade::split(&history.events, &acqs);
+    report.downgrades = split.len() as u64;
     // A lock, a semaphore and a read-write lock of one name never meet.
     let mut by_name: BTreeMap<(&str, &str), Vec<&Acq>> = BTreeMap::new();
-    for acq in &acqs {
+    for acq in acqs
+        .iter()
+        .filter(|a| !split.contains(a.a.id.as_str()))
+        .chain(&pieces)
+    {
         by_name
             .entry((acq.a.kind.family(), acq.a.name.as_str()))
             .or_default()
@@ -376,9 +407,13 @@ pub fn check(history: &History, nodes: usize) -> Report {
     }
     let mut reset = HashSet::new();
     let replication = Replication::new(&history.events);
+    let capacities = weights::Capacities::new(&history.events);
     for ((family, name), list) in &mut by_name {
         list.sort_by_key(|a| a.a.acquired);
         match *family {
+            "semaphore" if list.iter().any(|a| a.a.weight.is_some()) => {
+                weights::check_weights(name, list, &capacities, &mut report);
+            }
             "semaphore" => permits::check_permits(name, list, &downs, &replication, &mut report),
             "rwlock" => permits::check_rw(name, list, &downs, &replication, &mut report),
             _ => {
@@ -400,6 +435,9 @@ pub fn check(history: &History, nodes: usize) -> Report {
                 );
             }
         }
+        // A downgraded lease's release ends its read part (its write part ended with the
+        // downgrade, and the readers let in after it are no breach of it).
+        list.retain(|a| !(a.downgraded && a.a.kind == crate::event::HoldKind::Write));
         check_releases(name, list, &replication, &mut report);
     }
     for acq in &acqs {
@@ -425,6 +463,8 @@ pub fn check(history: &History, nodes: usize) -> Report {
     replica_stall::check(&history.events, &mut report);
     vacancy::check(&history.events, &mut report);
     steal::check(&history.events, &index, &acqs, &mut report);
+    weights::check(&history.events, &acqs, &mut report);
+    latch::check(&history.events, &mut report);
     report
 }
 
@@ -432,6 +472,8 @@ pub fn check(history: &History, nodes: usize) -> Report {
 mod degraded_tests;
 #[cfg(test)]
 mod elect_tests;
+#[cfg(test)]
+mod issue43_tests;
 #[cfg(test)]
 mod prim_tests;
 #[cfg(test)]

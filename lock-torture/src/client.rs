@@ -23,10 +23,12 @@ mod guard;
 mod held;
 mod hiccup;
 mod holding;
+mod latch;
 mod nested;
 mod probe;
 mod round;
 mod schedule;
+mod weights;
 
 use lock_core::{LeaseHandle, LockError, Locker, Protocol};
 
@@ -74,7 +76,10 @@ impl Ctx {
     /// disagree with the number stored with the semaphore whenever the others got there
     /// first, and the others' with its own (rule `capacity`).
     fn permits(&self) -> u64 {
-        if self.args.id % DISSENTERS == DISSENTERS - 1 {
+        if self.args.primitive == Primitive::Weighted {
+            // The weighted workload's clients agree: its capacity moves by set_capacity.
+            crate::primitive::WEIGHTED_CAPACITY
+        } else if self.args.id % DISSENTERS == DISSENTERS - 1 {
             self.args.permits + 1
         } else {
             self.args.permits
@@ -204,7 +209,12 @@ async fn run_async(args: ClientArgs) -> Result<(), BoxError> {
                 tasks.spawn(async move { schedule::replica(&ctx, job).await });
             }
         }
+        Primitive::Latch => latch::spawn(&ctx, &mut tasks),
         _ => {
+            if ctx.args.primitive == Primitive::Weighted && ctx.args.id == 0 {
+                let changer = Arc::clone(&ctx);
+                tasks.spawn(async move { weights::change_capacity(&changer).await });
+            }
             for task in 0..ctx.args.tasks {
                 tasks.spawn(round::task_loop(Arc::clone(&ctx), task));
             }

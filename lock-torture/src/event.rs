@@ -13,6 +13,7 @@ mod failover;
 mod log;
 mod look;
 mod outcome;
+mod prims;
 mod schedule;
 
 use serde::{Deserialize, Serialize};
@@ -23,6 +24,7 @@ pub use failover::{Failover, ReplicaCopy};
 pub use log::{read_log, Log};
 pub use look::{lease_token, Look};
 pub use outcome::{Capacity, FailKind, ReleaseOutcome, WriteOutcome};
+pub use prims::{CapacitySet, Downgraded, LatchArm, LatchCount, LatchWait, WaitOutcome};
 pub use schedule::{RunStarted, TickDone};
 
 /// One line of a log.
@@ -337,6 +339,16 @@ pub enum Event {
         /// The lease token the lock key was set to.
         token: String,
     },
+    /// A semaphore's capacity changed while in use (`--primitive weighted`).
+    CapacitySet(CapacitySet),
+    /// A read-write lock's write lease stepped down to a read lease.
+    Downgraded(Downgraded),
+    /// A latch round armed (or refused).
+    LatchArm(LatchArm),
+    /// A latch counted down (or refused).
+    LatchCount(LatchCount),
+    /// A wait on a latch, and how it ended.
+    LatchWait(LatchWait),
 }
 
 /// Whether an offset is none (left out of the log).

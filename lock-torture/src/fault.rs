@@ -75,9 +75,11 @@ impl Injector<'_> {
             // Cancellation and clock offsets are the clients' own doing (`client --cancel`,
             // `--clock-offset-ms`).
             Mode::None | Mode::Cancel | Mode::ClockSkew | Mode::Mixed | Mode::All => Ok(false),
-            Mode::Pause | Mode::PauseWaiter | Mode::KillWaiter | Mode::KillWokenHead => {
-                self.client_fault(fault)
-            }
+            Mode::Pause
+            | Mode::PauseWaiter
+            | Mode::KillWaiter
+            | Mode::KillWokenHead
+            | Mode::KillCounter => self.client_fault(fault),
             Mode::PartitionMinority | Mode::SlowNode => self.redlock_fault(fault, until),
             Mode::KillMaster
             | Mode::Failover

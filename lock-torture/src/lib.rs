@@ -13,7 +13,9 @@
 //! a `#[redis_locked]` function whose critical section is a nested annotated call, or two
 //! concurrent sibling calls; `--primitive multi` takes several names at once, `--primitive
 //! election` campaigns for leadership and acts as leader, `--primitive schedule` runs a job
-//! once per tick across the clients ([`cadence`]), `--mode
+//! once per tick across the clients ([`cadence`]), `--primitive latch` arms, counts down
+//! and waits on countdown latches, `--primitive weighted` takes semaphore permits by weight
+//! while their capacity is changed in use, `--mode
 //! cancel` drops requests at random points, and `--mode clock-skew` (Redlock) sets the
 //! clients' wall clocks seconds off where lock-core reads them. Afterwards [`check::check`] merges the logs and verifies the rules
 //! listed in [`check`], and one summary line per run is printed. The exit code is non-zero on

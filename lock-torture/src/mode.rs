@@ -93,6 +93,11 @@ pub enum Mode {
     /// while it holds: each robbed lease must be told within the bound (rule
     /// `steal-untold`), and none told while its key was untouched (rule `false-loss`).
     Steal,
+    /// `--primitive latch`: SIGKILL of a client other than client 0 (which arms the
+    /// rounds), at once replaced by a new process: the counts it still owed are missing,
+    /// and the rounds waiting for them must expire with their waiters told
+    /// (`LatchExpired`), not hang.
+    KillCounter,
     /// A random mix of the faults of the deployment, with delayed restarts.
     Mixed,
     /// Every mode of the deployment in turn, one run each.
@@ -129,6 +134,7 @@ impl Mode {
             Mode::ClockSkew => "clock-skew",
             Mode::Cancel => "cancel",
             Mode::Steal => "steal",
+            Mode::KillCounter => "kill-counter",
             Mode::Mixed => "mixed",
             Mode::All => "all",
         }

@@ -38,6 +38,17 @@ pub enum Primitive {
     /// (`client/deadlock.rs`). Rules `deadlock-real`, `deadlock-chain-real`,
     /// `deadlock-persists` ([`crate::check`]).
     Deadlock,
+    /// A semaphore of [`WEIGHTED_CAPACITY`] permits taken by weight (`acquire_many`: one,
+    /// two, or [`LARGE_WEIGHT`] at once, the large ones waiting long), while client 0
+    /// changes its capacity in use (`set_capacity`, between [`LARGE_WEIGHT`] and
+    /// [`WEIGHTED_CAPACITY`]). Rules `weight`, `revoked`, `weight-starved`
+    /// (`check/weights.rs`).
+    Weighted,
+    /// Countdown latches: client 0 arms rounds of each name (one in five with a count that
+    /// is never reached: a counter that died), every client counts each round down once,
+    /// and waiters wait on them. Rules `latch-once`, `latch-rearm`, `latch-early`,
+    /// `latch-late`, `latch-expired`, `latch-wrong-round` (`check/latch.rs`).
+    Latch,
     /// Every primitive in turn, one run each: the lock's four, leader election and
     /// scheduled runs (`deadlock` is asked for by name).
     All,
@@ -45,6 +56,14 @@ pub enum Primitive {
 
 /// How many permits a semaphore workload shares per name, unless `--permits` says otherwise.
 pub const DEFAULT_PERMITS: u64 = 3;
+
+/// The permits of a weighted workload's semaphore (every client's handle asks for it; the
+/// capacity set in use moves between [`LARGE_WEIGHT`] and it).
+pub const WEIGHTED_CAPACITY: u64 = 5;
+
+/// The weight of a weighted workload's large requests: the rule `weight-starved` follows
+/// them.
+pub const LARGE_WEIGHT: u64 = 3;
 
 /// One request in this many of a read-write workload is for the write side.
 pub const WRITER_ODDS: u8 = 4;
@@ -60,6 +79,8 @@ impl Primitive {
             Primitive::Election => "election",
             Primitive::Schedule => "schedule",
             Primitive::Deadlock => "deadlock",
+            Primitive::Weighted => "weighted",
+            Primitive::Latch => "latch",
             Primitive::All => "all",
         }
     }
@@ -86,7 +107,8 @@ impl Primitive {
             | Primitive::Schedule
             | Primitive::Deadlock
             | Primitive::All => "",
-            Primitive::Semaphore => ":sem",
+            Primitive::Semaphore | Primitive::Weighted => ":sem",
+            Primitive::Latch => ":latch",
             Primitive::Rwlock => ":rw",
         }
     }
@@ -98,13 +120,20 @@ impl Primitive {
 
     /// Whether the holders key is a sorted set of `<weight> <token>:<label>` members.
     pub fn is_permit_set(self) -> bool {
-        matches!(self, Primitive::Semaphore | Primitive::Rwlock)
+        matches!(
+            self,
+            Primitive::Semaphore | Primitive::Rwlock | Primitive::Weighted
+        )
     }
 
     /// Whether lock-core runs this primitive on Lua scripts only (its clients never use
     /// WATCH/MULTI).
     pub fn scripts_only(self) -> bool {
-        self.is_permit_set() || matches!(self, Primitive::Election | Primitive::Deadlock)
+        self.is_permit_set()
+            || matches!(
+                self,
+                Primitive::Election | Primitive::Deadlock | Primitive::Latch
+            )
     }
 
     /// Whether the torture can run this primitive on `topology` in `mode`; the reason when it
@@ -119,6 +148,34 @@ impl Primitive {
                 "--mode steal tortures plain locks only (lock-core tracks the keys of locks, \
                  not of semaphores, read-write locks, multi-locks or elections), not \
                  --primitive {}",
+                self.name()
+            ));
+        }
+        // The workloads of issue 43 run on one server without server faults: their rules
+        // have no restart excuse (a restarted server forgets a latch's round, a pinned
+        // capacity).
+        let own = match self {
+            Primitive::Latch => Some(&[Mode::None, Mode::Pause, Mode::KillCounter][..]),
+            Primitive::Weighted => {
+                Some(&[Mode::None, Mode::Pause, Mode::Cancel, Mode::KillWaiter][..])
+            }
+            _ => None,
+        };
+        if let Some(modes) = own {
+            if !modes.contains(&mode) {
+                let names: Vec<&str> = modes.iter().map(|m| m.name()).collect();
+                return Err(format!(
+                    "--primitive {} runs in the modes {} (its rules have no excuse for a \
+                     server restarted empty), not in {}",
+                    self.name(),
+                    names.join(", "),
+                    mode.name()
+                ));
+            }
+        } else if mode == Mode::KillCounter {
+            return Err(format!(
+                "--mode kill-counter kills a client counting a latch down: --primitive latch \
+                 only, not {}",
                 self.name()
             ));
         }
@@ -144,6 +201,11 @@ impl Primitive {
         match (self, topology) {
             (Primitive::Mutex | Primitive::All, _) => Ok(()),
             (_, Topology::Single) => Ok(()),
+            (Primitive::Weighted | Primitive::Latch, _) => Err(format!(
+                "--primitive {} runs on one server only in the torture (its rules have no \
+                 failover evidence yet); use --topology single",
+                self.name()
+            )),
             (Primitive::Election, Topology::Redlock) => Err(
                 "--primitive election does not run on Redlock: lock-core refuses elections \
                  there (LockError::Config: no atomic, ordered record of the leader across \
@@ -228,6 +290,29 @@ mod tests {
         assert!(Primitive::Schedule.supports(Topology::Sentinel).is_err());
         assert!(Primitive::Election.scripts_only());
         assert!(!Primitive::Schedule.scripts_only());
+    }
+
+    /// The workloads of issue 43 run on one server in the modes that restart no server,
+    /// and `kill-counter` is the latch's alone.
+    #[test]
+    fn latches_and_weights_run_on_one_server_without_restarts() {
+        assert!(Primitive::Latch
+            .runs_in(Topology::Single, Mode::KillCounter)
+            .is_ok());
+        assert!(Primitive::Weighted
+            .runs_in(Topology::Single, Mode::Cancel)
+            .is_ok());
+        for p in [Primitive::Latch, Primitive::Weighted] {
+            let why = p.runs_in(Topology::Single, Mode::Kill).unwrap_err();
+            assert!(why.contains("restarted empty"), "{why}");
+            assert!(p.supports(Topology::Cluster).is_err());
+        }
+        let why = Primitive::Mutex
+            .runs_in(Topology::Single, Mode::KillCounter)
+            .unwrap_err();
+        assert!(why.contains("latch"), "{why}");
+        assert!(!Primitive::each().contains(&Primitive::Latch));
+        assert_eq!(Primitive::Weighted.holders_key("a"), "lock:{a}:sem");
     }
 
     /// `all` left elections and scheduled runs out (they were run only when asked for by

@@ -104,7 +104,12 @@ fn run_one(
             format!("rwlock-{}", mode.name()),
             " primitive=rwlock".into(),
         ),
-        Primitive::Multi | Primitive::Election | Primitive::Schedule | Primitive::Deadlock => (
+        Primitive::Multi
+        | Primitive::Election
+        | Primitive::Schedule
+        | Primitive::Deadlock
+        | Primitive::Weighted
+        | Primitive::Latch => (
             format!("{}-{}", primitive.name(), mode.name()),
             format!(" primitive={}", primitive.name()),
         ),

@@ -85,11 +85,15 @@ pub fn start_rig(
     }
     if matches!(
         primitive,
-        Primitive::Multi | Primitive::Election | Primitive::Schedule | Primitive::Deadlock
+        Primitive::Multi
+            | Primitive::Election
+            | Primitive::Schedule
+            | Primitive::Deadlock
+            | Primitive::Latch
     ) {
         common.extend(["--primitive".to_owned(), primitive.name().to_owned()]);
     }
-    if primitive == Primitive::Deadlock {
+    if matches!(primitive, Primitive::Deadlock | Primitive::Latch) {
         common.extend(["--clients".to_owned(), s.clients.to_string()]);
     }
     if mode == Mode::Cancel {

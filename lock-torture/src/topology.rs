@@ -77,6 +77,7 @@ impl Topology {
                 Mode::KillWokenHead,
                 Mode::Cancel,
                 Mode::Steal,
+                Mode::KillCounter,
                 Mode::Mixed,
             ],
             Topology::Redlock => &[

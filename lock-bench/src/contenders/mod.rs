@@ -7,6 +7,7 @@ use std::pin::Pin;
 use std::time::{Duration, Instant};
 
 pub mod annotated;
+pub mod blocking;
 pub mod core;
 pub mod naive;
 pub mod raw;
@@ -120,6 +121,7 @@ pub enum Any {
     Annotated(annotated::Annotated),
     Rslock(rslock::Rslock),
     Semaphore(semaphore::Semaphore),
+    Blocking(blocking::Blocking),
 }
 
 macro_rules! each {
@@ -131,6 +133,7 @@ macro_rules! each {
             Any::Annotated($c) => $body,
             Any::Rslock($c) => $body,
             Any::Semaphore($c) => $body,
+            Any::Blocking($c) => $body,
         }
     };
 }

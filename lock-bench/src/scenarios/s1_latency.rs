@@ -48,6 +48,21 @@ pub async fn slice(contender: &Any, name: &str, run_for: Duration, acc: &mut Acc
         }
     }
     let cpu_before = crate::cpu::process_cpu_s();
+    if let Any::Blocking(blocking) = contender {
+        // The blocking API's loop runs on a plain thread, outside this runtime.
+        let loops = blocking
+            .loops(vec![name.to_owned()], SPEC, run_for, true)
+            .await;
+        for sample in loops.samples {
+            acc.samples.push(sample);
+        }
+        acc.elapsed += loops.elapsed;
+        acc.failures.merge(loops.failures);
+        if let (Some(before), Some(after)) = (cpu_before, crate::cpu::process_cpu_s()) {
+            *acc.client_cpu_s.get_or_insert(0.0) += after - before;
+        }
+        return;
+    }
     let started = Instant::now();
     while started.elapsed() < run_for {
         let t0 = Instant::now();

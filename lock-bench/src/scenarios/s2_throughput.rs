@@ -66,10 +66,45 @@ pub async fn slice(
     let cycles = Arc::new(AtomicU64::new(0));
     let cpu_before = crate::cpu::process_cpu_s();
     let started = Instant::now();
+    if let Any::Blocking(blocking) = &**contender {
+        // The blocking API: one plain thread per task, outside this runtime, each on its
+        // own name as the tasks are.
+        let names = (0..tasks).map(|task| format!("s2:{task}")).collect();
+        let loops = blocking.loops(names, SPEC, run_for, false).await;
+        cycles.fetch_add(loops.cycles, Ordering::Relaxed);
+        acc.failures.merge(loops.failures);
+    } else {
+        run_tasks(contender, tasks, run_for, started, &cycles, acc).await;
+    }
+    acc.elapsed += started.elapsed();
+    acc.cycles += cycles.load(Ordering::Relaxed);
+    if let (Some(before), Some(after)) = (cpu_before, crate::cpu::process_cpu_s()) {
+        *acc.client_cpu_s.get_or_insert(0.0) += after - before;
+    }
+    if let (Some(probe), Some(before)) = (probe, before) {
+        if let Ok(after) = probe.snapshot().await {
+            let delta = after.delta_since(&before);
+            *acc.commands.get_or_insert(0) += delta.commands;
+            *acc.calls.get_or_insert(0) += delta.calls;
+            *acc.redis_cpu_s.get_or_insert(0.0) += delta.cpu_s;
+            *acc.redis_exec_us.get_or_insert(0.0) += delta.exec_us;
+        }
+    }
+}
+
+/// `tasks` tokio tasks cycling on their own names until `run_for` has passed.
+async fn run_tasks(
+    contender: &Arc<Any>,
+    tasks: usize,
+    run_for: Duration,
+    started: Instant,
+    cycles: &Arc<AtomicU64>,
+    acc: &mut Acc,
+) {
     let mut handles = Vec::with_capacity(tasks);
     for task in 0..tasks {
         let contender = contender.clone();
-        let cycles = cycles.clone();
+        let cycles = Arc::clone(cycles);
         handles.push(tokio::spawn(async move {
             let name = format!("s2:{task}");
             let mut done = 0;
@@ -88,20 +123,6 @@ pub async fn slice(
         match handle.await {
             Ok(task_failures) => acc.failures.merge(task_failures),
             Err(err) => acc.failures.record(format!("task failed: {err}")),
-        }
-    }
-    acc.elapsed += started.elapsed();
-    acc.cycles += cycles.load(Ordering::Relaxed);
-    if let (Some(before), Some(after)) = (cpu_before, crate::cpu::process_cpu_s()) {
-        *acc.client_cpu_s.get_or_insert(0.0) += after - before;
-    }
-    if let (Some(probe), Some(before)) = (probe, before) {
-        if let Ok(after) = probe.snapshot().await {
-            let delta = after.delta_since(&before);
-            *acc.commands.get_or_insert(0) += delta.commands;
-            *acc.calls.get_or_insert(0) += delta.calls;
-            *acc.redis_cpu_s.get_or_insert(0.0) += delta.cpu_s;
-            *acc.redis_exec_us.get_or_insert(0.0) += delta.exec_us;
         }
     }
 }

@@ -75,7 +75,7 @@ pub(super) fn check(events: &[Event], acqs: &[Acq], report: &mut Report) {
             kind,
             wait_ms,
             hold: HoldKind::Permit,
-            capacity: Some(Capacity { asked, stored }),
+            capacity: Some(Capacity { asked, stored, .. }),
             ..
         } = event
         else {

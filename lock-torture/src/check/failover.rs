@@ -209,6 +209,7 @@ mod tests {
             annotated: false,
             kind: crate::event::HoldKind::Lock,
             permits: None,
+            weight: None,
             set: None,
         })
     }

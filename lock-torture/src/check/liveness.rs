@@ -60,6 +60,9 @@ struct Request<'a> {
     /// A semaphore request: the permits it asked to share (the semaphore is full for it
     /// at that many trusted holders).
     permits: Option<u64>,
+    /// A weighted request (`acquire_many`): judged free only while nobody holds a permit
+    /// (a request that fits may rightly wait behind a larger one ahead of it in line).
+    weighted: bool,
 }
 
 /// Checks every request of the history against the trusted intervals of `acqs`.
@@ -157,6 +160,7 @@ pub(super) fn check(events: &[Event], acqs: &[Acq], report: &mut Report) {
                     wait: a.wait_ms.unwrap_or(0).saturating_mul(1_000_000),
                     timed_out: false,
                     permits: a.permits,
+                    weighted: a.weight.is_some(),
                 });
             }
             Event::AcquireFailed {
@@ -183,6 +187,7 @@ pub(super) fn check(events: &[Event], acqs: &[Acq], report: &mut Report) {
                 wait: wait_ms.unwrap_or(0).saturating_mul(1_000_000),
                 timed_out: *kind == FailKind::Contention && wait_ms.unwrap_or(0) > 0,
                 permits: capacity.map(|c| c.asked),
+                weighted: capacity.is_some_and(|c| c.weight.is_some()),
             }),
             Event::Cancelled {
                 client,
@@ -201,6 +206,7 @@ pub(super) fn check(events: &[Event], acqs: &[Acq], report: &mut Report) {
                 wait: wait_ms.saturating_mul(1_000_000),
                 timed_out: false,
                 permits: None,
+                weighted: false,
             }),
             _ => {}
         }
@@ -217,6 +223,7 @@ pub(super) fn check(events: &[Event], acqs: &[Acq], report: &mut Report) {
                 continue;
             };
             match r.family {
+                "semaphore" if r.weighted => blocked.extend(list.iter().copied()),
                 "semaphore" => {
                     let n = r.permits.or_else(|| permits.get(name).copied());
                     blocked.extend(full(list, n.unwrap_or(1)));

@@ -44,7 +44,7 @@ fn forgotten(
 
 /// The intervals of `list` (sorted by grant) still trusted when `next` is granted, after
 /// dropping those that ended; `next` joins them afterwards.
-fn sweep<'a>(list: &[&'a Acq], mut judge: impl FnMut(&'a Acq, &[&'a Acq])) {
+pub(super) fn sweep<'a>(list: &[&'a Acq], mut judge: impl FnMut(&'a Acq, &[&'a Acq])) {
     let mut active: Vec<&'a Acq> = Vec::new();
     for &next in list {
         if next.trusted_until() <= next.a.acquired {
@@ -156,8 +156,15 @@ pub(super) fn check_rw(
             return;
         }
         for earlier in unexplained {
+            // A downgraded lease's parts: rule `downgrade` (no writer between its write
+            // and its read part, readers with its read part only).
+            let rule = if earlier.downgraded || next.downgraded {
+                "downgrade"
+            } else {
+                "write-overlap"
+            };
             report.violations.push(Violation {
-                rule: "write-overlap",
+                rule,
                 name: name.to_owned(),
                 detail: format!(
                     "{} ({}) trusted its lease from {} to {} but {} ({}) was granted at {} ({} before the first one's trust ended)",

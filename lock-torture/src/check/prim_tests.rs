@@ -32,6 +32,7 @@ pub(super) fn grant(
         annotated: false,
         kind,
         permits: (kind == HoldKind::Permit).then_some(2),
+        weight: None,
         set: None,
     }
 }
@@ -335,7 +336,11 @@ fn refused(kind: FailKind, asked: u64, stored: Option<u64>, start_ms: u64, end_m
         wait_ms: Some(100),
         hold: HoldKind::Permit,
         set: None,
-        capacity: Some(crate::event::Capacity { asked, stored }),
+        capacity: Some(crate::event::Capacity {
+            asked,
+            stored,
+            weight: None,
+        }),
     }
 }
 

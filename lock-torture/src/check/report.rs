@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{schedule, steal};
+use super::{latch, schedule, steal, weights};
 use crate::clock::Nanos;
 
 /// A broken rule.
@@ -107,6 +107,14 @@ pub struct Report {
     /// `--mode steal`: keys taken, holders told, detection delays ([`steal`]); `None`
     /// without steals.
     pub steal: Option<steal::StealStats>,
+    /// `--primitive weighted`: weights, capacity changes, large requests' waits
+    /// ([`weights`]); `None` without weighted permits.
+    pub weights: Option<weights::WeightStats>,
+    /// `--primitive latch`: rounds, waits ([`latch`]); `None` without latches.
+    pub latch: Option<latch::LatchStats>,
+    /// Read-write locks: write leases stepped down to read leases (`downgrade` calls
+    /// that did not find the lease lost).
+    pub downgrades: u64,
 }
 
 impl Report {
@@ -163,7 +171,10 @@ impl Report {
             prims.push_str(&format!(" peak_permits={peak}"));
         }
         if let Some((readers, writes)) = self.peak_readers {
-            prims.push_str(&format!(" peak_readers={readers} writes={writes}"));
+            prims.push_str(&format!(
+                " peak_readers={readers} writes={writes} downgrades={}",
+                self.downgrades
+            ));
         }
         if let Some(n) = self.leader_changes_seen {
             prims.push_str(&format!(" leader_changes_seen={n}"));
@@ -178,6 +189,18 @@ impl Report {
             prims.push_str(&format!(
                 " steals={} steals_judged={} steals_told={} steals_ended_untold={} told_p50_ms={:.1} told_max_ms={:.1}",
                 s.steals, s.judged, s.told, s.ended, s.p50_ms, s.max_ms
+            ));
+        }
+        if let Some(s) = &self.weights {
+            prims.push_str(&format!(
+                " peak_weight={} capacity_sets={} lowered_under_holders={} held_across_lowering={} large_granted={} large_wait_max_ms={:.1} large_passed_max={}",
+                s.peak_weight, s.capacity_sets, s.lowered_under_holders, s.held_across_lowering, s.large_granted, s.large_wait_max_ms, s.large_passed_max
+            ));
+        }
+        if let Some(s) = &self.latch {
+            prims.push_str(&format!(
+                " rounds={} rounds_opened={} latch_waits={} latch_woken={} latch_expired={} latch_judged={} latch_wake_max_ms={:.1}",
+                s.rounds, s.opened, s.waits, s.woken, s.expired, s.judged, s.wake_max_ms
             ));
         }
         let unseen = self

@@ -24,6 +24,7 @@ pub(super) fn acq(id: &str, name: &str, fence: u64, start_ms: u64, valid_ms: u64
         annotated: false,
         kind: crate::event::HoldKind::Lock,
         permits: None,
+        weight: None,
         set: None,
     })
 }

@@ -74,6 +74,7 @@ pub(super) async fn round(
                     wait,
                     hold: HoldKind::Lock,
                     set: None,
+                    weight: None,
                 };
                 failed(ctx, rng, request, &err).await;
             }
@@ -87,6 +88,7 @@ pub(super) async fn round(
                     call_start,
                     wait,
                     auto_renew: false,
+                    weight: None,
                 };
                 hold(ctx, rng, lease, held).await;
             }

@@ -119,6 +119,7 @@ async fn lead(
         annotated: false,
         kind: HoldKind::Leader,
         permits: None,
+        weight: None,
         set: None,
     }));
     let _ = ctx.store.progress().await;

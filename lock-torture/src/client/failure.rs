@@ -17,6 +17,8 @@ pub(super) struct Request {
     pub(super) wait: Duration,
     pub(super) hold: HoldKind,
     pub(super) set: Option<Vec<String>>,
+    /// A weighted semaphore request: the permits it asked for at once.
+    pub(super) weight: Option<u64>,
 }
 
 /// Logs a failed acquire, looks for leftovers after a `WrongType`, and backs off after
@@ -28,6 +30,7 @@ pub(super) async fn failed(ctx: &Ctx, rng: &mut fastrand::Rng, request: Request,
         wait,
         hold,
         set,
+        weight,
     } = request;
     let t_end = clock::now();
     let kind = fail_kind(err);
@@ -51,6 +54,7 @@ pub(super) async fn failed(ctx: &Ctx, rng: &mut fastrand::Rng, request: Request,
                 LockError::CapacityMismatch { stored, .. } => Some(*stored),
                 _ => None,
             },
+            weight,
         }),
     });
     // The probe reads the lock's key on every node (a Redlock attempt's leftovers); a

@@ -107,6 +107,15 @@ impl Guard {
         }
     }
 
+    /// Steps a read-write lock's write lease down to a read lease; the other leases are
+    /// left as they are.
+    pub(super) async fn downgrade(&mut self) -> Result<(), LockError> {
+        match self {
+            Guard::Rw(lease) => lease.downgrade().await,
+            Guard::Lock(_) | Guard::Permit(_) | Guard::Multi(_) => Ok(()),
+        }
+    }
+
     /// Gives it back.
     pub(super) async fn release(self) -> Result<bool, LockError> {
         match self {

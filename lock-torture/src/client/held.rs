@@ -11,7 +11,7 @@ use super::guard::Guard;
 use super::holding::{self, observe};
 use super::{millis, Ctx};
 use crate::clock::{self, Nanos};
-use crate::event::{Acquired, Event, HoldKind, ReleaseOutcome, WriteOutcome};
+use crate::event::{Acquired, Downgraded, Event, HoldKind, ReleaseOutcome, WriteOutcome};
 use crate::profile::Profile;
 
 /// What a task knows about the lease it just got.
@@ -22,9 +22,11 @@ pub(super) struct Held {
     pub(super) call_start: Nanos,
     pub(super) wait: Duration,
     pub(super) auto_renew: bool,
+    /// A weighted semaphore request's permits at once.
+    pub(super) weight: Option<u64>,
 }
 
-pub(super) async fn hold(ctx: &Ctx, rng: &mut fastrand::Rng, lease: Guard, held: Held) {
+pub(super) async fn hold(ctx: &Ctx, rng: &mut fastrand::Rng, mut lease: Guard, held: Held) {
     let Held {
         id,
         task,
@@ -32,6 +34,7 @@ pub(super) async fn hold(ctx: &Ctx, rng: &mut fastrand::Rng, lease: Guard, held:
         call_start,
         wait,
         auto_renew,
+        weight,
     } = held;
     let sabotage = clock::nanos(Duration::from_millis(ctx.args.sabotage_ms));
     let valid = lease.valid_until() + sabotage;
@@ -55,6 +58,7 @@ pub(super) async fn hold(ctx: &Ctx, rng: &mut fastrand::Rng, lease: Guard, held:
         annotated: false,
         kind,
         permits: (kind == HoldKind::Permit).then_some(ctx.permits()),
+        weight,
         set: lease.set(),
     }));
     let _ = ctx.store.progress().await;
@@ -97,6 +101,12 @@ pub(super) async fn hold(ctx: &Ctx, rng: &mut fastrand::Rng, lease: Guard, held:
         }
     } else {
         tokio::time::sleep(hold).await;
+    }
+
+    if !lost && kind == HoldKind::Write && rng.bool() {
+        // Half the writers step down to reader (`RwLease::downgrade`) and hold on as
+        // readers for a while: no writer may get in between, readers may join.
+        lost = downgrade(ctx, rng, &mut lease, &id).await;
     }
 
     if !lost && !auto_renew && ctx.args.profile.extend(rng) {
@@ -222,6 +232,45 @@ pub(super) async fn hold(ctx: &Ctx, rng: &mut fastrand::Rng, lease: Guard, held:
         return;
     }
     log_release(ctx, id, t_sent, lost_reported, lease.release()).await;
+}
+
+/// Steps a write lease down to a read lease, logs it, and holds on as a reader for up to a
+/// quarter TTL; true if the lease turned out lost.
+async fn downgrade(ctx: &Ctx, rng: &mut fastrand::Rng, lease: &mut Guard, id: &str) -> bool {
+    let t_sent = clock::now();
+    let result = lease.downgrade().await;
+    let t_reply = clock::now();
+    let outcome = match &result {
+        Ok(()) => "ok".to_owned(),
+        Err(LockError::Lost { .. }) => "lost".to_owned(),
+        Err(err) => format!("{:?}", fail_kind(err)).to_lowercase(),
+    };
+    ctx.log(&Event::Downgraded(Downgraded {
+        id: id.to_owned(),
+        t_sent,
+        t_reply,
+        outcome,
+    }));
+    if matches!(result, Err(LockError::Lost { .. })) {
+        ctx.log(&Event::LostDetected {
+            id: id.to_owned(),
+            t: clock::now(),
+            how: "downgrade".to_owned(),
+        });
+        return true;
+    }
+    let pause = tokio::time::sleep(Duration::from_millis(rng.u64(0..=ctx.args.ttl_ms / 4)));
+    tokio::select! {
+        () = pause => false,
+        () = lease.lost() => {
+            ctx.log(&Event::LostDetected {
+                id: id.to_owned(),
+                t: clock::now(),
+                how: "signal".to_owned(),
+            });
+            true
+        }
+    }
 }
 
 /// Polls `work` `polls` times (fewer if it ends first), letting the runtime run between

@@ -100,6 +100,7 @@ pub(super) async fn round(
                 wait: WAIT,
                 hold: crate::event::HoldKind::Lock,
                 set: None,
+                weight: None,
             };
             super::failure::failed(ctx, rng, request, &err).await;
         }
@@ -351,6 +352,7 @@ fn granted(ctx: &Ctx, lease: &LeaseHandle, index: u32, call_start: Nanos, id: &s
         annotated: true,
         kind: crate::event::HoldKind::Lock,
         permits: None,
+        weight: None,
         set: None,
     }));
 }

@@ -13,7 +13,7 @@ use super::held::{hold, Held};
 use super::{cancel, nested, Ctx, LONG_WAIT_TTLS};
 use crate::clock;
 use crate::event::HoldKind;
-use crate::primitive::{Primitive, WRITER_ODDS};
+use crate::primitive::{Primitive, LARGE_WEIGHT, WEIGHTED_CAPACITY, WRITER_ODDS};
 
 pub(super) async fn task_loop(ctx: Arc<Ctx>, task: u32) {
     let seed = ctx.args.seed ^ (u64::from(ctx.args.id) << 32) ^ u64::from(task);
@@ -49,8 +49,24 @@ pub(super) async fn task_loop(ctx: Arc<Ctx>, task: u32) {
             waits if waits > 0 && ctx.args.queue_rounds => ctx.ttl() * LONG_WAIT_TTLS,
             waits => Duration::from_millis(waits),
         };
-        // Queue rounds hold briefly and let go: no renewed holds of up to two TTLs.
-        let auto_renew = !ctx.args.queue_rounds && profile.auto_renew(&mut rng);
+        // A weighted request takes one, two or LARGE_WEIGHT permits at once; the large
+        // ones wait long, so that a stream of small ones would starve them if it could.
+        let weight = (primitive == Primitive::Weighted).then(|| match rng.u8(0..20) {
+            0..=11 => 1,
+            12..=15 => 2,
+            _ => LARGE_WEIGHT,
+        });
+        let wait = if weight == Some(LARGE_WEIGHT) {
+            ctx.ttl() * LONG_WAIT_TTLS
+        } else {
+            wait
+        };
+        // Queue rounds hold briefly and let go: no renewed holds of up to two TTLs. The
+        // weighted workload's holds are not renewed either: rule `revoked` judges a
+        // holder's validity as it was told at the grant.
+        let auto_renew = !ctx.args.queue_rounds
+            && primitive != Primitive::Weighted
+            && profile.auto_renew(&mut rng);
         // The same settings on each primitive's request type.
         macro_rules! configured {
             ($request:expr) => {{
@@ -74,7 +90,7 @@ pub(super) async fn task_loop(ctx: Arc<Ctx>, task: u32) {
         });
         let name = set.as_ref().map_or(name, |set| set.join("+"));
         let hold_kind = match primitive {
-            Primitive::Semaphore => HoldKind::Permit,
+            Primitive::Semaphore | Primitive::Weighted => HoldKind::Permit,
             Primitive::Rwlock => HoldKind::Read,
             _ => HoldKind::Lock,
         };
@@ -92,6 +108,12 @@ pub(super) async fn task_loop(ctx: Arc<Ctx>, task: u32) {
                 let semaphore = ctx.locker.semaphore(name.clone(), ctx.permits());
                 configured!(semaphore.acquire()).await.map(Guard::Permit)
             }
+            Primitive::Weighted => {
+                let semaphore = ctx.locker.semaphore(name.clone(), WEIGHTED_CAPACITY);
+                configured!(semaphore.acquire_many(weight.unwrap_or(1)))
+                    .await
+                    .map(Guard::Permit)
+            }
             Primitive::Rwlock => {
                 let lock = ctx.locker.rwlock(name.clone());
                 let request = if rng.u8(0..WRITER_ODDS) == 0 {
@@ -105,6 +127,7 @@ pub(super) async fn task_loop(ctx: Arc<Ctx>, task: u32) {
             | Primitive::Election
             | Primitive::Schedule
             | Primitive::Deadlock
+            | Primitive::Latch
             | Primitive::All => configured!(ctx.locker.lock(name.clone()).fencing())
                 .await
                 .map(Guard::Lock),
@@ -120,6 +143,7 @@ pub(super) async fn task_loop(ctx: Arc<Ctx>, task: u32) {
                     call_start,
                     wait,
                     auto_renew,
+                    weight,
                 };
                 hold(&ctx, &mut rng, lease, held).await;
             }
@@ -130,6 +154,7 @@ pub(super) async fn task_loop(ctx: Arc<Ctx>, task: u32) {
                     wait,
                     hold: hold_kind,
                     set,
+                    weight,
                 };
                 failed(&ctx, &mut rng, request, &err).await;
             }

@@ -46,6 +46,10 @@ pub struct Acquired {
     /// For a semaphore permit: how many permits the request asked to share.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub permits: Option<u64>,
+    /// For a weighted semaphore request (`acquire_many`, `--primitive weighted`): how many
+    /// permits it took at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight: Option<u64>,
     /// Taken by a multi-lock (`Locker::lock_all`): every name of its set. A multi-lock is
     /// logged as one acquisition per name (`<id>/<name>`), all with the same stamps; it
     /// has no fencing token.

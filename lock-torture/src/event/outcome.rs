@@ -13,6 +13,9 @@ pub struct Capacity {
     /// `CapacityMismatch` ([`FailKind::Mismatch`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stored: Option<u64>,
+    /// A weighted request (`acquire_many`): the permits it asked for at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight: Option<u64>,
 }
 
 /// Why an acquire failed.

@@ -48,6 +48,17 @@ impl Injector<'_> {
                 self.fault("kill-waiter", &format!("client{client}"), t, clock::now())
             }
             Mode::KillWokenHead => self.kill_woken_head(),
+            Mode::KillCounter => {
+                // Any client but 0, which arms the latches' rounds.
+                let clients = self.rig.clients.len();
+                if clients < 2 {
+                    return Ok(false);
+                }
+                let client = self.rng.usize(1..clients);
+                let t = clock::now();
+                self.rig.replace_client(client)?;
+                self.fault("kill-counter", &format!("client{client}"), t, clock::now())
+            }
             _ => Ok(false),
         }
     }
