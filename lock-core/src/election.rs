@@ -362,15 +362,15 @@ impl Observer {
             let Some(feed) = self.feed.as_mut() else {
                 let before = (self.seen, self.current.clone());
                 self.resubscribe().await?;
-                if self.current.is_none() {
-                    if let Some(change) = self.lapsed_since(before.1) {
-                        return Ok(change);
-                    }
+                if self.current.is_none()
+                    && let Some(change) = self.lapsed_since(before.1)
+                {
+                    return Ok(change);
                 }
-                if self.seen > before.0 {
-                    if let Some(change) = self.snapshot_change() {
-                        return Ok(change);
-                    }
+                if self.seen > before.0
+                    && let Some(change) = self.snapshot_change()
+                {
+                    return Ok(change);
                 }
                 continue;
             };

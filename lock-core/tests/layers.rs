@@ -231,10 +231,10 @@ fn reexports(lib_code: &str) -> BTreeMap<String, Vec<String>> {
         let mut paths = Vec::new();
         expand(lib_code, start + "pub use ".len(), Vec::new(), &mut paths);
         for path in paths {
-            if let Some((item, module)) = path.split_last() {
-                if !module.is_empty() {
-                    map.insert(item.clone(), module.to_vec());
-                }
+            if let Some((item, module)) = path.split_last()
+                && !module.is_empty()
+            {
+                map.insert(item.clone(), module.to_vec());
             }
         }
     }
@@ -276,13 +276,13 @@ fn layers_from_architecture(src: &Path) -> BTreeMap<String, usize> {
                     name.strip_suffix('/')
                         .filter(|m| src.join(m).join("mod.rs").is_file())
                 });
-            if let Some(module) = module {
-                if let Some(earlier) = layer_of.insert(module.to_owned(), layer) {
-                    assert_eq!(
-                        earlier, layer,
-                        "ARCHITECTURE.md places `{module}` in two layers"
-                    );
-                }
+            if let Some(module) = module
+                && let Some(earlier) = layer_of.insert(module.to_owned(), layer)
+            {
+                assert_eq!(
+                    earlier, layer,
+                    "ARCHITECTURE.md places `{module}` in two layers"
+                );
             }
         }
     }
@@ -454,10 +454,10 @@ fn no_module_imports_from_a_layer_above_it() {
         } else {
             None
         };
-        if let Some(module) = module.filter(|m| m != "lib") {
-            if !layer_of.contains_key(&module) {
-                unplaced.push(module);
-            }
+        if let Some(module) = module.filter(|m| m != "lib")
+            && !layer_of.contains_key(&module)
+        {
+            unplaced.push(module);
         }
     }
     assert!(

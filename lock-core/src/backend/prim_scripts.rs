@@ -311,15 +311,15 @@ impl Server {
         }
         let mut conn = lent.conn.clone();
         let reply = script.run(self.mode, &mut conn, keys, args).await;
-        if let Err(err) = &reply {
-            if is_connection_failure(err) {
-                shared.retire(&lent);
-            }
+        if let Err(err) = &reply
+            && is_connection_failure(err)
+        {
+            shared.retire(&lent);
         }
-        if let Some(sent) = sent {
-            if reply.as_ref().err().is_none_or(|err| !unanswered(err)) {
-                sent.answered();
-            }
+        if let Some(sent) = sent
+            && reply.as_ref().err().is_none_or(|err| !unanswered(err))
+        {
+            sent.answered();
         }
         reply.map(|reply| (reply, lent))
     }

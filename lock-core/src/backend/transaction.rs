@@ -242,19 +242,19 @@ async fn acquire_once(
         match executed {
             Some((Some(_), _)) => {
                 let fencing_token = token;
-                if let Some(replicated) = replicated {
-                    if let Err(err) = replicated.confirm(&mut conn, &keys.name, &keys.lock).await {
-                        // Too few replicas have it: deleted again on this connection, after
-                        // the grant (if that fails, the TTL frees it), and a failed attempt.
-                        let undone = compare_and(&mut conn, keys, value, |pipe| {
-                            pipe.del(&keys.lock).ignore();
-                        })
-                        .await;
-                        if let Err(undo) = undone {
-                            tracing::debug!(key = %keys.lock, %undo, "undoing a grant no replica acknowledged failed; the TTL will free the lock");
-                        }
-                        return Err(err);
+                if let Some(replicated) = replicated
+                    && let Err(err) = replicated.confirm(&mut conn, &keys.name, &keys.lock).await
+                {
+                    // Too few replicas have it: deleted again on this connection, after
+                    // the grant (if that fails, the TTL frees it), and a failed attempt.
+                    let undone = compare_and(&mut conn, keys, value, |pipe| {
+                        pipe.del(&keys.lock).ignore();
+                    })
+                    .await;
+                    if let Err(undo) = undone {
+                        tracing::debug!(key = %keys.lock, %undo, "undoing a grant no replica acknowledged failed; the TTL will free the lock");
                     }
+                    return Err(err);
                 }
                 return Ok(Attempt::Acquired {
                     fencing_token,

@@ -98,10 +98,10 @@ pub(super) fn inside_runtime() -> bool {
 
 impl Drop for Runtime {
     fn drop(&mut self) {
-        if let Ok(mut stop) = self.stop.lock() {
-            if let Some(stop) = stop.take() {
-                let _ = stop.send(());
-            }
+        if let Ok(mut stop) = self.stop.lock()
+            && let Some(stop) = stop.take()
+        {
+            let _ = stop.send(());
         }
         // Joined, so that the runtime's sockets are closed when the last handle is gone;
         // not from the driver thread itself, nor from inside an async runtime, where the
@@ -110,10 +110,10 @@ impl Drop for Runtime {
             return;
         }
         let thread = self.thread.lock().ok().and_then(|mut thread| thread.take());
-        if let Some(thread) = thread {
-            if thread.join().is_err() {
-                tracing::warn!("the thread of lock_core::blocking panicked");
-            }
+        if let Some(thread) = thread
+            && thread.join().is_err()
+        {
+            tracing::warn!("the thread of lock_core::blocking panicked");
         }
     }
 }

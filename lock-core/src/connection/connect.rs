@@ -169,13 +169,13 @@ pub(crate) fn url_problem(url: &str) -> Option<String> {
             "invalid Redis URL {shown:?}: it names no host; {URL_FORM}"
         ));
     }
-    if let Some(port) = port {
-        if !port.parse::<u16>().is_ok_and(|port| port > 0) {
-            return Some(format!(
-                "invalid Redis URL {shown:?}: its port `{port}` is not a number from 1 to 65535; \
+    if let Some(port) = port
+        && !port.parse::<u16>().is_ok_and(|port| port > 0)
+    {
+        return Some(format!(
+            "invalid Redis URL {shown:?}: its port `{port}` is not a number from 1 to 65535; \
                  {URL_FORM}"
-            ));
-        }
+        ));
     }
     None
 }
@@ -288,13 +288,13 @@ pub(crate) fn cluster(
     #[cfg(feature = "tls-rustls")]
     let certificates = tls.certificates()?;
     #[cfg(feature = "tls-rustls")]
-    if certificates.is_some() {
-        if let Some(plain) = seeds.iter().find(|seed| !seed.starts_with("rediss://")) {
-            return Err(LockError::Config(format!(
-                "TLS settings are given but the seed {:?} is not a rediss:// URL",
-                redact_url(plain)
-            )));
-        }
+    if certificates.is_some()
+        && let Some(plain) = seeds.iter().find(|seed| !seed.starts_with("rediss://"))
+    {
+        return Err(LockError::Config(format!(
+            "TLS settings are given but the seed {:?} is not a rediss:// URL",
+            redact_url(plain)
+        )));
     }
     // A seed that cannot be a client leaves waiters to their timers rather than failing
     // the build: the cluster client accepted the seeds.

@@ -281,17 +281,17 @@ impl SharedConnection {
             .unwrap_or_else(PoisonError::into_inner)
             .clone()?;
         #[cfg(feature = "sentinel")]
-        if let Source::Sentinel { switches, .. } = &self.inner.source {
-            if switches.epoch() != slot.switches {
-                let mut current = write_ignoring_poison(&self.inner.current);
-                if current
-                    .as_ref()
-                    .is_some_and(|open| open.generation == slot.generation)
-                {
-                    *current = None;
-                }
-                return None;
+        if let Source::Sentinel { switches, .. } = &self.inner.source
+            && switches.epoch() != slot.switches
+        {
+            let mut current = write_ignoring_poison(&self.inner.current);
+            if current
+                .as_ref()
+                .is_some_and(|open| open.generation == slot.generation)
+            {
+                *current = None;
             }
+            return None;
         }
         Some(slot)
     }
@@ -322,14 +322,14 @@ pub(crate) async fn checkout(
 ) -> Result<Connection, LockError> {
     pool.get().await.map_err(|err| {
         // Retrying cannot help a server that refuses this client's settings.
-        if let PoolError::Backend(backend) = &err {
-            if let Some(reason) = misconfiguration(backend, &server_at(address)) {
-                return LockError::Misconfigured {
-                    name: name.to_owned(),
-                    reason,
-                    source: Some(Box::new(err)),
-                };
-            }
+        if let PoolError::Backend(backend) = &err
+            && let Some(reason) = misconfiguration(backend, &server_at(address))
+        {
+            return LockError::Misconfigured {
+                name: name.to_owned(),
+                reason,
+                source: Some(Box::new(err)),
+            };
         }
         LockError::Connection {
             name: name.to_owned(),

@@ -165,10 +165,10 @@ impl Watcher {
 
     /// Drops the connection of `generation` (a failed command): the next read opens a new one.
     fn forget(&self, generation: u64) {
-        if let Ok(mut conn) = self.conn.try_lock() {
-            if conn.as_ref().is_some_and(|(_, open)| *open == generation) {
-                *conn = None;
-            }
+        if let Ok(mut conn) = self.conn.try_lock()
+            && conn.as_ref().is_some_and(|(_, open)| *open == generation)
+        {
+            *conn = None;
         }
     }
 
@@ -177,10 +177,10 @@ impl Watcher {
             return Err(WatchError::Refused("refused before".into()));
         }
         let mut slot = self.conn.lock().await;
-        if let Some((conn, generation)) = slot.as_ref() {
-            if *generation > self.dropped.load(Ordering::Acquire) {
-                return Ok((conn.clone(), *generation));
-            }
+        if let Some((conn, generation)) = slot.as_ref()
+            && *generation > self.dropped.load(Ordering::Acquire)
+        {
+            return Ok((conn.clone(), *generation));
         }
         *slot = None;
         let generation = self.generation.fetch_add(1, Ordering::AcqRel) + 1;

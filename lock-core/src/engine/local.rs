@@ -376,14 +376,13 @@ impl NameState {
     /// was taken on another task, it was handed over, and counts as nobody's from now on.
     pub fn used_here(&self, serial: u64) {
         let mut holder = self.holder.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(held) = holder.as_mut().filter(|held| held.serial == serial) {
-            if held
+        if let Some(held) = holder.as_mut().filter(|held| held.serial == serial)
+            && held
                 .claim
                 .as_ref()
                 .is_some_and(|claim| claim.owner.runner != Runner::current())
-            {
-                held.claim = None;
-            }
+        {
+            held.claim = None;
         }
     }
 

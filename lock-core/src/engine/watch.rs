@@ -186,10 +186,10 @@ impl LossWatch {
                 Ok(())
             }
             EvictionCheck::Refuse => {
-                if *self.finding() == Finding::Unknown {
-                    if let Err(WatchError::Refused(reason)) = self.watcher.ensure_open().await {
-                        self.refused(&reason);
-                    }
+                if *self.finding() == Finding::Unknown
+                    && let Err(WatchError::Refused(reason)) = self.watcher.ensure_open().await
+                {
+                    self.refused(&reason);
                 }
                 match &*self.finding() {
                     Finding::Risky(reason) => Err(LockError::Misconfigured {

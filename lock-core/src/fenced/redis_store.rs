@@ -346,10 +346,10 @@ impl RedisStore {
                 }
                 let mut conn: Conn = lent.conn.clone();
                 let reply = request.on(&mut conn).await;
-                if let Err(err) = &reply {
-                    if is_connection_failure(err) {
-                        shared.retire(&lent);
-                    }
+                if let Err(err) = &reply
+                    && is_connection_failure(err)
+                {
+                    shared.retire(&lent);
                 }
                 reply.map_err(|err| store_error(resource, err))
             }

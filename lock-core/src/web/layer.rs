@@ -385,10 +385,9 @@ impl Config {
             holder,
             ..
         } = err
+            && same_service(holder.as_deref(), self.locker.holder_label())
         {
-            if same_service(holder.as_deref(), self.locker.holder_label()) {
-                *retry_after = self.holds.hint(*retry_after);
-            }
+            *retry_after = self.holds.hint(*retry_after);
         }
     }
 

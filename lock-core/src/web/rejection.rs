@@ -102,11 +102,11 @@ impl Rejection {
         if let Ok(message) = http::HeaderValue::from_str(&percent_encode(problem.detail())) {
             headers.insert("grpc-message", message);
         }
-        if let Rejection::Lock(err) | Rejection::Limit { err, .. } = self {
-            if let Some(after) = err.retry_after() {
-                let millis = u64::try_from(after.as_millis()).unwrap_or(u64::MAX);
-                headers.insert("grpc-retry-pushback-ms", http::HeaderValue::from(millis));
-            }
+        if let Rejection::Lock(err) | Rejection::Limit { err, .. } = self
+            && let Some(after) = err.retry_after()
+        {
+            let millis = u64::try_from(after.as_millis()).unwrap_or(u64::MAX);
+            headers.insert("grpc-retry-pushback-ms", http::HeaderValue::from(millis));
         }
         response
     }

@@ -168,17 +168,17 @@ impl MemoryPermits {
         let set = sets.entry(keys.holders.clone()).or_default();
         let sum = set.prune(now);
         set.queue.retain(|entry| entry.expiry > now);
-        if set.pinned(now) {
-            if let Some(stored) = set.capacity {
-                if ask.weight > stored {
-                    return Attempt::Mismatch { stored };
-                }
-                // Judged against the stored number, whatever the request asks; the pin
-                // lives as long as what comes while it is there.
-                let life = waiter.map_or(Duration::ZERO, |w| w.life + CLAIM_WINDOW);
-                let until = now + ttl.max(life);
-                set.pinned_until = set.pinned_until.max(Some(until));
+        if set.pinned(now)
+            && let Some(stored) = set.capacity
+        {
+            if ask.weight > stored {
+                return Attempt::Mismatch { stored };
             }
+            // Judged against the stored number, whatever the request asks; the pin
+            // lives as long as what comes while it is there.
+            let life = waiter.map_or(Duration::ZERO, |w| w.life + CLAIM_WINDOW);
+            let until = now + ttl.max(life);
+            set.pinned_until = set.pinned_until.max(Some(until));
         }
         match set.capacity {
             Some(_) if set.pinned_until.is_some() => {}

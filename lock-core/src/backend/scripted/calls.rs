@@ -260,12 +260,12 @@ pub(super) async fn acquire_queued(
     } else {
         &args[..7]
     };
-    if queue.claim_first && waiter.told_turn {
-        if let Some(claimed) =
+    if queue.claim_first
+        && waiter.told_turn
+        && let Some(claimed) =
             Box::pin(claim(mode, conn, keys, value, &ttl, fencing, waiter)).await?
-        {
-            return Ok(claimed);
-        }
+    {
+        return Ok(claimed);
     }
     let (taken, number, holder, position, head_reserved) = ACQUIRE_QUEUED
         .run::<(i64, i64, Vec<u8>, i64, i64)>(

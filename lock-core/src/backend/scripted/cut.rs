@@ -64,16 +64,16 @@ impl Scripted {
         flight.restore_timeout();
         match reply {
             Ok(attempt) => {
-                if let (Attempt::Acquired { .. }, Some(replicated)) = (&attempt, &self.replicated) {
-                    if !replicated.is_quiet(&keys.lock) {
-                        // Granted only once replicas have it, by `until`; otherwise undone
-                        // (the armed flight, on this connection, after the write).
-                        let confirm =
-                            self.confirm_grant(replicated, &mut flight.lent.conn, keys, value, ttl);
-                        match tokio::time::timeout_at(until.into(), Box::pin(confirm)).await {
-                            Ok(confirmed) => confirmed?,
-                            Err(_) => return Ok(None),
-                        }
+                if let (Attempt::Acquired { .. }, Some(replicated)) = (&attempt, &self.replicated)
+                    && !replicated.is_quiet(&keys.lock)
+                {
+                    // Granted only once replicas have it, by `until`; otherwise undone
+                    // (the armed flight, on this connection, after the write).
+                    let confirm =
+                        self.confirm_grant(replicated, &mut flight.lent.conn, keys, value, ttl);
+                    match tokio::time::timeout_at(until.into(), Box::pin(confirm)).await {
+                        Ok(confirmed) => confirmed?,
+                        Err(_) => return Ok(None),
                     }
                 }
                 flight.armed = false;

@@ -407,13 +407,13 @@ impl Backend for Scripted {
                 return Err(LockError::from_redis(&keys.name, &keys.lock, err));
             }
         };
-        if matches!(attempt, Attempt::Acquired { .. }) {
-            if let Some(replicated) = &self.replicated {
-                // Granted only once replicas have it; otherwise undone (the armed flight, on
-                // this connection, after the write) and a failed attempt.
-                Box::pin(self.confirm_grant(replicated, &mut flight.lent.conn, keys, value, ttl))
-                    .await?;
-            }
+        if matches!(attempt, Attempt::Acquired { .. })
+            && let Some(replicated) = &self.replicated
+        {
+            // Granted only once replicas have it; otherwise undone (the armed flight, on
+            // this connection, after the write) and a failed attempt.
+            Box::pin(self.confirm_grant(replicated, &mut flight.lent.conn, keys, value, ttl))
+                .await?;
         }
         flight.armed = false;
         match attempt {

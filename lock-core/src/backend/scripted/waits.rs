@@ -206,10 +206,10 @@ impl Scripted {
             waits_on.waited_by.push((millis_of(left), pairs));
         }
         for entry in items(waits) {
-            if let [key, behind, left] = entry {
-                if let (Some(key), Some(behind)) = (text(key), text(behind)) {
-                    waits_on.waits_for.push((key, behind, millis_of(left)));
-                }
+            if let [key, behind, left] = entry
+                && let (Some(key), Some(behind)) = (text(key), text(behind))
+            {
+                waits_on.waits_for.push((key, behind, millis_of(left)));
             }
         }
         Ok(waits_on)
