@@ -257,8 +257,10 @@ impl LockerBuilder {
     /// With [`LockerBuilder::pool`]: a client for the pool's server (same address, auth and
     /// TLS settings), with which the locker opens the one pub/sub connection that tells its
     /// waiters their turn. Waiting then works as with a URL: the Redis-side waiter queue,
-    /// hand-offs of about a millisecond. With any other store, [`LockError::Config`] at
-    /// `build`: those open their own.
+    /// hand-offs of about a millisecond. It must reach the pool's server itself, not one
+    /// of its replicas: a hand-over passes over a waiter that its turn message reaches on
+    /// no connection of that server (taken for a dead process). With any other store,
+    /// [`LockError::Config`] at `build`: those open their own.
     pub fn pubsub_client(mut self, client: redis::Client) -> Self {
         self.pubsub_client = Some(client);
         self

@@ -1,6 +1,17 @@
-//! The one error type of the crate.
+//! The one error type of the crate: [`LockError`] and what its messages are made of.
+//!
+//! - this file: the type, its accessors, and [`WaitSetting`];
+//! - [`text`]: the pieces of its messages (durations as the grammar writes them, a full
+//!   semaphore's head and advice, a holder, a replica check's finding);
+//! - [`from_redis`]: which `LockError` a Redis error is.
 
 use std::time::Duration;
+
+mod from_redis;
+mod text;
+
+pub(crate) use text::shown;
+use text::{connected_suffix, holder_suffix, limit_advice, limit_head, limit_suffix};
 
 /// Everything that can go wrong while taking, keeping or giving back a lock.
 ///
@@ -474,55 +485,6 @@ impl LockError {
             _ => None,
         }
     }
-
-    /// Classifies a Redis error raised while working on lock `name`.
-    pub(crate) fn from_redis(name: &str, key: &str, err: redis::RedisError) -> LockError {
-        if err.code() == Some("WRONGTYPE") || err.to_string().contains("WRONGTYPE") {
-            return LockError::WrongType {
-                name: name.to_owned(),
-                key: key.to_owned(),
-            };
-        }
-        if let Some(reason) = crate::refusal::misconfiguration(&err, "the server") {
-            return LockError::Misconfigured {
-                name: name.to_owned(),
-                reason,
-                source: Some(Box::new(err)),
-            };
-        }
-        if err.is_io_error()
-            || err.is_connection_dropped()
-            || err.is_timeout()
-            || err.is_unrecoverable_error()
-        {
-            return LockError::Connection {
-                name: name.to_owned(),
-                reason: err.to_string(),
-                source: Some(Box::new(err)),
-            };
-        }
-        // A Cluster's slot whose master failed or changed: redis-rs followed the
-        // redirections and waited out CLUSTERDOWN for its 16 tries; the election (a second
-        // or two) outlasted them. A waiting request retries, as after a dropped connection.
-        if let Some(state) = cluster_in_flux(&err) {
-            return LockError::Connection {
-                name: name.to_owned(),
-                reason: format!("{state} ({err})"),
-                source: Some(Box::new(err)),
-            };
-        }
-        if err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::TryAgain) {
-            return LockError::SlotMigrating {
-                name: name.to_owned(),
-                source: err,
-            };
-        }
-        LockError::Redis {
-            name: name.to_owned(),
-            source: err,
-        }
-    }
-
     /// A connection-level failure with no lower error (e.g. a command deadline).
     /// A failure that may pass by itself (a dropped connection, a node out of reach), which
     /// a waiting request retries within its wait.
@@ -587,28 +549,6 @@ impl LockError {
     }
 }
 
-/// `duration` as it is written in this project's grammar (`0s`, `1500ms` as `1s500ms`,
-/// `25h`, `1m30s`), for messages that quote a setting back: not `Debug`'s `0ns` or
-/// `90000s`. A part below a millisecond, which the grammar cannot write, is shown as
-/// `Debug` shows it.
-pub(crate) fn shown(duration: Duration) -> String {
-    if duration.is_zero() {
-        return "0s".to_owned();
-    }
-    if !duration.subsec_nanos().is_multiple_of(1_000_000) {
-        return format!("{duration:?}");
-    }
-    let mut millis = duration.as_millis();
-    let mut out = String::new();
-    for (unit, size) in [("h", 3_600_000), ("m", 60_000), ("s", 1_000), ("ms", 1)] {
-        if millis >= size {
-            out.push_str(&format!("{}{unit}", millis / size));
-            millis %= size;
-        }
-    }
-    out
-}
-
 /// Which setting makes a request wait for a busy lock or a full semaphore: a contention
 /// error's advice names it, so that it can be followed where the request was made.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -634,208 +574,5 @@ impl std::fmt::Display for WaitSetting {
     }
 }
 
-/// The end of a full semaphore's message: what to do.
-/// "all 8 permits of `x` are taken", or for a request of several, "6 of the 8 permits of
-/// `x` are not free".
-fn limit_head(name: &str, permits: u64, asked: u64, waited: bool) -> String {
-    if asked <= 1 {
-        let taken = if waited { "still taken" } else { "taken" };
-        return format!("all {permits} permits of `{name}` are {taken}");
-    }
-    let free = if waited {
-        "did not come free"
-    } else {
-        "are not free"
-    };
-    format!("{asked} of the {permits} permits of `{name}` {free}")
-}
-
-fn limit_advice(waited: &Option<Duration>, setting: &WaitSetting) -> String {
-    if waited.is_some() {
-        ", wait longer or raise the limit".to_owned()
-    } else {
-        format!(" or wait for a permit with {setting}")
-    }
-}
-
-/// ` after waiting 2s (the first lease ends in 1.5s unless its holder renews it)`, or what
-/// of it is known. Not "frees in at most": a holder that renews keeps it longer.
-fn limit_suffix(waited: &Option<Duration>, retry_after: &Option<Duration>) -> String {
-    let mut out = String::new();
-    if let Some(waited) = waited {
-        out.push_str(&format!(" after waiting {waited:?}"));
-    }
-    if let Some(left) = retry_after {
-        out.push_str(&format!(
-            " (the first lease ends in {left:?} unless its holder renews it)"
-        ));
-    }
-    out
-}
-
-/// What a failed replica check found connected, for its message.
-fn connected_suffix(connected: Option<u32>) -> String {
-    match connected {
-        Some(0) => " (the master has no connected replica)".to_owned(),
-        Some(1) => {
-            " (1 replica is connected but did not acknowledge: stalled or lagging)".to_owned()
-        }
-        Some(n) => {
-            format!(" ({n} replicas are connected but too few acknowledged: stalled or lagging)")
-        }
-        None => String::new(),
-    }
-}
-
-fn holder_suffix(holder: &Option<String>, retry_after: &Option<Duration>) -> String {
-    let mut out = String::new();
-    if let Some(holder) = holder {
-        out.push_str(" (held by ");
-        out.push_str(holder);
-        out.push(')');
-    }
-    if let Some(left) = retry_after {
-        out.push_str(&format!(", its lease ends in {left:?} unless renewed"));
-    }
-    out
-}
-
-/// What a Cluster's redirection or availability error left after redis-rs's retries says
-/// of the cluster, if it is one.
-fn cluster_in_flux(err: &redis::RedisError) -> Option<&'static str> {
-    use redis::ServerErrorKind as Kind;
-    match err.kind() {
-        redis::ErrorKind::Server(Kind::Moved | Kind::Ask) => {
-            Some("the Redis Cluster kept redirecting the lock's slot to another node (a failover or a slot move under way)")
-        }
-        redis::ErrorKind::Server(Kind::ClusterDown | Kind::MasterDown) => {
-            Some("the Redis Cluster has no master for the lock's slot (a failover under way)")
-        }
-        _ => None,
-    }
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn busy_message_names_lock_and_holder() {
-        let err = LockError::Busy {
-            name: "orders:7".into(),
-            holder: Some("web-1:42".into()),
-            retry_after: Some(Duration::from_millis(1500)),
-
-            wait_setting: Default::default(),
-        };
-        let text = err.to_string();
-        assert!(text.contains("`orders:7`"), "{text}");
-        assert!(text.contains("held by web-1:42"), "{text}");
-        assert!(text.contains("1.5s"), "{text}");
-        // What is known: when the lease ends unless renewed, not when the lock is free.
-        assert!(
-            text.contains("its lease ends in 1.5s unless renewed"),
-            "{text}"
-        );
-        assert!(!text.contains("at most"), "{text}");
-        assert!(err.is_contention());
-        assert_eq!(err.retry_after(), Some(Duration::from_millis(1500)));
-    }
-
-    /// Issue 27: the advice names the setting where the request's wait is set.
-    #[test]
-    fn contention_advice_names_the_wait_setting() {
-        let busy = |setting| {
-            LockError::Busy {
-                name: "a".into(),
-                holder: None,
-                retry_after: None,
-                wait_setting: WaitSetting::Request,
-            }
-            .waiting_through(setting)
-            .to_string()
-        };
-        assert!(busy(WaitSetting::Request).ends_with("wait for it with .wait(..)"));
-        assert!(busy(WaitSetting::Attribute)
-            .ends_with("wait for it with `wait = \"..\"` on #[redis_locked]"));
-        assert!(busy(WaitSetting::Layer).ends_with("wait for it with LockLayer::wait(..)"));
-        let timeout = LockError::Timeout {
-            name: "a".into(),
-            waited: Duration::from_millis(5),
-            holder: None,
-            retry_after: None,
-            wait_setting: WaitSetting::Request,
-        }
-        .waiting_through(WaitSetting::Layer);
-        assert!(
-            timeout.to_string().contains("raise LockLayer::wait(..)"),
-            "{timeout}"
-        );
-        // A busy semaphore keeps the setting when it becomes a full one.
-        let full = LockError::Busy {
-            name: "s".into(),
-            holder: None,
-            retry_after: None,
-            wait_setting: WaitSetting::Attribute,
-        }
-        .into_limit_of(2, 1);
-        assert!(
-            full.to_string()
-                .ends_with("wait for a permit with `wait = \"..\"` on #[redis_locked]"),
-            "{full}"
-        );
-        // Other errors are left as they are.
-        let lost = LockError::Lost { name: "a".into() }.waiting_through(WaitSetting::Layer);
-        assert!(matches!(lost, LockError::Lost { .. }));
-    }
-
-    /// A Cluster electing a new master for the lock's slot outlasts redis-rs's retries:
-    /// what is left is transient, so that a waiting request rides it out.
-    #[test]
-    fn a_cluster_in_a_failover_is_a_transient_error() {
-        use redis::{ErrorKind, ServerErrorKind};
-        for (kind, code) in [
-            (ServerErrorKind::Moved, "MOVED"),
-            (ServerErrorKind::Ask, "ASK"),
-            (ServerErrorKind::ClusterDown, "CLUSTERDOWN"),
-            (ServerErrorKind::MasterDown, "MASTERDOWN"),
-        ] {
-            let err = redis::RedisError::from((
-                ErrorKind::Server(kind),
-                code,
-                "14145 127.0.0.1:7001".to_owned(),
-            ));
-            let err = LockError::from_redis("x", "lock:{x}", err);
-            assert!(matches!(err, LockError::Connection { .. }), "{err:?}");
-            assert!(err.is_transient(), "{err}");
-            assert!(err.to_string().contains("Redis Cluster"), "{err}");
-        }
-    }
-
-    #[test]
-    fn durations_are_shown_as_they_are_written() {
-        for (duration, text) in [
-            (Duration::ZERO, "0s"),
-            (Duration::from_millis(1), "1ms"),
-            (Duration::from_millis(1500), "1s500ms"),
-            (Duration::from_secs(90), "1m30s"),
-            (Duration::from_secs(25 * 3600), "25h"),
-            (Duration::from_micros(1500), "1.5ms"),
-        ] {
-            assert_eq!(shown(duration), text);
-        }
-        let err = LockError::InvalidDuration {
-            name: "a".into(),
-            what: "ttl",
-            value: Duration::ZERO,
-            reason: "r".into(),
-        };
-        assert_eq!(err.to_string(), "invalid ttl 0s for lock `a`: r");
-    }
-
-    #[test]
-    fn name_is_none_for_config_errors() {
-        assert_eq!(LockError::Config("bad".into()).name(), None);
-        assert_eq!(LockError::Lost { name: "a".into() }.name(), Some("a"));
-    }
-}
+mod tests;
