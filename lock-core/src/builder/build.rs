@@ -112,7 +112,8 @@ impl LockerBuilder {
         ))
     }
 
-    /// The loss watch and server check of a Locker on the one server `dial` reaches.
+    /// The loss watch and server check of a Locker on the one server `dial` reaches (the
+    /// Sentinels' master included).
     fn loss_watch(
         &self,
         dial: &connect::Dial,
@@ -216,14 +217,15 @@ impl LockerBuilder {
         // reconnects at each switch, so after a failover its subscription moves to the new
         // master with the lock commands.
         let switches = crate::connection::sentinel::Switches::new(master);
-        let notifier = Notifier::new(
-            connect::Dial::Sentinel {
-                client: std::sync::Arc::clone(&client),
-                switches: std::sync::Arc::clone(&switches),
-                timeout: self.command_timeout,
-            },
-            own_channel(&settings),
-        );
+        let dial = connect::Dial::Sentinel {
+            client: std::sync::Arc::clone(&client),
+            switches: std::sync::Arc::clone(&switches),
+            timeout: self.command_timeout,
+        };
+        // Key tracking and the eviction check on the master the Sentinels name, again after
+        // each switch.
+        let watch = self.loss_watch(&dial);
+        let notifier = Notifier::new(dial, own_channel(&settings));
         let source = Source::Sentinel {
             client,
             config: Box::new(config),
@@ -235,7 +237,9 @@ impl LockerBuilder {
             Scripted::new(conn, self.script_mode, &waiters(&settings))
                 .with_replica_sync(replicated),
         );
-        Ok(assemble(backend, settings, Some(notifier), true))
+        Ok(Locker::from_engine(
+            Engine::new(backend, settings, Some(notifier), true).watched_by(watch),
+        ))
     }
 
     #[cfg(any(feature = "cluster", feature = "sentinel"))]

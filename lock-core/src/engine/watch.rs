@@ -14,9 +14,12 @@
 //! pushes lead to a re-read that finds our value, so no lease is ever told falsely, at
 //! one batched read per renewal round.
 //!
-//! Silence is never taken for "still held": when the watch connection drops, or the
-//! server reports a flush, every watched lease re-reads its key at once (on a new
-//! connection, retried with a growing pause while the server is away). A server that
+//! Silence is never taken for "still held": when the watch connection drops, misses its
+//! heartbeat (a `PING` after [`HEARTBEAT`] of quiet while leases are watched, answered
+//! within the command timeout), is retired at a Sentinel switch of master, or the server
+//! reports a flush, every watched lease re-reads its key at once (on a new connection, on
+//! the master the Sentinels name now, retried with a growing pause while the server is
+//! away). A server that
 //! refuses tracking (no RESP3, `CLIENT TRACKING` forbidden) leaves the Locker with
 //! renewal-time detection, said once in a warning.
 //!
@@ -45,6 +48,11 @@ const BATCH: Duration = Duration::from_millis(2);
 
 /// The longest pause between re-reads while the server does not answer.
 const MAX_RETRY_PAUSE: Duration = Duration::from_secs(1);
+
+/// How long the watch connection may stay quiet while leases are watched before it is
+/// pinged (the heartbeat): a connection that only listens would never find out that it
+/// died silently (a stalled server, a network stall that ate a push).
+const HEARTBEAT: Duration = Duration::from_secs(1);
 
 pub(crate) struct LossWatch {
     watcher: Watcher,
@@ -102,7 +110,7 @@ impl LossWatch {
         if !track && check == EvictionCheck::Off {
             return None;
         }
-        let client = Watcher::client_for(dial)?;
+        let client = Watcher::dial_for(dial)?;
         Some(Arc::new_cyclic(|weak: &Weak<LossWatch>| {
             let listener: Weak<dyn WatchListener> = weak.clone();
             LossWatch {
@@ -357,9 +365,20 @@ async fn run(weak: Weak<LossWatch>) {
                 return;
             }
             drop(watch);
-            notified.await;
-            // Let the keys pushed or granted with this one join its read.
-            tokio::time::sleep(BATCH).await;
+            tokio::select! {
+                () = &mut notified => {
+                    // Let the keys pushed or granted with this one join its read.
+                    tokio::time::sleep(BATCH).await;
+                }
+                () = tokio::time::sleep(HEARTBEAT) => {
+                    let Some(watch) = weak.upgrade() else { return };
+                    if watch.watcher.ping().await.is_err() {
+                        // Silence proves nothing: every lease looks again, on a new
+                        // connection, retried while the server is away.
+                        watch.everything(None);
+                    }
+                }
+            }
             continue;
         };
         let borrowed: Vec<&str> = keys.iter().map(String::as_str).collect();
