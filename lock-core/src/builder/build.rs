@@ -187,6 +187,13 @@ impl LockerBuilder {
         // every node. The release script cannot see that subscription (`PUBSUB NUMSUB` is
         // per node), so a marked release is announced without asking.
         let (client, dial, shards) = connect::cluster(seeds, self.command_timeout, &self.tls)?;
+        // Key tracking and the eviction check: one watch connection per master.
+        let watch = crate::engine::watch::LossWatch::on_cluster(
+            &connect::seed_clients(seeds, &self.tls),
+            self.command_timeout,
+            self.track_keys,
+            self.eviction_check,
+        );
         let notifier = dial.map(|dial| Notifier::sharded(dial, shards, &own_channel(&settings)));
         let source = Source::Cluster(Box::new(client));
         let replicated = self.replicated(&source);
@@ -198,7 +205,9 @@ impl LockerBuilder {
                 .announcing_in_shards()
                 .with_replica_sync(replicated),
         );
-        Ok(assemble(backend, settings, notifier, true))
+        Ok(Locker::from_engine(
+            Engine::new(backend, settings, notifier, true).watched_by(watch),
+        ))
     }
 
     #[cfg(feature = "sentinel")]

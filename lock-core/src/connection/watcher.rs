@@ -70,6 +70,9 @@ pub(crate) enum WatchError {
     Refused(String),
     /// The connection failed; it is reopened at the next read.
     Failed(redis::RedisError),
+    /// A Cluster node answered that the key's slot is served elsewhere, or not served
+    /// right now (`MOVED`, `ASK`, `TRYAGAIN`, `CLUSTERDOWN`): the connection is kept.
+    Redirected(redis::RedisError),
 }
 
 /// Where the watch connection opens.
@@ -187,6 +190,9 @@ impl Watcher {
                     .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(reason.clone());
                 return WatchError::Refused(reason);
             }
+            if is_redirect(&err) {
+                return WatchError::Redirected(err);
+            }
             self.forget(generation);
             WatchError::Failed(err)
         })
@@ -197,18 +203,39 @@ impl Watcher {
     /// the error returned: everything it listened for may have changed unheard. Nothing is
     /// sent while no connection is open, or while one is being opened.
     pub async fn ping(&self) -> Result<(), WatchError> {
+        self.probe(redis::cmd("PING")).await.map(|_| ())
+    }
+
+    /// The heartbeat of a Cluster node's watch connection: `ROLE`, answered within the
+    /// command timeout, whose reply says whether the node is still a master (`None`: no
+    /// connection open, nothing sent). A connection that fails it is retired.
+    #[cfg(feature = "cluster")]
+    pub async fn role(&self) -> Result<Option<bool>, WatchError> {
+        let reply = self.probe(redis::cmd("ROLE")).await?;
+        Ok(reply.map(|role| match role {
+            Value::Array(items) => matches!(
+                items.first(),
+                Some(Value::BulkString(role)) if role.as_slice() == b"master"
+            ),
+            _ => false,
+        }))
+    }
+
+    /// Sends `command` on the open connection, if there is one and it is not being
+    /// (re)opened; a failure retires the connection.
+    async fn probe(&self, command: redis::Cmd) -> Result<Option<Value>, WatchError> {
         let open = match self.conn.try_lock() {
             Ok(slot) => slot.clone(),
             Err(_) => None,
         };
         let Some((mut conn, generation)) = open else {
-            return Ok(());
+            return Ok(None);
         };
         if generation <= self.dropped.load(Ordering::Acquire) {
-            return Ok(());
+            return Ok(None);
         }
-        let reply: redis::RedisResult<()> = redis::cmd("PING").query_async(&mut conn).await;
-        reply.map_err(|err| {
+        let reply: redis::RedisResult<Value> = command.query_async(&mut conn).await;
+        reply.map(Some).map_err(|err| {
             tracing::debug!(%err, "the watch connection missed its heartbeat; it is retired");
             self.forget(generation);
             WatchError::Failed(err)
@@ -354,7 +381,7 @@ impl Watcher {
 }
 
 /// `client` speaking RESP3 (pushes), with its address, credentials and TLS kept.
-fn resp3(client: &redis::Client) -> Option<redis::Client> {
+pub(crate) fn resp3(client: &redis::Client) -> Option<redis::Client> {
     let info = client.get_connection_info().clone();
     let settings = info
         .redis_settings()
@@ -450,6 +477,14 @@ fn parse_eviction(text: &str) -> Result<Eviction, String> {
         .and_then(|value| value.parse().ok())
         .ok_or_else(|| "INFO memory did not report maxmemory".to_owned())?;
     Ok(Eviction { policy, maxmemory })
+}
+
+/// A Cluster node's answer that a slot is served elsewhere or not served right now.
+fn is_redirect(err: &redis::RedisError) -> bool {
+    matches!(
+        err.code(),
+        Some("MOVED" | "ASK" | "TRYAGAIN" | "CLUSTERDOWN")
+    )
 }
 
 /// The server does not speak RESP3 (Redis before 6 answers HELLO with an error).
