@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use lock_core::Locker;
+use lock_core::{EvictionCheck, LockError, Locker};
 use lock_tests::RedisCluster;
 
 use crate::failover::{replica_of, until_replica_online};
@@ -233,4 +233,37 @@ async fn a_failover_makes_the_leases_look_again_on_the_new_master() {
     told(&lease, "a DEL on the new master").await;
     assert!(!other.is_lost(), "a lease on another master is untouched");
     cluster.nodes[master].signal("-CONT");
+}
+
+/// The eviction check reads every master: one that may evict locks is enough for
+/// `EvictionCheck::Refuse` to refuse, whichever master the lock would live on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_master_that_may_evict_locks_is_refused_under_the_strict_check() {
+    let cluster = RedisCluster::start(3, 0);
+    let strict = || {
+        Locker::builder()
+            .cluster(cluster.urls())
+            .command_timeout(SECOND)
+            .eviction_check(EvictionCheck::Refuse)
+            .build()
+            .expect("cluster locker")
+    };
+    let lease = strict()
+        .lock("before")
+        .ttl(LONG_TTL)
+        .await
+        .expect("every master is safe");
+    assert!(lease.release().await.expect("release"));
+    for setting in [["maxmemory", "64mb"], ["maxmemory-policy", "allkeys-lru"]] {
+        let reply = cluster.nodes[1].command(&["CONFIG", "SET", setting[0], setting[1]]);
+        assert!(reply.starts_with("+OK"), "{reply}");
+    }
+    for name in ["a", "b", "c", "d"] {
+        match strict().lock(name).ttl(LONG_TTL).await {
+            Err(LockError::Misconfigured { reason, .. }) => {
+                assert!(reason.contains("allkeys-lru"), "{reason}")
+            }
+            other => panic!("{name}: expected Misconfigured, got {other:?}"),
+        }
+    }
 }

@@ -190,8 +190,10 @@ impl NodeWatchers {
     /// master failed): read it again later.
     pub async fn read(&self, keys: &[&str]) -> Result<Vec<Option<Option<Vec<u8>>>>, WatchError> {
         let mut values: Vec<Option<Option<Vec<u8>>>> = vec![None; keys.len()];
-        if self.refresh_if_needed().await.is_err() {
-            return Ok(values);
+        match self.refresh_if_needed().await {
+            Ok(()) => {}
+            Err(WatchError::Refused(reason)) => return Err(WatchError::Refused(reason)),
+            Err(_) => return Ok(values),
         }
         // Node -> slot -> indexes of the keys.
         let mut groups: HashMap<Node, HashMap<u16, Vec<usize>>> = HashMap::new();
@@ -351,6 +353,11 @@ impl NodeWatchers {
                     return Ok(());
                 }
                 Ok(_) => {}
+                Err(err) if is_refused(&err) => {
+                    return Err(WatchError::Refused(format!(
+                        "CLUSTER SLOTS was refused: {err}"
+                    )))
+                }
                 Err(err) => last = Some(err),
             }
         }
@@ -417,6 +424,14 @@ fn parse_slots(reply: &Value, asked_host: &str) -> Vec<(u16, u16, Node)> {
             Some((start, end, format!("{host}:{port}")))
         })
         .collect()
+}
+
+/// The server refused a command for good (unknown, renamed away, or denied by an ACL).
+fn is_refused(err: &redis::RedisError) -> bool {
+    let text = err.to_string().to_ascii_lowercase();
+    err.code() == Some("NOPERM")
+        || text.contains("unknown command")
+        || text.contains("unknown subcommand")
 }
 
 fn int(value: &Value) -> Option<u16> {

@@ -15,8 +15,8 @@
 //! one batched read per renewal round.
 //!
 //! Silence is never taken for "still held": when the watch connection drops, misses its
-//! heartbeat (a `PING` after [`HEARTBEAT`] of quiet while leases are watched, answered
-//! within the command timeout), is retired at a Sentinel switch of master, or the server
+//! heartbeat (a `PING` every [`HEARTBEAT`] while leases are watched, `ROLE` on a
+//! Cluster's masters, answered within the command timeout), is retired at a Sentinel switch of master, or the server
 //! reports a flush, every watched lease re-reads its key at once (on a new connection, on
 //! the master the Sentinels name now, retried with a growing pause while the server is
 //! away). A server that
@@ -51,9 +51,9 @@ const BATCH: Duration = Duration::from_millis(2);
 /// The longest pause between re-reads while the server does not answer.
 const MAX_RETRY_PAUSE: Duration = Duration::from_secs(1);
 
-/// How long the watch connection may stay quiet while leases are watched before it is
-/// pinged (the heartbeat): a connection that only listens would never find out that it
-/// died silently (a stalled server, a network stall that ate a push).
+/// How often the watch connections are pinged while leases are watched (the heartbeat): a
+/// connection that only listens would never find out that it died silently (a stalled
+/// server, a network stall that ate a push).
 const HEARTBEAT: Duration = Duration::from_secs(1);
 
 /// The watch connections: one server's (or the Sentinels' master's), or one per master of
@@ -109,6 +109,8 @@ pub(crate) struct LossWatch {
     /// Renewal rounds in flight: the keys they change are pushed back one by one, and are
     /// read once the round is over, all in one read.
     renewing: AtomicUsize,
+    /// The heartbeat task runs (while the watch task does).
+    beating: AtomicBool,
 }
 
 #[derive(Default)]
@@ -192,6 +194,7 @@ impl LossWatch {
                 eviction: Mutex::new(Finding::Unknown),
                 checking: AtomicBool::new(false),
                 renewing: AtomicUsize::new(0),
+                beating: AtomicBool::new(false),
             }
         })
     }
@@ -240,6 +243,9 @@ impl LossWatch {
         state.running = true;
         drop(state);
         runtime.spawn(run(Arc::downgrade(self)));
+        if !self.beating.swap(true, Ordering::AcqRel) {
+            runtime.spawn(heartbeat(Arc::downgrade(self)));
+        }
     }
 
     /// Before an acquisition: with [`EvictionCheck::Refuse`], `Misconfigured` while the
@@ -436,20 +442,9 @@ async fn run(weak: Weak<LossWatch>) {
                 return;
             }
             drop(watch);
-            tokio::select! {
-                () = &mut notified => {
-                    // Let the keys pushed or granted with this one join its read.
-                    tokio::time::sleep(BATCH).await;
-                }
-                () = tokio::time::sleep(HEARTBEAT) => {
-                    let Some(watch) = weak.upgrade() else { return };
-                    if !watch.watcher.heartbeat().await {
-                        // Silence proves nothing: every lease looks again, on a new
-                        // connection, retried while the server is away.
-                        watch.everything(None);
-                    }
-                }
-            }
+            notified.await;
+            // Let the keys pushed or granted with this one join its read.
+            tokio::time::sleep(BATCH).await;
             continue;
         };
         let borrowed: Vec<&str> = keys.iter().map(String::as_str).collect();
@@ -492,6 +487,30 @@ async fn run(weak: Weak<LossWatch>) {
                 tokio::time::sleep(pause).await;
                 pause = (pause * 2).min(MAX_RETRY_PAUSE);
             }
+        }
+    }
+}
+
+/// The heartbeat task, beside the watch task and for as long as it runs: every
+/// [`HEARTBEAT`], each watch connection is asked for a sign of life (on its own task, so
+/// that a master that does not answer delays no push from the others); a connection that
+/// misses it is retired, and every lease looks again.
+async fn heartbeat(weak: Weak<LossWatch>) {
+    loop {
+        tokio::time::sleep(HEARTBEAT).await;
+        let Some(watch) = weak.upgrade() else { return };
+        if !watch.state().running {
+            watch.beating.store(false, Ordering::Release);
+            // A watch task started meanwhile found this one still beating: go on for it.
+            if !watch.state().running || watch.beating.swap(true, Ordering::AcqRel) {
+                return;
+            }
+            continue;
+        }
+        if !watch.watcher.heartbeat().await {
+            // Silence proves nothing: every lease looks again, on a new connection,
+            // retried while the server is away.
+            watch.everything(None);
         }
     }
 }
