@@ -14,14 +14,19 @@
 //! pushes lead to a re-read that finds our value, so no lease is ever told falsely, at
 //! one batched read per renewal round.
 //!
-//! Silence is never taken for "still held": when the watch connection drops, misses its
+//! On a Redis Cluster there is one watch connection per master
+//! ([`crate::connection::watch_nodes`]), each key read on its slot's master; a key that
+//! could not be read there (its slot moved or is moving, its master failed) is read again
+//! after a short pause, never judged on what was not read.
+//!
+//! Silence is never taken for "still held": when a watch connection drops, misses its
 //! heartbeat (a `PING` every [`HEARTBEAT`] while leases are watched, `ROLE` on a
-//! Cluster's masters, answered within the command timeout), is retired at a Sentinel switch of master, or the server
-//! reports a flush, every watched lease re-reads its key at once (on a new connection, on
-//! the master the Sentinels name now, retried with a growing pause while the server is
-//! away). A server that
-//! refuses tracking (no RESP3, `CLIENT TRACKING` forbidden) leaves the Locker with
-//! renewal-time detection, said once in a warning.
+//! Cluster's masters, answered within the command timeout), is retired at a Sentinel
+//! switch of master, or the server reports a flush, every watched lease re-reads its key
+//! at once (on a new connection, on the master the Sentinels name now, retried with a
+//! growing pause while the server is away). A server that refuses tracking (no RESP3,
+//! `CLIENT TRACKING` forbidden) leaves the Locker with renewal-time detection, said once
+//! in a warning.
 //!
 //! The server check: when the watch connection opens, it reads `maxmemory-policy`; a
 //! server that could evict lock keys is reported once (warning and metric) or, with
