@@ -267,3 +267,40 @@ async fn one_master_that_may_evict_locks_is_refused_under_the_strict_check() {
         }
     }
 }
+
+/// A master stalls (SIGSTOP) and stays in the slot map (no replica to elect): its watch
+/// connection misses the heartbeat, and its keys cannot be read until it answers. Reading
+/// them must not hold up the other masters' leases: a `DEL` on another master is told
+/// while the stalled one's reads would still be waiting out the command timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_master_does_not_hold_up_the_others() {
+    let cluster = RedisCluster::start(3, 0);
+    for node in &cluster.nodes {
+        // The other masters keep serving their slots while one is down.
+        let reply = node.command(&["CONFIG", "SET", "cluster-require-full-coverage", "no"]);
+        assert!(reply.starts_with("+OK"), "{reply}");
+    }
+    let timeout = 8 * SECOND;
+    let locker = Locker::builder()
+        .cluster(cluster.urls())
+        .command_timeout(timeout)
+        .build()
+        .expect("cluster locker");
+    let mut leases = spread(&locker, &cluster, "stall").await;
+    let (_, _third) = leases.pop().expect("three");
+    let (healthy, lease) = leases.pop().expect("three");
+    let (stalled, _stuck) = leases.pop().expect("three");
+    cluster.nodes[stalled].signal("-STOP");
+    // The heartbeat (every second, answered within the command timeout) has missed by now,
+    // and every lease looks again: the stalled master's keys cannot be read.
+    tokio::time::sleep(timeout + 3 * SECOND).await;
+    assert!(cluster.nodes[healthy]
+        .command(&["DEL", lease.key()])
+        .starts_with(":1"));
+    let told = tokio::time::timeout(timeout / 2, lease.lost()).await;
+    cluster.nodes[stalled].signal("-CONT");
+    assert!(
+        told.is_ok(),
+        "a DEL on a healthy master waited behind the stalled master's reads"
+    );
+}

@@ -15,6 +15,11 @@
 //! - a node's heartbeat (`ROLE`, [`NodeWatchers::heartbeat`]) finds it no longer a master
 //!   (a failover that left it running, as a replica), or gets no answer.
 //!
+//! A master whose read or heartbeat failed is taken for down: its keys are left unread,
+//! without waiting for it, so that a stalled master holds up no other master's leases,
+//! while a probe reconnects to it in the background (then every lease looks again) or
+//! the slot map names another master for its slots.
+//!
 //! A slot that moves away takes its keys with it (`MIGRATE` deletes them on the old node),
 //! which the old node pushes as an invalidation: the re-read is answered `MOVED`, the map
 //! read again, and the key read (and tracked) on its new master.
@@ -22,7 +27,7 @@
 //! The eviction check reads every master's settings, each time one's connection opens;
 //! the Locker is told of the riskiest (one master that may evict locks is enough).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
@@ -46,7 +51,11 @@ pub(crate) struct NodeWatchers {
     listener: Weak<dyn WatchListener>,
     /// Each master's eviction settings, as its last connection read them.
     findings: Arc<Mutex<HashMap<Node, Result<Eviction, String>>>>,
-    map: Mutex<SlotMap>,
+    map: Arc<Mutex<SlotMap>>,
+    /// Masters that failed a read or a heartbeat: their keys are left unread (not waited
+    /// for, so that the other masters' keys are read meanwhile) until a probe reconnects
+    /// to them or the slot map stops naming them.
+    down: Arc<Mutex<HashSet<Node>>>,
     /// The watch connection of each master, and the listener that tags its reports.
     nodes: Mutex<HashMap<Node, NodeWatch>>,
     /// Turns the slot-map reads among the known nodes and seeds.
@@ -166,7 +175,8 @@ impl NodeWatchers {
             track,
             listener,
             findings: Arc::default(),
-            map: Mutex::default(),
+            map: Arc::default(),
+            down: Arc::default(),
             nodes: Mutex::default(),
             asked: std::sync::atomic::AtomicUsize::new(0),
         }
@@ -212,6 +222,15 @@ impl NodeWatchers {
                 }
             }
         }
+        {
+            let down = lock(&self.down);
+            let before = groups.len();
+            groups.retain(|node, _| !down.contains(node));
+            if groups.len() < before {
+                // Where did those slots go? Asked again before the next read.
+                lock(&self.map).stale = true;
+            }
+        }
         let reads = groups.into_iter().flat_map(|(node, slots)| {
             let watcher = self.watcher(&node);
             slots.into_values().map(move |indexes| {
@@ -232,9 +251,14 @@ impl NodeWatchers {
                     }
                 }
                 Err(WatchError::Refused(reason)) => refused = Some(reason),
-                Err(WatchError::Redirected(err) | WatchError::Failed(err)) => {
+                Err(WatchError::Redirected(err)) => {
                     tracing::debug!(%node, %err, "a watched key's slot is not served there now; the slot map is read again");
                     lock(&self.map).stale = true;
+                }
+                Err(WatchError::Failed(err)) => {
+                    tracing::debug!(%node, %err, "a master's watch connection failed; its keys are read again once it answers or the slot map names another master");
+                    lock(&self.map).stale = true;
+                    self.mark_down(&node);
                 }
             }
         }
@@ -261,13 +285,36 @@ impl NodeWatchers {
                     tracing::debug!(%node, "a watched node is no longer a master; the slot map is read again");
                     fine = false;
                 }
-                Err(_) => fine = false,
+                Err(_) => {
+                    self.mark_down(node);
+                    fine = false;
+                }
             }
         }
         if !fine {
             lock(&self.map).stale = true;
         }
         fine
+    }
+
+    /// Takes `node` for down until a probe reconnects to it (every lease then looks again)
+    /// or the slot map stops naming it as a master.
+    fn mark_down(&self, node: &Node) {
+        if !lock(&self.down).insert(node.clone()) {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            lock(&self.down).remove(node);
+            return;
+        };
+        let probe = Probe {
+            node: node.clone(),
+            watcher: Arc::downgrade(&self.watcher(node)),
+            down: Arc::clone(&self.down),
+            map: Arc::clone(&self.map),
+            listener: self.listener.clone(),
+        };
+        runtime.spawn(probe.run());
     }
 
     /// The watch connection of `node` (made on first use).
@@ -327,19 +374,33 @@ impl NodeWatchers {
     /// Reads the slot map again (`CLUSTER SLOTS`), from the known masters and the seeds in
     /// turn; retires the connections of nodes that are no longer masters.
     async fn refresh(&self) -> Result<(), WatchError> {
-        let mut candidates: Vec<redis::Client> = lock(&self.map)
-            .masters()
-            .iter()
-            .map(|node| self.client_for(node))
-            .collect();
-        candidates.extend(self.seeds.iter().cloned());
-        let start = self
+        // The masters that answer first, then the seeds, then the masters taken for down.
+        let (down, up): (Vec<Node>, Vec<Node>) = {
+            let down = lock(&self.down);
+            lock(&self.map)
+                .masters()
+                .into_iter()
+                .partition(|node| down.contains(node))
+        };
+        let mut candidates: Vec<redis::Client> =
+            up.iter().map(|node| self.client_for(node)).collect();
+        candidates.extend(
+            self.seeds
+                .iter()
+                .filter(|seed| !down.contains(&node_of(seed)))
+                .cloned(),
+        );
+        // Turns among those (a node that answers with an old map is not asked every time).
+        let turn = self
             .asked
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let count = candidates.len();
+        if !candidates.is_empty() {
+            let by = turn % candidates.len();
+            candidates.rotate_left(by);
+        }
+        candidates.extend(down.iter().map(|node| self.client_for(node)));
         let mut last = None;
-        for offset in 0..count {
-            let client = &candidates[(start + offset) % count];
+        for client in &candidates {
             match self.slots_from(client).await {
                 Ok(ranges) if !ranges.is_empty() => {
                     let masters = {
@@ -349,6 +410,7 @@ impl NodeWatchers {
                         map.masters()
                     };
                     lock(&self.nodes).retain(|node, _| masters.contains(node));
+                    lock(&self.down).retain(|node| masters.contains(node));
                     lock(&self.findings).retain(|node, _| masters.contains(node));
                     return Ok(());
                 }
@@ -384,11 +446,43 @@ impl NodeWatchers {
             .arg("SLOTS")
             .query_async(&mut conn)
             .await?;
-        let asked = match client.get_connection_info().addr() {
-            ConnectionAddr::Tcp(host, _) | ConnectionAddr::TcpTls { host, .. } => host.clone(),
-            _ => String::new(),
-        };
+        let (asked, _) = split(&node_of(client));
         Ok(parse_slots(&reply, &asked))
+    }
+}
+
+/// Reconnects to a master taken for down, with a growing pause, until it answers (then
+/// every lease looks again) or the slot map stops naming it (its slots are read on their
+/// new master), or the Locker is gone.
+struct Probe {
+    node: Node,
+    watcher: Weak<Watcher>,
+    down: Arc<Mutex<HashSet<Node>>>,
+    map: Arc<Mutex<SlotMap>>,
+    listener: Weak<dyn WatchListener>,
+}
+
+impl Probe {
+    async fn run(self) {
+        let mut pause = Duration::from_millis(50);
+        loop {
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_secs(1));
+            let named = lock(&self.map).masters().contains(&self.node);
+            let watcher = self.watcher.upgrade();
+            let (true, Some(watcher), Some(_)) = (named, watcher, self.listener.upgrade()) else {
+                lock(&self.down).remove(&self.node);
+                return;
+            };
+            if watcher.ensure_open().await.is_ok() {
+                lock(&self.down).remove(&self.node);
+                tracing::debug!(node = %self.node, "a master taken for down answers again");
+                if let Some(listener) = self.listener.upgrade() {
+                    listener.everything(None);
+                }
+                return;
+            }
+        }
     }
 }
 
@@ -438,6 +532,16 @@ fn int(value: &Value) -> Option<u16> {
     match value {
         Value::Int(n) => u16::try_from(*n).ok(),
         _ => None,
+    }
+}
+
+/// The `host:port` a client dials (empty for a local socket).
+fn node_of(client: &redis::Client) -> Node {
+    match client.get_connection_info().addr() {
+        ConnectionAddr::Tcp(host, port) | ConnectionAddr::TcpTls { host, port, .. } => {
+            format!("{host}:{port}")
+        }
+        _ => String::new(),
     }
 }
 
