@@ -133,3 +133,54 @@ async fn a_failover_makes_every_held_lease_look_again_on_the_new_master() {
     }
     master.signal("-CONT");
 }
+
+/// Every command `server` ran so far, with its call count.
+fn calls(server: &RedisServer) -> std::collections::BTreeMap<String, u64> {
+    server
+        .command(&["INFO", "commandstats"])
+        .lines()
+        .filter_map(|line| line.strip_prefix("cmdstat_"))
+        .filter_map(|line| {
+            let (name, rest) = line.split_once(":calls=")?;
+            Some((name.to_owned(), rest.split(',').next()?.parse().ok()?))
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquisition_costs_the_master_at_most_one_read_and_a_release_none() {
+    let master = RedisServer::start();
+    let sentinel = RedisServer::start_sentinel("locks", master.port());
+    let locker = locker(&sentinel, EvictionCheck::Warn);
+    let warm = held(&locker, &master, "warm").await;
+    assert!(warm.release().await.expect("release"));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(master.command(&["CONFIG", "RESETSTAT"]).starts_with("+OK"));
+    let cycles = 40u64;
+    let mut leases = Vec::new();
+    for i in 0..cycles {
+        leases.push(
+            locker
+                .lock(format!("cycle:{i}"))
+                .ttl(LONG_TTL)
+                .await
+                .expect("acquire"),
+        );
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let reads = calls(&master).get("mget").copied().unwrap_or(0);
+    assert!(
+        (1..=cycles).contains(&reads),
+        "{reads} registering reads for {cycles} acquisitions"
+    );
+    for lease in leases {
+        assert!(lease.release().await.expect("release"));
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let used = calls(&master);
+    assert_eq!(
+        used.get("mget").copied().unwrap_or(0),
+        reads,
+        "the releases' own changes of the keys cost no read: {used:?}"
+    );
+}
