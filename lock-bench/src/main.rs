@@ -119,7 +119,7 @@ async fn run(args: Args) -> Result<(), Failure> {
     };
     // S4 also measures a 3-master cluster when redis-cli can build one; without it, S4 goes on
     // without the cluster row.
-    let (_cluster_servers, cluster) = if args.runs(Scenario::S4) {
+    let (_cluster_servers, cluster) = if args.runs(Scenario::S4) || args.runs(Scenario::Loss) {
         match start_cluster() {
             Ok(cluster) => {
                 let urls = cluster.urls();
@@ -134,7 +134,7 @@ async fn run(args: Args) -> Result<(), Failure> {
         (None, Vec::new())
     };
     // And the master a Sentinel names, with one replica.
-    let (_sentinel_servers, sentinel) = if args.runs(Scenario::S4) {
+    let (_sentinel_servers, sentinel) = if args.runs(Scenario::S4) || args.runs(Scenario::Loss) {
         match start_sentinel() {
             Ok((servers, url)) => (Some(servers), Some((url, "bench".to_owned()))),
             Err(err) => {
@@ -408,8 +408,16 @@ async fn run(args: Args) -> Result<(), Failure> {
         } else {
             loss::SAMPLES
         };
-        match loss::run(&endpoints.single, settings.renew_ttl, samples).await {
-            Ok(table) => {
+        let mut targets = Vec::new();
+        if let Some((sentinel, master)) = &endpoints.sentinel {
+            targets.push(loss::Target::Sentinel(sentinel, master));
+        }
+        if !endpoints.cluster.is_empty() {
+            targets.push(loss::Target::Cluster(&endpoints.cluster));
+        }
+        match loss::run(&endpoints.single, &targets, settings.renew_ttl, samples).await {
+            Ok((table, problems)) => {
+                report.problems.extend(problems);
                 print_section(&loss::title(&table), &table.markdown());
                 for row in &table.rows {
                     if row.false_losses > 0 {

@@ -8,7 +8,8 @@
 ///
 /// The Locker reads the policy with `INFO memory` when it first connects its watch
 /// connection (at its first acquisition) and again whenever that connection is reopened (a
-/// restart or a failover). Set with
+/// restart, a failover: behind Sentinel, on the new master). On a Redis Cluster every
+/// master is read, and one that could evict locks is enough for the warning or refusal. Set with
 /// [`LockerBuilder::eviction_check`](crate::LockerBuilder::eviction_check).
 ///
 /// ```

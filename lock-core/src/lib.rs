@@ -130,8 +130,9 @@
 //!   on the lease the work sees): turning finished work into an error invites a retry that
 //!   does it twice. `on_lost = "error"` / [`OnLost::Error`] and `"cancel"` /
 //!   [`OnLost::Cancel`] are the opt-ins. A lock's key deleted, overwritten, evicted or
-//!   flushed by someone else is reported within milliseconds on one Redis that allows key
-//!   tracking ([`LockerBuilder::track_keys`], on), not only at the next renewal.
+//!   flushed by someone else is reported within milliseconds on one Redis, Sentinel or a
+//!   Cluster that allows key tracking ([`LockerBuilder::track_keys`], on), not only at the
+//!   next renewal.
 //! - **The server's eviction policy** is checked at the first acquisition and after each
 //!   reconnect: a Redis that could evict lock keys is warned about once
 //!   ([`EvictionCheck::Warn`]); [`EvictionCheck::Refuse`] makes it an error.

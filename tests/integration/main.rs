@@ -45,6 +45,8 @@ mod stress;
 #[cfg(feature = "tls")]
 mod tls;
 mod tracking;
+mod tracking_cluster;
+mod tracking_sentinel;
 mod urls;
 mod using;
 mod web_guards;

@@ -404,3 +404,27 @@ async fn a_renewal_round_of_many_leases_is_re_read_in_a_few_batches() {
         "{reads} tracking reads for {renewed} renewals: re-reads must be batched"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_connection_fallen_silent_is_caught_by_its_heartbeat() {
+    let server = RedisServer::start();
+    let proxy = lock_tests::proxy::Proxy::start(server.addr()).expect("proxy");
+    let locker = Locker::builder()
+        .url(proxy.url())
+        .command_timeout(Duration::from_millis(500))
+        .build()
+        .expect("locker");
+    let taken = held(&locker, &server, "taken").await;
+    let kept = held(&locker, &server, "kept").await;
+    // Every connection open now dies silently (a NAT that dropped its state, a host gone
+    // without a reset): no byte crosses it again and neither end is told. The server's push
+    // about the DEL below is swallowed; only the heartbeat can find out.
+    proxy.stall_connections();
+    assert!(server.command(&["DEL", taken.key()]).starts_with(":1"));
+    told(&taken, "a DEL pushed on a connection that went silent").await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !kept.is_lost(),
+        "the re-check after the missed heartbeat finds the other lease still ours"
+    );
+}

@@ -4,7 +4,10 @@
 //! upstream address. While it runs, a test can add latency to every byte that crosses it
 //! ([`Proxy::set_latency`]), cut every open connection at once ([`Proxy::drop_connections`]),
 //! or partition the clients from the server ([`Proxy::set_blackhole`]): connections are still
-//! accepted, but nothing is read, forwarded or answered until the blackhole is lifted.
+//! accepted, but nothing is read, forwarded or answered until the blackhole is lifted. It can
+//! also kill the connections open now silently ([`Proxy::stall_connections`]): they stay
+//! open but never carry another byte, as a connection through a NAT that dropped its state,
+//! or to a host that vanished, does; new connections work as usual.
 //!
 //! The proxy runs on its own thread and tokio runtime, so it works the same from a plain
 //! `#[test]`, from inside `#[tokio::test]`, and from a program that has a runtime of its own.
@@ -57,6 +60,8 @@ struct Control {
     /// Bumped by `drop_connections`: a connection opened in an older generation closes.
     generation: watch::Sender<u64>,
     blackhole: watch::Sender<bool>,
+    /// Connections accepted before this many are stalled for good.
+    stalled_below: watch::Sender<usize>,
     accepted: AtomicUsize,
     open: AtomicUsize,
 }
@@ -71,6 +76,7 @@ impl Proxy {
             latency_us: AtomicU64::new(0),
             generation: watch::channel(0).0,
             blackhole: watch::channel(false).0,
+            stalled_below: watch::channel(0).0,
             accepted: AtomicUsize::new(0),
             open: AtomicUsize::new(0),
         });
@@ -143,6 +149,14 @@ impl Proxy {
         self.control.blackhole.send_replace(on);
     }
 
+    /// Stalls every connection open right now, for good and silently: bytes sent either
+    /// way are swallowed, and neither side is closed or told (until
+    /// [`Proxy::drop_connections`] or the proxy's end). New connections work as usual.
+    pub fn stall_connections(&self) {
+        let accepted = self.control.accepted.load(Ordering::SeqCst);
+        self.control.stalled_below.send_replace(accepted);
+    }
+
     /// Whether a blackhole is on.
     pub fn is_blackholed(&self) -> bool {
         *self.control.blackhole.borrow()
@@ -183,8 +197,8 @@ async fn accept_loop(
             accepted = listener.accept() => {
                 let Ok((client, _)) = accepted else { continue };
                 let _ = client.set_nodelay(true);
-                control.accepted.fetch_add(1, Ordering::Relaxed);
-                connections.spawn(connection(client, upstream, Arc::clone(&control)));
+                let id = control.accepted.fetch_add(1, Ordering::SeqCst);
+                connections.spawn(connection(client, id, upstream, Arc::clone(&control)));
             }
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
         }
@@ -202,7 +216,7 @@ impl Drop for OpenGuard<'_> {
     }
 }
 
-async fn connection(client: TcpStream, upstream: SocketAddr, control: Arc<Control>) {
+async fn connection(client: TcpStream, id: usize, upstream: SocketAddr, control: Arc<Control>) {
     control.open.fetch_add(1, Ordering::Relaxed);
     let _open = OpenGuard(&control.open);
     let mut generation = control.generation.subscribe();
@@ -225,16 +239,17 @@ async fn connection(client: TcpStream, upstream: SocketAddr, control: Arc<Contro
     let (server_read, server_write) = server.into_split();
     tokio::select! {
         _ = generation.changed() => {}
-        () = pump(client_read, server_write, &control) => {}
-        () = pump(server_read, client_write, &control) => {}
+        () = pump(client_read, server_write, id, &control) => {}
+        () = pump(server_read, client_write, id, &control) => {}
     }
     // Both halves of both sockets drop here: the connection is closed on both sides.
 }
 
 /// Forwards one direction: a reader that stamps each chunk, and a writer that sends it
 /// once its latency has passed. Ends when either side closes or fails.
-async fn pump(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, control: &Control) {
+async fn pump(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, id: usize, control: &Control) {
     let (tx, mut rx) = mpsc::channel::<(Instant, Vec<u8>)>(QUEUE);
+    let stalled = control.stalled_below.subscribe();
     let mut reader_blackhole = control.blackhole.subscribe();
     let mut writer_blackhole = control.blackhole.subscribe();
     let latency_us = &control.latency_us;
@@ -247,9 +262,15 @@ async fn pump(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, control: &Control
                 return;
             }
             let n = match from.read(&mut buf).await {
+                // A stalled connection does not pass its end on either.
+                Ok(0) | Err(_) if id < *stalled.borrow() => std::future::pending().await,
                 Ok(0) | Err(_) => return,
                 Ok(n) => n,
             };
+            if id < *stalled.borrow() {
+                // Swallowed: read (so the sender sees no back-pressure) and dropped.
+                continue;
+            }
             let latency = Duration::from_micros(latency_us.load(Ordering::Relaxed));
             if tx
                 .send((Instant::now() + latency, buf[..n].to_vec()))
@@ -266,6 +287,9 @@ async fn pump(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, control: &Control
             // Nothing crosses a partition, not even what was read before it began.
             if writer_blackhole.wait_for(|on| !*on).await.is_err() {
                 return;
+            }
+            if id < *control.stalled_below.borrow() {
+                continue;
             }
             if to.write_all(&chunk).await.is_err() {
                 return;

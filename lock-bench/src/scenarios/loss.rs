@@ -1,6 +1,8 @@
 //! Loss detection: how long after a foreign `DEL` of a held lock's key its holder's
 //! `lost()` fires, with key tracking (the default) and with renewal-time detection only
-//! (`track_keys(false)`), both with auto-renewal at the renewal scenario's TTL.
+//! (`track_keys(false)`), both with auto-renewal at the renewal scenario's TTL, on one
+//! Redis; and with key tracking on the master a Sentinel names and on a 3-master Cluster,
+//! when those could be started (the `DEL` sent to the key's master).
 //!
 //! Each sample: take a lease (auto-renewed), wait a random part of a renewal period (so
 //! the deletes fall anywhere between two renewals), delete the key from another
@@ -46,9 +48,95 @@ pub fn title(t: &Table) -> String {
     )
 }
 
+/// Where the lockers of one row take their leases.
+#[derive(Debug, Clone, Copy)]
+pub enum Target<'a> {
+    One(&'a str),
+    /// A Sentinel's URL and the master's name.
+    Sentinel(&'a str, &'a str),
+    /// The seeds of a Cluster.
+    Cluster(&'a [String]),
+}
+
+impl Target<'_> {
+    fn label(&self) -> &'static str {
+        match self {
+            Target::One(_) => "one Redis",
+            Target::Sentinel(..) => "Sentinel 1+1",
+            Target::Cluster(_) => "Cluster 3+1",
+        }
+    }
+
+    fn locker(&self, track: bool) -> Result<Locker, String> {
+        let builder = Locker::builder().prefix("loss-bench:").track_keys(track);
+        let builder = match *self {
+            Target::One(url) => builder.url(url),
+            Target::Sentinel(sentinel, master) => builder.sentinel([sentinel.to_owned()], master),
+            Target::Cluster(seeds) => builder.cluster(seeds.iter().cloned()),
+        };
+        builder.build().map_err(|err| err.to_string())
+    }
+
+    /// A connection that deletes keys where they are (on the master).
+    async fn deleter(&self) -> Result<Deleter, String> {
+        let plain = |url: &str| {
+            let url = url.to_owned();
+            async move {
+                let client = redis::Client::open(url).map_err(|err| err.to_string())?;
+                client
+                    .get_multiplexed_async_connection()
+                    .await
+                    .map(Deleter::Plain)
+                    .map_err(|err| err.to_string())
+            }
+        };
+        match *self {
+            Target::One(url) => plain(url).await,
+            Target::Sentinel(sentinel, master) => {
+                let Deleter::Plain(mut conn) = plain(sentinel).await? else {
+                    return Err("a Sentinel connection".into());
+                };
+                let (host, port): (String, u16) = redis::cmd("SENTINEL")
+                    .arg("GET-MASTER-ADDR-BY-NAME")
+                    .arg(master)
+                    .query_async(&mut conn)
+                    .await
+                    .map_err(|err| err.to_string())?;
+                plain(&format!("redis://{host}:{port}/")).await
+            }
+            Target::Cluster(seeds) => {
+                let client = redis::cluster::ClusterClient::new(seeds.to_vec())
+                    .map_err(|err| err.to_string())?;
+                client
+                    .get_async_connection()
+                    .await
+                    .map(Deleter::Cluster)
+                    .map_err(|err| err.to_string())
+            }
+        }
+    }
+}
+
+#[derive(Clone)]
+enum Deleter {
+    Plain(redis::aio::MultiplexedConnection),
+    Cluster(redis::cluster_async::ClusterConnection),
+}
+
+impl Deleter {
+    async fn del(&mut self, key: &str) -> redis::RedisResult<u64> {
+        let mut del = redis::cmd("DEL");
+        del.arg(key);
+        match self {
+            Deleter::Plain(conn) => del.query_async(conn).await,
+            Deleter::Cluster(conn) => del.query_async(conn).await,
+        }
+    }
+}
+
 async fn sample(
     locker: &Locker,
-    conn: &mut redis::aio::MultiplexedConnection,
+    conn: &mut Deleter,
     name: String,
     ttl: Duration,
 ) -> Result<Option<Duration>, String> {
@@ -64,9 +152,8 @@ async fn sample(
         .mul_f64(fastrand::f64())
         .max(Duration::from_millis(10));
     tokio::time::sleep(pause).await;
-    let deleted: u64 = redis::cmd("DEL")
-        .arg(lease.key())
-        .query_async(conn)
+    let deleted = conn
+        .del(lease.key())
         .await
         .map_err(|err| format!("DEL: {err}"))?;
     let deleted_at = Instant::now();
@@ -79,18 +166,14 @@ async fn sample(
     Ok(latency)
 }
 
-async fn measure(url: &str, track: bool, ttl: Duration, samples: usize) -> Result<Row, String> {
-    let locker = Locker::builder()
-        .url(url)
-        .prefix("loss-bench:")
-        .track_keys(track)
-        .build()
-        .map_err(|err| err.to_string())?;
-    let client = redis::Client::open(url).map_err(|err| err.to_string())?;
-    let conn = client
-        .get_multiplexed_async_connection()
-        .await
-        .map_err(|err| err.to_string())?;
+async fn measure(
+    target: Target<'_>,
+    track: bool,
+    ttl: Duration,
+    samples: usize,
+) -> Result<Row, String> {
+    let locker = target.locker(track)?;
+    let conn = target.deleter().await?;
     // Leases nobody touches, held throughout: none may be told lost.
     let mut bystanders = Vec::new();
     for i in 0..CONCURRENT {
@@ -141,9 +224,9 @@ async fn measure(url: &str, track: bool, ttl: Duration, samples: usize) -> Resul
     };
     Ok(Row {
         mode: if track {
-            "key tracking (default)".into()
+            format!("{}, key tracking (default)", target.label())
         } else {
-            "renewal only (track_keys(false))".into()
+            format!("{}, renewal only (track_keys(false))", target.label())
         },
         samples: latencies.len(),
         p50_ms: percentile(0.50),
@@ -154,22 +237,38 @@ async fn measure(url: &str, track: bool, ttl: Duration, samples: usize) -> Resul
     })
 }
 
-/// Both modes on the Redis at `url`.
-pub async fn run(url: &str, ttl: Duration, samples: usize) -> Result<Table, String> {
+/// Both modes on the Redis at `url`; key tracking on the other `targets` (a row each, or
+/// the reason it could not be measured).
+pub async fn run(
+    url: &str,
+    targets: &[Target<'_>],
+    ttl: Duration,
+    samples: usize,
+) -> Result<(Table, Vec<String>), String> {
     let mut rows = Vec::new();
     for track in [true, false] {
-        rows.push(measure(url, track, ttl, samples).await?);
+        rows.push(measure(Target::One(url), track, ttl, samples).await?);
     }
-    Ok(Table {
-        ttl_ms: ttl.as_millis() as u64,
-        rows,
-    })
+    let mut problems = Vec::new();
+    for target in targets {
+        match measure(*target, true, ttl, samples).await {
+            Ok(row) => rows.push(row),
+            Err(err) => problems.push(format!("loss detection on {}: {err}", target.label())),
+        }
+    }
+    Ok((
+        Table {
+            ttl_ms: ttl.as_millis() as u64,
+            rows,
+        },
+        problems,
+    ))
 }
 
 impl Table {
     pub fn markdown(&self) -> String {
         let mut out = String::from(
-            "| detection | samples | DEL → lost() p50 ms | p99 ms | max ms | not told within 5 s | untouched leases told lost |\n|---|---|---|---|---|---|---|\n",
+            "| where, detection | samples | DEL → lost() p50 ms | p99 ms | max ms | not told within 5 s | untouched leases told lost |\n|---|---|---|---|---|---|---|\n",
         );
         for row in &self.rows {
             out.push_str(&format!(

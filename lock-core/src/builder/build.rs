@@ -112,7 +112,8 @@ impl LockerBuilder {
         ))
     }
 
-    /// The loss watch and server check of a Locker on the one server `dial` reaches.
+    /// The loss watch and server check of a Locker on the one server `dial` reaches (the
+    /// Sentinels' master included).
     fn loss_watch(
         &self,
         dial: &connect::Dial,
@@ -186,6 +187,13 @@ impl LockerBuilder {
         // every node. The release script cannot see that subscription (`PUBSUB NUMSUB` is
         // per node), so a marked release is announced without asking.
         let (client, dial, shards) = connect::cluster(seeds, self.command_timeout, &self.tls)?;
+        // Key tracking and the eviction check: one watch connection per master.
+        let watch = crate::engine::watch::LossWatch::on_cluster(
+            &connect::seed_clients(seeds, &self.tls),
+            self.command_timeout,
+            self.track_keys,
+            self.eviction_check,
+        );
         let notifier = dial.map(|dial| Notifier::sharded(dial, shards, &own_channel(&settings)));
         let source = Source::Cluster(Box::new(client));
         let replicated = self.replicated(&source);
@@ -197,7 +205,9 @@ impl LockerBuilder {
                 .announcing_in_shards()
                 .with_replica_sync(replicated),
         );
-        Ok(assemble(backend, settings, notifier, true))
+        Ok(Locker::from_engine(
+            Engine::new(backend, settings, notifier, true).watched_by(watch),
+        ))
     }
 
     #[cfg(feature = "sentinel")]
@@ -216,14 +226,15 @@ impl LockerBuilder {
         // reconnects at each switch, so after a failover its subscription moves to the new
         // master with the lock commands.
         let switches = crate::connection::sentinel::Switches::new(master);
-        let notifier = Notifier::new(
-            connect::Dial::Sentinel {
-                client: std::sync::Arc::clone(&client),
-                switches: std::sync::Arc::clone(&switches),
-                timeout: self.command_timeout,
-            },
-            own_channel(&settings),
-        );
+        let dial = connect::Dial::Sentinel {
+            client: std::sync::Arc::clone(&client),
+            switches: std::sync::Arc::clone(&switches),
+            timeout: self.command_timeout,
+        };
+        // Key tracking and the eviction check on the master the Sentinels name, again after
+        // each switch.
+        let watch = self.loss_watch(&dial);
+        let notifier = Notifier::new(dial, own_channel(&settings));
         let source = Source::Sentinel {
             client,
             config: Box::new(config),
@@ -235,7 +246,9 @@ impl LockerBuilder {
             Scripted::new(conn, self.script_mode, &waiters(&settings))
                 .with_replica_sync(replicated),
         );
-        Ok(assemble(backend, settings, Some(notifier), true))
+        Ok(Locker::from_engine(
+            Engine::new(backend, settings, Some(notifier), true).watched_by(watch),
+        ))
     }
 
     #[cfg(any(feature = "cluster", feature = "sentinel"))]

@@ -205,9 +205,13 @@ impl LockerBuilder {
     /// milliseconds. Off (or on a server that refuses tracking, said once in a warning),
     /// a lost lease is noticed at its next renewal or at the end of its validity.
     ///
-    /// Locks on one Redis given by URL (or `REDIS_URL`); Redlock, a Redis Cluster, Sentinel,
-    /// a locker built on a pool, semaphores, read-write locks and multi-locks keep
-    /// renewal-time detection.
+    /// Locks on one Redis given by URL (or `REDIS_URL`), behind Sentinel (on the master the
+    /// Sentinels name, every lease re-checked after a switch) and on a Redis Cluster (one
+    /// such connection per master, each key read on its slot's master). While leases are
+    /// watched, each watch connection is pinged every second (on a Cluster with
+    /// `ROLE`): a connection that falls silent counts as dropped, and every lease re-reads
+    /// its key. Redlock, a locker built on a pool, a TLS server name pinned to another
+    /// host, semaphores, read-write locks and multi-locks keep renewal-time detection.
     ///
     /// ```
     /// let locker = lock_core::Locker::builder()

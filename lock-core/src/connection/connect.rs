@@ -331,6 +331,17 @@ pub(crate) fn cluster(
     Ok((cluster, dial, shards))
 }
 
+/// A client for each seed that can be one (TLS settings applied): where a Cluster's key
+/// tracking reads the slot map, and the template of its connections to each master.
+#[cfg(feature = "cluster")]
+pub(crate) fn seed_clients(seeds: &[String], tls: &TlsSetting) -> Vec<redis::Client> {
+    seeds
+        .iter()
+        .filter_map(|seed| client(seed, tls).ok())
+        .map(|(client, _, _)| client)
+        .collect()
+}
+
 /// A Sentinel client for `master`. The Sentinels are reached over TLS when their URLs are
 /// `rediss://`; the masters they name when the Sentinels are, or when TLS settings were
 /// given. The locker's certificates apply to both.

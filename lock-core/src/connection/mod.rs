@@ -11,7 +11,9 @@
 //!   a deposed one at the Sentinels' `+switch-master` (feature `sentinel`).
 //! - [`watcher`]: the one RESP3 connection per Locker with `CLIENT TRACKING` on, whose
 //!   reads ask the server to push the next change of a key, and which reads the server's
-//!   eviction settings when it opens.
+//!   eviction settings when it opens; behind Sentinel, on the master the Sentinels name.
+//! - `watch_nodes`: on a Redis Cluster, one such connection per master, each key read on
+//!   its slot's master (feature `cluster`).
 //! - `tls`: [`TlsConfig`](crate::TlsConfig) (feature `tls-rustls`).
 //!
 //! Nothing here knows about locks beyond channel names; these modules import only leaves.
@@ -25,4 +27,6 @@ pub(crate) mod sharded;
 pub(crate) mod shared;
 #[cfg(feature = "tls-rustls")]
 pub(crate) mod tls;
+#[cfg(feature = "cluster")]
+pub(crate) mod watch_nodes;
 pub(crate) mod watcher;

@@ -185,6 +185,22 @@ pub(crate) async fn open_pubsub(
     }
 }
 
+/// A connection opened by `open` on the master the Sentinels name (a key-tracking
+/// connection's), trusted as [`open_master`]'s connections are, with the epoch of switches
+/// it was opened in.
+pub(crate) async fn open_with<T, F>(
+    client: &Arc<tokio::sync::Mutex<SentinelClient>>,
+    switches: &Arc<Switches>,
+    open: impl Fn(redis::Client) -> F,
+) -> redis::RedisResult<(T, u64)>
+where
+    F: std::future::Future<Output = redis::RedisResult<T>>,
+{
+    open_trusted(client, switches, open)
+        .await
+        .map_err(OpenError::into_redis)
+}
+
 /// Why a connect to the Sentinels' master failed.
 enum OpenError {
     Redis(redis::RedisError),

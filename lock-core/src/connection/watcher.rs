@@ -4,6 +4,16 @@
 //! deleted, expired, evicted or flushed. A read here therefore both checks a key and asks
 //! to be told about its next change.
 //!
+//! Behind Sentinel the connection goes to the master the Sentinels name, opened the way the
+//! lock commands' connections are ([`crate::connection::sentinel`]), and is retired at
+//! each switch of master: the listener is told, as for a dropped connection, that
+//! everything it read may have changed unheard.
+//!
+//! A connection that only listens never finds out by itself that it died silently (a
+//! stalled server, a host gone without a reset, a network stall that ate the pushes):
+//! [`Watcher::ping`] is the heartbeat its owner sends while it listens; a ping that fails
+//! or does not answer within the command timeout retires the connection like a drop.
+//!
 //! When it opens, the connection also reads the server's `maxmemory-policy` and
 //! `maxmemory` (the settings that decide whether Redis may evict keys with a TTL), and
 //! hands them to its listener; a reopened connection (a restart, a failover, a dropped
@@ -60,16 +70,37 @@ pub(crate) enum WatchError {
     Refused(String),
     /// The connection failed; it is reopened at the next read.
     Failed(redis::RedisError),
+    /// A Cluster node answered that the key's slot is served elsewhere, or not served
+    /// right now (`MOVED`, `ASK`, `TRYAGAIN`, `CLUSTERDOWN`): the connection is kept.
+    Redirected(redis::RedisError),
+}
+
+/// Where the watch connection opens.
+// One per Locker, and the plain client, the common case, is the large variant: boxing it
+// would buy nothing. (The lint fires only with `sentinel`.)
+#[allow(clippy::large_enum_variant)]
+#[derive(Clone)]
+pub(crate) enum WatchDial {
+    /// One server: a RESP3 client (the Locker's URL and TLS settings).
+    Client(redis::Client),
+    /// The master the Sentinels name now, asked again at every connect; a connection is
+    /// retired at each switch of master.
+    #[cfg(feature = "sentinel")]
+    Sentinel {
+        client: Arc<tokio::sync::Mutex<redis::sentinel::SentinelClient>>,
+        switches: Arc<crate::connection::sentinel::Switches>,
+    },
 }
 
 pub(crate) struct Watcher {
-    /// A RESP3 client to the server (the Locker's URL and TLS settings).
-    client: redis::Client,
+    dial: WatchDial,
     timeout: Duration,
     /// Whether to turn tracking on (off: the connection only reads the eviction settings).
     track: bool,
     conn: tokio::sync::Mutex<Option<(MultiplexedConnection, u64)>>,
-    generation: AtomicU64,
+    /// The newest connection's generation (shared with the task that retires a
+    /// connection at a Sentinel switch).
+    generation: Arc<AtomicU64>,
     /// The newest generation whose connection dropped (set from redis-rs's task).
     dropped: Arc<AtomicU64>,
     refused: AtomicBool,
@@ -88,36 +119,37 @@ impl std::fmt::Debug for Watcher {
 }
 
 impl Watcher {
-    /// A RESP3 client to the server `dial` reaches, or `None` where the watch connection
-    /// cannot be opened on its own (a Sentinel-named master, or a TLS server name pinned to
-    /// another host: the Locker keeps renewal-time detection there).
-    pub fn client_for(dial: &Dial) -> Option<redis::Client> {
-        #[allow(irrefutable_let_patterns)]
-        let Dial::Client(client) = dial
-        else {
-            return None;
-        };
-        let info = client.get_connection_info().clone();
-        let settings = info
-            .redis_settings()
-            .clone()
-            .set_protocol(ProtocolVersion::RESP3);
-        redis::Client::open(info.set_redis_settings(settings)).ok()
+    /// Where the watch connection of a Locker that dials `dial` opens, or `None` where it
+    /// cannot be opened on its own (a TLS server name pinned to another host: the Locker
+    /// keeps renewal-time detection there).
+    pub fn dial_for(dial: &Dial) -> Option<WatchDial> {
+        match dial {
+            Dial::Client(client) => resp3(client).map(WatchDial::Client),
+            #[cfg(feature = "sentinel")]
+            Dial::Sentinel {
+                client, switches, ..
+            } => Some(WatchDial::Sentinel {
+                client: Arc::clone(client),
+                switches: Arc::clone(switches),
+            }),
+            #[cfg(feature = "tls-rustls")]
+            Dial::Pinned(..) => None,
+        }
     }
 
-    /// A watcher on `client` (from [`Watcher::client_for`]), telling `listener`.
+    /// A watcher on `dial` (from [`Watcher::dial_for`]), telling `listener`.
     pub fn new(
-        client: redis::Client,
+        dial: WatchDial,
         timeout: Duration,
         track: bool,
         listener: Weak<dyn WatchListener>,
     ) -> Watcher {
         Watcher {
-            client,
+            dial,
             timeout,
             track,
             conn: tokio::sync::Mutex::new(None),
-            generation: AtomicU64::new(0),
+            generation: Arc::new(AtomicU64::new(0)),
             dropped: Arc::new(AtomicU64::new(0)),
             refused: AtomicBool::new(false),
             tracking_refused: std::sync::Mutex::new(None),
@@ -158,6 +190,53 @@ impl Watcher {
                     .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(reason.clone());
                 return WatchError::Refused(reason);
             }
+            if is_redirect(&err) {
+                return WatchError::Redirected(err);
+            }
+            self.forget(generation);
+            WatchError::Failed(err)
+        })
+    }
+
+    /// The heartbeat: a `PING` on the open connection, answered within the command
+    /// timeout. A connection that fails it is retired (the next read opens a new one) and
+    /// the error returned: everything it listened for may have changed unheard. Nothing is
+    /// sent while no connection is open, or while one is being opened.
+    pub async fn ping(&self) -> Result<(), WatchError> {
+        self.probe(redis::cmd("PING")).await.map(|_| ())
+    }
+
+    /// The heartbeat of a Cluster node's watch connection: `ROLE`, answered within the
+    /// command timeout, whose reply says whether the node is still a master (`None`: no
+    /// connection open, nothing sent). A connection that fails it is retired.
+    #[cfg(feature = "cluster")]
+    pub async fn role(&self) -> Result<Option<bool>, WatchError> {
+        let reply = self.probe(redis::cmd("ROLE")).await?;
+        Ok(reply.map(|role| match role {
+            Value::Array(items) => matches!(
+                items.first(),
+                Some(Value::BulkString(role)) if role.as_slice() == b"master"
+            ),
+            _ => false,
+        }))
+    }
+
+    /// Sends `command` on the open connection, if there is one and it is not being
+    /// (re)opened; a failure retires the connection.
+    async fn probe(&self, command: redis::Cmd) -> Result<Option<Value>, WatchError> {
+        let open = match self.conn.try_lock() {
+            Ok(slot) => slot.clone(),
+            Err(_) => None,
+        };
+        let Some((mut conn, generation)) = open else {
+            return Ok(None);
+        };
+        if generation <= self.dropped.load(Ordering::Acquire) {
+            return Ok(None);
+        }
+        let reply: redis::RedisResult<Value> = command.query_async(&mut conn).await;
+        reply.map(Some).map_err(|err| {
+            tracing::debug!(%err, "the watch connection missed its heartbeat; it is retired");
             self.forget(generation);
             WatchError::Failed(err)
         })
@@ -165,6 +244,7 @@ impl Watcher {
 
     /// Drops the connection of `generation` (a failed command): the next read opens a new one.
     fn forget(&self, generation: u64) {
+        self.dropped.fetch_max(generation, Ordering::AcqRel);
         if let Ok(mut conn) = self.conn.try_lock()
             && conn.as_ref().is_some_and(|(_, open)| *open == generation)
         {
@@ -199,11 +279,7 @@ impl Watcher {
             .set_connection_timeout(Some(self.timeout))
             .set_response_timeout(Some(self.timeout))
             .set_push_sender(push);
-        let mut conn = match self
-            .client
-            .get_multiplexed_async_connection_with_config(&config)
-            .await
-        {
+        let mut conn = match self.open(&config, generation).await {
             Ok(conn) => conn,
             Err(err) if refuses_resp3(&err) => {
                 let refused = self.refuse(&err);
@@ -244,9 +320,113 @@ impl Watcher {
         Ok((conn, generation))
     }
 
+    /// Opens connection `generation` with `config`: to the server, or to the master the
+    /// Sentinels name (retired at the next switch).
+    async fn open(
+        &self,
+        config: &AsyncConnectionConfig,
+        generation: u64,
+    ) -> redis::RedisResult<MultiplexedConnection> {
+        #[cfg(not(feature = "sentinel"))]
+        let _ = generation;
+        match &self.dial {
+            WatchDial::Client(client) => {
+                client
+                    .get_multiplexed_async_connection_with_config(config)
+                    .await
+            }
+            #[cfg(feature = "sentinel")]
+            WatchDial::Sentinel { client, switches } => {
+                let changes = switches.changes();
+                let opening =
+                    crate::connection::sentinel::open_with(client, switches, |named| async move {
+                        resp3(&named)
+                            .ok_or_else(|| {
+                                redis::RedisError::from((
+                                    redis::ErrorKind::InvalidClientConfig,
+                                    "the Sentinels' master cannot be dialled with RESP3",
+                                ))
+                            })?
+                            .get_multiplexed_async_connection_with_config(config)
+                            .await
+                    });
+                let (conn, epoch) = match tokio::time::timeout(self.timeout, opening).await {
+                    Ok(opened) => opened?,
+                    Err(_) => {
+                        return Err(redis::RedisError::from(std::io::Error::new(
+                            std::io::ErrorKind::TimedOut,
+                            format!(
+                                "no connection to the Sentinels' master within {:?}",
+                                self.timeout
+                            ),
+                        )))
+                    }
+                };
+                let retire = Retire {
+                    generation,
+                    current: Arc::clone(&self.generation),
+                    dropped: Arc::clone(&self.dropped),
+                    listener: self.listener.clone(),
+                };
+                tokio::spawn(retire.at_switch(changes, epoch));
+                Ok(conn)
+            }
+        }
+    }
+
     fn refuse(&self, err: &redis::RedisError) -> WatchError {
         self.refused.store(true, Ordering::Release);
         WatchError::Refused(err.to_string())
+    }
+}
+
+/// `client` speaking RESP3 (pushes), with its address, credentials and TLS kept.
+pub(crate) fn resp3(client: &redis::Client) -> Option<redis::Client> {
+    let info = client.get_connection_info().clone();
+    let settings = info
+        .redis_settings()
+        .clone()
+        .set_protocol(ProtocolVersion::RESP3);
+    redis::Client::open(info.set_redis_settings(settings)).ok()
+}
+
+/// Retires a watch connection to the Sentinels' master at the next switch of master.
+#[cfg(feature = "sentinel")]
+struct Retire {
+    generation: u64,
+    current: Arc<AtomicU64>,
+    dropped: Arc<AtomicU64>,
+    listener: Weak<dyn WatchListener>,
+}
+
+#[cfg(feature = "sentinel")]
+impl Retire {
+    /// Waits for a switch after `epoch` (the one the connection was opened in); then, if
+    /// the connection is still the newest, retires it and tells the listener. Ends early
+    /// when the Locker is gone or a newer connection took over.
+    async fn at_switch(self, mut changes: tokio::sync::watch::Receiver<u64>, epoch: u64) {
+        loop {
+            if *changes.borrow_and_update() > epoch {
+                break;
+            }
+            if changes.changed().await.is_err()
+                || self.current.load(Ordering::Acquire) != self.generation
+                || self.listener.strong_count() == 0
+            {
+                return;
+            }
+        }
+        if self.current.load(Ordering::Acquire) != self.generation {
+            return;
+        }
+        self.dropped.fetch_max(self.generation, Ordering::AcqRel);
+        tracing::debug!(
+            generation = self.generation,
+            "the Sentinels switched the master: the watch connection is retired"
+        );
+        if let Some(listener) = self.listener.upgrade() {
+            listener.everything(Some(self.generation));
+        }
     }
 }
 
@@ -297,6 +477,14 @@ fn parse_eviction(text: &str) -> Result<Eviction, String> {
         .and_then(|value| value.parse().ok())
         .ok_or_else(|| "INFO memory did not report maxmemory".to_owned())?;
     Ok(Eviction { policy, maxmemory })
+}
+
+/// A Cluster node's answer that a slot is served elsewhere or not served right now.
+fn is_redirect(err: &redis::RedisError) -> bool {
+    matches!(
+        err.code(),
+        Some("MOVED" | "ASK" | "TRYAGAIN" | "CLUSTERDOWN")
+    )
 }
 
 /// The server does not speak RESP3 (Redis before 6 answers HELLO with an error).

@@ -84,7 +84,8 @@ pub(crate) struct Engine {
     background: Arc<Background>,
     /// The highest fencing token handed out per name, to tell one that went backward.
     fences: FenceWatch,
-    /// Key tracking of held leases and the eviction check (one Redis by URL).
+    /// Key tracking of held leases and the eviction check (one Redis by URL, Sentinel, a
+    /// Cluster).
     watch: Option<Arc<LossWatch>>,
 }
 

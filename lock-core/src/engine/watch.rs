@@ -14,11 +14,19 @@
 //! pushes lead to a re-read that finds our value, so no lease is ever told falsely, at
 //! one batched read per renewal round.
 //!
-//! Silence is never taken for "still held": when the watch connection drops, or the
-//! server reports a flush, every watched lease re-reads its key at once (on a new
-//! connection, retried with a growing pause while the server is away). A server that
-//! refuses tracking (no RESP3, `CLIENT TRACKING` forbidden) leaves the Locker with
-//! renewal-time detection, said once in a warning.
+//! On a Redis Cluster there is one watch connection per master
+//! ([`crate::connection::watch_nodes`]), each key read on its slot's master; a key that
+//! could not be read there (its slot moved or is moving, its master failed) is read again
+//! after a short pause, never judged on what was not read.
+//!
+//! Silence is never taken for "still held": when a watch connection drops, misses its
+//! heartbeat (a `PING` every [`HEARTBEAT`] while leases are watched, `ROLE` on a
+//! Cluster's masters, answered within the command timeout), is retired at a Sentinel
+//! switch of master, or the server reports a flush, every watched lease re-reads its key
+//! at once (on a new connection, on the master the Sentinels name now, retried with a
+//! growing pause while the server is away). A server that refuses tracking (no RESP3,
+//! `CLIENT TRACKING` forbidden) leaves the Locker with renewal-time detection, said once
+//! in a warning.
 //!
 //! The server check: when the watch connection opens, it reads `maxmemory-policy`; a
 //! server that could evict lock keys is reported once (warning and metric) or, with
@@ -32,6 +40,8 @@ use std::time::Duration;
 use tokio::sync::Notify;
 
 use crate::connection::connect::Dial;
+#[cfg(feature = "cluster")]
+use crate::connection::watch_nodes::{NodeWatchers, Seeds};
 use crate::connection::watcher::{Eviction, WatchError, WatchListener, Watcher};
 use crate::engine::held::Held;
 use crate::eviction::{risk, EvictionCheck};
@@ -46,8 +56,53 @@ const BATCH: Duration = Duration::from_millis(2);
 /// The longest pause between re-reads while the server does not answer.
 const MAX_RETRY_PAUSE: Duration = Duration::from_secs(1);
 
+/// How often the watch connections are pinged while leases are watched (the heartbeat): a
+/// connection that only listens would never find out that it died silently (a stalled
+/// server, a network stall that ate a push).
+const HEARTBEAT: Duration = Duration::from_secs(1);
+
+/// The watch connections: one server's (or the Sentinels' master's), or one per master of
+/// a Cluster.
+enum Watchers {
+    One(Watcher),
+    #[cfg(feature = "cluster")]
+    Nodes(NodeWatchers),
+}
+
+/// What one read found per key: `Some(value)` when read (`None` inside: absent), `None`
+/// when the key could not be read this time (read it again).
+type Found = Vec<Option<Option<Vec<u8>>>>;
+
+impl Watchers {
+    async fn ensure_open(&self) -> Result<(), WatchError> {
+        match self {
+            Watchers::One(watcher) => watcher.ensure_open().await,
+            #[cfg(feature = "cluster")]
+            Watchers::Nodes(nodes) => nodes.ensure_open().await,
+        }
+    }
+
+    async fn read(&self, keys: &[&str]) -> Result<Found, WatchError> {
+        match self {
+            Watchers::One(watcher) => Ok(watcher.read(keys).await?.into_iter().map(Some).collect()),
+            #[cfg(feature = "cluster")]
+            Watchers::Nodes(nodes) => nodes.read(keys).await,
+        }
+    }
+
+    /// The heartbeat; false if a connection missed it (or a Cluster node is no longer a
+    /// master): every lease must look again.
+    async fn heartbeat(&self) -> bool {
+        match self {
+            Watchers::One(watcher) => watcher.ping().await.is_ok(),
+            #[cfg(feature = "cluster")]
+            Watchers::Nodes(nodes) => nodes.heartbeat().await,
+        }
+    }
+}
+
 pub(crate) struct LossWatch {
-    watcher: Watcher,
+    watcher: Watchers,
     /// Whether leases are watched (`track_keys`); off, the watcher only checks eviction.
     track: bool,
     state: Mutex<State>,
@@ -59,6 +114,8 @@ pub(crate) struct LossWatch {
     /// Renewal rounds in flight: the keys they change are pushed back one by one, and are
     /// read once the round is over, all in one read.
     renewing: AtomicUsize,
+    /// The heartbeat task runs (while the watch task does).
+    beating: AtomicBool,
 }
 
 #[derive(Default)]
@@ -102,11 +159,39 @@ impl LossWatch {
         if !track && check == EvictionCheck::Off {
             return None;
         }
-        let client = Watcher::client_for(dial)?;
-        Some(Arc::new_cyclic(|weak: &Weak<LossWatch>| {
+        let client = Watcher::dial_for(dial)?;
+        Some(LossWatch::with(track, check, |listener| {
+            Watchers::One(Watcher::new(client, timeout, track, listener))
+        }))
+    }
+
+    /// The loss watch of a Locker on the Redis Cluster that `seeds` reach: one watch
+    /// connection per master. `None` as for [`LossWatch::new`].
+    #[cfg(feature = "cluster")]
+    pub fn on_cluster(
+        seeds: &[redis::Client],
+        timeout: Duration,
+        track: bool,
+        check: EvictionCheck,
+    ) -> Option<Arc<LossWatch>> {
+        if !track && check == EvictionCheck::Off {
+            return None;
+        }
+        let seeds = Seeds::new(seeds)?;
+        Some(LossWatch::with(track, check, |listener| {
+            Watchers::Nodes(NodeWatchers::new(seeds, timeout, track, listener))
+        }))
+    }
+
+    fn with(
+        track: bool,
+        check: EvictionCheck,
+        watchers: impl FnOnce(Weak<dyn WatchListener>) -> Watchers,
+    ) -> Arc<LossWatch> {
+        Arc::new_cyclic(|weak: &Weak<LossWatch>| {
             let listener: Weak<dyn WatchListener> = weak.clone();
             LossWatch {
-                watcher: Watcher::new(client, timeout, track, listener),
+                watcher: watchers(listener),
                 track,
                 state: Mutex::default(),
                 wake: Arc::new(Notify::new()),
@@ -114,8 +199,9 @@ impl LossWatch {
                 eviction: Mutex::new(Finding::Unknown),
                 checking: AtomicBool::new(false),
                 renewing: AtomicUsize::new(0),
+                beating: AtomicBool::new(false),
             }
-        }))
+        })
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -162,6 +248,9 @@ impl LossWatch {
         state.running = true;
         drop(state);
         runtime.spawn(run(Arc::downgrade(self)));
+        if !self.beating.swap(true, Ordering::AcqRel) {
+            runtime.spawn(heartbeat(Arc::downgrade(self)));
+        }
     }
 
     /// Before an acquisition: with [`EvictionCheck::Refuse`], `Misconfigured` while the
@@ -283,13 +372,14 @@ impl LossWatch {
         Some((live, state.sequence)).filter(|(live, _)| !live.is_empty())
     }
 
-    /// Applies a read of `keys` sent after registration `watermark`: a lease registered by
-    /// then whose key no longer holds its value is lost.
-    fn judge(&self, keys: &[String], values: Vec<Option<Vec<u8>>>, watermark: u64) {
+    /// Applies a read (keys and their values) sent after registration `watermark`: a lease
+    /// registered by then whose key no longer holds its value is lost.
+    fn judge(&self, read: Vec<(String, Option<Vec<u8>>)>, watermark: u64) {
         let mut lost = Vec::new();
         {
             let mut state = self.state();
-            for (key, value) in keys.iter().zip(values) {
+            for (key, value) in read {
+                let key = &key;
                 let Some(entries) = state.leases.get_mut(key) else {
                     continue;
                 };
@@ -364,9 +454,30 @@ async fn run(weak: Weak<LossWatch>) {
         };
         let borrowed: Vec<&str> = keys.iter().map(String::as_str).collect();
         match watch.watcher.read(&borrowed).await {
-            Ok(values) => {
-                pause = Duration::from_millis(20);
-                watch.judge(&keys, values, watermark);
+            Ok(found) => {
+                let mut read = Vec::with_capacity(keys.len());
+                let mut unread = Vec::new();
+                for (key, value) in keys.into_iter().zip(found) {
+                    match value {
+                        Some(value) => read.push((key, value)),
+                        None => unread.push(key),
+                    }
+                }
+                watch.judge(read, watermark);
+                if unread.is_empty() {
+                    pause = Duration::from_millis(20);
+                    continue;
+                }
+                // A Cluster slot that moved, is moving, or whose master failed: read again
+                // once the slot map is read again.
+                tracing::debug!(
+                    keys = unread.len(),
+                    "some watched lock keys could not be read; retrying"
+                );
+                watch.retry(unread);
+                drop(watch);
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(MAX_RETRY_PAUSE);
             }
             Err(WatchError::Refused(reason)) => {
                 watch.refused(&reason);
@@ -374,13 +485,37 @@ async fn run(weak: Weak<LossWatch>) {
                 state.running = false;
                 return;
             }
-            Err(WatchError::Failed(err)) => {
+            Err(WatchError::Failed(err) | WatchError::Redirected(err)) => {
                 tracing::debug!(%err, "re-reading watched lock keys failed; retrying");
                 watch.retry(keys);
                 drop(watch);
                 tokio::time::sleep(pause).await;
                 pause = (pause * 2).min(MAX_RETRY_PAUSE);
             }
+        }
+    }
+}
+
+/// The heartbeat task, beside the watch task and for as long as it runs: every
+/// [`HEARTBEAT`], each watch connection is asked for a sign of life (on its own task, so
+/// that a master that does not answer delays no push from the others); a connection that
+/// misses it is retired, and every lease looks again.
+async fn heartbeat(weak: Weak<LossWatch>) {
+    loop {
+        tokio::time::sleep(HEARTBEAT).await;
+        let Some(watch) = weak.upgrade() else { return };
+        if !watch.state().running {
+            watch.beating.store(false, Ordering::Release);
+            // A watch task started meanwhile found this one still beating: go on for it.
+            if !watch.state().running || watch.beating.swap(true, Ordering::AcqRel) {
+                return;
+            }
+            continue;
+        }
+        if !watch.watcher.heartbeat().await {
+            // Silence proves nothing: every lease looks again, on a new connection,
+            // retried while the server is away.
+            watch.everything(None);
         }
     }
 }
