@@ -1,6 +1,7 @@
 //! The notifier's subscriptions against a real Redis.
 
 use super::*;
+use std::time::Duration;
 
 fn numsub(server: &lock_tests::RedisServer, channel: &str) -> String {
     server.command(&["PUBSUB", "NUMSUB", channel])

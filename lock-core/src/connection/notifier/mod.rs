@@ -22,21 +22,27 @@
 //! Sentinel the same happens at each switch of the master the Sentinels announce: a
 //! pub/sub connection sends nothing that could fail on a stalled or deposed master, so it
 //! would go on listening there while the releases are published on the new one.
+//!
+//! This file holds what the waiters want (channels, lock keys and their signals);
+//! [`link`] the pub/sub connection that serves it, [`deliver`] the routing of a message
+//! to its waiters.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 #[cfg(feature = "sentinel")]
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
-
-use futures_util::future::BoxFuture;
-use futures_util::StreamExt as _;
-use redis::aio::PubSubSink;
 
 use crate::connection::connect::Dial;
 #[cfg(feature = "cluster")]
 use crate::connection::sharded::{Listener, ShardDial, Shards};
-use crate::signal::{parse_batch, parse_message, Wake};
+use crate::signal::Wake;
+
+mod deliver;
+mod link;
+
+#[cfg(feature = "cluster")]
+use deliver::turn_channel;
+use link::Link;
 
 #[derive(Clone)]
 pub(crate) struct Notifier {
@@ -62,23 +68,6 @@ struct Inner {
     /// On a Redis Cluster: the sharded subscriptions (turns and release channels).
     #[cfg(feature = "cluster")]
     shards: Option<Shards>,
-}
-
-#[derive(Default)]
-struct Link {
-    sink: Option<PubSubSink>,
-    subscribed: HashSet<String>,
-    /// The Sentinel switches announced before the connection was opened (0 elsewhere).
-    epoch: u64,
-    /// The task that reads the connection's messages.
-    reader: Option<tokio::task::AbortHandle>,
-}
-
-/// An open pub/sub connection's parts, as [`Notifier::open`] hands them to the link.
-struct Opened {
-    sink: PubSubSink,
-    epoch: u64,
-    reader: tokio::task::AbortHandle,
 }
 
 /// A waiter's subscription; dropping it gives the channel up.
@@ -320,166 +309,6 @@ impl Notifier {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
     }
-
-    /// Brings the connection's subscription to `channel` in line with the waiters' wish.
-    async fn reconcile(&self, channel: &str) -> redis::RedisResult<()> {
-        let mut link = self.inner.link.lock().await;
-        // With sharded pub/sub, only this Locker's own channel is subscribed here.
-        let wanted = self.wanted().contains_key(channel)
-            && (channel == self.inner.own_channel || !self.in_shards());
-        let subscribed = link.subscribed.contains(channel);
-        if wanted == subscribed {
-            return Ok(());
-        }
-        let sink = match link.sink.as_mut() {
-            Some(sink) => sink,
-            None if wanted => {
-                let opened = self.connect().await?;
-                link.subscribed.clear();
-                link.epoch = opened.epoch;
-                if let Some(old) = link.reader.replace(opened.reader) {
-                    old.abort();
-                }
-                link.sink.insert(opened.sink)
-            }
-            None => return Ok(()),
-        };
-        let result = if wanted {
-            sink.subscribe(channel).await
-        } else {
-            sink.unsubscribe(channel).await
-        };
-        match result {
-            Ok(()) => {
-                if wanted {
-                    link.subscribed.insert(channel.to_owned());
-                } else {
-                    link.subscribed.remove(channel);
-                }
-                Ok(())
-            }
-            Err(err) => {
-                link.sink = None;
-                link.subscribed.clear();
-                Err(err)
-            }
-        }
-    }
-
-    /// Opens the pub/sub connection and starts the task that hands messages to waiters.
-    ///
-    /// Boxed with an explicit `Send`: the task it spawns may come back here to reconnect,
-    /// and the compiler cannot see through that cycle by itself.
-    fn connect(&self) -> BoxFuture<'_, redis::RedisResult<Opened>> {
-        Box::pin(self.open())
-    }
-
-    async fn open(&self) -> redis::RedisResult<Opened> {
-        let (pubsub, epoch) = self.inner.dial.pubsub_in_epoch().await?;
-        self.follow_switches();
-        let (sink, mut stream) = pubsub.split();
-        let weak = Arc::downgrade(&self.inner);
-        let reader = tokio::spawn(async move {
-            while let Some(message) = stream.next().await {
-                let Some(inner) = weak.upgrade() else { return };
-                let payload: String = message.get_payload().unwrap_or_default();
-                inner.deliver(message.get_channel_name(), &payload);
-            }
-            // The connection is gone: releases may have been missed. Wake everyone so they
-            // look at Redis themselves, and re-subscribe what is still wanted.
-            let Some(inner) = weak.upgrade() else { return };
-            let notifier = Notifier { inner };
-            {
-                let mut link = notifier.inner.link.lock().await;
-                link.sink = None;
-                link.subscribed.clear();
-            }
-            notifier.wake_all();
-            notifier.resubscribe_all().await;
-        });
-        Ok(Opened {
-            sink,
-            epoch,
-            reader: reader.abort_handle(),
-        })
-    }
-
-    /// Behind Sentinel, starts (once) the task that retires the connection at each switch
-    /// of the master and subscribes again on the new one, waking every waiter (a release
-    /// on the new master may have gone unheard). It ends with the locker.
-    fn follow_switches(&self) {
-        #[cfg(feature = "sentinel")]
-        {
-            let Some(switches) = self.inner.dial.switches() else {
-                return;
-            };
-            if self.inner.following.swap(true, Ordering::AcqRel) {
-                return;
-            }
-            let mut changes = switches.changes();
-            let weak = Arc::downgrade(&self.inner);
-            tokio::spawn(async move {
-                while changes.changed().await.is_ok() {
-                    let epoch = *changes.borrow_and_update();
-                    let Some(inner) = weak.upgrade() else { return };
-                    let notifier = Notifier { inner };
-                    if notifier.retire_before(epoch).await {
-                        tracing::info!(epoch, "the Sentinels switched the master; lock notifications subscribe on the new one");
-                        notifier.wake_all();
-                        notifier.resubscribe_all().await;
-                    }
-                }
-            });
-        }
-    }
-
-    /// Closes the pub/sub connection if it was opened before switch `epoch`; true if it did.
-    #[cfg(feature = "sentinel")]
-    async fn retire_before(&self, epoch: u64) -> bool {
-        let mut link = self.inner.link.lock().await;
-        if link.sink.is_none() || link.epoch >= epoch {
-            return false;
-        }
-        if let Some(reader) = link.reader.take() {
-            reader.abort();
-        }
-        link.sink = None;
-        link.subscribed.clear();
-        true
-    }
-
-    fn wake_all(&self) {
-        for (_, signal) in self.wanted().values() {
-            signal.wake();
-        }
-        for (_, signal) in self.interests().values() {
-            signal.wake();
-        }
-    }
-
-    async fn resubscribe_all(&self) {
-        let mut pause = Duration::from_millis(50);
-        loop {
-            let channels: Vec<String> = self.wanted().keys().cloned().collect();
-            if channels.is_empty() {
-                return;
-            }
-            let mut failed = false;
-            for channel in channels {
-                if self.reconcile(&channel).await.is_err() {
-                    failed = true;
-                    break;
-                }
-            }
-            if !failed {
-                tracing::debug!("lock release notifications re-subscribed");
-                self.wake_all();
-                return;
-            }
-            tokio::time::sleep(pause).await;
-            pause = (pause * 2).min(Duration::from_secs(2));
-        }
-    }
 }
 
 impl Inner {
@@ -496,120 +325,6 @@ impl Inner {
             shards: None,
         }
     }
-
-    /// Hands a message to its waiters: a turn (on our channel, or on a lock's sharded turn
-    /// channel) to the lock's signal, with its hint; a release to the channel's.
-    fn deliver(&self, channel: &str, payload: &str) {
-        if channel == self.own_channel || is_turn_channel(channel, &self.own_channel) {
-            // Several waiters of this Locker granted permits at once: one message.
-            if let Some((holders, ids)) = parse_batch(payload) {
-                let interests = self
-                    .interests
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner);
-                let mut route = String::new();
-                for id in ids {
-                    route.clear();
-                    route.push_str(holders);
-                    route.push('#');
-                    route.push_str(id);
-                    if let Some((_, signal)) = interests.get(&route) {
-                        signal.post(crate::signal::Hint::Granted);
-                    }
-                }
-                return;
-            }
-            let Some((lock_key, hint)) = parse_message(payload) else {
-                return;
-            };
-            let signal = self
-                .interests
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .get(lock_key)
-                .map(|(_, signal)| Arc::clone(signal));
-            // No local waiter any more: the reservation lapses after its window, or the
-            // waiter that left already passed it on.
-            if let Some(signal) = signal {
-                signal.post(hint);
-            }
-            return;
-        }
-        let signal = self
-            .wanted
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(channel)
-            .map(|(_, signal)| Arc::clone(signal));
-        if let Some(signal) = signal {
-            // A latch's opening names its round; every other broadcast just wakes.
-            match crate::signal::parse_opened(payload) {
-                Some(round) => signal.post_opened(round),
-                None => signal.wake(),
-            }
-        }
-    }
-}
-
-#[cfg(feature = "cluster")]
-impl Listener for Inner {
-    fn message(&self, channel: &str, payload: &str) {
-        self.deliver(channel, payload);
-    }
-
-    fn missed(&self, channel: Option<&str>) {
-        let lock_key = channel.and_then(|channel| {
-            channel
-                .strip_suffix(self.own_channel.as_str())?
-                .strip_suffix(TURN_INFIX)
-        });
-        let wake = |map: &Mutex<HashMap<String, (usize, Arc<Wake>)>>, key: Option<&str>| {
-            let map = map.lock().unwrap_or_else(PoisonError::into_inner);
-            match key {
-                Some(key) => map.get(key).iter().for_each(|(_, signal)| signal.wake()),
-                None => map.values().for_each(|(_, signal)| signal.wake()),
-            }
-        };
-        match (channel, lock_key) {
-            (None, _) => {
-                wake(&self.wanted, None);
-                wake(&self.interests, None);
-            }
-            (Some(_), Some(lock_key)) => {
-                wake(&self.interests, Some(lock_key));
-                // A permit set's turn channel: its waiters listen under `<holders key>#<id>`
-                // (a lock's waiters, whose key merely starts so, only look again).
-                let map = self
-                    .interests
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner);
-                map.iter()
-                    .filter(|(key, _)| {
-                        key.strip_prefix(lock_key)
-                            .is_some_and(|rest| rest.starts_with('#'))
-                    })
-                    .for_each(|(_, (_, signal))| signal.wake());
-            }
-            (Some(channel), None) => wake(&self.wanted, Some(channel)),
-        }
-    }
-}
-
-/// Between a lock key and a Locker's channel in the lock's sharded turn channel.
-const TURN_INFIX: &str = ":t:";
-
-/// The sharded channel that a Locker whose channel is `own` hears its turns for `lock_key`
-/// on: `<lock key>:t:<own>`, in the lock's slot (the lock key's hash tag comes first); the
-/// scripts build the same (`tell` in `scripts/queue.lua`).
-#[cfg_attr(not(feature = "cluster"), allow(dead_code))]
-pub(crate) fn turn_channel(lock_key: &str, own: &str) -> String {
-    format!("{lock_key}{TURN_INFIX}{own}")
-}
-
-fn is_turn_channel(channel: &str, own: &str) -> bool {
-    channel
-        .strip_suffix(own)
-        .is_some_and(|rest| rest.ends_with(TURN_INFIX))
 }
 
 impl Drop for Subscription {
@@ -678,5 +393,4 @@ impl Drop for Interest {
 }
 
 #[cfg(test)]
-#[path = "notifier_tests.rs"]
 mod tests;
