@@ -160,7 +160,8 @@ pub struct DoctorArgs {
     /// `redlock([..])` lists them. Each master gets every check, then come the checks across
     /// them: their number, that they are distinct servers and masters (not replicas), the
     /// spread of their clocks, and how many answer. --url is not used. A majority that
-    /// cannot be reached exits 69 (no lock can be taken); a minority is a warning.
+    /// cannot be used exits 69 (no lock can be taken; 78 when each of them refused the
+    /// credentials); a minority is a warning.
     #[arg(long, value_name = "URL", value_delimiter = ',')]
     pub redlock: Vec<String>,
 }

@@ -150,6 +150,10 @@ fn two_masters_are_a_warning() {
     assert_eq!(level, "warning");
     assert!(found.contains("a lock needs 2"), "{found}");
     assert!(found.contains("survives 0 failed masters"), "{found}");
+    assert!(
+        found.contains("one master down stops every lock"),
+        "{found}"
+    );
 }
 
 #[test]
@@ -232,4 +236,27 @@ fn two_masters_of_three_unreachable_exit_69() {
     let text = doctor(&urls, &[]);
     assert_eq!(text.code, Some(69), "{text:#?}");
     assert!(text.stdout.contains("verdict: unreachable"), "{text:#?}");
+}
+
+#[test]
+fn a_majority_refusing_the_password_exits_78() {
+    let masters: Vec<RedisServer> = (0..3)
+        .map(|_| RedisServer::start_with(&[GOOD[0], GOOD[1], "requirepass s3cret"]))
+        .collect();
+    let urls: Vec<String> = masters
+        .iter()
+        .enumerate()
+        .map(|(i, master)| {
+            let password = if i == 0 { "s3cret" } else { "n0tit" };
+            format!("redis://:{password}@127.0.0.1:{}/", master.port())
+        })
+        .collect();
+    let (code, report, ran) = doctor_json(&urls);
+    assert_eq!(code, Some(78), "{ran:#?}");
+    assert_eq!(report["verdict"], "unreachable");
+    assert_eq!(across(&report, "redlock-reachable").0, "unsafe");
+    assert!(
+        !ran.stdout.contains("s3cret") && !ran.stderr.contains("n0tit"),
+        "{ran:#?}"
+    );
 }
