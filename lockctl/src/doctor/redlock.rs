@@ -392,7 +392,77 @@ fn clocks(masters: &[Master]) -> Finding {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::HashMap;
+
     use super::*;
+
+    /// A master that answered with these INFO fields and this clock offset.
+    fn answered(fields: &[(&str, &str)], offset: Option<f64>) -> Master {
+        let info = fields
+            .iter()
+            .map(|(name, value)| ((*name).to_owned(), (*value).to_owned()))
+            .collect::<HashMap<_, _>>();
+        Master {
+            url: "redis://h/".to_owned(),
+            checked: Ok(Checked {
+                findings: Vec::new(),
+                info: Ok(info),
+                clock_offset_ms: offset,
+            }),
+        }
+    }
+
+    #[test]
+    fn clocks_more_than_a_second_apart_are_a_warning() {
+        let at = |offsets: &[f64]| {
+            let masters: Vec<Master> = offsets
+                .iter()
+                .map(|offset| answered(&[], Some(*offset)))
+                .collect();
+            clocks(&masters)
+        };
+        assert_eq!(at(&[0.5, -120.0, 300.0]).level, Level::Fine);
+        let apart = at(&[400.0, -700.0, 0.0]);
+        assert_eq!(apart.level, Level::Warning);
+        assert!(apart.found.contains("1100.0 ms apart"), "{}", apart.found);
+        let mut masters = vec![answered(&[], Some(0.0)), answered(&[], None)];
+        assert_eq!(clocks(&masters).level, Level::Unchecked);
+        masters.pop();
+        assert_eq!(clocks(&masters).level, Level::Fine);
+    }
+
+    #[test]
+    fn cluster_nodes_and_sentinels_are_not_independent_masters() {
+        let masters = vec![
+            answered(&[("run_id", "a"), ("role", "master")], None),
+            answered(
+                &[
+                    ("run_id", "b"),
+                    ("role", "master"),
+                    ("redis_mode", "cluster"),
+                ],
+                None,
+            ),
+            answered(&[("run_id", "c"), ("redis_mode", "sentinel")], None),
+        ];
+        let finding = independent(&masters);
+        assert_eq!(finding.level, Level::Unsafe);
+        assert!(
+            finding
+                .found
+                .contains("master 2 (redis://h/) is a Cluster node"),
+            "{}",
+            finding.found
+        );
+        assert!(
+            finding
+                .found
+                .contains("master 3 (redis://h/) is a Sentinel"),
+            "{}",
+            finding.found
+        );
+        assert_eq!(independent(&masters[..1]).level, Level::Fine);
+    }
 
     #[test]
     fn numbers_of_masters_are_graded() {
