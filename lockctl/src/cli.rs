@@ -116,9 +116,10 @@ pub enum Command {
     #[command(after_help = after_help(""))]
     Waits(StatusArgs),
     /// Check a Redis before trusting it with locks: eviction policy, persistence, replicas
-    /// and their lag, clock offset, the ACL rights lockers need, version, TLS and topology.
-    /// Each finding says why it matters and what to change. Exits 0 when all is fine, 1 with
-    /// warnings (or checks the server would not answer), 2 when locks are unsafe there.
+    /// and their lag, clock offset, the ACL rights lockers need, version, TLS and topology
+    /// (with --redlock: of every master, and across them). Each finding says why it matters
+    /// and what to change. Exits 0 when all is fine, 1 with warnings (or checks the server
+    /// would not answer), 2 when locks are unsafe there.
     #[command(after_help = after_help(""))]
     Doctor(DoctorArgs),
     /// Show the number of permits stored with a name's semaphore; --set N changes it while
@@ -148,9 +149,21 @@ pub struct CapacityArgs {
 #[derive(Debug, Args)]
 pub struct DoctorArgs {
     /// Print one JSON object: url, verdict (fine, warnings, unsafe) and the findings (check,
-    /// level, found, why, fix).
+    /// level, found, why, fix); with --redlock: urls, masters (url, reachable, error,
+    /// run_id, role, clock_offset_ms), the verdict (or unreachable) and the findings, each
+    /// with its server (null for those across the masters).
     #[arg(long)]
     pub json: bool,
+
+    /// A Redlock master: give it once per master (--redlock URL --redlock URL ...) or the
+    /// URLs separated by commas (write a comma inside a password as %2C), as the lockers'
+    /// `redlock([..])` lists them. Each master gets every check, then come the checks across
+    /// them: their number, that they are distinct servers and masters (not replicas), the
+    /// spread of their clocks, and how many answer. --url is not used. A majority that
+    /// cannot be used exits 69 (no lock can be taken; 78 when each of them refused the
+    /// credentials); a minority is a warning.
+    #[arg(long, value_name = "URL", value_delimiter = ',')]
+    pub redlock: Vec<String>,
 }
 
 /// The text after `elect --help`, before the exit codes.

@@ -92,7 +92,8 @@ pub const TABLE: &[Documented] = &[
     Documented {
         codes: &[UNSAFE],
         shown: None,
-        meaning: "doctor: the server is unsafe for locks as it is set up (see the findings)",
+        meaning: "doctor: the server (with --redlock: a master, or the masters together) is \
+                  unsafe for locks as it is set up (see the findings)",
     },
     Documented {
         codes: &[],
@@ -108,8 +109,8 @@ pub const TABLE: &[Documented] = &[
     Documented {
         codes: &[UNAVAILABLE],
         shown: None,
-        meaning: "Redis unreachable, or the connection broke (not flock's \"cannot run the \
-                  command\": that is 126/127)",
+        meaning: "Redis unreachable, or the connection broke; doctor --redlock: a majority of \
+                  the masters (not flock's \"cannot run the command\": that is 126/127)",
     },
     Documented {
         codes: &[INTERNAL],

@@ -60,6 +60,12 @@ pub fn main() -> ExitCode {
 }
 
 async fn dispatch(cli: Cli) -> Result<u8, Failure> {
+    // Redlock's masters replace --url (and REDIS_URL), which is then not even parsed.
+    if let Command::Doctor(args) = &cli.command {
+        if !args.redlock.is_empty() {
+            return doctor::redlock(&args.redlock, &cli.prefix, cli.timeout, args.json).await;
+        }
+    }
     let target = Target::new(&cli.url, &cli.prefix, cli.timeout)?;
     match cli.command {
         Command::Run(args) => run::run(&target, args).await,

@@ -2,6 +2,7 @@
 
 mod consistency;
 mod doctor;
+mod doctor_redlock;
 mod elect;
 mod errors;
 mod inspect;

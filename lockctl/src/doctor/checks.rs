@@ -1,94 +1,34 @@
-//! `lockctl doctor`: what an operator checks before trusting a Redis with locks. Each
-//! finding says what was found, why it matters for locks, and what to change; a check the
-//! server would not answer is "could not check", with the reason, never "fine".
+//! The checks of one server: each returns a [`Finding`] that says what was found, why it
+//! matters for locks, and what to change; a check the server would not answer is "could not
+//! check", with the reason, never "fine".
 
 use std::collections::HashMap;
-use std::fmt;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use redis::aio::MultiplexedConnection;
 use redis::Value;
-use serde_json::json;
 
-use crate::cli::DoctorArgs;
-use crate::exit::{Failure, FREE, SUCCESS, UNSAFE};
+use super::{Finding, Level};
+use crate::exit::Failure;
 use crate::store::Target;
 
-/// How bad a finding is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Level {
-    /// Nothing to change.
-    Fine,
-    /// Worth changing: locks work, with a weakness.
-    Warning,
-    /// The server would not answer the check (counts as a warning).
-    Unchecked,
-    /// Locks are not safe (or will not work) on this server as it is set up.
-    Unsafe,
+/// `INFO everything` as name -> value, or why the server would not answer it.
+pub(super) type Info = Result<HashMap<String, String>, String>;
+
+/// What the checks of one server found.
+pub(super) struct Checked {
+    /// The findings, in the order they are printed.
+    pub findings: Vec<Finding>,
+    /// The server's `INFO everything` (Redlock's checks read `run_id`, `role`, ...).
+    pub info: Info,
+    /// The server's clock minus this host's, in milliseconds (`None`: `TIME` refused, or
+    /// not asked of a Sentinel).
+    pub clock_offset_ms: Option<f64>,
 }
 
-impl Level {
-    fn word(self) -> &'static str {
-        match self {
-            Level::Fine => "ok",
-            Level::Warning => "warning",
-            Level::Unchecked => "could not check",
-            Level::Unsafe => "UNSAFE",
-        }
-    }
-}
-
-/// One finding.
-#[derive(Debug, Clone)]
-pub struct Finding {
-    /// The check: `eviction`, `persistence`, ...
-    pub check: &'static str,
-    /// How bad it is.
-    pub level: Level,
-    /// What was found.
-    pub found: String,
-    /// Why it matters for locks.
-    pub why: String,
-    /// What to change (empty when fine).
-    pub fix: String,
-}
-
-impl Finding {
-    fn new(check: &'static str, level: Level, found: impl Into<String>) -> Finding {
-        Finding {
-            check,
-            level,
-            found: found.into(),
-            why: String::new(),
-            fix: String::new(),
-        }
-    }
-
-    fn why(mut self, why: impl Into<String>) -> Finding {
-        self.why = why.into();
-        self
-    }
-
-    fn fix(mut self, fix: impl Into<String>) -> Finding {
-        self.fix = fix.into();
-        self
-    }
-
-    fn unchecked(check: &'static str, reason: impl fmt::Display, why: &str) -> Finding {
-        Finding::new(
-            check,
-            Level::Unchecked,
-            format!("could not check: {reason}"),
-        )
-        .why(why)
-        .fix("grant this user the command, or check the setting by hand")
-    }
-}
-
-/// `lockctl doctor`: runs every check against the server of `--url` and prints the
-/// findings. Exits 0 when all is fine, [`FREE`] (1) with warnings (or checks that
-/// could not be made), [`UNSAFE`] (2) when locks are unsafe there, 69 when unreachable.
-pub async fn doctor(target: &Target, args: &DoctorArgs) -> Result<u8, Failure> {
+/// Runs every check against the server of `target`. Fails (69, or 78 when the server
+/// refuses the credentials) only when the server cannot be reached at all.
+pub(super) async fn server(target: &Target) -> Result<Checked, Failure> {
     let mut conn = target.connection().await?;
     let info = match info(&mut conn, "everything").await {
         Ok(info) => Ok(info),
@@ -101,58 +41,22 @@ pub async fn doctor(target: &Target, args: &DoctorArgs) -> Result<u8, Failure> {
     let sentinel = info
         .as_ref()
         .is_ok_and(|info| info.get("redis_mode").map(String::as_str) == Some("sentinel"));
+    let mut clock_offset_ms = None;
     if !sentinel {
         findings.push(eviction(&info));
         findings.push(persistence(&mut conn).await);
         findings.push(replicas(&info));
-        findings.push(clock(&mut conn).await);
+        let (finding, offset) = clock(&mut conn).await;
+        clock_offset_ms = offset;
+        findings.push(finding);
         findings.push(acl(&mut conn, target).await);
     }
     findings.push(tls(target.url()));
-    let worst = findings
-        .iter()
-        .map(|finding| finding.level)
-        .max()
-        .unwrap_or(Level::Fine);
-    let (code, verdict) = match worst {
-        Level::Fine => (SUCCESS, "fine"),
-        Level::Warning | Level::Unchecked => (FREE, "warnings"),
-        Level::Unsafe => (UNSAFE, "unsafe"),
-    };
-    if args.json {
-        let rows: Vec<_> = findings
-            .iter()
-            .map(|f| {
-                json!({
-                    "check": f.check,
-                    "level": match f.level {
-                        Level::Fine => "ok",
-                        Level::Warning => "warning",
-                        Level::Unchecked => "unchecked",
-                        Level::Unsafe => "unsafe",
-                    },
-                    "found": f.found,
-                    "why": f.why,
-                    "fix": f.fix,
-                })
-            })
-            .collect();
-        let value = json!({ "url": target.shown_url, "verdict": verdict, "findings": rows });
-        println!("{value}");
-    } else {
-        println!("lockctl doctor: {}", target.shown_url);
-        for f in &findings {
-            println!("[{}] {}: {}", f.level.word(), f.check, f.found);
-            if !f.why.is_empty() {
-                println!("    why: {}", f.why);
-            }
-            if f.level != Level::Fine && !f.fix.is_empty() {
-                println!("    fix: {}", f.fix);
-            }
-        }
-        println!("verdict: {verdict}");
-    }
-    Ok(code)
+    Ok(Checked {
+        findings,
+        info,
+        clock_offset_ms,
+    })
 }
 
 /// `INFO <section>` as name -> value.
@@ -213,7 +117,7 @@ fn major_minor(version: &str) -> Option<(u32, u32)> {
     Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
 }
 
-fn version(info: &Result<HashMap<String, String>, String>) -> Finding {
+fn version(info: &Info) -> Finding {
     const WHY: &str = "every acquisition is one SET ... NX PX ... GET (Redis 6.2 and later); \
                        a Cluster's waiters listen with sharded pub/sub, and key tracking and \
                        ACL checks need 7.0";
@@ -238,10 +142,7 @@ fn version(info: &Result<HashMap<String, String>, String>) -> Finding {
     }
 }
 
-async fn topology(
-    conn: &mut MultiplexedConnection,
-    info: &Result<HashMap<String, String>, String>,
-) -> Finding {
+async fn topology(conn: &mut MultiplexedConnection, info: &Info) -> Finding {
     let info = match info {
         Ok(info) => info,
         Err(reason) => {
@@ -361,7 +262,7 @@ async fn info_raw(
         .collect())
 }
 
-fn eviction(info: &Result<HashMap<String, String>, String>) -> Finding {
+fn eviction(info: &Info) -> Finding {
     const WHY: &str = "with a memory limit and any policy but noeviction, Redis deletes keys \
                        under memory pressure (volatile-* policies exactly the keys with a \
                        TTL, which is every lock), and the holder works on under a lock that \
@@ -418,7 +319,7 @@ async fn persistence(conn: &mut MultiplexedConnection) -> Finding {
     }
 }
 
-fn replicas(info: &Result<HashMap<String, String>, String>) -> Finding {
+fn replicas(info: &Info) -> Finding {
     const WHY: &str = "replication is asynchronous: a lock written on the master and not yet \
                        on the replica that a failover promotes is granted again (lag is how \
                        far behind they are; ReplicaSync waits for acknowledgements)";
@@ -461,7 +362,13 @@ fn replicas(info: &Result<HashMap<String, String>, String>) -> Finding {
         .fix("find why the replica lags (network, disk, load); use ReplicaSync for locks that must survive a failover")
 }
 
-async fn clock(conn: &mut MultiplexedConnection) -> Finding {
+/// An offset between clocks above this (in ms) is a warning: a second is several times the
+/// drift Redlock allows for over a 30 s TTL (lockctl's and lock-core's default; 1% plus
+/// 2 ms), and more than NTP leaves between hosts that run it.
+pub(super) const CLOCK_LIMIT_MS: f64 = 1000.0;
+
+/// The clock finding, and the server's clock minus this host's in ms (when `TIME` answered).
+async fn clock(conn: &mut MultiplexedConnection) -> (Finding, Option<f64>) {
     const WHY: &str = "holders count validity on their own clock and Redis expires keys on \
                        its clock; a large offset means the clocks are not kept in step (NTP), \
                        and a clock that jumps shortens or stretches TTLs";
@@ -471,7 +378,10 @@ async fn clock(conn: &mut MultiplexedConnection) -> Finding {
     let rtt = sent.elapsed();
     let (secs, micros) = match reply {
         Ok(time) => time,
-        Err(err) => return Finding::unchecked("clock", format!("TIME refused ({err})"), WHY),
+        Err(err) => {
+            let finding = Finding::unchecked("clock", format!("TIME refused ({err})"), WHY);
+            return (finding, None);
+        }
     };
     let server = Duration::from_secs(secs) + Duration::from_micros(micros);
     let local = (before + rtt / 2)
@@ -482,13 +392,14 @@ async fn clock(conn: &mut MultiplexedConnection) -> Finding {
         "server clock {offset_ms:+.1} ms from this host's (round trip {:.1} ms)",
         rtt.as_secs_f64() * 1000.0
     );
-    if offset_ms.abs() > 1000.0 {
+    let finding = if offset_ms.abs() > CLOCK_LIMIT_MS {
         Finding::new("clock", Level::Warning, found)
             .why(WHY)
             .fix("run NTP (chrony, systemd-timesyncd) on the Redis hosts and the clients")
     } else {
         Finding::new("clock", Level::Fine, found).why(WHY)
-    }
+    };
+    (finding, Some(offset_ms))
 }
 
 /// The commands lockers send, and whether each is needed (false: a feature degrades).
