@@ -24,6 +24,9 @@ pub const RAW: &str = "raw redis-rs (floor)";
 pub const NAIVE: &str = "naive 1 ms retry";
 pub const CORE: &str = "lock-core Locker";
 pub const CORE_RENEW: &str = "lock-core Locker + auto_renew()";
+/// The `Locker` with key tracking off (`track_keys(false)`): what telling a lost lease at
+/// once costs an uncontended cycle, beside the default row.
+pub const CORE_UNTRACKED: &str = "lock-core Locker, track_keys(false)";
 pub const MACRO_RENEW: &str = "#[redis_locked] (default: renews)";
 pub const MACRO_PLAIN: &str = "#[redis_locked(renew = false)]";
 pub const RSLOCK: &str = "rslock 0.10";
@@ -136,6 +139,14 @@ pub async fn uncontended(endpoints: &Endpoints, filter: &Filter) -> Result<Vec<A
         Any::Raw(Raw::connect(single, RAW).await?),
         Any::Naive(Naive::connect(&endpoints.single, NAIVE).await?),
         Any::Core(Core::new(locker(single, "core:")?, false, CORE)),
+        Any::Core(Core::new(
+            builder(single, "core-untracked:")
+                .track_keys(false)
+                .build()
+                .map_err(|err| format!("cannot build a locker: {err}"))?,
+            false,
+            CORE_UNTRACKED,
+        )),
         Any::Core(Core::new(locker(single, "core-renew:")?, true, CORE_RENEW)),
         Any::Annotated(Annotated::new(locker(single, "macro:")?, true, MACRO_RENEW)),
         Any::Annotated(Annotated::new(
