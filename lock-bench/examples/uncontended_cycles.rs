@@ -12,7 +12,7 @@
 //!
 //! `raw` is the floor of lock-bench's S1/S2 (`SET NX PX`, then `EVALSHA` of a
 //! compare-and-delete, on redis-rs alone); `locker` is `locker.lock(name).ttl(..)` (a request
-//! that may wait); `try` is `locker.try_lock(name, ttl)`; `semaphore` is a permit of
+//! that may wait); `untracked` the same on a Locker built with `track_keys(false)`; `try` is `locker.try_lock(name, ttl)`; `semaphore` is a permit of
 //! `locker.semaphore(name, 8).acquire().ttl(..)` and its release. Names cycle over 64.
 
 use std::time::Duration;
@@ -24,7 +24,7 @@ const TTL: Duration = Duration::from_secs(10);
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
-    let usage = "usage: uncontended_cycles raw|locker|try|semaphore N [REDIS_URL]";
+    let usage = "usage: uncontended_cycles raw|locker|untracked|try|semaphore N [REDIS_URL]";
     let contender = args.next().ok_or(usage)?;
     let cycles: u64 = args.next().ok_or(usage)?.parse()?;
     let url = args
@@ -33,6 +33,18 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     match contender.as_str() {
         "locker" => {
             let locker = lock_core::Locker::from_url(&url)?;
+            for i in 0..cycles {
+                let lease = locker.lock(format!("n{}", i % 64)).ttl(TTL).await?;
+                if !lease.release().await? {
+                    return Err("a lease was lost".into());
+                }
+            }
+        }
+        "untracked" => {
+            let locker = lock_core::Locker::builder()
+                .url(url)
+                .track_keys(false)
+                .build()?;
             for i in 0..cycles {
                 let lease = locker.lock(format!("n{}", i % 64)).ttl(TTL).await?;
                 if !lease.release().await? {

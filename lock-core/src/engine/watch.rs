@@ -131,6 +131,12 @@ struct State {
     running: bool,
     /// Tracking was refused and said so: leases are no longer watched.
     off: bool,
+    /// Leases granted since the task last looked, not yet filed by key: most are released
+    /// within [`BATCH`] and are dropped here unread, so that a short lease costs a push,
+    /// not two copies of its key and two hash insertions.
+    fresh: Vec<Entry>,
+    /// The task was told since it last looked: later registrations need not tell it again.
+    nudged: bool,
 }
 
 struct Entry {
@@ -223,23 +229,20 @@ impl LossWatch {
         }
         state.sequence += 1;
         let sequence = state.sequence;
-        state
-            .leases
-            .entry(held.keys.lock.clone())
-            .or_default()
-            .push(Entry {
-                lease: Arc::downgrade(held),
-                sequence,
-            });
-        state.pending.insert(held.keys.lock.clone());
+        state.fresh.push(Entry {
+            lease: Arc::downgrade(held),
+            sequence,
+        });
         self.start(state);
     }
 
     /// Starts the task if it is not running; wakes it otherwise.
     fn start(self: &Arc<Self>, mut state: MutexGuard<'_, State>) {
         if state.running {
-            drop(state);
-            self.wake.notify_one();
+            if !std::mem::replace(&mut state.nudged, true) {
+                drop(state);
+                self.wake.notify_one();
+            }
             return;
         }
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
@@ -306,6 +309,7 @@ impl LossWatch {
         state.off = true;
         state.leases.clear();
         state.pending.clear();
+        state.fresh.clear();
         drop(state);
         if self.track {
             tracing::warn!(
@@ -349,6 +353,17 @@ impl LossWatch {
             return None;
         }
         let mut state = self.state();
+        state.nudged = false;
+        // File the leases granted since the last look that are still held.
+        let fresh = std::mem::take(&mut state.fresh);
+        for entry in fresh {
+            let Some(lease) = entry.lease.upgrade().filter(|lease| !lease.has_ended()) else {
+                continue;
+            };
+            let key = &lease.keys.lock;
+            state.pending.insert(key.clone());
+            state.leases.entry(key.clone()).or_default().push(entry);
+        }
         let keys: Vec<String> = if std::mem::take(&mut state.all) {
             state.pending.clear();
             state.leases.keys().cloned().collect()
@@ -425,7 +440,11 @@ impl LossWatch {
     /// Ends the task when nothing is watched; true if it ended.
     fn idle(&self) -> bool {
         let mut state = self.state();
-        if state.leases.is_empty() && state.pending.is_empty() && !state.all {
+        if state.leases.is_empty()
+            && state.pending.is_empty()
+            && state.fresh.is_empty()
+            && !state.all
+        {
             state.running = false;
             return true;
         }
@@ -436,6 +455,11 @@ impl LossWatch {
 /// The watch task: reads what is pending, judges the leases, and sleeps until told.
 async fn run(weak: Weak<LossWatch>) {
     let mut pause = Duration::from_millis(20);
+    // The task starts with a lease just granted: let those granted with it join its read,
+    // and those released meanwhile drop out unread. A task that ended its work and is
+    // started again at the next grant would otherwise cost a spawn, a look and an exit
+    // per short lease.
+    tokio::time::sleep(BATCH).await;
     loop {
         let Some(watch) = weak.upgrade() else { return };
         let wake = Arc::clone(&watch.wake);
