@@ -220,12 +220,12 @@ async fn the_functions_library_is_reloaded_and_replicated() {
         .expect("acquire");
     assert!(master
         .command(&["FUNCTION", "LIST"])
-        .contains("lockcore_v11"));
+        .contains("lockcore_v12"));
     // Replicated: a replica promoted after a failover already has the library.
     let started = Instant::now();
     while !replica
         .command(&["FUNCTION", "LIST"])
-        .contains("lockcore_v11")
+        .contains("lockcore_v12")
     {
         assert!(
             started.elapsed() < 10 * SECOND,

@@ -1,5 +1,5 @@
 //! The Lua scripts of semaphores, read-write locks and multi-locks, and the server they run
-//! on: a Functions library of their own (`lockcore_prims_v10`), run like the lock's scripts
+//! on: a Functions library of their own (`lockcore_prims_v11`), run like the lock's scripts
 //! (see [`lua`](crate::backend::lua)).
 
 use std::sync::{Arc, LazyLock, Mutex, PoisonError};
@@ -15,8 +15,9 @@ use crate::LockError;
 /// library name (v6: the lean permit scripts and `multi_release`; v7: a Cluster Locker's
 /// permit turns told in the permit set's shard, with SPUBLISH; v8: `permits_reweigh` and
 /// the latch scripts; v9: `permits_set_capacity` and the capacity pin `#p`; v10: the
-/// multi-lock release's hand-over passes over a dead waiter, as the lock's does).
-const LIBRARY_NAME: &str = "lockcore_prims_v10";
+/// multi-lock release's hand-over passes over a dead waiter, as the lock's does; v11:
+/// its reservations always carry the listened-for mark, as the lock's do).
+const LIBRARY_NAME: &str = "lockcore_prims_v11";
 
 /// The marker in a permits script where the shared functions of `permits_lib.lua` go: after
 /// the script's fast path, so that a call that returns early defines none of them.

@@ -74,7 +74,11 @@ if queue_ttl < life then
 end
 -- The holder's release must now hand over.
 mark_listened(lock, current)
-local position = redis.call('ZRANK', q, me)
+-- A queue that did not exist holds us alone: first in line, without asking.
+local position = 0
+if queue_ttl ~= -2 then
+  position = redis.call('ZRANK', q, me)
+end
 local reserved = 0
 if string.byte(unmarked(current), 1) == 63 then
   reserved = 1

@@ -5,7 +5,7 @@
 --   masters the waiter's ticket. The key lives as long as its longest-waiting entry could
 --   (PEXPIRE on joining); a waiter that gives up takes its member out (leave_queue.lua).
 -- The head is popped when the lock is reserved for it: the lock's value is then
--- `?<member>` for the claim window (PX), so newcomers' SET NX fails and nobody barges; the
+-- `~?<member>` for the claim window (PX), so newcomers' SET NX fails and nobody barges; the
 -- head claims it by putting its own value there, and if it never does (dead, paused,
 -- partitioned), the reservation lapses by itself and the next in line, told to stand by,
 -- takes the lock. A waiter that died while queued costs the line one claim window, when
@@ -68,8 +68,10 @@ end
 
 -- Reserves the free lock for the head of the queue for `window` ms (popping it), tells it
 -- its turn ("g") and the one after it to stand by ("s": take the lock if the head has not
--- claimed it within the window). The reservation carries the mark when someone else
--- waits, and the head's claim passes it on.
+-- claimed it within the window). The reservation always carries the mark, and the head's
+-- claim passes it on: under contention the releasing Locker queues again at once, and
+-- would otherwise have to mark the reservation itself (one more call per hand-over); the
+-- price is one hand-over path (a queue read) at the release that ends a run of contention.
 -- A head whose Locker no longer listens (its process died while queued: the turn message
 -- reached nobody) is dropped from the line instead, and the next one gets the turn: a
 -- killed waiter costs the line nothing, where a reservation for it would have kept the
@@ -92,11 +94,7 @@ local function hand_over(lock, q, window, waiters, taker)
       or notify(waiters, head, 'g:' .. window .. ':' .. lock, lock)
       or skipped == SKIP_DEAD
     if alive then
-      local reserved = '?' .. head
-      if second then
-        reserved = '~' .. reserved
-      end
-      redis.call('SET', lock, reserved, 'PX', window)
+      redis.call('SET', lock, '~?' .. head, 'PX', window)
       if second and head ~= taker then
         notify(waiters, second, 's:' .. window .. ':' .. lock, lock)
       end

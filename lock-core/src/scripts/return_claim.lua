@@ -22,11 +22,7 @@ end
 local line = redis.call('ZRANGE', q, 0, 1)
 if line[1] == waiter then
   redis.call('ZREM', q, waiter)
-  local reserved = '?' .. waiter
-  if line[2] then
-    reserved = '~' .. reserved
-  end
-  redis.call('SET', lock, reserved, 'PX', ARGV[5])
+  redis.call('SET', lock, '~?' .. waiter, 'PX', ARGV[5])
 elseif not hand_over(lock, q, ARGV[5], ARGV[6]) then
   redis.call('DEL', lock)
 end

@@ -128,8 +128,9 @@ static LIBRARY: LazyLock<String> = LazyLock::new(|| {
 /// and `release`'s announce flag "3"; v9: `claim`, a reserved lock's claim declaring the
 /// lock key only, for a Cluster slot's migration, and `leave_queue` telling the new first
 /// two of the line; v10: fencing tokens drawn from the server's clock, `fence.lua`; v11: a
-/// hand-over passes over a dead waiter, whose turn message reaches no listener).
-const LIBRARY_NAME: &str = "lockcore_v11";
+/// hand-over passes over a dead waiter, whose turn message reaches no listener; v12: a
+/// reservation always carries the listened-for mark).
+const LIBRARY_NAME: &str = "lockcore_v12";
 
 fn library() -> &'static str {
     LIBRARY.as_str()
