@@ -224,3 +224,20 @@ impl IntoFuture for LockRequest {
         Box::pin(self.acquire())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::Locker;
+
+    /// Every acquisition copies its future into a box (`IntoFuture`), all of it whatever
+    /// state it starts in, so its size is paid per lock. Opening the watch connection for
+    /// the strict eviction check (several kilobytes, awaited once per Locker) made it 4.7 KB
+    /// until that await was boxed; the slow path is boxed for the same reason.
+    #[test]
+    fn an_acquisition_future_stays_small() {
+        let locker = Locker::memory();
+        let future = locker.lock("size").acquire();
+        let size = std::mem::size_of_val(&future);
+        assert!(size <= 2_600, "the acquisition future is {size} bytes");
+    }
+}

@@ -278,8 +278,12 @@ impl LossWatch {
                 Ok(())
             }
             EvictionCheck::Refuse => {
+                // Boxed: opening the watch connection is a future of several kilobytes,
+                // awaited once, and every acquisition's future would otherwise be sized
+                // (and copied into its box) for it.
                 if *self.finding() == Finding::Unknown
-                    && let Err(WatchError::Refused(reason)) = self.watcher.ensure_open().await
+                    && let Err(WatchError::Refused(reason)) =
+                        Box::pin(self.watcher.ensure_open()).await
                 {
                     self.refused(&reason);
                 }

@@ -1,0 +1,129 @@
+//! S2's shape without the rest of lock-bench, for a profiler: `TASKS` tasks of one process
+//! on a two-worker runtime, each locking and releasing its own name in a loop for `SECONDS`,
+//! through one contender only (lock-bench alternates contenders in one process, so a
+//! profile of it mixes them). Prints the cycles per second.
+//!
+//! ```sh
+//! cargo build --profile profiling -p lock-bench --example throughput_loop
+//! perf record -g -o /tmp/locker.data \
+//!     target/profiling/examples/throughput_loop locker 5 64 redis://127.0.0.1:6390/
+//! ```
+//!
+//! `raw` is lock-bench's floor (`SET NX PX`, then `EVALSHA` of a compare-and-delete, on one
+//! multiplexed redis-rs connection); `locker` is `Locker::from_url` and
+//! `locker.lock(name).ttl(..)`, as a user writes it; `untracked` the same with
+//! `track_keys(false)`.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redis::Script;
+
+const TTL: Duration = Duration::from_secs(10);
+
+type Failure = Box<dyn std::error::Error + Send + Sync>;
+
+fn main() -> Result<(), Failure> {
+    let mut args = std::env::args().skip(1);
+    let usage = "usage: throughput_loop raw|locker|untracked SECONDS TASKS [REDIS_URL]";
+    let contender = args.next().ok_or(usage)?;
+    let seconds: f64 = args.next().ok_or(usage)?.parse()?;
+    let tasks: usize = args.next().ok_or(usage)?.parse()?;
+    let url = args
+        .next()
+        .unwrap_or_else(|| lock_core::DEFAULT_REDIS_URL.to_owned());
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    runtime.block_on(run(contender, Duration::from_secs_f64(seconds), tasks, url))
+}
+
+async fn run(
+    contender: String,
+    run_for: Duration,
+    tasks: usize,
+    url: String,
+) -> Result<(), Failure> {
+    let cycles = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut handles = Vec::with_capacity(tasks);
+    match contender.as_str() {
+        "locker" | "untracked" => {
+            let locker = lock_core::Locker::builder()
+                .url(url)
+                .track_keys(contender == "locker")
+                .build()?;
+            for task in 0..tasks {
+                let (locker, cycles, stop) = (locker.clone(), cycles.clone(), stop.clone());
+                handles.push(tokio::spawn(async move {
+                    let name = format!("t{task}");
+                    while !stop.load(Ordering::Relaxed) {
+                        let lease = locker.lock(name.as_str()).ttl(TTL).await?;
+                        if !lease.release().await? {
+                            return Err::<(), Failure>("a lease was lost".into());
+                        }
+                        cycles.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Ok(())
+                }));
+            }
+        }
+        "raw" => {
+            let client = redis::Client::open(url.as_str())?;
+            let conn = client.get_multiplexed_async_connection().await?;
+            let release = Arc::new(Script::new(
+                "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0",
+            ));
+            for task in 0..tasks {
+                let (mut conn, release) = (conn.clone(), release.clone());
+                let (cycles, stop) = (cycles.clone(), stop.clone());
+                handles.push(tokio::spawn(async move {
+                    let key = format!("lock:{{t{task}}}");
+                    let mut i = 0u64;
+                    while !stop.load(Ordering::Relaxed) {
+                        i += 1;
+                        let token = format!("{task:08x}{i:024x}");
+                        let set: Option<String> = redis::cmd("SET")
+                            .arg(&key)
+                            .arg(&token)
+                            .arg("NX")
+                            .arg("PX")
+                            .arg(TTL.as_millis() as u64)
+                            .query_async(&mut conn)
+                            .await?;
+                        let deleted: i64 = release
+                            .key(&key)
+                            .arg(&token)
+                            .invoke_async(&mut conn)
+                            .await?;
+                        if set.is_none() || deleted != 1 {
+                            return Err::<(), Failure>("the raw lock was not free".into());
+                        }
+                        cycles.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Ok(())
+                }));
+            }
+        }
+        other => return Err(format!("unknown contender {other:?}").into()),
+    }
+    // Counted after a warm-up: connections opened, scripts loaded.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let start = Instant::now();
+    let warm = cycles.load(Ordering::Relaxed);
+    tokio::time::sleep(run_for).await;
+    let done = cycles.load(Ordering::Relaxed) - warm;
+    let elapsed = start.elapsed();
+    stop.store(true, Ordering::Relaxed);
+    for handle in handles {
+        handle.await??;
+    }
+    println!(
+        "{contender}: {:.0} cycles/s over {:.1} s",
+        done as f64 / elapsed.as_secs_f64(),
+        elapsed.as_secs_f64()
+    );
+    Ok(())
+}
