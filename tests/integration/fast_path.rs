@@ -139,10 +139,18 @@ async fn a_queued_waiter_marks_the_value_and_the_release_hands_over() {
         .expect("the release hands over to the waiter")
         .expect("task")
         .expect("acquire");
-    // Nobody else waits: the new holder's value is unmarked again.
+    // A lock handed over stays marked (a reservation always carries the mark, so that a
+    // releaser queuing again need not mark it), though nobody else waits now: its release
+    // finds the queue empty and deletes it.
+    let stored = server.command(&["GET", "lock:{n}"]);
+    assert!(stored.contains('~'), "{stored}");
+    assert!(won.release().await.expect("release"));
+    assert_eq!(server.command(&["EXISTS", "lock:{n}"]).trim(), ":0");
+    // The next holder, with nobody waiting, is unmarked again.
+    let next = holder.lock("n").ttl(SECOND).await.expect("acquire");
     let stored = server.command(&["GET", "lock:{n}"]);
     assert!(!stored.contains('~'), "{stored}");
-    assert!(won.release().await.expect("release"));
+    assert!(next.release().await.expect("release"));
 }
 
 /// The words of every command in the server's slow log (every command, with

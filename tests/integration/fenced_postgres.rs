@@ -189,7 +189,9 @@ async fn postgres_down_or_stalled_fails_fast() {
 }
 
 /// Writes cut at random moments: the stock (written as the token) and the row's token
-/// always agree, old or new, never half.
+/// always agree, old or new, never half. Every tenth write is cut right after its first
+/// poll (its first statement sent or queued), every tenth awaited whole: on an idle machine
+/// a write takes less than the timer's 1 ms tick, so random timeouts alone once cut none.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancelled_write_leaves_the_old_or_the_new_never_half() {
     let Some((pg, store, inventory)) = server() else {
@@ -204,13 +206,26 @@ async fn a_cancelled_write_leaves_the_old_or_the_new_never_half() {
             &(dyn lock_core::fenced::deadpool_postgres::tokio_postgres::types::ToSql + Sync),
         ); 2] = [("stock", &token), ("note", &"n")];
         let write = store.upsert(fence, &inventory, &"c", &set);
-        let wait = Duration::from_micros(fastrand::u64(0..3000));
-        match tokio::time::timeout(wait, write).await {
-            Ok(done) => {
+        let outcome = match i % 10 {
+            0 => {
+                let mut write = std::pin::pin!(write);
+                match futures_util::poll!(write.as_mut()) {
+                    std::task::Poll::Ready(done) => Some(done),
+                    std::task::Poll::Pending => None,
+                }
+            }
+            5 => Some(write.await),
+            _ => {
+                let wait = Duration::from_micros(fastrand::u64(0..3000));
+                tokio::time::timeout(wait, write).await.ok()
+            }
+        };
+        match outcome {
+            Some(done) => {
                 done.expect("write");
                 landed += 1;
             }
-            Err(_) => cut += 1,
+            None => cut += 1,
         }
         if i % 20 == 0 {
             let row = pg.psql("SELECT stock, fence_token FROM inventory WHERE item_id = 'c'");

@@ -38,14 +38,16 @@ async fn a_private_ca_carries_every_operation_renewal_and_notifications() {
     let first = locker(tls.url(), ca(&files));
     full_life_cycle(&first, "tls").await;
 
-    // Renewal over TLS: a 300 ms lease held for a second stays held.
+    // Renewal over TLS: a 1 s lease held for 2.5 s stays held (renewed every third of its
+    // TTL; a 300 ms lease was once told lost when this ran right after a build, one renewal
+    // of it late by 200 ms).
     let lease = first
         .lock("renewed")
-        .ttl(Duration::from_millis(300))
+        .ttl(SECOND)
         .auto_renew()
         .await
         .expect("acquire");
-    tokio::time::sleep(SECOND).await;
+    tokio::time::sleep(Duration::from_millis(2500)).await;
     assert!(!lease.is_lost(), "renewed over TLS");
     assert!(lease.is_held().await.expect("is_held"));
     assert!(lease.release().await.expect("release"));
