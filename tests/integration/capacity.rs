@@ -127,10 +127,27 @@ async fn the_number_set_wins(locker: Locker) {
         .try_acquire(10 * SECOND)
         .await
         .expect("2 of 2, asked as 7");
-    assert!(matches!(
-        five.try_acquire(10 * SECOND).await,
-        Err(LockError::LimitReached { .. })
-    ));
+    // The limit the error names is the number set, not the handle's own (a try, and a
+    // wait that runs out).
+    match five.try_acquire(10 * SECOND).await {
+        Err(err @ LockError::LimitReached { permits: 2, .. }) => {
+            assert!(err.to_string().contains("2 permits"), "{err}");
+        }
+        other => panic!("expected the limit of 2 set, got {other:?}"),
+    }
+    match five
+        .acquire()
+        .ttl(10 * SECOND)
+        .wait(Duration::from_millis(50))
+        .await
+    {
+        Err(LockError::LimitReached {
+            permits: 2,
+            waited: Some(_),
+            ..
+        }) => {}
+        other => panic!("expected the limit of 2 set after a wait, got {other:?}"),
+    }
     assert!(matches!(
         five.acquire_many(3).wait(Duration::ZERO).await,
         Err(LockError::PermitsAboveCapacity {

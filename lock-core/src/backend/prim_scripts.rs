@@ -16,7 +16,8 @@ use crate::LockError;
 /// permit turns told in the permit set's shard, with SPUBLISH; v8: `permits_reweigh` and
 /// the latch scripts; v9: `permits_set_capacity` and the capacity pin `#p`; v10: the
 /// multi-lock release's hand-over passes over a dead waiter, as the lock's does; v11:
-/// its reservations always carry the listened-for mark, as the lock's do).
+/// its reservations always carry the listened-for mark, as the lock's do, and
+/// `permits_acquire`'s reply names the capacity a busy request was judged against).
 const LIBRARY_NAME: &str = "lockcore_prims_v11";
 
 /// The marker in a permits script where the shared functions of `permits_lib.lua` go: after

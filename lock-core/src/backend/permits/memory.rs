@@ -228,6 +228,7 @@ impl MemoryPermits {
         Attempt::Busy {
             first_end,
             place: admitted.place,
+            capacity,
         }
     }
 

@@ -146,6 +146,9 @@ pub(crate) enum Attempt {
         first_end: Option<Duration>,
         /// Our place among the blocked waiters (0 = first), for a queued attempt.
         place: Option<u64>,
+        /// The number of permits the request was judged against: the request's own, or
+        /// one set with `set_capacity` (pinned), which wins over it.
+        capacity: u64,
     },
     /// The name is in use with another capacity (stored with it): nothing was changed.
     Mismatch {

@@ -92,10 +92,11 @@ pub(super) async fn acquire(
             .next()
             .and_then(|v| redis::from_redis_value::<i64>(v).ok())
     };
-    let (taken, first_end, place) = (
+    let (taken, first_end, place, capacity) = (
         number().unwrap_or(0),
         number().unwrap_or(-1),
         number().unwrap_or(-1),
+        number().unwrap_or(0),
     );
     wake_local(keys, local, values, sent_at);
     if taken == 1 {
@@ -109,6 +110,10 @@ pub(super) async fn acquire(
     Ok(Attempt::Busy {
         first_end: u64::try_from(first_end).ok().map(Duration::from_millis),
         place: u64::try_from(place).ok(),
+        capacity: u64::try_from(capacity)
+            .ok()
+            .filter(|&capacity| capacity > 0)
+            .unwrap_or(ask.capacity),
     })
 }
 

@@ -156,7 +156,19 @@ pub(crate) async fn acquire(request: Request<'_>) -> Result<Granted, LockError> 
         wait_ms = request.wait.as_millis() as u64,
         outcome = tracing::field::Empty,
     );
-    let result = run(request).instrument(span.clone()).await;
+    let (asked, weight) = (request.ask.capacity, request.ask.weight);
+    let mut judged = None;
+    let result = run(request, &mut judged).instrument(span.clone()).await;
+    // Judged against a capacity set with `set_capacity` (pinned), not the request's own:
+    // the limit the error names is that one.
+    let result = match (result, judged) {
+        (Err(err @ (LockError::Busy { .. } | LockError::Timeout { .. })), Some(capacity))
+            if capacity != asked =>
+        {
+            Err(err.into_limit_of(capacity, weight))
+        }
+        (result, _) => result,
+    };
     span.record(
         "outcome",
         match &result {
@@ -169,7 +181,8 @@ pub(crate) async fn acquire(request: Request<'_>) -> Result<Granted, LockError> 
     result
 }
 
-async fn run(request: Request<'_>) -> Result<Granted, LockError> {
+/// `judged`: the capacity the last busy answer was judged against.
+async fn run(request: Request<'_>, judged: &mut Option<u64>) -> Result<Granted, LockError> {
     let Request {
         env,
         store,
@@ -233,9 +246,14 @@ async fn run(request: Request<'_>) -> Result<Granted, LockError> {
             None if outage_ends => return Err(unanswered(&keys.name, &outage, None)),
             None => return Err(timeout(None, None)),
             Some(Ok(Attempt::Taken)) => return grant(undo, started, ttl),
-            Some(Ok(Attempt::Busy { first_end: end, .. })) => {
+            Some(Ok(Attempt::Busy {
+                first_end: end,
+                capacity,
+                ..
+            })) => {
                 undo.dirty = false;
                 first_end = end;
+                *judged = Some(capacity);
             }
             Some(Ok(Attempt::Mismatch { stored })) => {
                 undo.dirty = false;
@@ -331,9 +349,11 @@ async fn run(request: Request<'_>) -> Result<Granted, LockError> {
             Some(Ok(Attempt::Busy {
                 first_end: end,
                 place,
+                capacity,
             })) => {
                 transient = None;
                 first_end = end;
+                *judged = Some(capacity);
                 let pause = match (place, end) {
                     (Some(0), Some(end)) => end + SLACK,
                     (Some(1), Some(end)) => end + CLAIM_WINDOW + SLACK,
