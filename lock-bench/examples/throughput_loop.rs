@@ -18,7 +18,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use redis::Script;
+#[path = "common/raw.rs"]
+mod raw;
 
 const TTL: Duration = Duration::from_secs(10);
 
@@ -73,9 +74,7 @@ async fn run(
         "raw" => {
             let client = redis::Client::open(url.as_str())?;
             let conn = client.get_multiplexed_async_connection().await?;
-            let release = Arc::new(Script::new(
-                "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0",
-            ));
+            let release = Arc::new(raw::release_script());
             for task in 0..tasks {
                 let (mut conn, release) = (conn.clone(), release.clone());
                 let (cycles, stop) = (cycles.clone(), stop.clone());
@@ -85,22 +84,7 @@ async fn run(
                     while !stop.load(Ordering::Relaxed) {
                         i += 1;
                         let token = format!("{task:08x}{i:024x}");
-                        let set: Option<String> = redis::cmd("SET")
-                            .arg(&key)
-                            .arg(&token)
-                            .arg("NX")
-                            .arg("PX")
-                            .arg(TTL.as_millis() as u64)
-                            .query_async(&mut conn)
-                            .await?;
-                        let deleted: i64 = release
-                            .key(&key)
-                            .arg(&token)
-                            .invoke_async(&mut conn)
-                            .await?;
-                        if set.is_none() || deleted != 1 {
-                            return Err::<(), Failure>("the raw lock was not free".into());
-                        }
+                        raw::cycle(&mut conn, &release, &key, &token, TTL).await?;
                         cycles.fetch_add(1, Ordering::Relaxed);
                     }
                     Ok(())

@@ -17,7 +17,8 @@
 
 use std::time::Duration;
 
-use redis::Script;
+#[path = "common/raw.rs"]
+mod raw;
 
 const TTL: Duration = Duration::from_secs(10);
 
@@ -77,28 +78,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         "raw" => {
             let client = redis::Client::open(url.as_str())?;
             let mut conn = client.get_multiplexed_async_connection().await?;
-            let release = Script::new(
-                "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0",
-            );
+            let release = raw::release_script();
             for i in 0..cycles {
                 let key = format!("lock:{{n{}}}", i % 64);
                 let token = format!("{i:032x}");
-                let set: Option<String> = redis::cmd("SET")
-                    .arg(&key)
-                    .arg(&token)
-                    .arg("NX")
-                    .arg("PX")
-                    .arg(TTL.as_millis() as u64)
-                    .query_async(&mut conn)
-                    .await?;
-                let deleted: i64 = release
-                    .key(&key)
-                    .arg(&token)
-                    .invoke_async(&mut conn)
-                    .await?;
-                if set.is_none() || deleted != 1 {
-                    return Err("the raw lock was not free".into());
-                }
+                raw::cycle(&mut conn, &release, &key, &token, TTL)
+                    .await
+                    .map_err(|err| err.to_string())?;
             }
         }
         _ => return Err(usage.into()),
