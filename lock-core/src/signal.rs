@@ -28,6 +28,9 @@ pub(crate) struct Wake {
     /// A permit granted to this waiter by another request of its Locker (in that request's
     /// own script), valid from this instant (sent before the script ran).
     taken: Mutex<Option<Instant>>,
+    /// A permit granted outright to this waiter by a request of another Locker, at this
+    /// server time (ms, Redis's `TIME`): the waiter maps it onto its own clock.
+    given: Mutex<Option<u64>>,
     /// The latch rounds announced open on this signal's channel, newest last (a few: each
     /// waiter looks as soon as it is woken).
     opened: Mutex<VecDeque<u64>>,
@@ -66,6 +69,13 @@ impl Wake {
         self.notify.notify_waiters();
     }
 
+    /// Wakes every waiter: what it waits for was granted to it outright at server time
+    /// `server_ms` (a permit handed over by another Locker's script; no claim follows).
+    pub fn post_given(&self, server_ms: u64) {
+        *self.given.lock().unwrap_or_else(PoisonError::into_inner) = Some(server_ms);
+        self.notify.notify_waiters();
+    }
+
     /// Wakes every waiter: latch round `round` opened (told by one message for all of them).
     pub fn post_opened(&self, round: u64) {
         {
@@ -89,6 +99,14 @@ impl Wake {
     /// The grant posted by [`Wake::post_taken`], taken (once).
     pub fn take_taken(&self) -> Option<Instant> {
         self.taken
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+    }
+
+    /// The grant posted by [`Wake::post_given`] (its server time, ms), taken (once).
+    pub fn take_given(&self) -> Option<u64> {
+        self.given
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .take()
@@ -122,14 +140,37 @@ pub(crate) fn parse_opened(payload: &str) -> Option<u64> {
     payload.strip_prefix("o:")?.parse().ok()
 }
 
-/// Parses a batch of grants to one Locker, `b:<ms>:<id>,<id>,...:<holders key>`, into the
-/// holders key and the waiter ids (each waiter's route is `<holders key>#<id>`).
-pub(crate) fn parse_batch(payload: &str) -> Option<(&str, impl Iterator<Item = &str>)> {
-    let rest = payload.strip_prefix("b:")?;
+/// What a batch of permit grants to one Locker hands its waiters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Batch {
+    /// Reservations, each to claim within the claim window (`b`).
+    Reserved,
+    /// Permits granted outright at this server time (ms): no claim follows (`B`).
+    Given(u64),
+}
+
+/// Parses a batch of grants to one Locker, `b:<ms>:<id>,<id>,...:<holders key>` or
+/// `B:<server ms>:<id>,...:<holders key>`, into what it hands out, the holders key and the
+/// waiter ids (each waiter's route is `<holders key>#<id>`).
+pub(crate) fn parse_batch(payload: &str) -> Option<(Batch, &str, impl Iterator<Item = &str>)> {
+    let (kind, rest) = payload.split_once(':')?;
     let (millis, rest) = rest.split_once(':')?;
-    millis.parse::<u64>().ok()?;
+    let millis = millis.parse::<u64>().ok()?;
+    let batch = match kind {
+        "b" => Batch::Reserved,
+        "B" => Batch::Given(millis),
+        _ => return None,
+    };
     let (ids, key) = rest.split_once(':')?;
-    Some((key, ids.split(',').filter(|id| !id.is_empty())))
+    Some((batch, key, ids.split(',').filter(|id| !id.is_empty())))
+}
+
+/// Parses a permit granted outright to one waiter, `G:<server ms>:<holders key>#<id>`,
+/// into the waiter's route and the grant's server time (ms).
+pub(crate) fn parse_given(payload: &str) -> Option<(&str, u64)> {
+    let rest = payload.strip_prefix("G:")?;
+    let (millis, route) = rest.split_once(':')?;
+    Some((route, millis.parse().ok()?))
 }
 
 #[cfg(test)]
@@ -157,12 +198,42 @@ mod tests {
 
     #[test]
     fn batches_name_each_waiter_and_keep_the_keys_colons() {
-        let (key, ids) = parse_batch("b:100:ab,cd:lock:{a:b}:rw").expect("a batch");
-        assert_eq!(key, "lock:{a:b}:rw");
+        let (batch, key, ids) = parse_batch("b:100:ab,cd:lock:{a:b}:rw").expect("a batch");
+        assert_eq!((batch, key), (Batch::Reserved, "lock:{a:b}:rw"));
         assert_eq!(ids.collect::<Vec<_>>(), ["ab", "cd"]);
-        for bad in ["", "b:", "b:1", "b:x:ab:k", "g:100:k"] {
+        let (batch, key, ids) = parse_batch("B:1764375000123:ab,cd:lock:{a:b}:rw").expect("given");
+        assert_eq!(
+            (batch, key),
+            (Batch::Given(1_764_375_000_123), "lock:{a:b}:rw")
+        );
+        assert_eq!(ids.collect::<Vec<_>>(), ["ab", "cd"]);
+        for bad in [
+            "",
+            "b:",
+            "b:1",
+            "b:x:ab:k",
+            "g:100:k",
+            "B:-1:ab:k",
+            "G:100:k#ab",
+        ] {
             assert!(parse_batch(bad).is_none(), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_grant_outright_names_its_waiter_and_its_server_time() {
+        assert_eq!(
+            parse_given("G:1764375000123:lock:{a:b}:sem#ab12"),
+            Some(("lock:{a:b}:sem#ab12", 1_764_375_000_123))
+        );
+        for bad in ["", "G:", "G:1", "G:x:k#a", "G:-5:k#a", "g:100:k", "B:1:a:k"] {
+            assert_eq!(parse_given(bad), None, "{bad}");
+        }
+        assert_eq!(parse_message("G:100:k#a"), None, "not a lock's turn");
+        let wake = Wake::default();
+        wake.post_given(42);
+        assert_eq!(wake.take_given(), Some(42));
+        assert_eq!(wake.take_given(), None);
     }
 
     #[test]

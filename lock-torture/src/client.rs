@@ -52,6 +52,10 @@ struct Ctx {
     log: Log,
     stop: AtomicBool,
     deadline: Nanos,
+    /// Every workload task has ended: the hiccup ticker ([`hiccup::watch`]) takes its last
+    /// look and ends. (Not at `stop`: requests in flight then still end afterwards, and a
+    /// stall of the client during them must still be seen.)
+    workload_over: AtomicBool,
 }
 
 impl Ctx {
@@ -158,6 +162,7 @@ async fn run_async(args: ClientArgs) -> Result<(), BoxError> {
         log,
         stop: AtomicBool::new(false),
         deadline,
+        workload_over: AtomicBool::new(false),
     });
     ctx.log(&Event::Start {
         client: ctx.args.id,
@@ -176,7 +181,7 @@ async fn run_async(args: ClientArgs) -> Result<(), BoxError> {
     });
     let mut tasks = tokio::task::JoinSet::new();
     let watcher = Arc::clone(&ctx);
-    tasks.spawn(async move { hiccup::watch(&watcher).await });
+    let ticker = tokio::spawn(async move { hiccup::watch(&watcher).await });
     match ctx.args.primitive {
         Primitive::Election => {
             let watcher = Arc::clone(&ctx);
@@ -231,6 +236,8 @@ async fn run_async(args: ClientArgs) -> Result<(), BoxError> {
             }
         }
     }
+    ctx.workload_over.store(true, Ordering::Relaxed);
+    let _ = ticker.await;
     // Let background releases of dropped leases finish before the runtime goes.
     tokio::time::sleep(Duration::from_millis(20)).await;
     Ok(())

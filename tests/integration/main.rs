@@ -28,6 +28,7 @@ mod multi_release;
 mod notified;
 mod outage;
 mod permit_costs;
+mod permit_handoff;
 mod prims_replicated;
 mod queue;
 mod redis_only;

@@ -1,6 +1,7 @@
 //! What semaphores and read-write locks cost Redis, counted exactly (INFO commandstats,
 //! script bodies' own calls included): the uncontended cycle, a release behind a waiting
-//! writer, a writer's release to a crowd of readers, and a hand-off inside one Locker.
+//! writer, a writer's release to a crowd of readers, and a hand-off inside one Locker and
+//! across two.
 
 use std::time::Duration;
 
@@ -222,8 +223,8 @@ async fn a_writers_release_tells_each_locker_once() {
 }
 
 /// Inside one Locker a released permit goes to the next waiter in the release itself:
-/// no message, no claim; the waiter is woken from the release's reply. Across Lockers the
-/// waiter still claims its reservation within the claim window.
+/// no message, no claim; the waiter is woken from the release's reply. (Across Lockers:
+/// one message and no claim, below.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hand_off_inside_one_locker_needs_no_message_and_no_claim() {
     let server = RedisServer::start();
@@ -258,6 +259,61 @@ async fn a_hand_off_inside_one_locker_needs_no_message_and_no_claim() {
     // Five releases (each hands over to the next; the last finds nobody), no claim.
     assert_eq!(of(&delta, "evalsha") + of(&delta, "eval"), 5, "{delta:?}");
     assert!(total(&delta) <= 5 * 8, "{delta:?}");
+}
+
+/// Across Lockers a released permit is granted outright to the next waiter too: the
+/// release tells the waiter's Locker once (with the server time of the grant), and the
+/// waiter takes it without a claim. It counts the permit from the earliest instant the
+/// grant can have happened on its own clock, so nearly the whole TTL is left to it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hand_off_across_lockers_needs_one_message_and_no_claim() {
+    let server = RedisServer::start();
+    let releasing = Locker::from_url(&server.url()).expect("locker");
+    let waiting = Locker::from_url(&server.url()).expect("locker");
+    // Loads the scripts.
+    let first = releasing
+        .semaphore("pool", 1)
+        .try_acquire(30 * SECOND)
+        .await
+        .expect("permit");
+    assert!(first.release().await.expect("release"));
+    let holder = releasing
+        .semaphore("pool", 1)
+        .try_acquire(30 * SECOND)
+        .await
+        .expect("permit");
+    // The waiting Locker has taken a permit before: it has asked the server whether it has
+    // replicas (none: no acknowledgement to wait for), as it does every few seconds.
+    let warm = waiting
+        .semaphore("warm", 1)
+        .try_acquire(30 * SECOND)
+        .await
+        .expect("permit");
+    assert!(warm.release().await.expect("release"));
+    let semaphore = waiting.semaphore("pool", 1);
+    let waiter =
+        tokio::spawn(async move { semaphore.acquire().ttl(30 * SECOND).wait(30 * SECOND).await });
+    until("the waiter to queue", || {
+        queued(&server, "lock:{pool}:sem:q") == 1
+    })
+    .await;
+    // Long enough that a permit counted from the waiter's queued attempt, not from the
+    // grant, would show it.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let before = calls(&server);
+    assert!(holder.release().await.expect("release"));
+    let permit = waiter.await.expect("waiter").expect("permit");
+    let delta = since(&server, &before);
+    assert_eq!(of(&delta, "publish"), 1, "{delta:?}");
+    // The release alone: no claim.
+    assert_eq!(of(&delta, "evalsha") + of(&delta, "eval"), 1, "{delta:?}");
+    assert!(
+        permit.expires_in() > 29 * SECOND,
+        "counted from the grant, less the drift allowance: {:?}",
+        permit.expires_in()
+    );
+    assert!(permit.release().await.expect("release"));
+    assert_idle(&server, "lock:{pool}:sem");
 }
 
 /// A request for several permits costs what a request for one does: the same calls per

@@ -7,14 +7,15 @@
 -- too), ARGV[8] the calling Locker's channel ('' when it polls)
 -- A capacity set by `permits_set_capacity` (the state member `#p` is there) wins over
 -- ARGV[3]: the request is judged against the stored number.
--- Returns {-1, the stored capacity, -1, 0} when ARGV[3] disagrees with the capacity stored
--- while the name is in use, or the weight is above a set capacity (nothing of the request
--- is written; ended permits are dropped), {1, 0, -1, 0 or the capacity} when taken, {0, ms
--- until the first permit ends (-1: none, or not read for a waiter behind the first two),
--- our place among the waiters (-1 for a plain try), the capacity the request was judged
--- against (a set one, pinned, wins over ARGV[3])} when not; then, after these four, one
--- line "<kind>:<ms>:<waiter id>" per waiter of the calling Locker handed a permit or told
--- when to look again (see the lib's `admit`).
+-- Returns {-1, the stored capacity, -1, 0, 0} when ARGV[3] disagrees with the capacity
+-- stored while the name is in use, or the weight is above a set capacity (nothing of the
+-- request is written; ended permits are dropped), {1, 0, -1, 0 or the capacity, 0} when
+-- taken, {0, ms until the first permit ends (-1: none, or not read for a waiter behind the
+-- first two), our place among the waiters (-1 for a plain try), the capacity the request
+-- was judged against (a set one, pinned, wins over ARGV[3]), the server's time (ms): a
+-- grant to this waiter told later with its own server time happened that much later} when
+-- not; then, after these five, one line "<kind>:<ms>:<waiter id>" per waiter of the
+-- calling Locker handed a permit or told when to look again (see the lib's `admit`).
 local h, q = KEYS[1], KEYS[2]
 local member, ttl = ARGV[1], tonumber(ARGV[2])
 local cap, weight = tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -35,12 +36,12 @@ if mine and mine > now then
   else
     redis.call('ZADD', h, e, member)
   end
-  return {1, 0, -1, 0}
+  return {1, 0, -1, 0, 0}
 end
 local stored = r[1] and -tonumber(r[1])
 if stored and r[9] then
   -- The capacity was set (pinned): it is the name's whatever the request asks.
-  if weight > stored then return {-1, stored, -1, 0} end
+  if weight > stored then return {-1, stored, -1, 0, 0} end
   cap = stored
 end
 local w = r[2] and -tonumber(r[2]) or 0
@@ -65,7 +66,7 @@ if not mine and (not stored or stored == cap) and w == math.floor(w) and w + wei
   end
   redis.call(unpack(args))
   if rearm then redis.call('PEXPIREAT', h, kt) end
-  return {1, 0, -1, 0}
+  return {1, 0, -1, 0, 0}
 end
 --[[permits_lib]]
 local me, window = ARGV[5], tonumber(ARGV[6])
@@ -73,7 +74,7 @@ local st = decode(r)
 local out = outbox(h, ARGV[8] or '', window)
 local function reply(taken, left, place)
   flush(out)
-  local result = { taken, left, place, cap }
+  local result = { taken, left, place, cap, now }
   for _, line in ipairs(out.locals) do result[#result + 1] = line end
   return result
 end
@@ -86,7 +87,7 @@ if st.cap and st.cap ~= cap then
     -- The sweep dropped the permits that ended: write the weight they took with them, or
     -- the stored total keeps counting them and the name stays that much fuller.
     save(h, q, st)
-    return {-1, st.cap, -1, 0}
+    return {-1, st.cap, -1, 0, 0}
   end
 end
 st.cap = cap

@@ -141,24 +141,86 @@ local function entry_of(member, score, window)
   }
 end
 
--- What to tell whom, gathered while handing out: grants to another Locker's waiters, one
--- message per Locker (`g` for one waiter, `b` listing them), and, for waiters of the
--- calling Locker (`own`), lines returned in the reply instead of a message.
+-- What to tell whom, gathered while handing out: permits granted outright to another
+-- Locker's waiters (`G` for one waiter, `B` listing them, with the server time of the
+-- grant) and reservations for them to claim (`g` for one, `b` listing them), one message
+-- per Locker and kind, and, for waiters of the calling Locker (`own`), lines returned in the
+-- reply instead of a message.
 local function outbox(h, own, window)
-  return { h = h, own = own, window = window, chans = {}, by = {}, locals = {} }
+  return {
+    h = h, own = own, window = window, chans = {}, by = {}, locals = {},
+    gchans = {}, given = {},
+  }
 end
 
 -- Publishes `msg` for the Locker listening on `channel`. A channel that begins with '$' is
 -- a Cluster Locker's, which listens in the permit set's shard, on `<h>:t:<channel>` (the
 -- holders key's slot): told with SPUBLISH there, so that the message stays in the shard
 -- (with PUBLISH on the channel itself on a server without sharded pub/sub).
+-- Returns false when the message provably reached nobody: no connection listens on the
+-- channel, so its Locker is gone (its process died: Redis dropped its subscription with
+-- its connection). True otherwise, and where the count proves nothing (a Cluster's plain
+-- PUBLISH counts one node's listeners only).
 local function send(out, channel, msg)
   if string.byte(channel, 1) == 36 then
-    if type(redis.pcall('SPUBLISH', out.h .. ':t:' .. channel, msg)) == 'number' then
+    local heard = redis.pcall('SPUBLISH', out.h .. ':t:' .. channel, msg)
+    if type(heard) == 'number' then return heard > 0 end
+    redis.call('PUBLISH', channel, msg)
+    return true
+  end
+  return redis.call('PUBLISH', channel, msg) > 0
+end
+
+-- A permit granted outright to `ent`, a waiter of another Locker, as holder `member`: told
+-- by `give_told`.
+local function give(out, ent, member)
+  local list = out.given[ent.channel]
+  if not list then
+    list = {}
+    out.given[ent.channel] = list
+    out.gchans[#out.gchans + 1] = ent.channel
+  end
+  list[#list + 1] = { id = ent.id, member = member, weight = ent.weight }
+end
+
+-- Drops the pending holder `member` (written by `add`, not yet saved).
+local function unadd(st, member)
+  for i = 1, #st.adds, 2 do
+    if st.adds[i + 1] == member then
+      table.remove(st.adds, i + 1)
+      table.remove(st.adds, i)
       return
     end
   end
-  redis.call('PUBLISH', channel, msg)
+end
+
+-- Tells each Locker the permits granted outright to its waiters since the last call, one
+-- message each ("G:<server ms>:<h>#<id>", or "B:<server ms>:<id>,<id>,...:<h>"). A Locker
+-- that provably heard nothing is gone: its grants are taken back (never written), and
+-- true is returned, so that the caller hands the room to the next in line.
+local function give_told(out, st, now)
+  local took_back = false
+  for _, channel in ipairs(out.gchans) do
+    local list = out.given[channel]
+    local msg
+    if #list == 1 then
+      msg = 'G:' .. now .. ':' .. out.h .. '#' .. list[1].id
+    else
+      local ids = {}
+      for i, g in ipairs(list) do ids[i] = g.id end
+      msg = 'B:' .. now .. ':' .. table.concat(ids, ',') .. ':' .. out.h
+    end
+    if not send(out, channel, msg) then
+      for _, g in ipairs(list) do
+        st.held = st.held - g.weight
+        unadd(st, g.member)
+      end
+      if st.held < 0 then st.held = 0 end
+      took_back = true
+    end
+  end
+  out.gchans, out.given = {}, {}
+  return took_back
 end
 
 local function tell(out, ent, kind, ms)
@@ -189,17 +251,9 @@ local function flush(out)
   end
 end
 
--- Hands free capacity to the queue in arrival order: each waiter at the head that fits
--- leaves the queue with its permit: a waiter of the calling Locker (`out.own`) takes it
--- for its own TTL at once (it never leaves this process: the reply wakes it, granted); a
--- waiter of another Locker gets it reserved for `window` ms and is told "g" (claim it).
--- The first that does not fit stops the walk (FIFO: no small request passes a large one)
--- and goes back in its place; it is told when to look again if anything was handed out.
--- Waiter `me` (a queue member, or '') takes its permit for `ttl` ms directly. Expired
--- entries (dead, paused, gone waiters) at the head are dropped. While the head is known
--- not to fit, nothing is read: O(handed + 1) calls at most, O(1) when blocked.
--- Returns whether `me` took its permit.
-local function admit(h, q, st, now, window, me, ttl, out)
+-- One pass of `admit`: grants outright to other Lockers' waiters are gathered in `out`,
+-- not yet told.
+local function admit_once(h, q, st, now, window, me, ttl, out)
   local taken, handed, blocked, exhausted = false, false, nil, false
   while st.nq > 0 and st.held < st.cap do
     if st.hw > 0 and st.he > now and st.held + st.hw > st.cap then break end
@@ -228,6 +282,10 @@ local function admit(h, q, st, now, window, me, ttl, out)
           add(st, now + ent.ttl, member)
           keep(st, now + ent.ttl, now)
           tell(out, ent, 't', 0)
+        elseif ent.channel ~= '' then
+          add(st, now + ent.ttl, member)
+          keep(st, now + ent.ttl, now)
+          give(out, ent, member)
         else
           add(st, now + window, member)
           keep(st, now + window, now)
@@ -272,5 +330,39 @@ local function admit(h, q, st, now, window, me, ttl, out)
       tell(out, blocked, 'h', math.max(at - now, 0))
     end
   end
+  return taken
+end
+
+-- How many times a hand-out goes on past Lockers found gone, in one script (the rest at the
+-- next one), so that a script's work stays bounded.
+local GONE_ROUNDS = 8
+
+-- Hands free capacity to the queue in arrival order: each waiter at the head that fits
+-- leaves the queue with its permit. A waiter of the calling Locker (`out.own`) takes it
+-- for its own TTL at once (it never leaves this process: the reply wakes it, granted). A
+-- waiter of another Locker that listens gets it for its own TTL too, told "G" with the
+-- server time of the grant, from which its Locker bounds the permit's validity on its own
+-- clock: no claim follows (unless that Locker must have replicas acknowledge the grant: it
+-- claims it then, and waits for them). A waiter that polls gets it reserved for `window`
+-- ms and finds it at its next look.
+-- The first that does not fit stops the walk (FIFO: no small request passes a large one)
+-- and goes back in its place; it is told when to look again if anything was handed out.
+-- Waiter `me` (a queue member, or '') takes its permit for `ttl` ms directly. Expired
+-- entries (dead, paused, gone waiters) at the head are dropped, and so are waiters granted
+-- outright whose Locker provably heard nothing (its process died while they were queued):
+-- their permits go to the next in line. While the head is known not to fit, nothing is
+-- read: O(handed + 1) calls at most, O(1) when blocked.
+-- Returns whether `me` took its permit.
+local function admit(h, q, st, now, window, me, ttl, out)
+  local taken = admit_once(h, q, st, now, window, me, ttl, out)
+  for _ = 1, GONE_ROUNDS do
+    if not give_told(out, st, now) then break end
+    if st.nq <= 0 or st.held >= st.cap then break end
+    -- The head may fit now: forget what was known of it not fitting.
+    st.hw, st.he = 0, 0
+    if admit_once(h, q, st, now, window, me, ttl, out) then taken = true end
+  end
+  -- Past the last round: told whatever came of it.
+  give_told(out, st, now)
   return taken
 end

@@ -4,8 +4,12 @@
 //! checker does not count such time against a request's deadline.
 //!
 //! A ticker on the client's runtime expects to run every [`TICK`]; when it runs more than
-//! [`NOTICEABLE`] late, the lateness is logged as an [`Event::Hiccup`].
+//! [`NOTICEABLE`] late, the lateness is logged as an [`Event::Hiccup`]. It ticks until every
+//! workload task has ended, not merely until the client is told to stop: the requests in
+//! flight then end afterwards, judged like any other, and a stall during them (the whole
+//! machine busy as a run winds down) must be seen too.
 
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use super::Ctx;
@@ -18,12 +22,14 @@ const TICK: Duration = Duration::from_millis(5);
 /// Lateness below this is ordinary timer and scheduling jitter, not logged.
 const NOTICEABLE: Duration = Duration::from_millis(10);
 
-/// Runs until the client stops.
+/// Runs until every workload task has ended, then takes one last look (so a stall up to
+/// the end is logged).
 pub(super) async fn watch(ctx: &Ctx) {
     let tick = clock::nanos(TICK);
     let noticeable = clock::nanos(NOTICEABLE);
     let mut last = clock::now();
-    while !ctx.stopped() {
+    loop {
+        let over = ctx.workload_over.load(Ordering::Relaxed);
         tokio::time::sleep(TICK).await;
         let now = clock::now();
         let expected = last + tick;
@@ -35,5 +41,8 @@ pub(super) async fn watch(ctx: &Ctx) {
             });
         }
         last = now;
+        if over {
+            return;
+        }
     }
 }

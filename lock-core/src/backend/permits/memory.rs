@@ -229,6 +229,7 @@ impl MemoryPermits {
             first_end,
             place: admitted.place,
             capacity,
+            server_ms: None,
         }
     }
 

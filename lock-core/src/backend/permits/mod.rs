@@ -14,10 +14,11 @@
 //! when nobody holds, and a queued writer holds back every reader behind it.
 //!
 //! When capacity frees up (a release, a permit that ran out, a waiter that gave up), it is
-//! handed to the queue in order: each waiter at its head that fits gets its permit reserved
-//! for a claim window, leaves the queue and is told on its Locker's channel (a targeted
-//! wake-up: no herd); the first one that does not fit stops the hand-out and is told when
-//! the first permit ends, in case its holder crashed.
+//! handed to the queue in order: each waiter at its head that fits leaves the queue with
+//! its permit, granted for its own TTL, and is told on its Locker's channel (a targeted
+//! wake-up: no herd) with the server time of the grant; the first one that does not fit
+//! stops the hand-out and is told when the first permit ends, in case its holder crashed.
+//! A waiter that polls (no channel) gets its permit reserved for a claim window instead.
 //!
 //! On Redis every operation is O(log n) in holders and waiters (`scripts/permits_lib.lua`):
 //! the capacity, the held weight, a bound on the first end, the queue's size and its head's
@@ -25,10 +26,17 @@
 //! only once the first end has passed, and a name nobody waits on never touches its queue
 //! key. Taking a free permit is three calls inside one script (the clock, one read, one
 //! write), giving one back two (no clock); a release behind a waiting writer reads no queue
-//! entry. A permit handed to a waiter of the releasing Locker is granted in the release
-//! itself and the waiter woken from its reply (it never leaves the process, so it needs no
-//! claim); a waiter of another Locker gets it reserved for the claim window and claims it,
-//! told by one message per Locker however many of its waiters were handed one.
+//! entry. A permit handed to a waiter of the releasing Locker is woken from the release's
+//! reply, valid from when the release was sent. A waiter of another Locker is told by one
+//! message per Locker however many of its waiters were handed one, and needs no claim
+//! either: it counts its permit from the earliest instant of its own clock at which the
+//! grant can have happened (the server time of the grant, less the server time its queued
+//! attempt read, after the instant that attempt was sent; see `Anchors` in
+//! `prims/permits/acquire.rs`). A message that provably reached nobody (no connection
+//! listens on the channel: the Locker's process died) takes the grant back, and the permit
+//! goes to the next in line in the same step. A waiter whose request ended as its grant
+//! came gives it back through its request's guard. A Locker that must have replicas
+//! acknowledge a grant claims it instead (a claim rewrites it, and waits).
 
 pub(crate) mod memory;
 mod redis;
@@ -149,6 +157,10 @@ pub(crate) enum Attempt {
         /// The number of permits the request was judged against: the request's own, or
         /// one set with `set_capacity` (pinned), which wins over it.
         capacity: u64,
+        /// The store's time when it answered (ms, Redis's `TIME`; `None` in memory): a
+        /// permit granted to this waiter later, at a server time told with the grant, was
+        /// granted that much after this answer.
+        server_ms: Option<u64>,
     },
     /// The name is in use with another capacity (stored with it): nothing was changed.
     Mismatch {
@@ -198,6 +210,21 @@ pub(crate) enum Store {
 }
 
 impl Store {
+    /// Whether a permit on `keys` granted outright to a waiter of this Locker (by a release
+    /// of another, told with the grant's server time) counts as it is: unless the replica
+    /// acknowledgement check would ask anything of the master now. It is claimed
+    /// otherwise, by an attempt that rewrites it and waits for the replicas (which then
+    /// have the grant too: it came first).
+    pub fn takes_outright(&self, keys: &PermitKeys) -> bool {
+        match self {
+            Store::Server(server) => server
+                .replicated
+                .as_ref()
+                .is_none_or(|replicated| replicated.is_quiet(&keys.holders)),
+            Store::Memory(_) => true,
+        }
+    }
+
     /// One attempt; on Redis, `sent` notes the connection it goes out on until it is
     /// answered, for a give-back to follow it there (see [`SentOn`]), and the waiters of
     /// `local` (this Locker's notifier) it hands a permit are woken from its reply.

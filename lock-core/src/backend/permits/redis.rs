@@ -92,10 +92,11 @@ pub(super) async fn acquire(
             .next()
             .and_then(|v| redis::from_redis_value::<i64>(v).ok())
     };
-    let (taken, first_end, place, capacity) = (
+    let (taken, first_end, place, capacity, server_ms) = (
         number().unwrap_or(0),
         number().unwrap_or(-1),
         number().unwrap_or(-1),
+        number().unwrap_or(0),
         number().unwrap_or(0),
     );
     wake_local(keys, local, values, sent_at);
@@ -114,6 +115,7 @@ pub(super) async fn acquire(
             .ok()
             .filter(|&capacity| capacity > 0)
             .unwrap_or(ask.capacity),
+        server_ms: u64::try_from(server_ms).ok().filter(|&ms| ms > 0),
     })
 }
 

@@ -12,7 +12,7 @@ use std::sync::{Arc, PoisonError};
 use crate::connection::sharded::Listener;
 #[cfg(feature = "cluster")]
 use crate::signal::Wake;
-use crate::signal::{parse_batch, parse_message};
+use crate::signal::{parse_batch, parse_given, parse_message, Batch};
 
 use super::Inner;
 
@@ -22,7 +22,7 @@ impl Inner {
     pub(super) fn deliver(&self, channel: &str, payload: &str) {
         if channel == self.own_channel || is_turn_channel(channel, &self.own_channel) {
             // Several waiters of this Locker granted permits at once: one message.
-            if let Some((holders, ids)) = parse_batch(payload) {
+            if let Some((batch, holders, ids)) = parse_batch(payload) {
                 let interests = self
                     .interests
                     .lock()
@@ -33,9 +33,26 @@ impl Inner {
                     route.push_str(holders);
                     route.push('#');
                     route.push_str(id);
+                    // A waiter gone already: its guard gives back what it was handed.
                     if let Some((_, signal)) = interests.get(&route) {
-                        signal.post(crate::signal::Hint::Granted);
+                        match batch {
+                            Batch::Reserved => signal.post(crate::signal::Hint::Granted),
+                            Batch::Given(server_ms) => signal.post_given(server_ms),
+                        }
                     }
+                }
+                return;
+            }
+            // A permit granted outright to one waiter of this Locker.
+            if let Some((route, server_ms)) = parse_given(payload) {
+                let signal = self
+                    .interests
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .get(route)
+                    .map(|(_, signal)| Arc::clone(signal));
+                if let Some(signal) = signal {
+                    signal.post_given(server_ms);
                 }
                 return;
             }

@@ -4,10 +4,11 @@
 //! unless the request may wait and its Locker listens on its channel already: then the
 //! first attempt also queues it if it is busy (one script either way). A waiting request
 //! stands in the name's queue under an id of its own, hears its turn on its Locker's
-//! channel (routed to this request alone) or from the reply of a request of its own Locker
-//! that handed it a permit, and otherwise sleeps: the first blocked waiter until the first
-//! permit ends (a crashed holder), the next one a claim window longer, the rest on a
-//! safety-net timer.
+//! channel (routed to this request alone: a permit granted outright, with the server time
+//! of the grant, placed on this process's clock by [`Anchors`]; or a reservation to claim)
+//! or from the reply of a request of its own Locker that handed it a permit, and otherwise
+//! sleeps: the first blocked waiter until the first permit ends (a crashed holder), the next
+//! one a claim window longer, the rest on a safety-net timer.
 //!
 //! Cancellation: from the first attempt sent until a grant, a guard gives the permit back
 //! and leaves the queue if the request ends any other way (error, timeout, or the future
@@ -301,6 +302,9 @@ async fn run(request: Request<'_>, judged: &mut Option<u64>) -> Result<Granted, 
         channel,
         crate::backend::permits::parse_member(&undo.member).1,
     );
+    // Where a permit granted outright (at a server time its message tells) falls on this
+    // process's clock: the first and the latest queued attempt answered.
+    let mut anchors = Anchors::default();
 
     // Wait in the queue.
     let mut backoff = Backoff::new(told);
@@ -315,6 +319,16 @@ async fn run(request: Request<'_>, judged: &mut Option<u64>) -> Result<Granted, 
         notified.as_mut().enable();
         let _before_this_look = wake.take_hint();
         if let Some(at) = wake.take_taken() {
+            return grant(undo, at, ttl);
+        }
+        // Granted outright: valid from the earliest instant the grant can have happened.
+        // (Not placed on this clock, or replicas must acknowledge it: the attempt below
+        // claims it like a reservation.)
+        if let Some(at) = wake
+            .take_given()
+            .and_then(|ms| anchors.place(ms))
+            .filter(|_| store.takes_outright(keys))
+        {
             return grant(undo, at, ttl);
         }
         let waiter = QueueWaiter {
@@ -350,7 +364,11 @@ async fn run(request: Request<'_>, judged: &mut Option<u64>) -> Result<Granted, 
                 first_end: end,
                 place,
                 capacity,
+                server_ms,
             })) => {
+                if let Some(server_ms) = server_ms {
+                    anchors.answered(started, server_ms);
+                }
                 transient = None;
                 first_end = end;
                 *judged = Some(capacity);
@@ -389,6 +407,13 @@ async fn run(request: Request<'_>, judged: &mut Option<u64>) -> Result<Granted, 
             if let Some(at) = wake.take_taken() {
                 return grant(undo, at, ttl);
             }
+            if let Some(given) = wake.take_given() {
+                match anchors.place(given) {
+                    Some(at) if store.takes_outright(keys) => return grant(undo, at, ttl),
+                    // Claimed by the next attempt instead.
+                    _ => break,
+                }
+            }
             match wake.take_hint() {
                 Some(Hint::Head(left) | Hint::Standby(left)) => {
                     pause_until = (Instant::now() + left + SLACK).min(deadline);
@@ -396,6 +421,50 @@ async fn run(request: Request<'_>, judged: &mut Option<u64>) -> Result<Granted, 
                 Some(Hint::Granted) | None => break,
             }
         }
+    }
+}
+
+/// A server time read during a queued attempt, and when that attempt was sent: the server
+/// read its clock after that instant.
+#[derive(Debug, Clone, Copy)]
+struct Anchor {
+    sent: Instant,
+    server_ms: u64,
+}
+
+/// What a waiter needs to place a grant's server time on its own clock: its first queued
+/// attempt answered, and its latest (the closer to a grant, the longer the permit counts).
+#[derive(Debug, Default)]
+struct Anchors {
+    first: Option<Anchor>,
+    latest: Option<Anchor>,
+}
+
+impl Anchors {
+    fn answered(&mut self, sent: Instant, server_ms: u64) {
+        let anchor = Some(Anchor { sent, server_ms });
+        if self.first.is_none() {
+            self.first = anchor;
+        }
+        self.latest = anchor;
+    }
+
+    /// The earliest instant of this clock at which a grant at server time `given` (ms) can
+    /// have happened: an anchor's send instant, plus the server time from the anchor's to
+    /// the grant's less a millisecond (both were truncated to whole milliseconds) and the
+    /// drift allowance between the two clocks ([`validity`] of it). Counting the permit
+    /// from there, it ends on this clock no later than on the server's. `None` when no
+    /// anchor comes before the grant (the grant is then claimed by an attempt, as a
+    /// reservation is).
+    fn place(&self, given: u64) -> Option<Instant> {
+        [self.latest, self.first]
+            .into_iter()
+            .flatten()
+            .find(|anchor| anchor.server_ms <= given)
+            .map(|anchor| {
+                let between = Duration::from_millis((given - anchor.server_ms).saturating_sub(1));
+                anchor.sent + validity(between)
+            })
     }
 }
 
@@ -436,4 +505,34 @@ fn grant(mut undo: Abandon<'_>, started: Instant, ttl: Duration) -> Result<Grant
         member: std::mem::take(&mut undo.member),
         started,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_grant_is_placed_no_later_than_it_can_have_happened() {
+        let mut anchors = Anchors::default();
+        assert_eq!(anchors.place(1_000), None, "no anchor yet: claimed instead");
+        let sent = Instant::now();
+        anchors.answered(sent, 10_000);
+        // Granted 5 s of server time after the anchor: at most 5 s less a millisecond and
+        // the drift allowance later on this clock.
+        let at = anchors.place(15_000).expect("placed");
+        assert!(at <= sent + Duration::from_millis(4_999));
+        assert!(at >= sent + Duration::from_millis(4_900));
+        // Granted in the anchor's own millisecond, or the next: from the send itself.
+        assert_eq!(anchors.place(10_000), Some(sent));
+        assert_eq!(anchors.place(10_001), Some(sent));
+        // A later anchor places a later grant closer; an earlier grant falls back on the
+        // first anchor.
+        let later = sent + Duration::from_secs(3);
+        anchors.answered(later, 13_000);
+        assert_eq!(anchors.place(13_001), Some(later));
+        let early = anchors.place(12_000).expect("placed by the first anchor");
+        assert!(early < later && early > sent);
+        // Before every anchor: not placed.
+        assert_eq!(anchors.place(9_999), None);
+    }
 }

@@ -1,0 +1,166 @@
+//! A semaphore's hand-off between Lockers: a released permit goes to the next waiter of
+//! another Locker outright (told with the grant's server time; no claim follows), so the
+//! release must not hand it to a Locker that is gone, and a waiter whose request ended as
+//! the grant came must give it back.
+
+use std::time::Duration;
+
+use lock_core::Locker;
+use lock_tests::RedisServer;
+
+use crate::permit_costs::assert_idle;
+
+const SECOND: Duration = Duration::from_secs(1);
+const NAME: &str = "handoff";
+const HOLDERS: &str = "lock:{handoff}:sem";
+const QUEUE: &str = "lock:{handoff}:sem:q";
+
+async fn until(what: &str, mut check: impl FnMut() -> bool) {
+    for _ in 0..1000 {
+        if check() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("timed out waiting for {what}");
+}
+
+fn queued(server: &RedisServer) -> usize {
+    server
+        .command(&["ZCARD", QUEUE])
+        .trim()
+        .trim_start_matches(':')
+        .parse()
+        .unwrap_or(0)
+}
+
+/// The live holders: each member with how long it has left by the server's clock (ms).
+fn holders(server: &RedisServer) -> Vec<(String, i64)> {
+    let now: i64 = {
+        let time = lock_tests::cluster::bulk_strings(&server.command(&["TIME"]));
+        let seconds: i64 = time.first().and_then(|s| s.parse().ok()).unwrap_or(0);
+        let micros: i64 = time.get(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+        seconds * 1000 + micros / 1000
+    };
+    let rows = lock_tests::cluster::bulk_strings(&server.command(&[
+        "ZRANGEBYSCORE",
+        HOLDERS,
+        "(0",
+        "+inf",
+        "WITHSCORES",
+    ]));
+    rows.chunks(2)
+        .filter_map(|row| Some((row[0].clone(), row.get(1)?.parse::<i64>().ok()? - now)))
+        .collect()
+}
+
+/// A waiter on a Locker of its own, in a thread of its own, that dies once `queued_by`
+/// says it stands in line: its runtime is dropped where it stands (nothing of it runs
+/// again, no give-back), and with it its connections, so Redis drops its Locker's
+/// subscription, as for a killed process.
+async fn die_while_queued(url: String, queued_by: impl FnMut() -> bool) {
+    let (kill, killed) = std::sync::mpsc::channel::<()>();
+    let thread = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let locker = runtime.block_on(async { Locker::from_url(&url).expect("locker") });
+        runtime.spawn(async move {
+            let semaphore = locker.semaphore(NAME, 1);
+            let _ = semaphore.acquire().ttl(10 * SECOND).wait(60 * SECOND).await;
+        });
+        runtime.block_on(async {
+            while killed.try_recv().is_err() {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        });
+        runtime.shutdown_background();
+    });
+    until("the doomed waiter to queue", queued_by).await;
+    kill.send(()).expect("the doomed waiter's thread");
+    tokio::task::spawn_blocking(move || thread.join().expect("the doomed waiter's thread"))
+        .await
+        .expect("join");
+}
+
+/// Three waiters die in line ahead of a live one. The release finds their Lockers gone
+/// (its message reaches nobody), drops them, and grants the permit to the live waiter, for
+/// its own TTL, in the same step: no permit granted to, or reserved for, a dead waiter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_passes_over_waiters_whose_locker_is_gone() {
+    let server = RedisServer::start();
+    let holder = Locker::from_url(&server.url()).expect("locker");
+    let permit = holder
+        .semaphore(NAME, 1)
+        .try_acquire(30 * SECOND)
+        .await
+        .expect("permit");
+    for dead in 1..=3 {
+        die_while_queued(server.url(), || queued(&server) == dead).await;
+    }
+    let live = Locker::from_url(&server.url()).expect("locker");
+    let semaphore = live.semaphore(NAME, 1);
+    let waiter =
+        tokio::spawn(async move { semaphore.acquire().ttl(20 * SECOND).wait(30 * SECOND).await });
+    until("the live waiter to queue", || queued(&server) == 4).await;
+    assert!(permit.release().await.expect("release"));
+    // Right after the release, before the waiter can have done anything.
+    let held = holders(&server);
+    assert_eq!(
+        queued(&server),
+        0,
+        "dead entries left in line; holders {held:?}"
+    );
+    assert_eq!(held.len(), 1, "{held:?}");
+    assert!(
+        held[0].1 > 10_000,
+        "granted for the live waiter's 20 s TTL, not reserved for a claim window: {held:?}"
+    );
+    let permit = waiter
+        .await
+        .expect("join")
+        .expect("the live waiter's permit");
+    assert!(
+        held[0].0.starts_with(&format!("1 {}", permit.token())),
+        "{held:?}"
+    );
+    assert!(permit.release().await.expect("release"));
+    assert_idle(&server, HOLDERS);
+}
+
+/// A waiter whose request is dropped just as a release of another Locker grants it the
+/// permit gives the permit back (its guard, in the background): the permit is free again
+/// long before its TTL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_to_a_request_that_just_ended_is_given_back() {
+    let server = RedisServer::start();
+    let holder = Locker::from_url(&server.url()).expect("locker");
+    let other = Locker::from_url(&server.url()).expect("locker");
+    for round in 0..20 {
+        let permit = holder
+            .semaphore(NAME, 1)
+            .try_acquire(30 * SECOND)
+            .await
+            .expect("permit");
+        let semaphore = other.semaphore(NAME, 1);
+        let waiter =
+            tokio::spawn(
+                async move { semaphore.acquire().ttl(30 * SECOND).wait(30 * SECOND).await },
+            );
+        until("the waiter to queue", || queued(&server) == 1).await;
+        // The release and the drop race: the grant may reach the waiter before, during or
+        // after its request ends.
+        let release = tokio::spawn(async move { permit.release().await });
+        if round % 2 == 1 {
+            tokio::task::yield_now().await;
+        }
+        waiter.abort();
+        assert!(release.await.expect("join").expect("release"));
+        until("the grant to the dropped request to be given back", || {
+            holders(&server).is_empty()
+        })
+        .await;
+        assert_idle(&server, HOLDERS);
+    }
+}
