@@ -9,21 +9,12 @@ use lock_core::Locker;
 use lock_tests::RedisServer;
 
 use crate::permit_costs::assert_idle;
+use crate::queue::{die_while_queued, until};
 
 const SECOND: Duration = Duration::from_secs(1);
 const NAME: &str = "handoff";
 const HOLDERS: &str = "lock:{handoff}:sem";
 const QUEUE: &str = "lock:{handoff}:sem:q";
-
-async fn until(what: &str, mut check: impl FnMut() -> bool) {
-    for _ in 0..1000 {
-        if check() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("timed out waiting for {what}");
-}
 
 fn queued(server: &RedisServer) -> usize {
     server
@@ -54,36 +45,6 @@ fn holders(server: &RedisServer) -> Vec<(String, i64)> {
         .collect()
 }
 
-/// A waiter on a Locker of its own, in a thread of its own, that dies once `queued_by`
-/// says it stands in line: its runtime is dropped where it stands (nothing of it runs
-/// again, no give-back), and with it its connections, so Redis drops its Locker's
-/// subscription, as for a killed process.
-async fn die_while_queued(url: String, queued_by: impl FnMut() -> bool) {
-    let (kill, killed) = std::sync::mpsc::channel::<()>();
-    let thread = std::thread::spawn(move || {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("runtime");
-        let locker = runtime.block_on(async { Locker::from_url(&url).expect("locker") });
-        runtime.spawn(async move {
-            let semaphore = locker.semaphore(NAME, 1);
-            let _ = semaphore.acquire().ttl(10 * SECOND).wait(60 * SECOND).await;
-        });
-        runtime.block_on(async {
-            while killed.try_recv().is_err() {
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-        });
-        runtime.shutdown_background();
-    });
-    until("the doomed waiter to queue", queued_by).await;
-    kill.send(()).expect("the doomed waiter's thread");
-    tokio::task::spawn_blocking(move || thread.join().expect("the doomed waiter's thread"))
-        .await
-        .expect("join");
-}
-
 /// Three waiters die in line ahead of a live one. The release finds their Lockers gone
 /// (its message reaches nobody), drops them, and grants the permit to the live waiter, for
 /// its own TTL, in the same step: no permit granted to, or reserved for, a dead waiter.
@@ -97,7 +58,15 @@ async fn a_release_passes_over_waiters_whose_locker_is_gone() {
         .await
         .expect("permit");
     for dead in 1..=3 {
-        die_while_queued(server.url(), || queued(&server) == dead).await;
+        let url = server.url();
+        let make = move || Locker::from_url(&url).expect("locker");
+        let doomed = |locker: Locker| async move {
+            let semaphore = locker.semaphore(NAME, 1);
+            let _ = semaphore.acquire().ttl(10 * SECOND).wait(60 * SECOND).await;
+        };
+        // Its runtime is dropped where it stands (no give-back runs), and with it its
+        // connections: Redis drops its Locker's subscription, as for a killed process.
+        die_while_queued(make, doomed, || queued(&server) == dead).await;
     }
     let live = Locker::from_url(&server.url()).expect("locker");
     let semaphore = live.semaphore(NAME, 1);

@@ -282,15 +282,17 @@ async fn waiters_moving_up_when_the_first_give_up_are_told() {
     assert!(lease.release().await.expect("release"));
 }
 
-/// Starts a request for `name` on a Locker living in a runtime of its own, lets it queue
-/// (`queued_by` turns true once it stands in line), then drops that runtime with the
-/// request still waiting: its connections close, as a killed process's do, and its queue
-/// entry stays behind (nothing runs to take it out).
-async fn die_while_queued(
+/// Starts `wait` (a request that queues) on a Locker living in a runtime of its own, lets
+/// it queue (`queued_by` turns true once it stands in line), then drops that runtime with
+/// the request still waiting: its connections close, as a killed process's do, and its
+/// queue entry stays behind (nothing runs to take it out).
+pub(crate) async fn die_while_queued<F>(
     make: impl FnOnce() -> Locker + Send + 'static,
-    name: &'static str,
+    wait: impl FnOnce(Locker) -> F + Send + 'static,
     queued_by: impl FnMut() -> bool,
-) {
+) where
+    F: std::future::Future<Output = ()> + Send + 'static,
+{
     let (kill, killed) = std::sync::mpsc::channel::<()>();
     let thread = std::thread::spawn(move || {
         let runtime = tokio::runtime::Builder::new_current_thread()
@@ -298,9 +300,7 @@ async fn die_while_queued(
             .build()
             .expect("runtime");
         let locker = runtime.block_on(async { make() });
-        runtime.spawn(async move {
-            let _ = locker.lock(name).ttl(10 * SECOND).wait(60 * SECOND).await;
-        });
+        runtime.spawn(wait(locker));
         runtime.block_on(async {
             while killed.try_recv().is_err() {
                 tokio::time::sleep(Duration::from_millis(5)).await;
@@ -339,7 +339,10 @@ async fn dead_waiters_are_passed_over(
     let holder = make();
     let lease = holder.lock(NAME).ttl(30 * SECOND).await.expect("holder");
     for dead in 1..=3 {
-        die_while_queued(make.clone(), NAME, || {
+        let doomed = |locker: Locker| async move {
+            let _ = locker.lock(NAME).ttl(10 * SECOND).wait(60 * SECOND).await;
+        };
+        die_while_queued(make.clone(), doomed, || {
             servers.iter().all(|server| queued(server, NAME) == dead)
         })
         .await;
