@@ -136,7 +136,8 @@ impl Lease {
             held = tracing::field::Empty,
         );
         let recording = !span.is_disabled();
-        let released = async move {
+        // Pinned in place, the span around a reference to it (see `engine::acquire`).
+        let released = std::pin::pin!(async move {
             let released = held.release_now(engine.backend(), false).await;
             if let Ok(still_held) = released {
                 if recording {
@@ -147,9 +148,8 @@ impl Lease {
                 }
             }
             released
-        }
-        .instrument(span)
-        .await;
+        });
+        let released = released.instrument(span).await;
         self.released = true;
         released
     }

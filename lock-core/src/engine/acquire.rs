@@ -103,7 +103,12 @@ pub(crate) fn acquire<L>(
             not_replicated: None,
             outage: (!wait.is_zero()).then(|| Outage::new(settings.unreachable_timeout)),
         };
-        let result = run(acquisition, wait, holds).instrument(span.clone()).await;
+        // Pinned where it is built, and the span put around a reference to it: moved into
+        // `Instrumented` and then into this future's state, its kilobytes were copied twice.
+        let result = {
+            let attempts = std::pin::pin!(run(acquisition, wait, holds));
+            attempts.instrument(span.clone()).await
+        };
         let outcome = match &result {
             Ok(_) => "acquired",
             Err(LockError::Busy { .. }) => "busy",

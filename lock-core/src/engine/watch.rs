@@ -61,6 +61,10 @@ const MAX_RETRY_PAUSE: Duration = Duration::from_secs(1);
 /// server, a network stall that ate a push).
 const HEARTBEAT: Duration = Duration::from_secs(1);
 
+/// How long the watch task waits for a new lease once nothing is watched, before it ends
+/// (and the next grant spawns it again).
+const LINGER: Duration = Duration::from_secs(1);
+
 /// The watch connections: one server's (or the Sentinels' master's), or one per master of
 /// a Cluster.
 enum Watchers {
@@ -444,15 +448,22 @@ impl LossWatch {
     /// Ends the task when nothing is watched; true if it ended.
     fn idle(&self) -> bool {
         let mut state = self.state();
-        if state.leases.is_empty()
-            && state.pending.is_empty()
-            && state.fresh.is_empty()
-            && !state.all
-        {
+        if state.watches_nothing() {
             state.running = false;
             return true;
         }
         false
+    }
+
+    /// No lease is watched, nor waits to be.
+    fn watches_nothing(&self) -> bool {
+        self.state().watches_nothing()
+    }
+}
+
+impl State {
+    fn watches_nothing(&self) -> bool {
+        self.leases.is_empty() && self.pending.is_empty() && self.fresh.is_empty() && !self.all
     }
 }
 
@@ -471,11 +482,23 @@ async fn run(weak: Weak<LossWatch>) {
         tokio::pin!(notified);
         notified.as_mut().enable();
         let Some((keys, watermark)) = watch.take() else {
-            if watch.idle() {
-                return;
-            }
+            let nothing_watched = watch.watches_nothing();
             drop(watch);
-            notified.await;
+            if nothing_watched {
+                // Nothing left to watch: wait a while for the next grant before ending, so
+                // that a Locker that keeps taking short leases tells a running task (a
+                // wake) rather than spawns one per batch. The heartbeat pings nobody
+                // meanwhile.
+                if tokio::time::timeout(LINGER, notified).await.is_err() {
+                    let Some(watch) = weak.upgrade() else { return };
+                    if watch.idle() {
+                        return;
+                    }
+                    continue;
+                }
+            } else {
+                notified.await;
+            }
             // Let the keys pushed or granted with this one join its read.
             tokio::time::sleep(BATCH).await;
             continue;
@@ -525,7 +548,7 @@ async fn run(weak: Weak<LossWatch>) {
 }
 
 /// The heartbeat task, beside the watch task and for as long as it runs: every
-/// [`HEARTBEAT`], each watch connection is asked for a sign of life (on its own task, so
+/// [`HEARTBEAT`] while a lease is watched, each watch connection is asked for a sign of life (on its own task, so
 /// that a master that does not answer delays no push from the others); a connection that
 /// misses it is retired, and every lease looks again.
 async fn heartbeat(weak: Weak<LossWatch>) {
@@ -538,6 +561,10 @@ async fn heartbeat(weak: Weak<LossWatch>) {
             if !watch.state().running || watch.beating.swap(true, Ordering::AcqRel) {
                 return;
             }
+            continue;
+        }
+        // The watch task waits for a grant with nothing to watch: no connection to check.
+        if watch.watches_nothing() {
             continue;
         }
         if !watch.watcher.heartbeat().await {
