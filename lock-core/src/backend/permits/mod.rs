@@ -34,7 +34,9 @@
 //! attempt read, after the instant that attempt was sent; see `Anchors` in
 //! `prims/permits/acquire.rs`). A message that provably reached nobody (no connection
 //! listens on the channel: the Locker's process died) takes the grant back, and the permit
-//! goes to the next in line in the same step. A waiter whose request ended as its grant
+//! goes to the next in line in the same step (a live Locker whose pub/sub connection is
+//! being re-opened at that instant loses its waiter's place too: its waiters are woken
+//! when the connection is back, and queue again). A waiter whose request ended as its grant
 //! came gives it back through its request's guard. A Locker that must have replicas
 //! acknowledge a grant claims it instead (a claim rewrites it, and waits).
 
