@@ -77,6 +77,14 @@ pub fn stamp_ahead(left: impl FnMut() -> Duration) -> Nanos {
     after.saturating_add(nanos(left))
 }
 
+/// A reading of `left()` (which reads the clock once, for example
+/// `LeaseHandle::expires_in`): the stamp just before it, the value read, and the moment
+/// `left` from the reading as [`stamp_ahead`] gives it (never below it).
+pub fn reading(left: impl FnMut() -> Duration) -> (Nanos, Duration, Nanos) {
+    let (before, left, after) = bracket(now, left);
+    (before, left, after.saturating_add(nanos(left)))
+}
+
 /// `ns` as milliseconds with three decimals, for messages.
 pub fn ms(ns: Nanos) -> String {
     format!("{:.3}ms", ns as f64 / 1e6)

@@ -190,7 +190,7 @@ pub(super) async fn hold(ctx: &Ctx, rng: &mut fastrand::Rng, mut lease: Guard, h
             lost_detected("is_lost");
         }
         if auto_renew && !lost_reported {
-            observe(ctx, &lease, &id, t_sent, sabotage);
+            observe(ctx, &lease, &id, sabotage);
         }
         if kind == HoldKind::Lock && fence.is_some() {
             fenced_write(ctx, &id, &name, fence, t_sent, lost_reported).await;
@@ -211,7 +211,7 @@ pub(super) async fn hold(ctx: &Ctx, rng: &mut fastrand::Rng, mut lease: Guard, h
         lost_detected("is_lost");
     }
     if auto_renew && !lost_reported {
-        observe(ctx, &lease, &id, t_sent, sabotage);
+        observe(ctx, &lease, &id, sabotage);
     }
     ctx.log(&Event::Releasing {
         id: id.clone(),

@@ -66,9 +66,8 @@ pub(super) async fn renewed(
 
 /// One look at the lease, logged.
 fn look(ctx: &Ctx, lease: &Guard, id: &str, lost: &mut bool, sabotage: Nanos) {
-    let t = clock::now();
     if !lease.is_lost() {
-        observe(ctx, lease, id, t, sabotage);
+        observe(ctx, lease, id, sabotage);
     } else if !*lost {
         *lost = true;
         ctx.log(&Event::LostDetected {
@@ -80,11 +79,19 @@ fn look(ctx: &Ctx, lease: &Guard, id: &str, lost: &mut bool, sabotage: Nanos) {
 }
 
 /// Logs the validity an auto-renewed lease reports now: the renewer moves it in the
-/// background, and the holder trusts whatever it reads.
-pub(super) fn observe(ctx: &Ctx, lease: &Guard, id: &str, t: Nanos, sabotage: Nanos) {
+/// background, and the holder trusts whatever it reads. Stamped with the reading itself
+/// (the instant just before it, and its end that far ahead), never with an earlier stamp:
+/// a client stopped (`pause`) between a stamp and the reading would otherwise log, as seen
+/// before the stop, an end read after it. A reading of nothing left claims nothing and is
+/// not logged (its end would be the reading's own instant, as if trusted until then).
+pub(super) fn observe(ctx: &Ctx, lease: &Guard, id: &str, sabotage: Nanos) {
+    let (t, left, valid_until) = clock::reading(|| lease.expires_in());
+    if left.is_zero() {
+        return;
+    }
     ctx.log(&Event::Observed {
         id: id.to_owned(),
         t,
-        valid_until: lease.valid_until() + sabotage,
+        valid_until: valid_until + sabotage,
     });
 }
