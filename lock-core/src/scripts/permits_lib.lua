@@ -171,15 +171,22 @@ local function send(out, channel, msg)
   return redis.call('PUBLISH', channel, msg) > 0
 end
 
+-- The list kept for `channel` in `by`: created, and the channel added to `order` (the
+-- order its messages go out in), the first time.
+local function list_for(by, order, channel)
+  local list = by[channel]
+  if not list then
+    list = {}
+    by[channel] = list
+    order[#order + 1] = channel
+  end
+  return list
+end
+
 -- A permit granted outright to `ent`, a waiter of another Locker, as holder `member`: told
 -- by `give_told`.
 local function give(out, ent, member)
-  local list = out.given[ent.channel]
-  if not list then
-    list = {}
-    out.given[ent.channel] = list
-    out.gchans[#out.gchans + 1] = ent.channel
-  end
+  local list = list_for(out.given, out.gchans, ent.channel)
   list[#list + 1] = { id = ent.id, member = member, weight = ent.weight }
 end
 
@@ -228,12 +235,7 @@ local function tell(out, ent, kind, ms)
   if ent.channel == out.own then
     out.locals[#out.locals + 1] = kind .. ':' .. ms .. ':' .. ent.id
   elseif kind == 'g' then
-    local ids = out.by[ent.channel]
-    if not ids then
-      ids = {}
-      out.by[ent.channel] = ids
-      out.chans[#out.chans + 1] = ent.channel
-    end
+    local ids = list_for(out.by, out.chans, ent.channel)
     ids[#ids + 1] = ent.id
   else
     send(out, ent.channel, kind .. ':' .. ms .. ':' .. out.h .. '#' .. ent.id)
