@@ -17,6 +17,16 @@ use crate::signal::{parse_batch, parse_given, parse_message, Batch};
 use super::Inner;
 
 impl Inner {
+    /// The signal of the waiters listening under `key` (a lock key, or a permit waiter's
+    /// route), if any.
+    fn interest(&self, key: &str) -> Option<Arc<crate::signal::Wake>> {
+        self.interests
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(key)
+            .map(|(_, signal)| Arc::clone(signal))
+    }
+
     /// Hands a message to its waiters: a turn (on our channel, or on a lock's sharded turn
     /// channel) to the lock's signal, with its hint; a release to the channel's.
     pub(super) fn deliver(&self, channel: &str, payload: &str) {
@@ -45,13 +55,8 @@ impl Inner {
             }
             // A permit granted outright to one waiter of this Locker.
             if let Some((route, server_ms)) = parse_given(payload) {
-                let signal = self
-                    .interests
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .get(route)
-                    .map(|(_, signal)| Arc::clone(signal));
-                if let Some(signal) = signal {
+                // A waiter gone already: its guard gives back what it was handed.
+                if let Some(signal) = self.interest(route) {
                     signal.post_given(server_ms);
                 }
                 return;
@@ -59,15 +64,9 @@ impl Inner {
             let Some((lock_key, hint)) = parse_message(payload) else {
                 return;
             };
-            let signal = self
-                .interests
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .get(lock_key)
-                .map(|(_, signal)| Arc::clone(signal));
             // No local waiter any more: the reservation lapses after its window, or the
             // waiter that left already passed it on.
-            if let Some(signal) = signal {
+            if let Some(signal) = self.interest(lock_key) {
                 signal.post(hint);
             }
             return;
