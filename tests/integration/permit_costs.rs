@@ -297,6 +297,22 @@ async fn a_hand_off_across_lockers_needs_one_message_and_no_claim() {
         queued(&server, "lock:{pool}:sem:q") == 1
     })
     .await;
+    // A waiter of a third Locker behind it: it comes to the head of the line with the
+    // release, and needs no message for that (nothing moved the first end sooner since it
+    // queued: the timer it has looks in time).
+    let behind = Locker::from_url(&server.url()).expect("locker");
+    let warm = behind
+        .semaphore("warm", 1)
+        .try_acquire(30 * SECOND)
+        .await
+        .expect("permit");
+    assert!(warm.release().await.expect("release"));
+    let last = behind.semaphore("pool", 1);
+    let next = tokio::spawn(async move { last.acquire().ttl(30 * SECOND).wait(30 * SECOND).await });
+    until("the second waiter to queue", || {
+        queued(&server, "lock:{pool}:sem:q") == 2
+    })
+    .await;
     // Long enough that a permit counted from the waiter's queued attempt, not from the
     // grant, would show it.
     tokio::time::sleep(Duration::from_millis(1500)).await;
@@ -312,6 +328,13 @@ async fn a_hand_off_across_lockers_needs_one_message_and_no_claim() {
         "counted from the grant, less the drift allowance: {:?}",
         permit.expires_in()
     );
+    // The next hand-off costs the same.
+    let before = calls(&server);
+    assert!(permit.release().await.expect("release"));
+    let permit = next.await.expect("waiter").expect("permit");
+    let delta = since(&server, &before);
+    assert_eq!(of(&delta, "publish"), 1, "{delta:?}");
+    assert_eq!(of(&delta, "evalsha") + of(&delta, "eval"), 1, "{delta:?}");
     assert!(permit.release().await.expect("release"));
     assert_idle(&server, "lock:{pool}:sem");
 }

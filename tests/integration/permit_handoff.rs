@@ -133,3 +133,54 @@ async fn a_grant_to_a_request_that_just_ended_is_given_back() {
         assert_idle(&server, HOLDERS);
     }
 }
+
+/// A blocked head hears when to look again only when the first end moved sooner than what
+/// its queued attempt told it: here a grant with a TTL shorter than every other holder's.
+/// Its holder dies with it; the waiter behind (told, though of another Locker) takes the
+/// permit when that short TTL ends, not when the long holders' would (30 s; its wait is
+/// 5 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_head_is_told_when_a_shorter_grant_moves_the_first_end() {
+    let server = RedisServer::start();
+    let holder = Locker::from_url(&server.url()).expect("locker");
+    let semaphore = holder.semaphore(NAME, 2);
+    let first = semaphore.try_acquire(30 * SECOND).await.expect("permit");
+    let second = semaphore.try_acquire(30 * SECOND).await.expect("permit");
+    let url = server.url();
+    let make = move || Locker::from_url(&url).expect("locker");
+    // Granted a 500 ms permit, then its process dies holding it.
+    let doomed = |locker: Locker| async move {
+        let semaphore = locker.semaphore(NAME, 2);
+        if let Ok(permit) = semaphore
+            .acquire()
+            .ttl(Duration::from_millis(500))
+            .wait(30 * SECOND)
+            .await
+        {
+            std::future::pending::<()>().await;
+            drop(permit);
+        }
+    };
+    let behind = Locker::from_url(&server.url()).expect("locker");
+    let (_, waiter) = tokio::join!(
+        die_while_queued(make, doomed, || {
+            holders(&server).iter().any(|(_, left)| *left < 1_000)
+        }),
+        async {
+            until("the short waiter to queue", || queued(&server) == 1).await;
+            let semaphore = behind.semaphore(NAME, 2);
+            let waiter =
+                tokio::spawn(
+                    async move { semaphore.acquire().ttl(30 * SECOND).wait(5 * SECOND).await },
+                );
+            until("the waiter behind to queue", || queued(&server) == 2).await;
+            assert!(first.release().await.expect("release"));
+            waiter.await.expect("join")
+        }
+    );
+    let permit = waiter
+        .expect("the permit once the dead holder's short TTL ended, not at the long holders' ends");
+    assert!(permit.release().await.expect("release"));
+    assert!(second.release().await.expect("release"));
+    assert_idle(&server, HOLDERS);
+}

@@ -10,8 +10,8 @@
 -- Returns {-1, the stored capacity, -1, 0, 0} when ARGV[3] disagrees with the capacity
 -- stored while the name is in use, or the weight is above a set capacity (nothing of the
 -- request is written; ended permits are dropped), {1, 0, -1, 0 or the capacity, 0} when
--- taken, {0, ms until the first permit ends (-1: none, or not read for a waiter behind the
--- first two), our place among the waiters (-1 for a plain try), the capacity the request
+-- taken, {0, ms until the first permit ends (-1: none held; for a waiter behind the first
+-- two, a lower bound on it), our place among the waiters (-1 for a plain try), the capacity the request
 -- was judged against (a set one, pinned, wins over ARGV[3]), the server's time (ms): a
 -- grant to this waiter told later with its own server time happened that much later} when
 -- not; then, after these five, one line "<kind>:<ms>:<waiter id>" per waiter of the
@@ -22,24 +22,36 @@ local cap, weight = tonumber(ARGV[3]), tonumber(ARGV[4])
 local t = redis.call('TIME')
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local now = math.floor(now_us / 1000)
-local r = redis.call('ZMSCORE', h, '#c', '#w', '#l', '#q', '#h', '#e', '#t', member, '#p')
-local mine = r[8] and tonumber(r[8])
+local r = redis.call('ZMSCORE', h, '#c', '#w', '#l', '#q', '#h', '#e', '#t', '#f', member, '#p')
+local mine = r[9] and tonumber(r[9])
 local kt = r[7] and -tonumber(r[7]) or 0
 if mine and mine > now then
   -- Reserved for us (or taken by an attempt whose reply was lost): claim it.
   local e = now + ttl
-  if e > kt then
+  local args = { 'ZADD', h, e, member }
+  local lo = r[3] and -tonumber(r[3]) or 0
+  if lo == 0 or e < lo then
+    -- A TTL shorter than what was left of the reservation: the first end moves sooner.
+    args[#args + 1] = -e
+    args[#args + 1] = '#l'
+    args[#args + 1] = -now
+    args[#args + 1] = '#f'
+  end
+  local rearm = e > kt
+  if rearm then
     kt = e + ttl
-    redis.call('ZADD', h, e, member, -kt, '#t')
+    args[#args + 1] = -kt
+    args[#args + 1] = '#t'
+  end
+  redis.call(unpack(args))
+  if rearm then
     redis.call('PEXPIREAT', h, kt)
     if r[4] and -tonumber(r[4]) > 0 then redis.call('PEXPIREAT', q, kt) end
-  else
-    redis.call('ZADD', h, e, member)
   end
   return {1, 0, -1, 0, 0}
 end
 local stored = r[1] and -tonumber(r[1])
-if stored and r[9] then
+if stored and r[10] then
   -- The capacity was set (pinned): it is the name's whatever the request asks.
   if weight > stored then return {-1, stored, -1, 0, 0} end
   cap = stored
@@ -70,7 +82,7 @@ if not mine and (not stored or stored == cap) and w == math.floor(w) and w + wei
 end
 --[[permits_lib]]
 local me, window = ARGV[5], tonumber(ARGV[6])
-local st = decode(r)
+local st = decode(r, now)
 local out = outbox(h, ARGV[8] or '', window)
 local function reply(taken, left, place)
   flush(out)
@@ -121,11 +133,17 @@ if me ~= '' then
     place = redis.call('ZRANK', q, me) or -1
   end
 end
--- The first end matters to a plain try (its Busy error says when to retry) and to the
--- first two waiters (when to look again); the others wait for their turn message.
+-- The first end matters to a plain try (its Busy error says when to retry) and to every
+-- waiter: each looks again by then at the latest, unless told its turn first (a head is
+-- told when to look again only if the first end moves sooner than this; see `#f`). The
+-- first two read it exactly; the others take the bound on it (an early look at worst).
 local left = -1
 if me == '' or place <= 1 then
   left = first_end(h, st, now)
+elseif st.first then
+  left = math.max(st.first - now, 0)
+elseif st.lo > 0 then
+  left = math.max(st.lo - now, 0)
 end
 save(h, q, st)
 return reply(0, left, place)

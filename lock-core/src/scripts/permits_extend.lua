@@ -13,8 +13,12 @@ local args = { 'ZADD', h, e, member }
 -- A shorter end than before: the bound on the first end must not be above it.
 local lo = r[1] and -tonumber(r[1]) or 0
 if lo == 0 or e < lo then
+  -- Shortened below every other holder's end: the first end moves sooner (see the lib's
+  -- `#f`), which a blocked head that arrived earlier must be told at the next hand-out.
   args[#args + 1] = -e
   args[#args + 1] = '#l'
+  args[#args + 1] = -now
+  args[#args + 1] = '#f'
 end
 local kt = r[3] and -tonumber(r[3]) or 0
 local rearm = e > kt

@@ -23,6 +23,10 @@
 --     #h  the weight of the queue's head (0: not known), #e  until when its entry counts:
 --         while the head does not fit, a release does not read the queue at all
 --     #t  until when (server ms) the keys live: every permit and queue entry ends before
+--     #f  when (server ms) a permit or reservation last ended sooner than every holder
+--         then (lowered the first end): a blocked waiter that arrived later knows the
+--         first end it has to look at by (its queued attempt read it, or a bound on it),
+--         so only a head that arrived by then needs to be told when to look again
 --   The key stays when the name falls idle (it expires at #t): no delete and re-arm per
 --   cycle.
 -- q (ZSET): waiters not yet handed a permit, in arrival order; score = arrival (server
@@ -32,7 +36,7 @@
 --   attempt, so it finds (and leaves) its place without a side table.
 -- Times are the server's (TIME), never a client's clock.
 
-local function decode(r)
+local function decode(r, now)
   local w = r[2] and -tonumber(r[2]) or 0
   local held = math.floor(w)
   local st = {
@@ -43,11 +47,14 @@ local function decode(r)
     hw = r[5] and -tonumber(r[5]) or 0,
     he = r[6] and -tonumber(r[6]) or 0,
     kt = r[7] and -tonumber(r[7]) or 0,
-    adds = {}, first = nil, qnew = false,
+    lf = r[8] and -tonumber(r[8]) or 0,
+    now = now, adds = {}, first = nil, qnew = false,
   }
   if st.held < 0 then st.held = 0 end
   if st.nq < 0 then st.nq = 0 end
-  st.old = { cap = st.cap, w = w, lo = st.lo, nq = st.nq, hw = st.hw, he = st.he, kt = st.kt }
+  st.old = {
+    cap = st.cap, w = w, lo = st.lo, nq = st.nq, hw = st.hw, he = st.he, kt = st.kt, lf = st.lf,
+  }
   return st
 end
 
@@ -55,11 +62,15 @@ local function weight_of(member)
   return tonumber(string.match(member, '^(%d+) ')) or 1
 end
 
--- A holder to write with the state: `score` its end.
+-- A holder to write with the state: `score` its end. One that ends before every holder
+-- known (`lo` is a lower bound on their ends) lowers the first end: recorded in `lf`.
 local function add(st, score, member)
   st.adds[#st.adds + 1] = score
   st.adds[#st.adds + 1] = member
-  if st.lo == 0 or score < st.lo then st.lo = score end
+  if st.lo == 0 or score < st.lo then
+    st.lo = score
+    st.lf = st.now
+  end
   if st.first ~= nil and (st.first == false or score < st.first) then st.first = score end
 end
 
@@ -90,6 +101,7 @@ local function save(h, q, st)
   put(st.hw, o.hw, '#h')
   put(st.he, o.he, '#e')
   put(st.kt, o.kt, '#t')
+  put(st.lf, o.lf, '#f')
   if #args > 2 then redis.call(unpack(args)) end
   if st.kt ~= o.kt then
     redis.call('PEXPIREAT', h, st.kt)
@@ -257,6 +269,8 @@ end
 -- not yet told.
 local function admit_once(h, q, st, now, window, me, ttl, out)
   local taken, handed, blocked, exhausted = false, false, nil, false
+  -- The arrival (queue score) of the last waiter handed a permit.
+  local last
   while st.nq > 0 and st.held < st.cap do
     if st.hw > 0 and st.he > now and st.held + st.hw > st.cap then break end
     local want = st.cap - st.held
@@ -275,6 +289,7 @@ local function admit_once(h, q, st, now, window, me, ttl, out)
         st.nq = st.nq - 1
         st.held = st.held + ent.weight
         handed = true
+        last = ent.score
         local member = ent.weight .. ' ' .. ent.value
         if ent.member == me then
           add(st, now + ttl, member)
@@ -315,14 +330,23 @@ local function admit_once(h, q, st, now, window, me, ttl, out)
   end
   if st.nq <= 0 then st.nq, st.hw, st.he = 0, 0, 0 end
   if handed and st.nq > 0 then
-    if not blocked then
+    -- Whoever is at the head now arrived after the last waiter handed a permit (the queue
+    -- is in arrival order): unless the first end moved sooner since then, it needs no
+    -- word (see below), and the queue is not read for it. Its weight stays unknown then:
+    -- the next release reads the head as it hands out.
+    if not blocked and math.floor(tonumber(last) / 1000) <= st.lf then
       local head = redis.call('ZRANGE', q, 0, 0, 'WITHSCORES')
       if head[1] then
         blocked = entry_of(head[1], head[2], window)
         if blocked then st.hw, st.he = blocked.weight, blocked.expiry end
       end
     end
-    if blocked and blocked.member ~= me then
+    -- The blocked head is told when to look again if the first end was lowered since it
+    -- arrived (its timer may be later than the first end now), or when that costs no
+    -- message (a waiter of the calling Locker). Otherwise the first end is no sooner than
+    -- the one its queued attempt told it (see `#f`): its own timer looks in time.
+    if blocked and blocked.member ~= me
+      and (blocked.channel == out.own or math.floor(tonumber(blocked.score) / 1000) <= st.lf) then
       -- When to look again: by the first end if known, else by the bound on it (a lower
       -- bound, never later than the true first end: at worst an early look), and at the
       -- latest when the reservations just made lapse.
@@ -348,7 +372,10 @@ local GONE_ROUNDS = 8
 -- claims it then, and waits for them). A waiter that polls gets it reserved for `window`
 -- ms and finds it at its next look.
 -- The first that does not fit stops the walk (FIFO: no small request passes a large one)
--- and goes back in its place; it is told when to look again if anything was handed out.
+-- and goes back in its place. If anything was handed out, the waiter now at the head is
+-- told when to look again only if the first end moved sooner since it arrived (`#f`):
+-- otherwise the first end it was told (or a bound on it) still comes no later, and its
+-- own timer looks in time.
 -- Waiter `me` (a queue member, or '') takes its permit for `ttl` ms directly. Expired
 -- entries (dead, paused, gone waiters) at the head are dropped, and so are waiters granted
 -- outright whose Locker provably heard nothing (its process died while they were queued):

@@ -19,7 +19,7 @@ if not waiting and leaving == '' then return { ours } end
 --[[permits_lib]]
 local t = redis.call('TIME')
 local now = math.floor((tonumber(t[1]) * 1000000 + tonumber(t[2])) / 1000)
-local st = decode(redis.call('ZMSCORE', h, '#c', '#w', '#l', '#q', '#h', '#e', '#t'))
+local st = decode(redis.call('ZMSCORE', h, '#c', '#w', '#l', '#q', '#h', '#e', '#t', '#f'), now)
 if not st.cap then
   -- Nothing is stored: the keys expired.
   return { ours }

@@ -14,7 +14,7 @@ local now = math.floor((tonumber(t[1]) * 1000000 + tonumber(t[2])) / 1000)
 local score = redis.call('ZSCORE', h, held)
 if not score or tonumber(score) <= now then return { 0 } end
 --[[permits_lib]]
-local st = decode(redis.call('ZMSCORE', h, '#c', '#w', '#l', '#q', '#h', '#e', '#t'))
+local st = decode(redis.call('ZMSCORE', h, '#c', '#w', '#l', '#q', '#h', '#e', '#t', '#f'), now)
 if not st.cap then return { 0 } end
 redis.call('ZREM', h, held)
 -- Its end is unchanged: `#l` (a bound on the first end) still holds.

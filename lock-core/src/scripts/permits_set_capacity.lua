@@ -16,7 +16,7 @@ local window = tonumber(ARGV[3])
 local t = redis.call('TIME')
 local now = math.floor((tonumber(t[1]) * 1000000 + tonumber(t[2])) / 1000)
 --[[permits_lib]]
-local st = decode(redis.call('ZMSCORE', h, '#c', '#w', '#l', '#q', '#h', '#e', '#t'))
+local st = decode(redis.call('ZMSCORE', h, '#c', '#w', '#l', '#q', '#h', '#e', '#t', '#f'), now)
 local before = st.cap or 0
 if st.nq > 0 then
   -- A waiter asking for more than the new capacity could never be granted, and would

@@ -7,8 +7,10 @@
 //! channel (routed to this request alone: a permit granted outright, with the server time
 //! of the grant, placed on this process's clock by [`Anchors`]; or a reservation to claim)
 //! or from the reply of a request of its own Locker that handed it a permit, and otherwise
-//! sleeps: the first blocked waiter until the first permit ends (a crashed holder), the next
-//! one a claim window longer, the rest on a safety-net timer.
+//! sleeps until the first permit ends (a crashed holder; the first two in line read that
+//! end exactly, the rest a lower bound on it, and look sooner on a safety-net timer). A
+//! waiter that comes to the head is told when to look again only if the first end moved
+//! sooner since it arrived; otherwise the timer it has already looks in time.
 //!
 //! Cancellation: from the first attempt sent until a grant, a guard gives the permit back
 //! and leaves the queue if the request ends any other way (error, timeout, or the future
@@ -27,7 +29,6 @@ use crate::backend::permits::{
     member, queue_entry, Ask, Attempt, Leaving, PermitKeys, QueueWaiter, Store,
 };
 use crate::backend::prim_scripts::SentOn;
-use crate::backend::CLAIM_WINDOW;
 use crate::engine::validity::validity;
 use crate::prims::env::Env;
 use crate::signal::{Hint, Wake};
@@ -372,9 +373,11 @@ async fn run(request: Request<'_>, judged: &mut Option<u64>) -> Result<Granted, 
                 transient = None;
                 first_end = end;
                 *judged = Some(capacity);
+                // Every queued waiter looks by the first end it was told: a head is told
+                // when to look again only if the first end moved sooner since it arrived.
                 let pause = match (place, end) {
-                    (Some(0), Some(end)) => end + SLACK,
-                    (Some(1), Some(end)) => end + CLAIM_WINDOW + SLACK,
+                    (Some(0 | 1), Some(end)) => end + SLACK,
+                    (Some(_), Some(end)) => (end + SLACK).min(backoff.next(None)),
                     _ => backoff.next(None),
                 };
                 if told {
