@@ -348,11 +348,10 @@ local function admit_once(h, q, st, now, window, me, ttl, out)
     if blocked and blocked.member ~= me
       and (blocked.channel == out.own or math.floor(tonumber(blocked.score) / 1000) <= st.lf) then
       -- When to look again: by the first end if known, else by the bound on it (a lower
-      -- bound, never later than the true first end: at worst an early look), and at the
-      -- latest when the reservations just made lapse.
-      local at = now + window
-      if st.first then at = math.min(at, st.first)
-      elseif st.lo > now then at = math.min(at, st.lo) end
+      -- bound, never later than the true first end: at worst an early look; a reservation
+      -- just made is among the holders, so both come no later than it lapses), else
+      -- after a claim window.
+      local at = st.first or (st.lo > now and st.lo) or (now + window)
       tell(out, blocked, 'h', math.max(at - now, 0))
     end
   end
