@@ -158,7 +158,9 @@ fn run<'a>(
         // at once, in `request.rs`: that one cannot have moved.)
         // A name this locker queued for a moment ago: queue at once (the queued attempt
         // takes the lock if it is free and nobody waits), rather than try a SET first.
-        let contended = queue.is_some() && local.contended_lately(acq.begun);
+        // Asked once: a grant below uses it too (see `Acquire::grant`).
+        let contended_lately = local.contended_lately(acq.begun);
+        let contended = queue.is_some() && contended_lately;
         let fast_path = wait.is_zero() || !(local.has_queue() || held_here || contended);
         if fast_path {
             let (kind, commands) = if queue.is_some() {
@@ -175,7 +177,9 @@ fn run<'a>(
             };
             // Counted from the request's start: no clock read of its own.
             match acq.attempt_at(acq.begun, attempt_bound, kind).await {
-                Ok(Tried::Acquired(started)) => return Ok(acq.grant(started, local)),
+                Ok(Tried::Acquired { started, answered }) => {
+                    return Ok(acq.grant(started, answered, local, contended_lately));
+                }
                 Ok(Tried::OutOfTime) if wait.is_zero() => return Err(acq.unanswered()),
                 Ok(Tried::OutOfTime) => return Err(acq.timeout()),
                 Ok(Tried::NotYet) => {}

@@ -21,8 +21,9 @@ pub(crate) const THIS_LOCKER: &str = "a lease of this Locker, in this process";
 
 /// What one attempt came to.
 pub(super) enum Tried {
-    /// A lease with validity left, from an attempt that started at this instant.
-    Acquired(Instant),
+    /// A lease with validity left, from an attempt that started at `started`, whose answer
+    /// was read at `answered`.
+    Acquired { started: Instant, answered: Instant },
     /// Busy, or a grant that came too late and was given back.
     NotYet,
     /// The request's deadline passed with the attempt in flight; it was abandoned.
@@ -197,7 +198,9 @@ impl Acquire<'_> {
                 fencing_token,
                 listened,
             } => {
-                let took = started.elapsed();
+                // Also the grant's instant for the name's local holder (see `grant`).
+                let answered = Instant::now();
+                let took = answered.saturating_duration_since(started);
                 let trusted = validity(self.ttl);
                 if !trusted.is_zero() && took >= trusted {
                     // The answer came back after the lease had run out (a slow network or
@@ -210,7 +213,7 @@ impl Acquire<'_> {
                 }
                 self.fencing_token = fencing_token;
                 self.listened = listened;
-                Ok(Tried::Acquired(started))
+                Ok(Tried::Acquired { started, answered })
             }
             Attempt::Busy {
                 remaining,
@@ -269,12 +272,22 @@ impl Acquire<'_> {
         });
     }
 
-    pub fn grant(self, attempt_started: Instant, local: NameRef) -> Arc<Held> {
+    /// The lease of an attempt that started at `attempt_started` and was answered at
+    /// `answered`. `contended`: whether this locker queued for the name lately, as
+    /// [`NameRef::contended_lately`] said at the request's start (the caller asked already).
+    pub fn grant(
+        self,
+        attempt_started: Instant,
+        answered: Instant,
+        local: NameRef,
+        contended: bool,
+    ) -> Arc<Held> {
         record(self.span, self.attempts, self.begun);
         // Waiters are likely to mark the value before its release when it was granted
         // marked, or this locker queued for the name lately: its release then hands over at
-        // once rather than try a bare compare-and-delete first.
-        let listened = self.listened || local.contended_lately(self.begun);
+        // once rather than try a bare compare-and-delete first. (Only a hint: a value marked
+        // since it was granted is handed over by the release all the same.)
+        let listened = self.listened || contended;
         if let Some(token) = self.fencing_token {
             self.engine.fences().check(&self.keys.name, token);
         }
@@ -284,6 +297,7 @@ impl Acquire<'_> {
                 value: self.value,
                 fencing_token: self.fencing_token,
                 attempt_started,
+                answered,
                 ttl: self.ttl,
                 local,
                 renew: self.renew,

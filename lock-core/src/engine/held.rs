@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::backend::{AnyBackend, Backend as _};
-use crate::engine::local::NameRef;
+use crate::engine::local::{NameRef, Owner};
 use crate::engine::validity::{validity, Validity};
 use crate::key::LockKeys;
 use crate::limits::validate_ttl;
@@ -44,7 +44,6 @@ pub(crate) struct Held {
     pub keys: LockKeys,
     /// `token[:label]`, exactly as stored in Redis.
     pub value: String,
-    token_len: usize,
     pub fencing_token: Option<u64>,
     acquired_at: Instant,
     pub serial: u64,
@@ -68,6 +67,9 @@ pub(crate) struct Grant {
     pub value: String,
     pub fencing_token: Option<u64>,
     pub attempt_started: Instant,
+    /// When the grant's answer was read: the instant the lease counts as taken for
+    /// deadlock detection (see `NameState::take`).
+    pub answered: Instant,
     pub ttl: Duration,
     pub local: NameRef,
     /// Keep the lease alive until released, up to this long (`None`: no auto-renewal).
@@ -85,16 +87,15 @@ pub(crate) struct Renewal {
 }
 
 impl Held {
-    /// The state of a fresh lease, recorded as its name's local holder.
-    pub fn new(grant: Grant) -> Arc<Held> {
-        let token_len = decode_value(&grant.value).0.len();
+    /// The state of a fresh lease, recorded as its name's local holder, owned by `owner`
+    /// (the code that awaited the request; see `NameState::take`).
+    pub fn new(grant: Grant, owner: Owner) -> Arc<Held> {
         let serial = next_serial();
         let valid_until = grant.attempt_started + validity(grant.ttl);
-        grant.local.set_holder(serial, valid_until);
-        Arc::new(Held {
+        let granted = grant.answered;
+        let held = Arc::new(Held {
             keys: grant.keys,
             value: grant.value,
-            token_len,
             fencing_token: grant.fencing_token,
             acquired_at: grant.attempt_started,
             serial,
@@ -103,12 +104,15 @@ impl Held {
             local: grant.local,
             hold_at_least: grant.hold_at_least,
             listened: grant.listened,
-        })
+        });
+        held.local.take(serial, valid_until, &held, owner, granted);
+        held
     }
 
-    /// The 128-bit random token (32 hex digits) that proves ownership.
+    /// The 128-bit random token (32 hex digits) that proves ownership. Found when asked
+    /// (rarely), rather than measured for every grant.
     pub fn token(&self) -> &str {
-        &self.value[..self.token_len]
+        decode_value(&self.value).0
     }
 
     /// Deletes the lock if it is still ours (compare-and-delete); false if it was not.

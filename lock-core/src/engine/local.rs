@@ -340,9 +340,9 @@ impl NameState {
         self.queued.load(Ordering::Acquire) > 0
     }
 
-    /// Records that lease `serial` of this locker holds the name until `valid_until`. A new
-    /// holder counts as nobody's until [`NameState::own`] names its owner; an extension
-    /// keeps the owner.
+    /// Records that lease `serial` of this locker holds the name until `valid_until`: an
+    /// extension keeps the owner; another lease counts as nobody's (a fresh lease is
+    /// recorded with its owner by [`NameState::take`]).
     pub fn set_holder(&self, serial: u64, valid_until: Instant) {
         let mut holder = self.holder.lock().unwrap_or_else(PoisonError::into_inner);
         match holder.as_mut() {
@@ -357,19 +357,29 @@ impl NameState {
         }
     }
 
-    /// Records who took lease `serial` (the name's holder, whose state is `lease`),
-    /// granted now: a later wait of the same owner counts it as held (see
-    /// [`LocalNames::leases_of`]).
-    pub fn own<L: Any + Send + Sync>(&self, serial: u64, lease: &Arc<L>, owner: Owner) {
-        let mut holder = self.holder.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(held) = holder.as_mut().filter(|held| held.serial == serial) {
-            let lease: Weak<L> = Arc::downgrade(lease);
-            held.claim = Some(Claim {
-                owner,
-                granted: Instant::now(),
-                lease: lease as Weak<dyn Any + Send + Sync>,
-            });
-        }
+    /// Records that lease `serial` of this locker, whose state is `lease`, holds the name
+    /// until `valid_until`, taken by `owner` at `granted` (when its answer was read, with
+    /// no await since): a later wait of the same owner counts it as held (see
+    /// [`LocalNames::leases_of`]). One lock of the holder for both.
+    pub fn take<L: Any + Send + Sync>(
+        &self,
+        serial: u64,
+        valid_until: Instant,
+        lease: &Arc<L>,
+        owner: Owner,
+        granted: Instant,
+    ) {
+        let lease: Weak<L> = Arc::downgrade(lease);
+        let claim = Claim {
+            owner,
+            granted,
+            lease: lease as Weak<dyn Any + Send + Sync>,
+        };
+        *self.holder.lock().unwrap_or_else(PoisonError::into_inner) = Some(Holder {
+            serial,
+            until: valid_until,
+            claim: Some(claim),
+        });
     }
 
     /// Lease `serial` is used (a method of the `Lease` called) on the current task: if it
@@ -422,7 +432,7 @@ impl LocalNames {
     /// `begun`: taken by the same code (see [`Owner`]), granted before the wait began, and
     /// still valid and owned (not dropped, not used on another task since). A scan of the
     /// names in use, made when a request starts waiting (never on the fast path). Each
-    /// lease's state as [`NameState::own`] was given it.
+    /// lease's state as [`NameState::take`] was given it.
     pub fn leases_of(&self, owner: &Owner, begun: Instant) -> Vec<Arc<dyn Any + Send + Sync>> {
         let now = Instant::now();
         let mut found = Vec::new();

@@ -212,8 +212,7 @@ impl Engine {
     /// (the code that awaited the request), renewed in the background if it asked to be.
     pub fn hold(&self, grant: Grant, owner: Owner) -> Arc<Held> {
         let renew = grant.renew;
-        let held = Held::new(grant);
-        held.local.own(held.serial, &held, owner);
+        let held = Held::new(grant, owner);
         if let Some(renewal) = renew {
             self.renewer
                 .register(&self.backend, &held, renewal.max_hold);

@@ -252,19 +252,20 @@ pub(super) async fn wait_for_turn(
             };
             tracing::trace!(
                 name = %acq.keys.name,
-                acquired = matches!(tried, Tried::Acquired(_)),
+                acquired = matches!(tried, Tried::Acquired { .. }),
                 place = ?acq.last_busy.place,
                 remaining = ?acq.last_busy.remaining,
                 holder = ?acq.last_busy.holder,
                 "attempt answered"
             );
             match tried {
-                Tried::Acquired(started) => {
+                Tried::Acquired { started, answered } => {
                     // A queued attempt took us out of the Redis queue. Record the new holder
                     // before leaving the local queue, so that the next in line waits for
                     // its release instead of asking Redis.
                     local.out_of_redis_queue();
-                    let held = acq.grant(started, local.clone());
+                    let contended = local.contended_lately(acq.begun);
+                    let held = acq.grant(started, answered, local.clone(), contended);
                     drop((turn, in_line, listening));
                     return Ok(held);
                 }

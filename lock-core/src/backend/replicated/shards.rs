@@ -32,7 +32,7 @@ pub(super) struct Shards {
     /// without waiting, and asks again every few seconds.
     bare: Box<[AtomicU64]>,
     /// When each shard not seen with a replica was last asked (ms since `epoch`).
-    probed: Mutex<HashMap<u16, u64>>,
+    probed: Probed,
     /// A shard was seen with replicas (logged once).
     pub(super) announced: AtomicBool,
     epoch: Instant,
@@ -53,7 +53,11 @@ impl Shards {
             bare: (0..shards.div_ceil(64))
                 .map(|_| AtomicU64::new(0))
                 .collect(),
-            probed: Mutex::new(HashMap::new()),
+            probed: if cluster {
+                Probed::Slots(Mutex::new(HashMap::new()))
+            } else {
+                Probed::One(AtomicU64::new(NEVER))
+            },
             announced: AtomicBool::new(false),
             epoch: Instant::now(),
         }
@@ -87,11 +91,16 @@ impl Shards {
         let newly = !set_bit(&self.bare, shard, true);
         if newly {
             // Asked again only after the probe interval.
-            let now = u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX);
-            self.probed
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .insert(shard, now);
+            let now = self.now_ms();
+            match &self.probed {
+                Probed::One(last) => last.store(now, Ordering::Relaxed),
+                Probed::Slots(slots) => {
+                    slots
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .insert(shard, now);
+                }
+            }
         }
         newly
     }
@@ -109,16 +118,48 @@ impl Shards {
     }
 
     fn probe(&self, shard: u16, record: bool) -> bool {
-        let now = u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX);
-        let mut probed = self.probed.lock().unwrap_or_else(PoisonError::into_inner);
-        let due =
-            !matches!(probed.get(&shard), Some(&last) if now.saturating_sub(last) < PROBE_EVERY_MS);
-        if due && record {
-            probed.insert(shard, now);
+        let now = self.now_ms();
+        let due = |last: u64| last == NEVER || now.saturating_sub(last) >= PROBE_EVERY_MS;
+        match &self.probed {
+            // One shard (every grant of a lone Redis asks): an atomic, no lock, no hashing.
+            // Of concurrent callers that find it due, only the one that records asks.
+            Probed::One(probed) => {
+                let last = probed.load(Ordering::Relaxed);
+                if !due(last) {
+                    return false;
+                }
+                !record
+                    || probed
+                        .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                        .is_ok()
+            }
+            Probed::Slots(slots) => {
+                let mut probed = slots.lock().unwrap_or_else(PoisonError::into_inner);
+                let due = probed.get(&shard).is_none_or(|&last| due(last));
+                if due && record {
+                    probed.insert(shard, now);
+                }
+                due
+            }
         }
-        due
+    }
+
+    /// Milliseconds since `epoch`.
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX - 1)
     }
 }
+
+/// When shards not seen with a replica were last asked (ms since `Shards::epoch`).
+enum Probed {
+    /// The one shard of a lone Redis or Sentinel's master: [`NEVER`] until first asked.
+    One(AtomicU64),
+    /// A Cluster's slots, those asked so far.
+    Slots(Mutex<HashMap<u16, u64>>),
+}
+
+/// [`Probed::One`] before the shard was first asked.
+const NEVER: u64 = u64::MAX;
 
 /// Bit `shard` of `bits`.
 fn bit(bits: &[AtomicU64], shard: u16) -> bool {
