@@ -187,3 +187,63 @@ async fn a_head_is_told_when_a_shorter_grant_moves_the_first_end() {
     assert!(second.release().await.expect("release"));
     assert_idle(&server, HOLDERS);
 }
+
+/// A holder that shortens its permit below every other holder's end while someone waits
+/// moves the first end sooner: the waiter at the head (of another Locker, timed to look at
+/// the long holders' 30 s end) is told to look by the new end. The holder then dies holding
+/// it; the waiter takes the permit when that end comes, within its 5 s wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permit_shortened_by_its_holder_is_told_to_the_head() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let make = move || Locker::from_url(&url).expect("locker");
+    let holder = Locker::from_url(&server.url()).expect("locker");
+    let long = holder
+        .semaphore(NAME, 2)
+        .try_acquire(30 * SECOND)
+        .await
+        .expect("permit");
+    let waiting = Locker::from_url(&server.url()).expect("locker");
+    let semaphore = waiting.semaphore(NAME, 2);
+    let (_, waiter) = tokio::join!(
+        // Takes a 30 s permit, queues the waiter behind it, shortens it to 500 ms, and
+        // dies holding it.
+        die_while_queued(
+            make,
+            |locker: Locker| async move {
+                let semaphore = locker.semaphore(NAME, 2);
+                if let Ok(permit) = semaphore.try_acquire(30 * SECOND).await {
+                    while queued_on(&locker).await != 1 {
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                    }
+                    if permit.extend(Duration::from_millis(500)).await.is_ok() {
+                        std::future::pending::<()>().await;
+                    }
+                    drop(permit);
+                }
+            },
+            || holders(&server).iter().any(|(_, left)| *left < 1_000),
+        ),
+        async {
+            until("the first two holders", || holders(&server).len() == 2).await;
+            let waiter =
+                tokio::spawn(
+                    async move { semaphore.acquire().ttl(30 * SECOND).wait(5 * SECOND).await },
+                );
+            waiter.await.expect("join")
+        }
+    );
+    let permit = waiter.expect("the permit once the shortened permit ended, not after 30 s");
+    assert!(permit.release().await.expect("release"));
+    assert!(long.release().await.expect("release"));
+    assert_idle(&server, HOLDERS);
+}
+
+/// How many wait in the test name's queue, asked through `locker`'s own view.
+async fn queued_on(locker: &Locker) -> u64 {
+    locker
+        .semaphore(NAME, 2)
+        .holders()
+        .await
+        .map_or(0, |info| info.waiting)
+}

@@ -59,14 +59,10 @@ pub(crate) static PERMITS_REWEIGH: LazyLock<Lua> =
 /// queue.
 pub(crate) static PERMITS_SET_CAPACITY: LazyLock<Lua> =
     permits_script!("permits_set_capacity", "permits_set_capacity.lua");
-pub(crate) static PERMITS_EXTEND: LazyLock<Lua> = LazyLock::new(|| {
-    Lua::new(
-        LIBRARY_NAME,
-        library,
-        "permits_extend",
-        include_str!("../scripts/permits_extend.lua"),
-    )
-});
+/// A permit's end reset; one shortened below every other holder's while someone waits tells
+/// the head of the queue to look by its new end.
+pub(crate) static PERMITS_EXTEND: LazyLock<Lua> =
+    permits_script!("permits_extend", "permits_extend.lua");
 pub(crate) static PERMITS_HOLDERS: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(
         LIBRARY_NAME,
