@@ -261,6 +261,18 @@ async fn a_hand_off_inside_one_locker_needs_no_message_and_no_claim() {
     assert!(total(&delta) <= 5 * 8, "{delta:?}");
 }
 
+/// `locker` takes and gives back a permit of another name: it has asked the server whether
+/// it has replicas (none: no acknowledgement to wait for), as it does every few seconds, so
+/// a grant it hears of next needs no claim.
+async fn warm_up(locker: &Locker) {
+    let warm = locker
+        .semaphore("warm", 1)
+        .try_acquire(30 * SECOND)
+        .await
+        .expect("permit");
+    assert!(warm.release().await.expect("release"));
+}
+
 /// Across Lockers a released permit is granted outright to the next waiter too: the
 /// release tells the waiter's Locker once (with the server time of the grant), and the
 /// waiter takes it without a claim. It counts the permit from the earliest instant the
@@ -282,14 +294,7 @@ async fn a_hand_off_across_lockers_needs_one_message_and_no_claim() {
         .try_acquire(30 * SECOND)
         .await
         .expect("permit");
-    // The waiting Locker has taken a permit before: it has asked the server whether it has
-    // replicas (none: no acknowledgement to wait for), as it does every few seconds.
-    let warm = waiting
-        .semaphore("warm", 1)
-        .try_acquire(30 * SECOND)
-        .await
-        .expect("permit");
-    assert!(warm.release().await.expect("release"));
+    warm_up(&waiting).await;
     let semaphore = waiting.semaphore("pool", 1);
     let waiter =
         tokio::spawn(async move { semaphore.acquire().ttl(30 * SECOND).wait(30 * SECOND).await });
@@ -301,12 +306,7 @@ async fn a_hand_off_across_lockers_needs_one_message_and_no_claim() {
     // release, and needs no message for that (nothing moved the first end sooner since it
     // queued: the timer it has looks in time).
     let behind = Locker::from_url(&server.url()).expect("locker");
-    let warm = behind
-        .semaphore("warm", 1)
-        .try_acquire(30 * SECOND)
-        .await
-        .expect("permit");
-    assert!(warm.release().await.expect("release"));
+    warm_up(&behind).await;
     let last = behind.semaphore("pool", 1);
     let next = tokio::spawn(async move { last.acquire().ttl(30 * SECOND).wait(30 * SECOND).await });
     until("the second waiter to queue", || {
