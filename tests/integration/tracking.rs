@@ -428,3 +428,39 @@ async fn a_watch_connection_fallen_silent_is_caught_by_its_heartbeat() {
         "the re-check after the missed heartbeat finds the other lease still ours"
     );
 }
+
+/// The strict check is part of the request's time: against a server that answers nothing
+/// (stalled), a first `lock()` with a 300 ms wait ends at its deadline with a connection
+/// error naming the check, not after the check's own 2 s timeout, nor as a timeout behind a
+/// holder. So does a try, within its command timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_strict_check_counts_against_the_requests_wait() {
+    let server = RedisServer::start_debuggable();
+    for wait in [Duration::from_millis(300), Duration::ZERO] {
+        let strict = Locker::builder()
+            .url(server.url())
+            .eviction_check(EvictionCheck::Refuse)
+            .command_timeout(if wait.is_zero() {
+                Duration::from_millis(300)
+            } else {
+                2 * SECOND
+            })
+            .build()
+            .expect("locker");
+        let stall = server.stall(3 * SECOND);
+        let started = Instant::now();
+        let result = strict.lock("checked").wait(wait).await;
+        let took = started.elapsed();
+        match result {
+            Err(LockError::Connection { reason, .. }) => {
+                assert!(reason.contains("EvictionCheck::Refuse"), "{reason}")
+            }
+            other => panic!("wait {wait:?}: expected a connection error, got {other:?}"),
+        }
+        assert!(
+            took < Duration::from_millis(1500),
+            "wait {wait:?}: ended after {took:?}, past its own time"
+        );
+        stall.join().expect("stall");
+    }
+}

@@ -69,7 +69,25 @@ pub(crate) fn acquire<L>(
             validate_hold_at_least(&keys.name, hold)?;
         }
         let value = new_value(&keys.name, settings.label.as_deref())?;
-        engine.server_ready(&keys.name).await?;
+        // The request's time starts here: a wait is a deadline (and a try ends within the
+        // command timeout), the server check included.
+        let begun = Instant::now();
+        let own_time = if wait.is_zero() {
+            settings.command_timeout
+        } else {
+            wait
+        };
+        if !engine.server_ready(&keys.name, begun + own_time).await? {
+            // Its whole time went on a check the server did not answer: no time is left for
+            // an attempt.
+            return Err(LockError::connection(
+                &keys.name,
+                format!(
+                    "no answer to the server check of EvictionCheck::Refuse within the \
+                     request's {own_time:?} (its wait, or the command timeout for a try)"
+                ),
+            ));
+        }
         // Who awaits this request: the lease will count as its (see `engine/local.rs`).
         let owner = Owner::current().await;
         let span = tracing::debug_span!(
@@ -82,7 +100,6 @@ pub(crate) fn acquire<L>(
             outcome = tracing::field::Empty,
         );
         let family = crate::metrics::Family::of(&keys.name);
-        let begun = Instant::now();
         let acquisition = Acquire {
             engine: &engine,
             span: &span,

@@ -126,11 +126,12 @@ impl Engine {
         self
     }
 
-    /// Before an acquisition of `name`: the server check (see [`LossWatch::server_ready`]).
-    pub async fn server_ready(&self, name: &str) -> Result<(), LockError> {
+    /// Before an acquisition of `name`: the server check (see [`LossWatch::server_ready`]),
+    /// given until `by`. False when it had no answer by then.
+    pub async fn server_ready(&self, name: &str, by: Instant) -> Result<bool, LockError> {
         match &self.watch {
-            Some(watch) => watch.server_ready(name).await,
-            None => Ok(()),
+            Some(watch) => watch.server_ready(name, by).await,
+            None => Ok(true),
         }
     }
 

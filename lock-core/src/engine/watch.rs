@@ -35,7 +35,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
@@ -261,11 +261,16 @@ impl LossWatch {
     }
 
     /// Before an acquisition: with [`EvictionCheck::Refuse`], `Misconfigured` while the
-    /// server could evict locks (the first acquisition waits for the check); with `Warn`,
-    /// the first acquisition starts the check in the background.
-    pub async fn server_ready(self: &Arc<Self>, name: &str) -> Result<(), LockError> {
+    /// server could evict locks (the first acquisition waits for the check, until `by`: the
+    /// end of the request's own time; false if the server did not answer by then); with
+    /// `Warn`, the first acquisition starts the check in the background.
+    pub async fn server_ready(
+        self: &Arc<Self>,
+        name: &str,
+        by: Instant,
+    ) -> Result<bool, LockError> {
         match self.check {
-            EvictionCheck::Off => Ok(()),
+            EvictionCheck::Off => Ok(true),
             EvictionCheck::Warn => {
                 if !self.checking.swap(true, Ordering::AcqRel) {
                     let watch = Arc::clone(self);
@@ -279,17 +284,27 @@ impl LossWatch {
                         });
                     }
                 }
-                Ok(())
+                Ok(true)
             }
             EvictionCheck::Refuse => {
                 // Boxed: opening the watch connection is a future of several kilobytes,
                 // awaited once, and every acquisition's future would otherwise be sized
                 // (and copied into its box) for it.
-                if *self.finding() == Finding::Unknown
-                    && let Err(WatchError::Refused(reason)) =
-                        Box::pin(self.watcher.ensure_open()).await
-                {
-                    self.refused(&reason);
+                if *self.finding() == Finding::Unknown {
+                    let opening = Box::pin(tokio::time::timeout_at(
+                        by.into(),
+                        self.watcher.ensure_open(),
+                    ));
+                    match opening.await {
+                        // No answer within the request's time: the request says so, and the
+                        // next acquisition checks again.
+                        Err(_elapsed) => return Ok(false),
+                        Ok(Err(WatchError::Refused(reason))) => self.refused(&reason),
+                        // Failed (a timeout of its own, a refused connection) as the
+                        // request's time ran out.
+                        Ok(Err(_)) if Instant::now() >= by => return Ok(false),
+                        Ok(_) => {}
+                    }
                 }
                 match &*self.finding() {
                     Finding::Risky(reason) => Err(LockError::Misconfigured {
@@ -302,7 +317,7 @@ impl LossWatch {
                     }),
                     // Unknown: the server did not answer; the attempt reports that itself,
                     // and the next acquisition checks again.
-                    Finding::Safe | Finding::Unknown => Ok(()),
+                    Finding::Safe | Finding::Unknown => Ok(true),
                 }
             }
         }
