@@ -32,7 +32,9 @@ pub enum EvictionCheck {
     Warn,
     /// Refuse every acquisition with [`LockError::Misconfigured`](crate::LockError::Misconfigured)
     /// while the server could evict locks, or while its policy cannot be read (`INFO`
-    /// refused): the first acquisition waits for the check.
+    /// refused): the first acquisition waits for the check, within its own time (its wait,
+    /// or the command timeout for a try); a server that does not answer the check by then
+    /// ends it with [`LockError::Connection`](crate::LockError::Connection).
     Refuse,
     /// Do not read the policy.
     Off,
