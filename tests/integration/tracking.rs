@@ -432,7 +432,8 @@ async fn a_watch_connection_fallen_silent_is_caught_by_its_heartbeat() {
 /// The strict check is part of the request's time: against a server that answers nothing
 /// (stalled), a first `lock()` with a 300 ms wait ends at its deadline with a connection
 /// error naming the check, not after the check's own 2 s timeout, nor as a timeout behind a
-/// holder. So does a try, within its command timeout.
+/// holder. So does a try, within its command timeout. The check cut short leaves the
+/// Locker able to check again and grant once the server answers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_strict_check_counts_against_the_requests_wait() {
     let server = RedisServer::start_debuggable();
@@ -447,7 +448,7 @@ async fn the_strict_check_counts_against_the_requests_wait() {
             })
             .build()
             .expect("locker");
-        let stall = server.stall(3 * SECOND);
+        let stall = server.stall(2 * SECOND);
         let started = Instant::now();
         let result = strict.lock("checked").wait(wait).await;
         let took = started.elapsed();
@@ -462,5 +463,13 @@ async fn the_strict_check_counts_against_the_requests_wait() {
             "wait {wait:?}: ended after {took:?}, past its own time"
         );
         stall.join().expect("stall");
+        // The check cut short left nothing behind: once the server answers, the same Locker
+        // checks again and grants.
+        let lease = strict
+            .lock("checked")
+            .wait(5 * SECOND)
+            .await
+            .expect("granted once the server answers");
+        assert!(lease.release().await.expect("release"));
     }
 }
