@@ -473,3 +473,30 @@ async fn the_strict_check_counts_against_the_requests_wait() {
         assert!(lease.release().await.expect("release"));
     }
 }
+
+/// The strict check guards every kind of acquisition, not the plain lock alone: against a
+/// server that could evict them, a semaphore's permit, a read-write lock's sides and a
+/// multi-lock are refused too, and nothing of theirs is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_strict_check_refuses_permits_and_multi_locks_too() {
+    let server = small("allkeys-lru");
+    let strict = Locker::builder()
+        .url(server.url())
+        .eviction_check(EvictionCheck::Refuse)
+        .build()
+        .expect("locker");
+    let refused = |what: &str, result: Result<(), LockError>| match result {
+        Err(LockError::Misconfigured { reason, .. }) => {
+            assert!(reason.contains("allkeys-lru"), "{what}: {reason}")
+        }
+        other => panic!("{what}: expected Misconfigured, got {other:?}"),
+    };
+    refused(
+        "semaphore",
+        strict.semaphore("pool", 2).acquire().await.map(drop),
+    );
+    refused("read side", strict.rwlock("doc").read().await.map(drop));
+    refused("write side", strict.rwlock("doc").write().await.map(drop));
+    refused("multi-lock", strict.lock_all(["a", "b"]).await.map(drop));
+    assert_eq!(server.command(&["DBSIZE"]).trim(), ":0", "nothing written");
+}

@@ -72,22 +72,7 @@ pub(crate) fn acquire<L>(
         // The request's time starts here: a wait is a deadline (and a try ends within the
         // command timeout), the server check included.
         let begun = Instant::now();
-        let own_time = if wait.is_zero() {
-            settings.command_timeout
-        } else {
-            wait
-        };
-        if !engine.server_ready(&keys.name, begun + own_time).await? {
-            // Its whole time went on a check the server did not answer: no time is left for
-            // an attempt.
-            return Err(LockError::connection(
-                &keys.name,
-                format!(
-                    "no answer to the server check of EvictionCheck::Refuse within the \
-                     request's {own_time:?} (its wait, or the command timeout for a try)"
-                ),
-            ));
-        }
+        engine.server_ready(&keys.name, begun, wait).await?;
         // Who awaits this request: the lease will count as its (see `engine/local.rs`).
         let owner = Owner::current().await;
         let span = tracing::debug_span!(

@@ -126,13 +126,34 @@ impl Engine {
         self
     }
 
-    /// Before an acquisition of `name`: the server check (see [`LossWatch::server_ready`]),
-    /// given until `by`. False when it had no answer by then.
-    pub async fn server_ready(&self, name: &str, by: Instant) -> Result<bool, LockError> {
-        match &self.watch {
-            Some(watch) => watch.server_ready(name, by).await,
-            None => Ok(true),
+    /// Before an acquisition of `name` (a lock, permits, a multi-lock) begun at `begun`
+    /// with `wait`: the server check (see [`LossWatch::server_ready`]), within the
+    /// request's own time (its wait, or the command timeout for a try). A check the server
+    /// did not answer by then ends the request: no time is left for an attempt.
+    pub async fn server_ready(
+        &self,
+        name: &str,
+        begun: Instant,
+        wait: Duration,
+    ) -> Result<(), LockError> {
+        let Some(watch) = &self.watch else {
+            return Ok(());
+        };
+        let own_time = if wait.is_zero() {
+            self.settings.command_timeout
+        } else {
+            wait
+        };
+        if watch.server_ready(name, begun + own_time).await? {
+            return Ok(());
         }
+        Err(LockError::connection(
+            name,
+            format!(
+                "no answer to the server check of EvictionCheck::Refuse within the request's \
+                 {own_time:?} (its wait, or the command timeout for a try)"
+            ),
+        ))
     }
 
     pub fn settings(&self) -> &Settings {

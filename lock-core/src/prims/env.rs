@@ -50,6 +50,17 @@ impl Env {
         crate::wait::Outage::new(self.engine.settings().unreachable_timeout)
     }
 
+    /// Before an acquisition of `name` begun at `begun` with `wait`: the Locker's server
+    /// check (`EvictionCheck`), within the request's own time.
+    pub async fn server_ready(
+        &self,
+        name: &str,
+        begun: std::time::Instant,
+        wait: Duration,
+    ) -> Result<(), LockError> {
+        self.engine.server_ready(name, begun, wait).await
+    }
+
     pub fn backend(&self) -> &AnyBackend {
         self.engine.backend()
     }

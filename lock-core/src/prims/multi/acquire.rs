@@ -138,6 +138,9 @@ pub(super) async fn acquire(
     wait: Duration,
 ) -> Result<Taken, LockError> {
     let begun = Instant::now();
+    for key in keys {
+        env.server_ready(&key.name, begun, wait).await?;
+    }
     let deadline = begun + wait;
     // One script where every key can meet in it: one Redis (or a single name anywhere).
     let server = match env.server() {

@@ -195,6 +195,7 @@ async fn run(request: Request<'_>, judged: &mut Option<u64>) -> Result<Granted, 
         wait,
     } = request;
     let begun = Instant::now();
+    env.server_ready(&keys.name, begun, wait).await?;
     let deadline = begun + wait;
     let bound = (!wait.is_zero()).then_some(deadline);
     let mut undo = Abandon {
