@@ -221,7 +221,12 @@ impl IntoFuture for LockRequest {
     type IntoFuture = Pin<Box<dyn Future<Output = Self::Output> + Send>>;
 
     fn into_future(self) -> Self::IntoFuture {
-        Box::pin(self.acquire())
+        // The box is allocated first and the future written into it, which an optimised
+        // build does in place: `Box::pin(future)` built the future on the stack and copied
+        // it in, its whole size (kilobytes, most of them the states of later awaits) for
+        // every lock.
+        let boxed = Box::write(Box::new_uninit(), self.acquire());
+        Box::into_pin(boxed)
     }
 }
 
@@ -229,8 +234,9 @@ impl IntoFuture for LockRequest {
 mod tests {
     use crate::Locker;
 
-    /// Every acquisition copies its future into a box (`IntoFuture`), all of it whatever
-    /// state it starts in, so its size is paid per lock. Opening the watch connection for
+    /// Every acquisition's future is boxed (`IntoFuture`), all of it whatever state it
+    /// starts in, so its size is allocated per lock (and was copied per lock too, until
+    /// the box was written in place). Opening the watch connection for
     /// the strict eviction check (several kilobytes, awaited once per Locker) made it 4.7 KB
     /// until that await was boxed; the slow path is boxed for the same reason.
     #[test]

@@ -87,6 +87,13 @@ impl Outage {
         self.limit
     }
 
+    /// Whether an attempt starting at `started` reaches the outage's end (see
+    /// [`Outage::cap`]) before `bound`: capped at `bound` or not, it ends at the outage's
+    /// end then.
+    pub fn ends_before(&self, bound: Instant, started: Instant) -> bool {
+        self.since.unwrap_or(started) + self.limit < bound
+    }
+
     /// The latest end of an attempt starting at `started`: the earlier of the request's
     /// `bound` and the outage's end (counted from `started` when none runs yet: an attempt
     /// that gets no answer by then starts an outage that is already over), and whether the
@@ -147,5 +154,29 @@ mod tests {
         let mut over = Outage::new(Duration::ZERO);
         assert!(!over.may_retry(Instant::now()));
         assert!(!over.keeps_trying());
+    }
+
+    /// A bound the outage's end comes before caps nothing: the attempt ends as it would
+    /// without it (what lets the fast path leave such a deadline unweighed).
+    #[test]
+    fn a_bound_after_the_outage_end_changes_no_cap() {
+        let started = Instant::now();
+        let limit = Duration::from_secs(2);
+        let fresh = Outage::new(limit);
+        let mut failing = Outage::new(limit);
+        failing.may_retry(started - Duration::from_secs(1));
+        for outage in [&fresh, &failing] {
+            let end = outage.since.unwrap_or(started) + limit;
+            for bound in [
+                end - Duration::from_millis(1),
+                end,
+                end + Duration::from_millis(1),
+            ] {
+                assert_eq!(
+                    outage.ends_before(bound, started),
+                    outage.cap(Some(bound), started) == outage.cap(None, started),
+                );
+            }
+        }
     }
 }

@@ -172,10 +172,18 @@ fn run<'a>(
             };
             // A far deadline cannot pass during this attempt, nor a try's on an open
             // connection: no timer for it.
+            // Nor a deadline after the end of the unreachable timeout, which bounds the
+            // attempt in its place (see `Outage::cap`): no clock read to weigh it then.
             let attempt_bound = if wait.is_zero() {
                 bound.filter(|_| !acq.engine.try_ends_in_time())
             } else {
-                bound.filter(|&deadline| !acq.engine.attempt_ends_before(deadline, commands))
+                let outage_first = acq
+                    .outage
+                    .as_ref()
+                    .is_some_and(|outage| outage.ends_before(deadline, acq.begun));
+                bound.filter(|&deadline| {
+                    !outage_first && !acq.engine.attempt_ends_before(deadline, commands)
+                })
             };
             // Counted from the request's start: no clock read of its own.
             match acq.attempt_at(acq.begun, attempt_bound, kind).await {

@@ -126,9 +126,12 @@ impl Held {
     /// have run): a lock found no longer ours is then not a loss.
     pub async fn release_now(&self, backend: &AnyBackend, again: bool) -> Result<bool, LockError> {
         self.finish();
+        // Only the bare compare-and-delete is awaited inline: the minimum hold's extension
+        // and the hand-over are boxed, so that the future of every release (which a caller
+        // moves at least once, whole) stays the size of the common one.
         let result = match self.hold_left() {
-            Some(left) => backend.extend(&self.keys, &self.value, left).await,
-            None if self.listened => backend.release(&self.keys, &self.value).await,
+            Some(left) => Box::pin(backend.extend(&self.keys, &self.value, left)).await,
+            None if self.listened => Box::pin(backend.release(&self.keys, &self.value)).await,
             None => backend.release_unlistened(&self.keys, &self.value).await,
         };
         match result {

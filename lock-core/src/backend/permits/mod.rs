@@ -44,7 +44,7 @@ pub(crate) mod memory;
 mod redis;
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::backend::prim_scripts::SentOn;
 use crate::connection::notifier::Notifier;
@@ -222,7 +222,7 @@ impl Store {
             Store::Server(server) => server
                 .replicated
                 .as_ref()
-                .is_none_or(|replicated| replicated.is_quiet(&keys.holders)),
+                .is_none_or(|replicated| replicated.is_quiet(&keys.holders, Instant::now())),
             Store::Memory(_) => true,
         }
     }

@@ -147,11 +147,12 @@ impl Replicated {
         !self.rule.when_replicated || (self.shards.is_seen(shard) && !self.shards.is_bare(shard))
     }
 
-    /// Whether the confirmation of a write on `key` would send nothing now: the check is
-    /// off for it and no look at its master is due ([`Replicated::required`] would answer
-    /// false at once).
-    pub fn is_quiet(&self, key: &str) -> bool {
-        !self.is_on(key) && !self.shards.probe_would_be_due(self.shards.of(key))
+    /// Whether the confirmation of a write on `key` would send nothing at `now` (a clock
+    /// read of the caller's, moments old at most: the look is due every few seconds): the
+    /// check is off for it and no look at its master is due ([`Replicated::required`]
+    /// would answer false at once).
+    pub fn is_quiet(&self, key: &str, now: Instant) -> bool {
+        !self.is_on(key) && !self.shards.probe_would_be_due(self.shards.of(key), now)
     }
 
     /// Where the next write that a holder relies on (on `keys`) goes: a dedicated

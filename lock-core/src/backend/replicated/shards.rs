@@ -107,18 +107,18 @@ impl Shards {
 
     /// Whether `shard`'s master would be asked now: [`Shards::probe_due`] without
     /// recording anything.
-    pub(super) fn probe_would_be_due(&self, shard: u16) -> bool {
-        self.probe(shard, false)
+    pub(super) fn probe_would_be_due(&self, shard: u16, now: Instant) -> bool {
+        self.probe(shard, false, now)
     }
 
     /// Whether `shard`'s master is to be asked now (at most every few seconds), recording
     /// the time if so.
     pub(super) fn probe_due(&self, shard: u16) -> bool {
-        self.probe(shard, true)
+        self.probe(shard, true, Instant::now())
     }
 
-    fn probe(&self, shard: u16, record: bool) -> bool {
-        let now = self.now_ms();
+    fn probe(&self, shard: u16, record: bool, now: Instant) -> bool {
+        let now = self.ms_at(now);
         let due = |last: u64| last == NEVER || now.saturating_sub(last) >= PROBE_EVERY_MS;
         match &self.probed {
             // One shard (every grant of a lone Redis asks): an atomic, no lock, no hashing.
@@ -146,7 +146,12 @@ impl Shards {
 
     /// Milliseconds since `epoch`.
     fn now_ms(&self) -> u64 {
-        u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX - 1)
+        self.ms_at(Instant::now())
+    }
+
+    /// Milliseconds from `epoch` to `at`.
+    fn ms_at(&self, at: Instant) -> u64 {
+        u64::try_from(at.saturating_duration_since(self.epoch).as_millis()).unwrap_or(u64::MAX - 1)
     }
 }
 

@@ -54,7 +54,11 @@ impl Scripted {
             return Box::pin(self.acquire_with_timer(keys, value, ttl, until)).await;
         };
         let command_timeout = self.conn.timeout();
-        let left = until.saturating_duration_since(Instant::now());
+        // Read once: also the instant at which a grant asks whether the replica check's
+        // look at the master is due (every few seconds): a round trip early, which can
+        // only leave the look to a later grant.
+        let now = Instant::now();
+        let left = until.saturating_duration_since(now);
         let cut = left < command_timeout;
         let mut flight = self.flight(lent, keys, value);
         if cut && flight.lent.conn.set_response_timeout(left) {
@@ -65,7 +69,7 @@ impl Scripted {
         match reply {
             Ok(attempt) => {
                 if let (Attempt::Acquired { .. }, Some(replicated)) = (&attempt, &self.replicated)
-                    && !replicated.is_quiet(&keys.lock)
+                    && !replicated.is_quiet(&keys.lock, now)
                 {
                     // Granted only once replicas have it, by `until`; otherwise undone
                     // (the armed flight, on this connection, after the write).
