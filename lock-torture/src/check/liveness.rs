@@ -19,7 +19,8 @@
 //! while the replica check is on, a promoted master grants nothing before its replica has
 //! resynced, and Redis delays a full resync by `repl-diskless-sync-delay` (5 s by default),
 //! which can outlast the 5 s. Time in which the waiting client did not run
-//! ([`Event::Hiccup`]) is not counted as free.
+//! ([`Event::Hiccup`]) is not counted as free, nor the time of an attempt refused for too
+//! few replica acknowledgements (`NotReplicated`): its key was in Redis until its undo.
 
 use std::collections::HashMap;
 
@@ -87,6 +88,33 @@ pub(super) fn check(events: &[Event], acqs: &[Acq], report: &mut Report) {
             held.entry((acq.a.kind.family(), acq.a.name.as_str()))
                 .or_default()
                 .push((start, end));
+        }
+    }
+    // An attempt refused for too few replica acknowledgements held the name in Redis from
+    // its write until its undo: lock-core writes the key, waits for the replicas (within
+    // the request's time), and deletes it when they do not answer. Others were refused
+    // meanwhile by a key that was there, not left behind by a missed wake-up; the undo
+    // hands the name on as a release does.
+    for event in events {
+        if let Event::AcquireFailed {
+            name,
+            t_start,
+            t_end,
+            kind: FailKind::NotReplicated,
+            hold,
+            set,
+            ..
+        } = event
+        {
+            let names: Vec<&str> = match set {
+                Some(set) => set.iter().map(String::as_str).collect(),
+                None => vec![name.as_str()],
+            };
+            for name in names {
+                held.entry((hold.family(), name))
+                    .or_default()
+                    .push((*t_start, *t_end));
+            }
         }
     }
     // A replicated deployment takes seconds to settle after a fault: with lock-core's replica

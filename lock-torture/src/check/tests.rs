@@ -661,6 +661,31 @@ fn a_waiter_must_not_wait_while_the_lock_is_free() {
 }
 
 #[test]
+fn an_attempt_refused_for_its_replicas_held_the_name_until_its_undo() {
+    // Client 2's attempt wrote the key at 0 and, its replicas silent, deleted it at 200;
+    // `b`, waiting since 10 ms, is granted at 220: the name was free for 20 ms only.
+    let mut refused = failed(2, 0, 200, 1000);
+    if let Event::AcquireFailed { kind, .. } = &mut refused {
+        *kind = FailKind::NotReplicated;
+    }
+    let events = vec![refused, waited(acq("b", "n", 1, 220, 190), 1, 10, 400)];
+    let report = run(events.clone(), &[]);
+    assert!(report.passed(), "{:?}", report.violations);
+    // The same wait beside a request that wrote nothing (busy, say) was left behind.
+    let mut busy = events;
+    busy[0] = failed(2, 0, 200, 1000);
+    let report = run(busy, &[]);
+    assert!(
+        report
+            .violations
+            .iter()
+            .any(|v| v.rule == "liveness" && v.detail.starts_with("b (client 1")),
+        "{:?}",
+        report.violations
+    );
+}
+
+#[test]
 fn a_timeout_while_the_lock_was_mostly_free_is_a_violation() {
     // Held 0..100, 140..200, 240..300 (gaps of 40 ms), then free: the request waited
     // 0..400 and timed out; free 100+40+40 = 180 ms of 400, under half: fine...
