@@ -8,6 +8,7 @@ use lock_core::{Locker, ReplicaSync};
 use crate::contenders::annotated::Annotated;
 use crate::contenders::blocking::Blocking;
 use crate::contenders::core::Core;
+use crate::contenders::handoff::Handoff;
 use crate::contenders::naive::Naive;
 use crate::contenders::raw::Raw;
 use crate::contenders::rslock::Rslock;
@@ -42,6 +43,9 @@ pub const HOT_CORE_REDLOCK: &str = "lock-core, N lockers, Redlock-3 (per node)";
 
 pub const PERMITS_SHARED: &str = "lock-core semaphore, 1 locker (64 tasks)";
 pub const PERMITS_SEPARATE: &str = "lock-core semaphore, 64 lockers";
+/// The floor of the row above: a FIFO hand-off between 64 clients with nothing else
+/// (`contenders/handoff.rs`).
+pub const PERMITS_FLOOR: &str = "raw FIFO hand-off (floor), 64 clients";
 pub const PERMITS_SHARDED: &str = "lock-core Locker, 8 names (8 tasks each), 1 locker";
 pub const PERMITS_FEW_WAITING: &str = "lock-core semaphore, 1 locker (16 tasks: 8 waiting)";
 pub const PERMITS_MANY_WAITING: &str = "lock-core semaphore, 1 locker (72 tasks: 64 waiting)";
@@ -277,6 +281,25 @@ pub fn permits(endpoints: &Endpoints, filter: &Filter) -> Result<Vec<s6_permits:
             label: PERMITS_SEPARATE.into(),
             members,
             names: one_name,
+            capacity: PERMITS,
+        });
+    }
+    if filter.keeps(PERMITS_FLOOR) {
+        let run = fastrand::u64(..);
+        let mut members = Vec::with_capacity(TASKS);
+        for index in 0..TASKS {
+            members.push(Arc::new(Any::Handoff(Handoff::new(
+                &endpoints.single,
+                PERMITS,
+                run,
+                index,
+                PERMITS_FLOOR,
+            )?)));
+        }
+        groups.push(s6_permits::Group {
+            label: PERMITS_FLOOR.into(),
+            members,
+            names: vec!["s6".to_owned()],
             capacity: PERMITS,
         });
     }

@@ -8,8 +8,8 @@ use serde::Serialize;
 
 use crate::lineup::{
     CORE, CORE_RENEW, HOT_CORE_SEPARATE, HOT_CORE_SHARED, HOT_NAIVE, HOT_RSLOCK, MACRO_PLAIN,
-    MACRO_RENEW, PERMITS_FEW_WAITING, PERMITS_MANY_WAITING, PERMITS_SEPARATE, PERMITS_SHARDED,
-    PERMITS_SHARED, RSLOCK, RW_FLOOD, SEMAPHORE,
+    MACRO_RENEW, PERMITS_FEW_WAITING, PERMITS_FLOOR, PERMITS_MANY_WAITING, PERMITS_SEPARATE,
+    PERMITS_SHARDED, PERMITS_SHARED, RSLOCK, RW_FLOOD, SEMAPHORE,
 };
 use crate::machine::Machine;
 use crate::scenarios::{
@@ -411,9 +411,10 @@ impl Report {
                     "S6",
                     &format!("{label}: occupancy ≥ 0.70"),
                     format!(
-                        "{:.2} ({PERMITS_SHARDED}: {})",
+                        "{:.2} ({PERMITS_SHARDED}: {}; {PERMITS_FLOOR}: {})",
                         occupancy,
-                        row(PERMITS_SHARDED).map_or("–".into(), |r| r.occupancy.show(2))
+                        row(PERMITS_SHARDED).map_or("–".into(), |r| r.occupancy.show(2)),
+                        row(PERMITS_FLOOR).map_or("–".into(), |r| r.occupancy.show(2))
                     ),
                     occupancy.is_finite().then_some(occupancy >= 0.70),
                 ));

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 pub mod annotated;
 pub mod blocking;
 pub mod core;
+pub mod handoff;
 pub mod naive;
 pub mod raw;
 pub mod rslock;
@@ -122,6 +123,7 @@ pub enum Any {
     Rslock(rslock::Rslock),
     Semaphore(semaphore::Semaphore),
     Blocking(blocking::Blocking),
+    Handoff(handoff::Handoff),
 }
 
 macro_rules! each {
@@ -134,6 +136,7 @@ macro_rules! each {
             Any::Rslock($c) => $body,
             Any::Semaphore($c) => $body,
             Any::Blocking($c) => $body,
+            Any::Handoff($c) => $body,
         }
     };
 }
