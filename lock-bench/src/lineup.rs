@@ -288,13 +288,13 @@ pub fn permits(endpoints: &Endpoints, filter: &Filter) -> Result<Vec<s6_permits:
         let run = fastrand::u64(..);
         let mut members = Vec::with_capacity(TASKS);
         for index in 0..TASKS {
-            members.push(Arc::new(Any::Handoff(Handoff::new(
+            members.push(Arc::new(Any::Handoff(Box::new(Handoff::new(
                 &endpoints.single,
                 PERMITS,
                 run,
                 index,
                 PERMITS_FLOOR,
-            )?)));
+            )?))));
         }
         groups.push(s6_permits::Group {
             label: PERMITS_FLOOR.into(),

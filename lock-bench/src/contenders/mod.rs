@@ -123,7 +123,8 @@ pub enum Any {
     Rslock(rslock::Rslock),
     Semaphore(semaphore::Semaphore),
     Blocking(blocking::Blocking),
-    Handoff(handoff::Handoff),
+    /// Boxed: its pub/sub link makes it several times the size of the others.
+    Handoff(Box<handoff::Handoff>),
 }
 
 macro_rules! each {
