@@ -138,6 +138,48 @@ async fn a_slow_node_costs_at_most_the_node_timeout() {
     sleeper.join().expect("the node slept");
 }
 
+/// A failed attempt pays a slow node's deadline once too: the attempt waits for the
+/// sleeping node (500 ms), and its give-back does not wait for it a second time (the node's
+/// own undo follows the attempt on its connection). Before, a busy answer with one node
+/// asleep came after two deadlines.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_node_costs_a_failed_attempt_the_node_timeout_once() {
+    let h = Harness::redlock_debuggable(3);
+    let other = Harness::redlock_locker(&h.nodes);
+    // Both lockers connected to every node before the stall.
+    let warm = other.try_lock("warm", SECOND).await.expect("acquire");
+    warm.release().await.expect("release");
+    let held = h
+        .locker
+        .try_lock("busy", 30 * SECOND)
+        .await
+        .expect("acquire");
+    let sleeper = h.nodes[0].stall(3 * SECOND);
+    let started = Instant::now();
+    let busy = other.try_lock("busy", 10 * SECOND).await;
+    let took = started.elapsed();
+    assert!(
+        matches!(busy, Err(LockError::Busy { .. })),
+        "the two awake nodes hold it: {busy:?}"
+    );
+    assert!(
+        took < Duration::from_millis(900),
+        "a busy answer took {took:?}: the sleeping node's 500 ms deadline was paid twice"
+    );
+    // Its value was never set on the awake nodes (busy there); the sleeping node's undo
+    // follows its attempt once it wakes: the holder still holds, and gives back.
+    assert!(held.release().await.expect("release"));
+    sleeper.join().expect("the node slept");
+    // Nothing of the failed attempt is left once the node is awake: the lock is free.
+    let lease = other
+        .lock("busy")
+        .ttl(10 * SECOND)
+        .wait(2 * SECOND)
+        .await
+        .expect("nothing left behind");
+    lease.release().await.expect("release");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_foreign_value_on_one_node_fails_the_attempt_and_leaves_nothing_behind() {
     // Regression (issue 13): the WRONGTYPE answer of one node was returned before the

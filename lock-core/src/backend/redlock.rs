@@ -6,9 +6,10 @@
 //!
 //! - Acquire: the same value on every node. Success needs a majority, and enough validity
 //!   left: TTL minus the time the attempt took minus the clock-drift allowance (1% of the
-//!   TTL plus 2 ms). On failure the value is deleted from every node that did not answer
-//!   busy, including those whose reply was lost (an abandoned per-node attempt undoes
-//!   itself in the background); a busy node's lock was not set by the attempt.
+//!   TTL plus 2 ms). On failure the value is deleted from every node that granted before
+//!   the attempt returns, and from those whose reply was lost in the background (an
+//!   abandoned per-node attempt undoes itself), so a slow node costs a failed attempt one
+//!   per-node deadline too; a busy node's lock was not set by the attempt.
 //! - Waiting: every node keeps the lock's waiter queue (`acquire_queued.lua`), ordered by
 //!   the waiters' tickets (when each request began waiting, on the masters' clock: each
 //!   client corrects its own by the median of its offsets to the masters, see
@@ -200,17 +201,17 @@ impl Backend for Redlock {
         // and those whose answer is unknown (an error or a per-node timeout: the script may
         // have run and queued us there).
         let mut still_queued = Vec::new();
-        // The nodes that may hold our value: all but those that said busy.
-        let mut may_hold = Vec::new();
+        // The nodes that granted: ours to give back if the attempt fails.
+        let mut granted = Vec::new();
+        // Whether some node's answer is unknown (it may hold our value).
+        let mut unknown = false;
         for (node, result) in self.nodes.iter().zip(results) {
-            if !matches!(result, Ok(Attempt::Busy { .. })) {
-                may_hold.push(node);
-            }
             match result {
                 Ok(Attempt::Acquired {
                     fencing_token,
                     listened: marked,
                 }) => {
+                    granted.push(node);
                     acquired += 1;
                     listened |= marked;
                     token = token.max(fencing_token.unwrap_or(0));
@@ -226,6 +227,7 @@ impl Backend for Redlock {
                 Err(err @ LockError::WrongType { .. }) => wrong_type = wrong_type.or(Some(err)),
                 Err(err) => {
                     still_queued.push(node);
+                    unknown = true;
                     failures.push(err);
                 }
             }
@@ -260,22 +262,28 @@ impl Backend for Redlock {
                 listened,
             });
         }
-        // Not granted: take our value back from every node that may have it (all but those
-        // that answered busy, whose lock our attempt did not set) before saying so (a node
-        // missed here is left to the undo and, at worst, to the TTL). With every node busy,
+        // Not granted: take our value back from every node that granted before saying so.
+        // A node whose answer is unknown (an error, or the per-node deadline) is not waited
+        // for a second time: the node's own undo already follows the attempt on its
+        // connection (a compare-and-delete sent when its call was cut), and with such a node
+        // the undo above stays armed and deletes our value on every node in the background
+        // (a no-op where it is gone). So a slow or unreachable node costs a failed attempt
+        // one per-node deadline, as it costs a granted one, not two. With every node busy,
         // there is nothing to take back.
         // A queued claim keeps its turn where it claimed: a claim that reached some masters
         // before the previous holder's release did is short of a majority only until the
-        // release reaches the rest, which then tell this same head its turn.
+        // release reaches the rest, which then tell this same head its turn (a reservation
+        // kept so names the waiter, not this attempt's value, which the background undo
+        // compares).
         let given_back = self
-            .on_each(&keys.name, may_hold.into_iter(), |node| async move {
+            .on_each(&keys.name, granted.into_iter(), |node| async move {
                 match kind {
                     AttemptKind::Queued(waiter) => node.return_claim(keys, value, waiter).await,
                     _ => node.release(keys, value).await,
                 }
             })
             .await;
-        if given_back.iter().all(Result::is_ok) {
+        if !unknown && given_back.iter().all(Result::is_ok) {
             undo.disarm();
         }
         if let Some(err) = wrong_type {
