@@ -62,6 +62,45 @@ async fn a_minority_down_is_tolerated_a_majority_down_fails_cleanly() {
     );
 }
 
+/// A wait that ends while an attempt is still unanswered names what the attempts before it
+/// found (no majority within reach), not a plain timeout with nobody holding. One master
+/// is down and another asleep: every attempt waits out the sleeping one's 500 ms node
+/// deadline and fails short of a majority, and the 1.8 s wait (well inside the 10 s
+/// unreachable timeout, which would end it otherwise) ends in the middle of one. (Under
+/// load, `a_minority_down_is_tolerated_a_majority_down_fails_cleanly` met this ending.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_that_ends_mid_attempt_names_the_missing_majority() {
+    let mut h = Harness::redlock_debuggable(3);
+    let locker = lock_core::Locker::builder()
+        .redlock(h.nodes.iter().map(lock_tests::RedisServer::url))
+        .node_timeout(Duration::from_millis(500))
+        .command_timeout(Duration::from_millis(600))
+        .unreachable_timeout(10 * SECOND)
+        .build()
+        .expect("redlock locker");
+    let warm = locker.try_lock("out", SECOND).await.expect("acquire");
+    warm.release().await.expect("release");
+    h.nodes[1].kill();
+    let sleeper = h.nodes[2].stall(4 * SECOND);
+    let got = locker
+        .lock("out")
+        .ttl(10 * SECOND)
+        .wait(Duration::from_millis(1800))
+        .await;
+    assert!(
+        matches!(
+            got,
+            Err(LockError::NoQuorum {
+                needed: 2,
+                nodes: 3,
+                ..
+            })
+        ),
+        "expected NoQuorum, got {got:?}"
+    );
+    sleeper.join().expect("the master slept");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fencing_tokens_increase_across_different_majorities() {
     let mut h = Harness::redlock_of(3);

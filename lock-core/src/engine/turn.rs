@@ -230,6 +230,10 @@ pub(super) async fn wait_for_turn(
                 }
             };
             let tried = match tried {
+                // Cut at the deadline unanswered: that says nothing new, so an earlier
+                // attempt's transient error (a majority out of reach, a dropped connection)
+                // is still what the request ends with, not a plain timeout.
+                Ok(Tried::OutOfTime) => Tried::OutOfTime,
                 Ok(tried) => {
                     acq.transient = None;
                     tried
