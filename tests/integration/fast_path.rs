@@ -47,6 +47,10 @@ async fn an_uncontended_cycle_is_set_nx_then_get_and_del() {
         .await
         .expect("acquire");
     assert!(lease.release().await.expect("release"));
+    // The Locker's watch connection (key tracking) opens in the background at the first
+    // acquisition; on a loaded machine its set-up could otherwise land among the counted
+    // cycles.
+    server.until_watching(1).await;
 
     let before = commands(server);
     for i in 0..50 {

@@ -49,15 +49,17 @@ fn exists(server: &RedisServer, key: &str) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_multi_lock_cycle_costs_at_most_four_redis_calls_per_name() {
     let server = RedisServer::start();
-    for locker in [
+    let lockers = [
         Locker::from_url(&server.url()).expect("locker"),
         Harness::functions_locker(&server),
-    ] {
+    ];
+    for (earlier, locker) in lockers.iter().enumerate() {
         for n in [2usize, 4, 8] {
             let names: Vec<String> = (0..n).map(|i| format!("cost:{n}:{i}")).collect();
-            // Warm: scripts loaded, connection open.
+            // Warm: scripts loaded, connection open, and the watch connection's set-up done.
             let warm = locker.lock_all(names.clone()).ttl(10 * SECOND).await;
             assert!(warm.expect("free names").release().await.expect("release"));
+            server.until_watching(earlier + 1).await;
             server.command(&["CONFIG", "RESETSTAT"]);
             let lease = locker
                 .lock_all(names.clone())

@@ -108,6 +108,8 @@ async fn an_uncontended_permit_cycle_is_seven_redis_calls() {
     // Loads the scripts and stores the name's state.
     let permit = semaphore.try_acquire(10 * SECOND).await.expect("permit");
     assert!(permit.release().await.expect("release"));
+    // The watch connection's set-up, started by the first acquisition, counted before.
+    server.until_watching(1).await;
     let before = calls(&server);
     for _ in 0..10 {
         let permit = semaphore.try_acquire(10 * SECOND).await.expect("permit");

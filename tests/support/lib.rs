@@ -248,6 +248,34 @@ impl RedisServer {
             .unwrap_or_else(|err| panic!("command {args:?} to port {} failed: {err}", self.port))
     }
 
+    /// Waits (up to 10 s) until at least `lockers` connections have key tracking on: each
+    /// Locker's watch connection, opened in the background at its first acquisition, has
+    /// then sent its set-up (`HELLO`, `CLIENT TRACKING`, `CONFIG GET`), so that a test
+    /// counting a cycle's Redis calls afterwards does not count that set-up too.
+    pub async fn until_watching(&self, lockers: usize) {
+        let watching = || {
+            self.command(&["CLIENT", "LIST"])
+                .lines()
+                .filter(|line| {
+                    line.split(' ')
+                        .find_map(|field| field.strip_prefix("flags="))
+                        .is_some_and(|flags| flags.contains('t'))
+                })
+                .count()
+        };
+        for _ in 0..1000 {
+            if watching() >= lockers {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        panic!(
+            "{} of {lockers} Lockers' watch connections opened on port {} within 10 s",
+            watching(),
+            self.port
+        );
+    }
+
     fn spawn_on_free_port(&mut self) -> Result<(), StartError> {
         // A port found free can be taken by someone else before redis binds it; try again.
         let mut last = StartError::Failed(String::new());
