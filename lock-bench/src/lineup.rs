@@ -43,6 +43,7 @@ pub const HOT_CORE_REDLOCK: &str = "lock-core, N lockers, Redlock-3 (per node)";
 
 pub const PERMITS_SHARED: &str = "lock-core semaphore, 1 locker (64 tasks)";
 pub const PERMITS_SEPARATE: &str = "lock-core semaphore, 64 lockers";
+pub const PERMITS_FEW_LOCKERS: &str = "lock-core semaphore, 8 lockers (32 tasks, 4 each)";
 /// The floor of the row above: a FIFO hand-off between 64 clients with nothing else
 /// (`contenders/handoff.rs`).
 pub const PERMITS_FLOOR: &str = "raw FIFO hand-off (floor), 64 clients";
@@ -281,6 +282,26 @@ pub fn permits(endpoints: &Endpoints, filter: &Filter) -> Result<Vec<s6_permits:
             label: PERMITS_SEPARATE.into(),
             members,
             names: one_name,
+            capacity: PERMITS,
+        });
+    }
+    if filter.keeps(PERMITS_FEW_LOCKERS) {
+        // Eight processes of four tasks each: a hand-off goes to a waiter of the same
+        // Locker (in the release's reply) or of another (a message), as the queue has it.
+        let mut lockers = Vec::with_capacity(PERMITS);
+        for _ in 0..PERMITS {
+            lockers.push(Arc::new(Any::Semaphore(Semaphore::new(
+                locker(single, "s6-sem:")?,
+                PERMITS as u64,
+                PERMITS_FEW_LOCKERS,
+            ))));
+        }
+        groups.push(s6_permits::Group {
+            label: PERMITS_FEW_LOCKERS.into(),
+            members: (0..TASKS / 2)
+                .map(|task| Arc::clone(&lockers[task % PERMITS]))
+                .collect(),
+            names: vec!["s6-few".to_owned()],
             capacity: PERMITS,
         });
     }

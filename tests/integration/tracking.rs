@@ -155,6 +155,60 @@ async fn renewals_and_releases_never_tell_a_holder_falsely() {
     assert!(again.release().await.expect("release"));
 }
 
+/// A lease is read once it has been held 2 ms: one released sooner costs no read (and its
+/// release no push), however its grant falls against the watch's batches. Before, a short
+/// lease held when a batch was taken was read: with four tasks taking turns, nearly every
+/// batch read one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_released_within_two_milliseconds_is_never_read() {
+    let server = RedisServer::start();
+    let locker = locker(&server);
+    // A long lease keeps the watch task looking every 2 ms throughout.
+    let long = held(&locker, &server, "long").await;
+    let before = calls(&server).get("mget").copied().unwrap_or(0);
+    let loops: Vec<_> = (0..4)
+        .map(|task| {
+            let locker = locker.clone();
+            tokio::spawn(async move {
+                let started = Instant::now();
+                let (mut cycles, mut slow) = (0u64, 0u64);
+                while started.elapsed() < Duration::from_millis(300) {
+                    let asked = Instant::now();
+                    let lease = locker
+                        .lock(format!("short:{task}"))
+                        .ttl(LONG_TTL)
+                        .await
+                        .expect("acquire");
+                    // Held a while, well under 2 ms, as a short critical section is.
+                    let holding = Instant::now();
+                    while holding.elapsed() < Duration::from_micros(300) {
+                        tokio::task::yield_now().await;
+                    }
+                    assert!(lease.release().await.expect("release"));
+                    // Registered after `asked`, released before now: held at most this.
+                    if asked.elapsed() >= Duration::from_millis(2) {
+                        slow += 1;
+                    }
+                    cycles += 1;
+                }
+                (cycles, slow)
+            })
+        })
+        .collect();
+    let (mut cycles, mut slow) = (0, 0);
+    for one in loops {
+        let (c, s) = one.await.expect("loop");
+        cycles += c;
+        slow += s;
+    }
+    let reads = calls(&server).get("mget").copied().unwrap_or(0) - before;
+    assert!(
+        reads <= slow,
+        "{reads} reads for {cycles} short leases, {slow} of them possibly held 2 ms or more"
+    );
+    assert!(long.release().await.expect("release"));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_acquisition_costs_at_most_one_read_and_a_release_none() {
     let server = RedisServer::start();

@@ -1,10 +1,11 @@
 //! A lost lease noticed at once: the loss watch of one `Locker`, and its server check.
 //!
-//! Every lease this Locker is granted is registered here; its lock key is then read on the
-//! Locker's watch connection ([`crate::connection::watcher`], `CLIENT TRACKING on`), in
-//! batches: the keys granted while the previous read was in flight, or within
-//! [`BATCH`], go in one `MGET`, so an acquisition costs at most one extra call and
-//! usually a fraction of one. From then on the server pushes an invalidation when the key
+//! Every lease this Locker is granted is registered here; once it has been held for
+//! [`BATCH`], its lock key is read on the Locker's watch connection
+//! ([`crate::connection::watcher`], `CLIENT TRACKING on`), in batches: the keys that came
+//! due together go in one `MGET`, so an acquisition costs at most one extra call and
+//! usually a fraction of one, and a lease released within [`BATCH`] costs none (a loss
+//! before the read is found by the read). From then on the server pushes an invalidation when the key
 //! changes (deleted, overwritten, expired, evicted, flushed). The leases held on an
 //! invalidated key re-read it (one batched `MGET` again, which also tracks it anew) and
 //! are marked lost if it no longer holds their value. A push about a key whose lease has
@@ -48,9 +49,10 @@ use crate::eviction::{risk, EvictionCheck};
 use crate::token::is_ours;
 use crate::LockError;
 
-/// Keys that wait to be read gather this long after the first of them (leases granted,
-/// keys invalidated: a renewal round of thousands of leases is pushed back key by key), so
-/// that they share one read: a few reads per round instead of one per key.
+/// Keys that wait to be read gather this long after the first of them (keys invalidated:
+/// a renewal round of thousands of leases is pushed back key by key), so that they share
+/// one read: a few reads per round instead of one per key. A lease granted is read once
+/// it is this old: most short leases are released before, and cost no read.
 const BATCH: Duration = Duration::from_millis(2);
 
 /// The longest pause between re-reads while the server does not answer.
@@ -146,6 +148,8 @@ struct State {
 struct Entry {
     lease: Weak<Held>,
     sequence: u64,
+    /// When it was registered: a lease is read once it is [`BATCH`] old.
+    at: Instant,
 }
 
 /// What the server check found.
@@ -236,6 +240,7 @@ impl LossWatch {
         state.fresh.push(Entry {
             lease: Arc::downgrade(held),
             sequence,
+            at: Instant::now(),
         });
         self.start(state);
     }
@@ -377,12 +382,19 @@ impl LossWatch {
         }
         let mut state = self.state();
         state.nudged = false;
-        // File the leases granted since the last look that are still held.
+        // File the leases granted since the last look that are still held and at least
+        // [`BATCH`] old; younger ones wait for the next look, so that a lease released
+        // within `BATCH` of its grant is never read (nor its release pushed back).
+        let now = Instant::now();
         let fresh = std::mem::take(&mut state.fresh);
         for entry in fresh {
             let Some(lease) = entry.lease.upgrade().filter(|lease| !lease.has_ended()) else {
                 continue;
             };
+            if now.saturating_duration_since(entry.at) < BATCH {
+                state.fresh.push(entry);
+                continue;
+            }
             let key = &lease.keys.lock;
             state.pending.insert(key.clone());
             state.leases.entry(key.clone()).or_default().push(entry);
@@ -497,8 +509,17 @@ async fn run(weak: Weak<LossWatch>) {
         tokio::pin!(notified);
         notified.as_mut().enable();
         let Some((keys, watermark)) = watch.take() else {
-            let nothing_watched = watch.watches_nothing();
+            let (nothing_watched, young) = {
+                let state = watch.state();
+                (state.watches_nothing(), !state.fresh.is_empty())
+            };
             drop(watch);
+            if young {
+                // Leases too young to read: look again once they are old enough (the
+                // keys pushed meanwhile join that read).
+                tokio::time::sleep(BATCH).await;
+                continue;
+            }
             if nothing_watched {
                 // Nothing left to watch: wait a while for the next grant before ending, so
                 // that a Locker that keeps taking short leases tells a running task (a
