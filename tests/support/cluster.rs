@@ -30,7 +30,7 @@ impl RedisCluster {
     #[cfg(feature = "tls")]
     pub fn start_tls(masters: usize, replicas: usize, files: &crate::TlsFiles) -> RedisCluster {
         RedisCluster::start_configured(masters, replicas, || {
-            let port = crate::free_port();
+            let port = crate::free_port_with_bus();
             let mut config = files.server_config(port, false);
             config.push("tls-cluster yes".to_owned());
             (config, Some(port))

@@ -400,6 +400,22 @@ fn sentinel_config_with(
     ]
 }
 
+/// A free port whose Cluster bus port (10000 above it) is free too, for a node whose bus
+/// port follows a port chosen before it starts (with `tls-cluster yes`, the TLS port's):
+/// a start retried on another plain port would meet the same taken bus port every time.
+pub fn free_port_with_bus() -> u16 {
+    for _ in 0..100 {
+        let port = free_port();
+        let Some(bus) = port.checked_add(10_000) else {
+            continue;
+        };
+        if TcpListener::bind((Ipv4Addr::LOCALHOST, bus)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port with a free port 10000 above it in 100 tries")
+}
+
 /// A TCP port nobody listens on right now.
 pub fn free_port() -> u16 {
     TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
