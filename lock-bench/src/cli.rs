@@ -74,6 +74,11 @@ pub struct Args {
     /// Seconds of live resharding in S9 (after up to 5 s undisturbed).
     #[arg(long, default_value_t = 20.0)]
     pub reshard_seconds: f64,
+    /// Lua loop iterations added to the S6 floor's take script (and twice as many to its
+    /// give script): its Redis execution time raised to another contender's, to see how
+    /// much of a hand-off that time is. 0 (the default): the floor as it is.
+    #[arg(long, default_value_t = 0)]
+    pub floor_pad: u64,
     /// Only contenders whose label contains this text (repeatable); the raw floor always runs.
     #[arg(long)]
     pub only: Vec<String>,

@@ -251,7 +251,11 @@ pub async fn hot(
 
 /// S6: 64 tasks on one semaphore of 8 permits (one locker, or one each), and the same
 /// tasks on 8 plain locks.
-pub fn permits(endpoints: &Endpoints, filter: &Filter) -> Result<Vec<s6_permits::Group>, String> {
+pub fn permits(
+    endpoints: &Endpoints,
+    filter: &Filter,
+    floor_pad: u64,
+) -> Result<Vec<s6_permits::Group>, String> {
     use s6_permits::{PERMITS, TASKS};
     let single = std::slice::from_ref(&endpoints.single);
     let one_name = vec!["s6".to_owned()];
@@ -307,6 +311,12 @@ pub fn permits(endpoints: &Endpoints, filter: &Filter) -> Result<Vec<s6_permits:
     }
     if filter.keeps(PERMITS_FLOOR) {
         let run = fastrand::u64(..);
+        // A padded floor is another contender: its row says so.
+        let label = if floor_pad == 0 {
+            PERMITS_FLOOR.to_owned()
+        } else {
+            format!("{PERMITS_FLOOR}, scripts padded by {floor_pad} loop iterations")
+        };
         let mut members = Vec::with_capacity(TASKS);
         for index in 0..TASKS {
             members.push(Arc::new(Any::Handoff(Box::new(Handoff::new(
@@ -314,11 +324,12 @@ pub fn permits(endpoints: &Endpoints, filter: &Filter) -> Result<Vec<s6_permits:
                 PERMITS,
                 run,
                 index,
-                PERMITS_FLOOR,
+                &label,
+                floor_pad,
             )?))));
         }
         groups.push(s6_permits::Group {
-            label: PERMITS_FLOOR.into(),
+            label,
             members,
             names: vec!["s6".to_owned()],
             capacity: PERMITS,

@@ -41,6 +41,15 @@ end
 redis.call('DECR', KEYS[1])
 return 0";
 
+/// `script` with a Lua loop of `iterations` first (none for 0): Redis execution time
+/// that does nothing else (`lock-bench --floor-pad`).
+fn padded(script: &str, iterations: u64) -> String {
+    if iterations == 0 {
+        return script.to_owned();
+    }
+    format!("local pad = 0\nfor i = 1, {iterations} do pad = pad + i end\n{script}")
+}
+
 pub struct Handoff {
     label: String,
     client: redis::Client,
@@ -67,6 +76,7 @@ impl Handoff {
         run: u64,
         index: usize,
         label: impl Into<String>,
+        pad: u64,
     ) -> Result<Handoff, String> {
         let client = redis::Client::open(url).map_err(|err| err.to_string())?;
         let prefix = format!("handoff-floor:{run:x}");
@@ -76,8 +86,8 @@ impl Handoff {
             capacity,
             channel: format!("{prefix}:turn:{index}"),
             prefix,
-            take: Script::new(TAKE),
-            give: Script::new(GIVE),
+            take: Script::new(&padded(TAKE, pad)),
+            give: Script::new(&padded(GIVE, 2 * pad)),
             link: Mutex::new(None),
         })
     }
