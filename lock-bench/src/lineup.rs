@@ -249,6 +249,35 @@ pub async fn hot(
     Ok(groups)
 }
 
+/// S6: `tasks` tasks on one semaphore of [`s6_permits::PERMITS`] permits named `name`,
+/// spread over `lockers` Lockers (task `i` on Locker `i mod lockers`), as that many
+/// processes would be.
+fn semaphores_of_lockers(
+    single: &[String],
+    label: &str,
+    lockers: usize,
+    tasks: usize,
+    name: &str,
+) -> Result<s6_permits::Group, String> {
+    use s6_permits::PERMITS;
+    let mut each = Vec::with_capacity(lockers);
+    for _ in 0..lockers {
+        each.push(Arc::new(Any::Semaphore(Semaphore::new(
+            locker(single, "s6-sem:")?,
+            PERMITS as u64,
+            label,
+        ))));
+    }
+    Ok(s6_permits::Group {
+        label: label.into(),
+        members: (0..tasks)
+            .map(|task| Arc::clone(&each[task % lockers]))
+            .collect(),
+        names: vec![name.to_owned()],
+        capacity: PERMITS,
+    })
+}
+
 /// S6: 64 tasks on one semaphore of 8 permits (one locker, or one each), and the same
 /// tasks on 8 plain locks.
 pub fn permits(
@@ -258,7 +287,6 @@ pub fn permits(
 ) -> Result<Vec<s6_permits::Group>, String> {
     use s6_permits::{PERMITS, TASKS};
     let single = std::slice::from_ref(&endpoints.single);
-    let one_name = vec!["s6".to_owned()];
     let mut groups = Vec::new();
     if filter.keeps(PERMITS_SHARED) {
         let shared = Arc::new(Any::Semaphore(Semaphore::new(
@@ -269,45 +297,30 @@ pub fn permits(
         groups.push(s6_permits::Group {
             label: PERMITS_SHARED.into(),
             members: vec![shared; TASKS],
-            names: one_name.clone(),
+            names: vec!["s6".to_owned()],
             capacity: PERMITS,
         });
     }
     if filter.keeps(PERMITS_SEPARATE) {
-        let mut members = Vec::with_capacity(TASKS);
-        for _ in 0..TASKS {
-            members.push(Arc::new(Any::Semaphore(Semaphore::new(
-                locker(single, "s6-sem:")?,
-                PERMITS as u64,
-                PERMITS_SEPARATE,
-            ))));
-        }
-        groups.push(s6_permits::Group {
-            label: PERMITS_SEPARATE.into(),
-            members,
-            names: one_name,
-            capacity: PERMITS,
-        });
+        groups.push(semaphores_of_lockers(
+            single,
+            PERMITS_SEPARATE,
+            TASKS,
+            TASKS,
+            "s6",
+        )?);
     }
     if filter.keeps(PERMITS_FEW_LOCKERS) {
         // Eight processes of four tasks each: a hand-off goes to a waiter of the same
         // Locker (in the release's reply) or of another (a message), as the queue has it.
-        let mut lockers = Vec::with_capacity(PERMITS);
-        for _ in 0..PERMITS {
-            lockers.push(Arc::new(Any::Semaphore(Semaphore::new(
-                locker(single, "s6-sem:")?,
-                PERMITS as u64,
-                PERMITS_FEW_LOCKERS,
-            ))));
-        }
-        groups.push(s6_permits::Group {
-            label: PERMITS_FEW_LOCKERS.into(),
-            members: (0..TASKS / 2)
-                .map(|task| Arc::clone(&lockers[task % PERMITS]))
-                .collect(),
-            names: vec!["s6-few".to_owned()],
-            capacity: PERMITS,
-        });
+        let tasks = TASKS / 2;
+        groups.push(semaphores_of_lockers(
+            single,
+            PERMITS_FEW_LOCKERS,
+            PERMITS,
+            tasks,
+            "s6-few",
+        )?);
     }
     if filter.keeps(PERMITS_FLOOR) {
         let run = fastrand::u64(..);
