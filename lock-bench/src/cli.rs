@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 
+use crate::contenders::handoff::Pad;
 use crate::scenarios::Settings;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -74,11 +75,15 @@ pub struct Args {
     /// Seconds of live resharding in S9 (after up to 5 s undisturbed).
     #[arg(long, default_value_t = 20.0)]
     pub reshard_seconds: f64,
-    /// Lua loop iterations added to the S6 floor's take script (and twice as many to its
-    /// give script): its Redis execution time raised to another contender's, to see how
-    /// much of a hand-off that time is. 0 (the default): the floor as it is.
+    /// Times `--floor-pad-with` is done in the S6 floor's take script (and twice as many
+    /// in its give script): its Redis execution time raised to another contender's, to see
+    /// how much of a hand-off that time is, or the price of one part of a script. 0 (the
+    /// default): the floor as it is.
     #[arg(long, default_value_t = 0)]
     pub floor_pad: u64,
+    /// What `--floor-pad` adds.
+    #[arg(long, value_enum, default_value_t = Pad::Loop)]
+    pub floor_pad_with: Pad,
     /// Only contenders whose label contains this text (repeatable); the raw floor always runs.
     #[arg(long)]
     pub only: Vec<String>,

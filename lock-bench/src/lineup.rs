@@ -8,7 +8,7 @@ use lock_core::{Locker, ReplicaSync};
 use crate::contenders::annotated::Annotated;
 use crate::contenders::blocking::Blocking;
 use crate::contenders::core::Core;
-use crate::contenders::handoff::Handoff;
+use crate::contenders::handoff::{Handoff, Pad};
 use crate::contenders::naive::Naive;
 use crate::contenders::raw::Raw;
 use crate::contenders::rslock::Rslock;
@@ -283,7 +283,7 @@ fn semaphores_of_lockers(
 pub fn permits(
     endpoints: &Endpoints,
     filter: &Filter,
-    floor_pad: u64,
+    floor_pad: (Pad, u64),
 ) -> Result<Vec<s6_permits::Group>, String> {
     use s6_permits::{PERMITS, TASKS};
     let single = std::slice::from_ref(&endpoints.single);
@@ -325,10 +325,9 @@ pub fn permits(
     if filter.keeps(PERMITS_FLOOR) {
         let run = fastrand::u64(..);
         // A padded floor is another contender: its row says so.
-        let label = if floor_pad == 0 {
-            PERMITS_FLOOR.to_owned()
-        } else {
-            format!("{PERMITS_FLOOR}, scripts padded by {floor_pad} loop iterations")
+        let label = match floor_pad {
+            (_, 0) => PERMITS_FLOOR.to_owned(),
+            (with, times) => format!("{PERMITS_FLOOR}, scripts padded: {with:?} x {times}"),
         };
         let mut members = Vec::with_capacity(TASKS);
         for index in 0..TASKS {

@@ -279,8 +279,8 @@ async fn run(args: Args) -> Result<(), Failure> {
     }
 
     if args.runs(Scenario::S6) {
-        let groups =
-            lineup::permits(&endpoints, &filter, args.floor_pad).map_err(Failure::Setup)?;
+        let groups = lineup::permits(&endpoints, &filter, (args.floor_pad_with, args.floor_pad))
+            .map_err(Failure::Setup)?;
         let table = s6_permits::run(&groups, &settings, &probe).await;
         print_section(&report::s6_title(), &table.markdown());
         report.check(

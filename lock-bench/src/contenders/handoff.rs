@@ -41,13 +41,47 @@ end
 redis.call('DECR', KEYS[1])
 return 0";
 
-/// `script` with a Lua loop of `iterations` first (none for 0): Redis execution time
-/// that does nothing else (`lock-bench --floor-pad`).
-fn padded(script: &str, iterations: u64) -> String {
-    if iterations == 0 {
+/// What `lock-bench --floor-pad N` adds to the floor's scripts, N times (2N in its give
+/// script): Redis execution time that does nothing else, or one part of what a permit
+/// script does, to price that part where it runs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Pad {
+    /// A turn of an empty Lua loop.
+    #[default]
+    Loop,
+    /// `redis.call('TIME')`: the least an inner call costs.
+    Time,
+    /// `ZMSCORE` of eight members of a missing key (the permit state's read, without
+    /// the state).
+    Zmscore,
+    /// Defining `permits_lib.lua`'s functions, as every permit script past its fast path
+    /// does.
+    Lib,
+    /// Three Lua tables.
+    Tables,
+}
+
+/// `script` with `pad` done `times` first (nothing for 0).
+fn padded(script: &str, pad: Pad, times: u64) -> String {
+    if times == 0 {
         return script.to_owned();
     }
-    format!("local pad = 0\nfor i = 1, {iterations} do pad = pad + i end\n{script}")
+    let each = match pad {
+        Pad::Loop => return format!("local pad = 0\nfor i = 1, {times} do pad = pad + i end\n{script}"),
+        Pad::Time => "redis.call('TIME')",
+        Pad::Zmscore => {
+            "redis.call('ZMSCORE', KEYS[1] .. ':pad', '#c', '#w', '#l', '#q', '#h', '#e', '#t', '#f')"
+        }
+        Pad::Tables => "local t = { a = i, b = {}, c = {} }",
+        Pad::Lib => {
+            // Each copy in a block of its own, so that Lua's limit of 200 locals per
+            // function is not met.
+            let lib = include_str!("../../../lock-core/src/scripts/permits_lib.lua");
+            let blocks = format!("do\n{lib}\nend\n").repeat(times as usize);
+            return format!("{blocks}{script}");
+        }
+    };
+    format!("for i = 1, {times} do {each} end\n{script}")
 }
 
 pub struct Handoff {
@@ -76,7 +110,7 @@ impl Handoff {
         run: u64,
         index: usize,
         label: impl Into<String>,
-        pad: u64,
+        (pad, times): (Pad, u64),
     ) -> Result<Handoff, String> {
         let client = redis::Client::open(url).map_err(|err| err.to_string())?;
         let prefix = format!("handoff-floor:{run:x}");
@@ -86,8 +120,8 @@ impl Handoff {
             capacity,
             channel: format!("{prefix}:turn:{index}"),
             prefix,
-            take: Script::new(&padded(TAKE, pad)),
-            give: Script::new(&padded(GIVE, 2 * pad)),
+            take: Script::new(&padded(TAKE, pad, times)),
+            give: Script::new(&padded(GIVE, pad, 2 * times)),
             link: Mutex::new(None),
         })
     }
