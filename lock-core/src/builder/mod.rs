@@ -199,8 +199,9 @@ impl LockerBuilder {
 
     /// Whether a held lease learns at once that its key was deleted, overwritten, expired,
     /// evicted or flushed on the server (default on): the Locker keeps one RESP3 connection
-    /// with `CLIENT TRACKING` on, reads each granted key there once (batched with the other
-    /// grants of the moment: at most one extra call per acquisition, none per release), and
+    /// with `CLIENT TRACKING` on, reads each granted key there once its lease has been held
+    /// 2 ms (batched with the others due then: at most one extra call per acquisition,
+    /// none for a lease released sooner, none per release), and
     /// the server pushes the key's next change, after which `lost()` fires within
     /// milliseconds. Off (or on a server that refuses tracking, said once in a warning),
     /// a lost lease is noticed at its next renewal or at the end of its validity.
