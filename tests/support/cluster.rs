@@ -21,7 +21,10 @@ pub struct RedisCluster {
 impl RedisCluster {
     /// Starts `masters` masters with `replicas` replicas each.
     pub fn start(masters: usize, replicas: usize) -> RedisCluster {
-        RedisCluster::start_configured(masters, replicas, || (Vec::new(), None))
+        RedisCluster::start_configured(masters, replicas, |base| {
+            let config: Vec<&str> = base.iter().map(String::as_str).collect();
+            (RedisServer::start_with(&config), None)
+        })
     }
 
     /// Starts a cluster whose nodes also speak TLS (clients, replication and the cluster
@@ -29,33 +32,40 @@ impl RedisCluster {
     /// test's set-up commands. The cluster announces the TLS ports to TLS clients.
     #[cfg(feature = "tls")]
     pub fn start_tls(masters: usize, replicas: usize, files: &crate::TlsFiles) -> RedisCluster {
-        RedisCluster::start_configured(masters, replicas, || {
-            let port = crate::free_port_with_bus();
-            let mut config = files.server_config(port, false);
-            config.push("tls-cluster yes".to_owned());
-            (config, Some(port))
+        RedisCluster::start_configured(masters, replicas, |base| {
+            // The bus port is the TLS port's + 10000: both chosen afresh on every try.
+            let (server, port) =
+                RedisServer::launch_with_port(false, crate::free_port_with_bus, |port| {
+                    let mut config = base.to_vec();
+                    config.extend(files.server_config(port, false));
+                    config.push("tls-cluster yes".to_owned());
+                    config
+                });
+            (server, Some(port))
         })
     }
 
+    /// Starts the nodes with `start_node` (given the Cluster's config lines; it returns the
+    /// node and its TLS port, if any), then joins them.
     fn start_configured(
         masters: usize,
         replicas: usize,
-        mut extra: impl FnMut() -> (Vec<String>, Option<u16>),
+        mut start_node: impl FnMut(&[String]) -> (RedisServer, Option<u16>),
     ) -> RedisCluster {
-        let base = [
+        let base: Vec<String> = [
             "cluster-enabled yes",
             "cluster-config-file nodes.conf",
             "cluster-node-timeout 1000",
             "cluster-replica-validity-factor 0",
-        ];
+        ]
+        .map(str::to_owned)
+        .to_vec();
         let mut tls_ports = Vec::new();
         let nodes: Vec<RedisServer> = (0..masters * (1 + replicas))
             .map(|_| {
-                let (more, tls_port) = extra();
+                let (node, tls_port) = start_node(&base);
                 tls_ports.extend(tls_port);
-                let mut config: Vec<&str> = base.to_vec();
-                config.extend(more.iter().map(String::as_str));
-                RedisServer::start_with(&config)
+                node
             })
             .collect();
         let mut create = Command::new("redis-cli");

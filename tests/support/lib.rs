@@ -146,6 +146,28 @@ impl RedisServer {
         RedisServer::try_launch(Vec::new(), false, binary.to_owned())
     }
 
+    /// Starts a server whose config names a second port of its own (a TLS port): `config`
+    /// gives the extra lines for a port chosen afresh on every try, so that a port taken
+    /// meanwhile costs a try rather than the start (the tries of [`RedisServer::launch`]
+    /// change only the plain port). Returns the server and that port.
+    pub(crate) fn launch_with_port(
+        sentinel: bool,
+        pick: fn() -> u16,
+        config: impl Fn(u16) -> Vec<String>,
+    ) -> (RedisServer, u16) {
+        let binary = std::env::var("REDIS_SERVER_BIN").unwrap_or_else(|_| "redis-server".into());
+        let mut last = String::new();
+        for _ in 0..5 {
+            let port = pick();
+            match RedisServer::try_launch(config(port), sentinel, binary.clone()) {
+                Ok(server) => return (server, port),
+                Err(StartError::NotInstalled) => panic!("{INSTALL_HINT}"),
+                Err(StartError::Failed(log)) => last = log,
+            }
+        }
+        panic!("redis-server did not start:\n{last}")
+    }
+
     pub(crate) fn launch(extra_config: Vec<String>, sentinel: bool) -> RedisServer {
         let binary = std::env::var("REDIS_SERVER_BIN").unwrap_or_else(|_| "redis-server".into());
         RedisServer::try_launch(extra_config, sentinel, binary).unwrap_or_else(|err| match err {
@@ -400,9 +422,8 @@ fn sentinel_config_with(
     ]
 }
 
-/// A free port whose Cluster bus port (10000 above it) is free too, for a node whose bus
-/// port follows a port chosen before it starts (with `tls-cluster yes`, the TLS port's):
-/// a start retried on another plain port would meet the same taken bus port every time.
+/// A free port whose Cluster bus port (10000 above it) is free too: the TLS port of a
+/// Cluster node with `tls-cluster yes`, whose bus port follows it.
 pub fn free_port_with_bus() -> u16 {
     for _ in 0..100 {
         let port = free_port();

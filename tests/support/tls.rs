@@ -101,14 +101,12 @@ impl TlsServer {
 
     /// [`TlsServer::start`] with extra config lines.
     pub fn start_with(files: &TlsFiles, client_certs: bool, extra: &[&str]) -> TlsServer {
-        let tls_port = free_port();
-        let mut config = files.server_config(tls_port, client_certs);
-        config.extend(extra.iter().map(|line| (*line).to_owned()));
-        let lines: Vec<&str> = config.iter().map(String::as_str).collect();
-        TlsServer {
-            server: RedisServer::start_with(&lines),
-            tls_port,
-        }
+        let (server, tls_port) = RedisServer::launch_with_port(false, free_port, |tls_port| {
+            let mut config = files.server_config(tls_port, client_certs);
+            config.extend(extra.iter().map(|line| (*line).to_owned()));
+            config
+        });
+        TlsServer { server, tls_port }
     }
 
     /// `rediss://127.0.0.1:<tls port>/`
@@ -119,12 +117,11 @@ impl TlsServer {
     /// Starts a Sentinel with a TLS port, watching the master `master` on `master_port` (a
     /// TLS port: the Sentinel talks to it over TLS). Returns the Sentinel and its TLS port.
     pub fn start_sentinel(files: &TlsFiles, master: &str, master_port: u16) -> TlsServer {
-        let tls_port = free_port();
-        let mut config = files.server_config(tls_port, false);
-        config.extend(crate::sentinel_config(master, master_port));
-        TlsServer {
-            server: RedisServer::launch(config, true),
-            tls_port,
-        }
+        let (server, tls_port) = RedisServer::launch_with_port(true, free_port, |tls_port| {
+            let mut config = files.server_config(tls_port, false);
+            config.extend(crate::sentinel_config(master, master_port));
+            config
+        });
+        TlsServer { server, tls_port }
     }
 }
