@@ -517,3 +517,41 @@ mod guides {
     #[doc = include_str!("../../docs/guide/contributing.md")]
     struct Contributing;
 }
+
+#[cfg(test)]
+mod tests {
+    use std::net::{Ipv4Addr, TcpListener};
+    use std::sync::atomic::{AtomicBool, AtomicU16, Ordering};
+
+    use super::{free_port, RedisServer};
+
+    static TAKEN: AtomicU16 = AtomicU16::new(0);
+    static FIRST: AtomicBool = AtomicBool::new(true);
+
+    /// The taken port first, free ones after.
+    fn taken_then_free() -> u16 {
+        if FIRST.swap(false, Ordering::SeqCst) {
+            TAKEN.load(Ordering::SeqCst)
+        } else {
+            free_port()
+        }
+    }
+
+    /// A server whose second port (here its Cluster bus port) is taken when it starts is
+    /// started on another: that port is chosen afresh on every try.
+    #[test]
+    fn a_second_port_taken_meanwhile_costs_a_try_not_the_start() {
+        let taken = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind");
+        let port = taken.local_addr().expect("addr").port();
+        TAKEN.store(port, Ordering::SeqCst);
+        let (server, second) = RedisServer::launch_with_port(false, taken_then_free, |second| {
+            vec![
+                "cluster-enabled yes".to_owned(),
+                format!("cluster-port {second}"),
+            ]
+        });
+        assert_ne!(second, port, "started on the taken port");
+        assert!(server.command(&["PING"]).starts_with("+PONG"));
+        drop(taken);
+    }
+}
