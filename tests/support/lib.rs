@@ -150,6 +150,7 @@ impl RedisServer {
     /// gives the extra lines for a port chosen afresh on every try, so that a port taken
     /// meanwhile costs a try rather than the start (the tries of [`RedisServer::launch`]
     /// change only the plain port). Returns the server and that port.
+    #[cfg(any(feature = "tls", test))]
     pub(crate) fn launch_with_port(
         sentinel: bool,
         pick: fn() -> u16,
