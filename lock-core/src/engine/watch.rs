@@ -5,11 +5,11 @@
 //! ([`crate::connection::watcher`], `CLIENT TRACKING on`), in batches: the keys that came
 //! due together go in one `MGET`, so an acquisition costs at most one extra call and
 //! usually a fraction of one, and a lease released within [`BATCH`] costs none (a loss
-//! before the read is found by the read). From then on the server pushes an invalidation when the key
-//! changes (deleted, overwritten, expired, evicted, flushed). The leases held on an
-//! invalidated key re-read it (one batched `MGET` again, which also tracks it anew) and
-//! are marked lost if it no longer holds their value. A push about a key whose lease has
-//! ended (our own release) costs nothing.
+//! before the read is found by the read). From then on the server pushes an invalidation
+//! when the key changes (deleted, overwritten, expired, evicted, flushed). The leases held
+//! on an invalidated key re-read it (one batched `MGET` again, which also tracks it anew)
+//! and are marked lost if it no longer holds their value. A push about a key whose lease
+//! has ended (our own release) costs nothing.
 //!
 //! Our own renewals change the key too (`PEXPIRE` counts as a modification): their
 //! pushes lead to a re-read that finds our value, so no lease is ever told falsely, at
