@@ -20,6 +20,7 @@ mod fenced_writes;
 mod fencing;
 mod harness;
 mod hostile_names;
+mod kept_connections;
 mod latch;
 mod loss;
 mod macro_durations;

@@ -2,6 +2,7 @@
 //!
 //! - [`shared`]: the one multiplexed connection a backend sends its commands on (from a
 //!   deadpool pool, a Cluster client or a Sentinel-named master), reconnected on failure.
+//! - [`spares`]: the clones of it each thread keeps between operations.
 //! - [`connect`]: turning URLs and TLS settings into pools, clients and dialers.
 //! - [`notifier`]: the one pub/sub connection per Locker that tells waiters their turn.
 //! - `sharded`: on a Redis Cluster, the notifier's sharded subscriptions (SSUBSCRIBE in
@@ -25,6 +26,7 @@ pub(crate) mod sentinel;
 #[cfg(feature = "cluster")]
 pub(crate) mod sharded;
 pub(crate) mod shared;
+pub(crate) mod spares;
 #[cfg(feature = "tls-rustls")]
 pub(crate) mod tls;
 #[cfg(feature = "cluster")]

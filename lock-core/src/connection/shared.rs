@@ -9,6 +9,7 @@
 //! and auth settings apply, and the WATCH/MULTI backend keeps using checkouts because it
 //! needs a connection of its own.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock, RwLockWriteGuard};
 use std::time::Duration;
 
@@ -16,6 +17,7 @@ use deadpool_redis::{Connection, Pool, PoolError, TimeoutType};
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::{Cmd, Pipeline, RedisFuture, Value};
 
+use super::spares::{Spare, Spares};
 use crate::deadline::within;
 use crate::refusal::misconfiguration;
 use crate::LockError;
@@ -109,6 +111,13 @@ struct Inner {
     /// The server's URL without credentials, for messages (unknown for a user's pool).
     address: Option<String>,
     current: RwLock<Option<Slot>>,
+    /// The generation of the open connection (0: none), written with `current`: read by
+    /// every operation without taking the lock (see [`SharedConnection::give_back`]).
+    open: AtomicU64,
+    /// How many connections were opened: the last one's generation.
+    issued: AtomicU64,
+    /// Clones of the open connection each thread keeps between operations.
+    spares: Spares<Conn>,
     /// Serialises reconnects so that a burst of failures opens one new connection, not one
     /// per waiting task.
     reconnect: tokio::sync::Mutex<()>,
@@ -128,6 +137,18 @@ struct Slot {
 pub(crate) struct Lent {
     pub conn: Conn,
     generation: u64,
+    /// The Sentinel failovers announced before the connection was opened.
+    switches: u64,
+}
+
+impl From<Slot> for Lent {
+    fn from(slot: Slot) -> Lent {
+        Lent {
+            conn: slot.conn,
+            generation: slot.generation,
+            switches: slot.switches,
+        }
+    }
 }
 
 impl SharedConnection {
@@ -143,6 +164,9 @@ impl SharedConnection {
                 connect_timeout,
                 address,
                 current: RwLock::new(None),
+                open: AtomicU64::new(0),
+                issued: AtomicU64::new(0),
+                spares: Spares::new(),
                 reconnect: tokio::sync::Mutex::new(()),
             }),
         }
@@ -150,11 +174,7 @@ impl SharedConnection {
 
     /// Whether a connection is open, so that an operation started now needs no set-up.
     pub fn is_open(&self) -> bool {
-        self.inner
-            .current
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .is_some()
+        self.inner.open.load(Ordering::Acquire) != 0
     }
 
     /// The deadline for opening a connection, which is also each command's (the locker's
@@ -165,10 +185,48 @@ impl SharedConnection {
 
     /// The shared connection if one is open (nothing is opened: `None` otherwise).
     pub fn get_open(&self) -> Option<Lent> {
-        self.current().map(|slot| Lent {
-            conn: slot.conn,
-            generation: slot.generation,
+        self.spare().or_else(|| self.current().map(Lent::from))
+    }
+
+    /// Keeps `lent` for the next operation on this thread (see `connection/spares.rs`),
+    /// unless its connection was retired since. Only for a clone whose response timeout is
+    /// the connection's own (put back after an attempt cut it short).
+    pub fn give_back(&self, lent: Lent) {
+        if lent.generation == self.inner.open.load(Ordering::Acquire) {
+            self.inner.spares.put(Spare {
+                conn: lent.conn,
+                generation: lent.generation,
+                switches: lent.switches,
+            });
+        }
+    }
+
+    /// A clone of the open connection this thread kept, if any.
+    fn spare(&self) -> Option<Lent> {
+        let generation = self.inner.open.load(Ordering::Acquire);
+        if generation == 0 {
+            return None;
+        }
+        let spare = self
+            .inner
+            .spares
+            .take(generation, |spare| self.leads_to_master(spare.switches))?;
+        Some(Lent {
+            conn: spare.conn,
+            generation,
+            switches: spare.switches,
         })
+    }
+
+    /// False when a Sentinel announced a failover since a connection opened after
+    /// `switches` of them (it may lead to a deposed master); always true elsewhere.
+    fn leads_to_master(&self, switches: u64) -> bool {
+        #[cfg(feature = "sentinel")]
+        if let Source::Sentinel { switches: now, .. } = &self.inner.source {
+            return now.epoch() == switches;
+        }
+        let _ = switches;
+        true
     }
 
     /// Whether each clone of the connection carries a response timeout of its own (one
@@ -183,11 +241,8 @@ impl SharedConnection {
 
     /// The shared connection, opening it first if there is none.
     pub async fn get(&self, name: &str) -> Result<Lent, LockError> {
-        if let Some(slot) = self.current() {
-            return Ok(Lent {
-                conn: slot.conn,
-                generation: slot.generation,
-            });
+        if let Some(lent) = self.get_open() {
+            return Ok(lent);
         }
         // Connecting runs in a task of its own: a caller that gives up (a Redlock node
         // deadline, a dropped request) must not abort a connection that the next caller
@@ -204,23 +259,27 @@ impl SharedConnection {
     async fn connect(&self, name: &str) -> Result<Lent, LockError> {
         let _one_at_a_time = self.inner.reconnect.lock().await;
         if let Some(slot) = self.current() {
-            return Ok(Lent {
-                conn: slot.conn,
-                generation: slot.generation,
-            });
+            return Ok(Lent::from(slot));
         }
         let (conn, switches) = within(self.inner.connect_timeout, name, self.open(name)).await?;
         let generation = {
             let mut current = write_ignoring_poison(&self.inner.current);
-            let generation = current.as_ref().map_or(1, |s| s.generation + 1);
+            // Never a number used before, even after a retired connection left none open:
+            // a clone of that one (kept, or failing late) must not pass for this one.
+            let generation = self.inner.issued.fetch_add(1, Ordering::Relaxed) + 1;
             *current = Some(Slot {
                 conn: conn.clone(),
                 generation,
                 switches,
             });
+            self.inner.open.store(generation, Ordering::Release);
             generation
         };
-        Ok(Lent { conn, generation })
+        Ok(Lent {
+            conn,
+            generation,
+            switches,
+        })
     }
 
     /// Retires the connection `lent` came from after an I/O failure, so the next command
@@ -243,6 +302,7 @@ impl SharedConnection {
             .is_some_and(|slot| slot.generation == lent.generation)
         {
             *current = None;
+            self.inner.open.store(0, Ordering::Release);
         }
     }
 
@@ -290,6 +350,7 @@ impl SharedConnection {
                 .is_some_and(|open| open.generation == slot.generation)
             {
                 *current = None;
+                self.inner.open.store(0, Ordering::Release);
             }
             return None;
         }

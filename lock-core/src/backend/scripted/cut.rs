@@ -50,7 +50,7 @@ impl Scripted {
         ttl: Duration,
         until: Instant,
     ) -> Result<Option<Attempt>, LockError> {
-        let Some(lent) = self.conn.get_open() else {
+        let Some(mut lent) = self.conn.get_open() else {
             return Box::pin(self.acquire_with_timer(keys, value, ttl, until)).await;
         };
         let command_timeout = self.conn.timeout();
@@ -60,7 +60,7 @@ impl Scripted {
         let now = Instant::now();
         let left = until.saturating_duration_since(now);
         let cut = left < command_timeout;
-        let mut flight = self.flight(lent, keys, value);
+        let mut flight = self.flight(&mut lent, keys, value);
         if cut && flight.lent.conn.set_response_timeout(left) {
             flight.restore = Some(command_timeout);
         }
@@ -81,6 +81,9 @@ impl Scripted {
                     }
                 }
                 flight.armed = false;
+                drop(flight);
+                // Its timeout put back: kept for this thread's next operation.
+                self.conn.give_back(lent);
                 Ok(Some(attempt))
             }
             // No answer by `until` (the lowered timeout fired, not the command timeout; a
@@ -103,7 +106,7 @@ impl Scripted {
                     flight.armed = false;
                 }
                 if is_connection_failure(&err) {
-                    self.conn.retire(&flight.lent);
+                    self.conn.retire(flight.lent);
                 }
                 Err(LockError::from_redis(&keys.name, &keys.lock, err))
             }

@@ -10,13 +10,14 @@ use crate::connection::shared::{Conn, Lent, SharedConnection};
 use crate::key::LockKeys;
 
 /// The connection one acquire's commands go out on (lent from the shared connection, used
-/// as it is: no second clone per attempt), and the undo of whatever they may have taken:
+/// as it is: no second clone per attempt; the caller gives it back once the flight is
+/// over), and the undo of whatever they may have taken:
 /// dropped while armed (the caller gave up, the reply never came, or no replica
 /// acknowledged the grant), it compare-and-deletes the value on this very connection, behind
 /// the attempt's commands, and behind a Sentinel retires the connection so that the next
 /// operation asks where the master is now (it could lock on a deposed one otherwise).
 pub(super) struct InFlight<'a> {
-    pub lent: Lent,
+    pub lent: &'a mut Lent,
     pub shared: &'a SharedConnection,
     pub mode: ScriptMode,
     pub announce: Announce,
@@ -36,7 +37,7 @@ impl Scripted {
     /// shared connection).
     pub(super) fn flight<'a>(
         &'a self,
-        lent: Lent,
+        lent: &'a mut Lent,
         keys: &'a LockKeys,
         value: &'a str,
     ) -> InFlight<'a> {
@@ -76,7 +77,7 @@ impl Drop for InFlight<'_> {
             self.value,
         );
         if self.shared.follows_master() {
-            self.shared.retire(&self.lent);
+            self.shared.retire(self.lent);
         }
     }
 }

@@ -133,19 +133,26 @@ impl Scripted {
         &self.conn
     }
 
-    /// A release script's reply: given up (1) or not ours; a broken connection is retired.
+    /// A release script's reply: given up (1) or not ours. The connection is kept for this
+    /// thread's next operation, or retired if it broke.
     fn released(
         &self,
         reply: redis::RedisResult<i64>,
-        lent: &Lent,
+        lent: Lent,
         keys: &LockKeys,
     ) -> Result<bool, LockError> {
-        reply.map(|n| n == 1).map_err(|err| {
-            if is_connection_failure(&err) {
-                self.conn.retire(lent);
+        match reply {
+            Ok(n) => {
+                self.conn.give_back(lent);
+                Ok(n == 1)
             }
-            LockError::from_redis(&keys.name, &keys.lock, err)
-        })
+            Err(err) => {
+                if is_connection_failure(&err) {
+                    self.conn.retire(&lent);
+                }
+                Err(LockError::from_redis(&keys.name, &keys.lock, err))
+            }
+        }
     }
 
     /// The server the primitives run their scripts on: this backend's shared connection,
@@ -205,7 +212,8 @@ impl Backend for Scripted {
         // out) may hide a SET that took the lock: the armed flight undoes it with a
         // compare-and-delete on the same multiplexed connection, which keeps request order,
         // so the delete reaches Redis after the SET it undoes.
-        let mut flight = self.flight(shared.get(&keys.name).await?, keys, value);
+        let mut lent = shared.get(&keys.name).await?;
+        let mut flight = self.flight(&mut lent, keys, value);
         let conn = &mut flight.lent.conn;
         let waiter = match kind {
             AttemptKind::Queued(waiter) => Some(waiter),
@@ -250,7 +258,7 @@ impl Backend for Scripted {
                     flight.armed = false;
                 }
                 if is_connection_failure(&err) {
-                    shared.retire(&flight.lent);
+                    shared.retire(flight.lent);
                 }
                 return Err(LockError::from_redis(&keys.name, &keys.lock, err));
             }
@@ -264,7 +272,8 @@ impl Backend for Scripted {
                 .await?;
         }
         flight.armed = false;
-        match attempt {
+        drop(flight);
+        let attempt = match attempt {
             // SET ... GET does not say how long the holder has left; ask, on this
             // contended path only, so that waiters and `Busy` errors can use it (a request
             // about to queue learns it from the queued attempt instead).
@@ -277,28 +286,28 @@ impl Backend for Scripted {
                 // counts on it), and the lock is busy whatever this says. Without an answer
                 // in time, the holder's TTL is simply not known.
                 let mut cmd = redis::cmd("PTTL");
-                let pttl = cmd
-                    .arg(&keys.lock)
-                    .query_async::<i64>(&mut flight.lent.conn);
+                let pttl = cmd.arg(&keys.lock).query_async::<i64>(&mut lent.conn);
                 let until = started.unwrap_or_else(Instant::now) + shared.timeout();
                 let remaining = match tokio::time::timeout_at(until.into(), Box::pin(pttl)).await {
                     Ok(Ok(pttl)) => remaining_from_pttl(pttl),
                     Ok(Err(err)) => {
                         if is_connection_failure(&err) {
-                            shared.retire(&flight.lent);
+                            shared.retire(&lent);
                         }
                         None
                     }
                     Err(_) => None,
                 };
-                Ok(Attempt::Busy {
+                Attempt::Busy {
                     remaining,
                     holder_value,
                     place,
-                })
+                }
             }
-            attempt => Ok(attempt),
-        }
+            attempt => attempt,
+        };
+        shared.give_back(lent);
+        Ok(attempt)
     }
 
     async fn release(&self, keys: &LockKeys, value: &str) -> Result<bool, LockError> {
@@ -313,7 +322,7 @@ impl Backend for Scripted {
             value,
         )
         .await;
-        self.released(released, &lent, keys)
+        self.released(released, lent, keys)
     }
 
     async fn release_unlistened(&self, keys: &LockKeys, value: &str) -> Result<bool, LockError> {
@@ -334,7 +343,7 @@ impl Backend for Scripted {
             }
             other => other,
         };
-        self.released(released, &lent, keys)
+        self.released(released, lent, keys)
     }
 
     async fn leave_queue(&self, keys: &LockKeys, waiter: &str) -> Result<(), LockError> {
