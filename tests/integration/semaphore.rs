@@ -504,7 +504,7 @@ async fn semaphores_run_as_redis_functions_too() {
     assert!(permit.release().await.expect("release"));
     assert!(server
         .command(&["FUNCTION", "LIST"])
-        .contains("lockcore_prims_v13"));
+        .contains("lockcore_prims_v14"));
 }
 
 #[lock_core::redis_locked(key = "exports", permits = 2, wait = "0s", locker = locker)]

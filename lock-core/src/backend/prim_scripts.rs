@@ -1,5 +1,5 @@
 //! The Lua scripts of semaphores, read-write locks and multi-locks, and the server they run
-//! on: a Functions library of their own (`lockcore_prims_v13`), run like the lock's scripts
+//! on: a Functions library of their own (`lockcore_prims_v14`), run like the lock's scripts
 //! (see [`lua`](crate::backend::lua)).
 
 use std::sync::{Arc, LazyLock, Mutex, PoisonError};
@@ -18,7 +18,7 @@ use crate::LockError;
 /// multi-lock release's hand-over passes over a dead waiter, as the lock's does; v11:
 /// its reservations always carry the listened-for mark, as the lock's do, and
 /// `permits_acquire`'s reply names the capacity a busy request was judged against).
-const LIBRARY_NAME: &str = "lockcore_prims_v13";
+const LIBRARY_NAME: &str = "lockcore_prims_v14";
 
 /// The marker in a permits script where the shared functions of `permits_lib.lua` go: after
 /// the script's fast path, so that a call that returns early defines none of them.

@@ -80,8 +80,40 @@ if not mine and (not stored or stored == cap) and w == math.floor(w) and w + wei
   if rearm then redis.call('PEXPIREAT', h, kt) end
   return {1, 0, -1, 0, 0}
 end
+local me = ARGV[5]
+if me ~= '' and not r[9] and stored and stored == cap then
+  -- A waiter joining a line that cannot move: every permit is taken and none has ended
+  -- (so the lib's sweep and walk would free and hand out nothing), and at least two wait
+  -- ahead (so its answer is the bound on the first end). What the lib would do, without
+  -- defining it: the contended request's usual case.
+  local held = math.floor(w)
+  local lo = r[3] and -tonumber(r[3]) or 0
+  local nq = r[4] and -tonumber(r[4]) or 0
+  if nq >= 2 and held >= cap and lo > now and redis.call('ZADD', q, 'NX', now_us, me) == 1 then
+    local args = { 'ZADD', h, -(nq + 1), '#q' }
+    if w ~= held + 0.5 then
+      args[#args + 1] = -(held + 0.5)
+      args[#args + 1] = '#w'
+    end
+    local expiry = now + tonumber(ARGV[7]) + tonumber(ARGV[6])
+    local rearm = expiry > kt
+    if rearm then
+      kt = expiry + (expiry - now)
+      args[#args + 1] = -kt
+      args[#args + 1] = '#t'
+    end
+    redis.call(unpack(args))
+    if rearm then
+      redis.call('PEXPIREAT', h, kt)
+      redis.call('PEXPIREAT', q, kt)
+    end
+    return {0, lo - now, nq, cap, now}
+  end
+  -- Already in line (its place is to be read), or the line may move: the lib's way (a
+  -- `ZADD NX` that found the entry changed nothing).
+end
 --[[permits_lib]]
-local me, window = ARGV[5], tonumber(ARGV[6])
+local window = tonumber(ARGV[6])
 local st = decode(r, now)
 local out = outbox(h, ARGV[8] or '', window)
 local function reply(taken, left, place)
