@@ -368,6 +368,7 @@ pub fn check(history: &History, nodes: usize) -> Report {
             | Event::TickDone(_)
             | Event::Waited(_)
             | Event::Granted { .. }
+            | Event::Ungranted { .. }
             | Event::Steal { .. }
             | Event::CapacitySet(_)
             | Event::Downgraded(_)

@@ -338,6 +338,27 @@ pub enum Event {
         t: Nanos,
         /// The lease token the lock key was set to.
         token: String,
+        /// The key the grant wrote (the lock key, or a permit set's holders key); absent in
+        /// logs written before it was recorded.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        key: Option<String>,
+        /// When the grant ends by the server's clock, on the shared clock: the lock key's
+        /// `PX`, or the permit's score (its end). Absent when the command did not say.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        until: Option<Nanos>,
+    },
+    /// A data node of a replicated deployment removed a grant seen before
+    /// ([`Event::Granted`]) by a script: the permit's member removed from its set, or the
+    /// lock key deleted or set to another lease. Ends, with its `until`, the time the server
+    /// held the name for a grant that no client reported taking (an attempt given back, a
+    /// request that ended while its grant waited for replica acknowledgements).
+    Ungranted {
+        /// The node's port.
+        node: u16,
+        /// When the node executed it (the shared clock).
+        t: Nanos,
+        /// The lease token of the grant removed.
+        token: String,
     },
     /// A semaphore's capacity changed while in use (`--primitive weighted`).
     CapacitySet(CapacitySet),

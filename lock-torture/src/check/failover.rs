@@ -57,7 +57,7 @@ impl<'a> Replication<'a> {
         for event in events {
             match event {
                 Event::Failover(f) => replication.failovers.push(f),
-                Event::Granted { node, t, token } => {
+                Event::Granted { node, t, token, .. } => {
                     replication.watched = true;
                     replication
                         .granted
@@ -219,6 +219,8 @@ mod tests {
             node,
             t: at_ms * MS,
             token: format!("tok-{id}"),
+            key: None,
+            until: None,
         }
     }
 
@@ -335,10 +337,18 @@ mod tests {
     /// were read as the token `~<token>` and matched no lease (issue 25).
     fn marked(event: Event) -> Event {
         match event {
-            Event::Granted { node, t, token } => Event::Granted {
+            Event::Granted {
+                node,
+                t,
+                token,
+                key,
+                until,
+            } => Event::Granted {
                 node,
                 t,
                 token: format!("~{token}"),
+                key,
+                until,
             },
             Event::Failover(mut f) => {
                 for c in &mut f.copies {

@@ -21,12 +21,19 @@
 //! which can outlast the 5 s. Time in which the waiting client did not run
 //! ([`Event::Hiccup`]) is not counted as free, nor the time of an attempt refused for too
 //! few replica acknowledgements (`NotReplicated`): its key was in Redis until its undo.
+//!
+//! On a Cluster or behind Sentinel the servers' own record ([`Event::Granted`] and
+//! [`Event::Ungranted`], from their `MONITOR` streams) says when a name was held: a lease
+//! from the moment a server granted it (with the replica check on, its client is told only
+//! once replicas acknowledged it), and a grant that no client reported taking (a waiter's
+//! claim that waited for replicas past its deadline, then given back) from its grant to its
+//! removal or its end by the server's clock.
 
 use std::collections::HashMap;
 
 use super::{Acq, Report, Violation};
 use crate::clock::{ms, Nanos};
-use crate::event::{Event, FailKind, HoldKind};
+use crate::event::{lease_token, Event, FailKind, HoldKind};
 
 /// How long lock-core keeps a lock reserved for the head of its queue (lock-core's
 /// `CLAIM_WINDOW`).
@@ -72,6 +79,7 @@ pub(super) fn check(events: &[Event], acqs: &[Acq], report: &mut Report) {
     let mut permits: HashMap<&str, u64> = HashMap::new();
     // (family, name) -> trusted intervals.
     let mut held: HashMap<(&str, &str), Vec<(Nanos, Nanos)>> = HashMap::new();
+    let servers = ServerGrants::new(events);
     for acq in acqs {
         ttl = ttl.max(acq.a.ttl_ms.saturating_mul(1_000_000));
         if let Some(n) = acq.a.permits {
@@ -80,9 +88,15 @@ pub(super) fn check(events: &[Event], acqs: &[Acq], report: &mut Report) {
         let end = acq.trusted_until();
         // A leadership holds the election's lock from its attempt on: the campaign
         // announces it (a round trip, longer on a loaded machine) before handing it over.
+        // On a replicated deployment, any lease holds its name from the moment a server
+        // granted it (its `MONITOR` record): with the replica check on, the client is told
+        // only once replicas acknowledged the grant.
         let start = match acq.a.kind {
             HoldKind::Leader => acq.a.attempt_start,
-            _ => acq.a.acquired,
+            _ => servers
+                .first
+                .get(acq.a.token.as_str())
+                .map_or(acq.a.acquired, |&t| t.min(acq.a.acquired)),
         };
         if end > start {
             held.entry((acq.a.kind.family(), acq.a.name.as_str()))
@@ -116,6 +130,15 @@ pub(super) fn check(events: &[Event], acqs: &[Acq], report: &mut Report) {
                     .push((*t_start, *t_end));
             }
         }
+    }
+    // A grant the servers made that no client reported taking held its name on the server
+    // until it was removed (given back) or ran out: a waiter whose claim of a permit granted
+    // to it waited for replica acknowledgements past its deadline (its attempt is given
+    // back), an attempt refused for its replicas. Others were refused meanwhile by a grant
+    // that was there, not left behind by a missed wake-up.
+    let taken: std::collections::HashSet<&str> = acqs.iter().map(|a| a.a.token.as_str()).collect();
+    for (family, name, start, end) in servers.unclaimed(&taken, ttl) {
+        held.entry((family, name)).or_default().push((start, end));
     }
     // A replicated deployment takes seconds to settle after a fault: with lock-core's replica
     // acknowledgement check on (the default), a promoted master grants nothing until a
@@ -307,6 +330,112 @@ pub(super) fn check(events: &[Event], acqs: &[Acq], report: &mut Report) {
             });
         }
     }
+}
+
+/// One grant by a server: (node, when, its end by the server's clock if known).
+type ServerGrant = (u16, Nanos, Option<Nanos>);
+
+/// The servers' own record of grants on a replicated deployment ([`Event::Granted`],
+/// [`Event::Ungranted`], from their `MONITOR` streams): empty elsewhere.
+struct ServerGrants<'a> {
+    /// Lease token -> when a server first granted it.
+    first: HashMap<&'a str, Nanos>,
+    /// Lease token -> its key, and every grant of it.
+    grants: HashMap<&'a str, (&'a str, Vec<ServerGrant>)>,
+    /// Lease token -> every (node, time) a server removed it.
+    removals: HashMap<&'a str, Vec<(u16, Nanos)>>,
+}
+
+impl<'a> ServerGrants<'a> {
+    fn new(events: &'a [Event]) -> ServerGrants<'a> {
+        let mut servers = ServerGrants {
+            first: HashMap::new(),
+            grants: HashMap::new(),
+            removals: HashMap::new(),
+        };
+        for event in events {
+            match event {
+                Event::Granted {
+                    node,
+                    t,
+                    token,
+                    key,
+                    until,
+                } => {
+                    let token = lease_token(token);
+                    let first = servers.first.entry(token).or_insert(*t);
+                    *first = (*first).min(*t);
+                    if let Some(key) = key {
+                        servers
+                            .grants
+                            .entry(token)
+                            .or_insert((key.as_str(), Vec::new()))
+                            .1
+                            .push((*node, *t, *until));
+                    }
+                }
+                Event::Ungranted { node, t, token } => servers
+                    .removals
+                    .entry(lease_token(token))
+                    .or_default()
+                    .push((*node, *t)),
+                _ => {}
+            }
+        }
+        servers
+    }
+
+    /// The grants no client reported taking (their tokens are not in `taken`), as (family,
+    /// name, from, to): from the server's first grant of the token to its removal by that
+    /// server after its last grant there, or to its end by the server's clock (`ttl` after
+    /// the grant when the command did not say).
+    fn unclaimed(
+        &self,
+        taken: &std::collections::HashSet<&str>,
+        ttl: Nanos,
+    ) -> Vec<(&'static str, &'a str, Nanos, Nanos)> {
+        let mut out = Vec::new();
+        for (token, (key, grants)) in &self.grants {
+            if taken.contains(token) {
+                continue;
+            }
+            let Some((family, name)) = family_of_key(key) else {
+                continue;
+            };
+            let start = grants.iter().map(|g| g.1).min().unwrap_or(0);
+            let last = grants.iter().map(|g| g.1).max().unwrap_or(0);
+            let until = grants
+                .iter()
+                .map(|&(_, t, until)| until.unwrap_or_else(|| t.saturating_add(ttl)))
+                .max()
+                .unwrap_or(last);
+            let removed = self
+                .removals
+                .get(token)
+                .into_iter()
+                .flatten()
+                .filter(|&&(node, t)| t >= last && grants.iter().any(|g| g.0 == node))
+                .map(|&(_, t)| t)
+                .min();
+            let end = removed.map_or(until, |r| r.min(until));
+            if end > start {
+                out.push((family, name, start, end));
+            }
+        }
+        out
+    }
+}
+
+/// The family and name of a lock key or a permit set's holders key.
+fn family_of_key(key: &str) -> Option<(&'static str, &str)> {
+    let (family, lock) = if let Some(lock) = key.strip_suffix(":sem") {
+        ("semaphore", lock)
+    } else if let Some(lock) = key.strip_suffix(":rw") {
+        ("rwlock", lock)
+    } else {
+        ("lock", key)
+    };
+    Some((family, crate::names::name_of_key(lock)?))
 }
 
 /// Where at least `permits` of the intervals overlap.

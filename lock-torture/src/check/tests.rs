@@ -685,6 +685,92 @@ fn an_attempt_refused_for_its_replicas_held_the_name_until_its_undo() {
     );
 }
 
+/// A server's `MONITOR` record of granting `token` on `n`'s lock key at `at_ms`, ending by
+/// its clock at `until_ms`.
+fn server_grant(token: &str, at_ms: u64, until_ms: u64) -> Event {
+    Event::Granted {
+        node: 7000,
+        t: at_ms * MS,
+        token: token.into(),
+        key: Some("lock:{n}".into()),
+        until: Some(until_ms * MS),
+    }
+}
+
+fn cluster() -> Event {
+    Event::Topology {
+        topology: "cluster".into(),
+        nodes: 1,
+    }
+}
+
+#[test]
+fn a_grant_no_client_took_held_the_name_until_the_server_removed_it() {
+    // `a` holds 0..100. At 100 the server grants `x` (a request whose claim then waited for
+    // its replicas past its deadline: no client reports it) and removes it at 290; `b`,
+    // waiting since 10 ms, is granted at 300: the name was free for 10 ms only.
+    let events = vec![
+        cluster(),
+        acq("a", "n", 1, 0, 100),
+        server_grant("tok-a", 0, 200),
+        server_grant("x", 100, 400),
+        Event::Ungranted {
+            node: 7000,
+            t: 290 * MS,
+            token: "x".into(),
+        },
+        waited(acq("b", "n", 2, 300, 190), 1, 10, 400),
+        server_grant("tok-b", 300, 500),
+    ];
+    let report = run(events.clone(), &[]);
+    assert!(report.passed(), "{:?}", report.violations);
+    // Removed at 120 instead: free from 120 to 300 while `b` waited.
+    let mut early = events.clone();
+    early[4] = Event::Ungranted {
+        node: 7000,
+        t: 120 * MS,
+        token: "x".into(),
+    };
+    assert_eq!(rules(&run(early, &[])), ["liveness"]);
+    // Never removed: held until its end by the server's clock, 140 ms.
+    let mut ran_out = events.clone();
+    ran_out[3] = server_grant("x", 100, 140);
+    ran_out.remove(4);
+    assert_eq!(rules(&run(ran_out, &[])), ["liveness"]);
+    // A removal by another server ends nothing of it.
+    let mut elsewhere = events;
+    elsewhere[4] = Event::Ungranted {
+        node: 7001,
+        t: 120 * MS,
+        token: "x".into(),
+    };
+    assert!(run(elsewhere, &[]).passed());
+}
+
+#[test]
+fn a_lease_holds_its_name_from_the_servers_grant() {
+    // `b`'s grant was made at 100 and reported at 301, once its replicas acknowledged it;
+    // `c`, waiting since 10 ms, is granted at 501, after `b`'s lease: never free meanwhile.
+    let events = vec![
+        cluster(),
+        acq("a", "n", 1, 0, 100),
+        server_grant("tok-a", 0, 200),
+        waited(acq("b", "n", 2, 300, 200), 1, 10, 400),
+        server_grant("tok-b", 100, 500),
+        waited(acq("c", "n", 3, 500, 190), 2, 10, 600),
+        server_grant("tok-c", 500, 700),
+    ];
+    let report = run(events.clone(), &[]);
+    assert!(report.passed(), "{:?}", report.violations);
+    // Without the server's record (and so on one server), `b` and `c` waited while `n`
+    // looked free from 100 to 301.
+    let unwatched: Vec<Event> = events
+        .into_iter()
+        .filter(|e| !matches!(e, Event::Granted { .. } | Event::Topology { .. }))
+        .collect();
+    assert_eq!(rules(&run(unwatched, &[])), ["liveness", "liveness"]);
+}
+
 #[test]
 fn a_timeout_while_the_lock_was_mostly_free_is_a_violation() {
     // Held 0..100, 140..200, 240..300 (gaps of 40 ms), then free: the request waited

@@ -21,6 +21,7 @@
 //! listens (a grant made before it is attached is missed, and the checker then treats the
 //! lease as of unknown origin: nothing is excused for it).
 
+use std::collections::HashMap;
 use std::io::{BufRead, BufReader, ErrorKind, Write};
 use std::net::TcpStream;
 use std::path::Path;
@@ -101,11 +102,21 @@ fn follow(port: u16, log: &Log, stop: &AtomicBool, attached: &std::sync::mpsc::S
                     if text.starts_with("+OK") {
                         let _ = attached.send(());
                     } else {
-                        for token in script.feed(text.trim_end()) {
-                            let _ = log.write(&Event::Granted {
-                                node: port,
-                                t: to_shared_clock(script.stamp),
-                                token,
+                        for seen in script.feed(text.trim_end()) {
+                            let t = to_shared_clock(script.stamp);
+                            let _ = log.write(&match seen {
+                                Seen::Grant { token, key, until } => Event::Granted {
+                                    node: port,
+                                    t,
+                                    token,
+                                    key: Some(key),
+                                    until: until.map(to_shared_clock),
+                                },
+                                Seen::Removal { token } => Event::Ungranted {
+                                    node: port,
+                                    t,
+                                    token,
+                                },
                             });
                         }
                     }
@@ -120,22 +131,40 @@ fn follow(port: u16, log: &Log, stop: &AtomicBool, attached: &std::sync::mpsc::S
     }
 }
 
-/// The state of one script run on the stream: the lock keys it set, and to what.
+/// What one line completes: a grant, or the removal of one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Seen {
+    /// A lease granted by writing `key`, ending by the server's clock at `until` (ns since
+    /// the epoch) when the command says.
+    Grant {
+        token: String,
+        key: String,
+        until: Option<u128>,
+    },
+    /// A lease's grant removed: its permit member taken out of its set, or its lock key
+    /// deleted or set to another value (by a script; an expiry is its grant's `until`).
+    Removal { token: String },
+}
+
+/// The state of one script run on the stream (the lock keys it set, and to what), and the
+/// lease each lock key was last set to.
 #[derive(Debug, Default)]
 struct Script {
-    /// (lock key, lease token) of each `SET` of a lock key in the current run.
-    sets: Vec<(String, String)>,
+    /// (lock key, lease token, end) of each `SET` of a lock key in the current run.
+    sets: Vec<(String, String, Option<u128>)>,
+    /// Lock key -> the lease token a script last set it to.
+    current: HashMap<String, String>,
     /// The server's time stamp of the last line, in ns since the epoch.
     stamp: u128,
 }
 
 impl Script {
-    /// Takes one MONITOR line; returns the tokens of the grants it completes.
-    fn feed(&mut self, line: &str) -> Vec<String> {
+    /// Takes one MONITOR line; returns the grants and removals it completes.
+    fn feed(&mut self, line: &str) -> Vec<Seen> {
         self.grants(line).unwrap_or_default()
     }
 
-    fn grants(&mut self, line: &str) -> Option<Vec<String>> {
+    fn grants(&mut self, line: &str) -> Option<Vec<Seen>> {
         let (stamp, rest) = line.trim_start_matches('+').split_once(' ')?;
         let (source, args) = rest.strip_prefix('[')?.split_once("] ")?;
         if !source.ends_with(" lua") {
@@ -147,32 +176,63 @@ impl Script {
         let args = parse_args(args);
         let command = args.first()?.to_ascii_uppercase();
         let key = args.get(1)?;
+        let lock_key = key.starts_with("lock:{") && key.ends_with('}');
+        let permit_key =
+            key.starts_with("lock:{") && (key.ends_with("}:sem") || key.ends_with("}:rw"));
         match command.as_str() {
-            "SET" if key.starts_with("lock:{") && key.ends_with('}') => {
+            "SET" if lock_key => {
                 let token = token_of(args.get(2)?).to_owned();
-                self.sets.push((key.clone(), token));
-                None
+                let until = expiry(&args[3..], self.stamp);
+                self.sets.push((key.clone(), token.clone(), until));
+                match self.current.insert(key.clone(), token.clone()) {
+                    Some(old) if old != token => Some(vec![Seen::Removal { token: old }]),
+                    _ => None,
+                }
+            }
+            "DEL" if lock_key => {
+                let token = self.current.remove(key)?;
+                Some(vec![Seen::Removal { token }])
             }
             "SET" | "INCR" => {
                 let lock = key.strip_suffix(":fence")?;
-                let at = self.sets.iter().rposition(|(k, _)| k == lock)?;
-                Some(vec![self.sets.remove(at).1])
+                let at = self.sets.iter().rposition(|(k, _, _)| k == lock)?;
+                let (key, token, until) = self.sets.remove(at);
+                Some(vec![Seen::Grant { token, key, until }])
             }
-            "ZADD"
-                if key.starts_with("lock:{")
-                    && (key.ends_with("}:sem") || key.ends_with("}:rw")) =>
-            {
-                Some(permit_grants(&args[2..]))
-            }
+            "ZADD" if permit_key => Some(permit_grants(key, &args[2..])),
+            "ZREM" if permit_key => Some(
+                args[2..]
+                    .iter()
+                    .filter(|member| !member.starts_with('#'))
+                    .filter_map(|member| member.split_once(' '))
+                    .map(|(_, value)| Seen::Removal {
+                        token: token_of(value).to_owned(),
+                    })
+                    .collect(),
+            ),
             _ => None,
         }
     }
 }
 
-/// The tokens of the holders a permit set's `ZADD` writes: `(score, member)` pairs after
-/// any flags, a holder being a member that is not a state member (`#...`) with a positive
-/// score, `<weight> <value>`.
-fn permit_grants(args: &[String]) -> Vec<String> {
+/// When a `SET`'s key expires, from its options after the value (`PX ms`, `PXAT ms`, `EX s`),
+/// in ns since the epoch; `stamp` is the server's time of the command.
+fn expiry(options: &[String], stamp: u128) -> Option<u128> {
+    let at = options
+        .iter()
+        .position(|o| matches!(o.to_ascii_uppercase().as_str(), "PX" | "PXAT" | "EX"))?;
+    let n: u128 = options.get(at + 1)?.parse().ok()?;
+    match options[at].to_ascii_uppercase().as_str() {
+        "PX" => Some(stamp + n * 1_000_000),
+        "PXAT" => Some(n * 1_000_000),
+        _ => Some(stamp + n * 1_000_000_000),
+    }
+}
+
+/// The holders a permit set's `ZADD` writes: `(score, member)` pairs after any flags, a
+/// holder being a member that is not a state member (`#...`) with a positive score (when it
+/// ends, in ms since the epoch), `<weight> <value>`.
+fn permit_grants(key: &str, args: &[String]) -> Vec<Seen> {
     let flags = args
         .iter()
         .take_while(|arg| arg.parse::<f64>().is_err())
@@ -180,9 +240,18 @@ fn permit_grants(args: &[String]) -> Vec<String> {
     args[flags..]
         .chunks_exact(2)
         .filter(|pair| !pair[1].starts_with('#'))
-        .filter(|pair| pair[0].parse::<f64>().is_ok_and(|score| score > 0.0))
-        .filter_map(|pair| pair[1].split_once(' '))
-        .map(|(_, value)| token_of(value).to_owned())
+        .filter_map(|pair| {
+            let score = pair[0].parse::<f64>().ok().filter(|score| *score > 0.0)?;
+            let (_, value) = pair[1].split_once(' ')?;
+            // Whole milliseconds since the epoch: exact in an f64.
+            let ms = pair[0].split('.').next()?.parse::<u128>().ok()?;
+            debug_assert!(score > 0.0);
+            Some(Seen::Grant {
+                token: token_of(value).to_owned(),
+                key: key.to_owned(),
+                until: Some(ms * 1_000_000),
+            })
+        })
         .collect()
 }
 
@@ -240,6 +309,15 @@ fn to_shared_clock(wall_ns: u128) -> Nanos {
 mod tests {
     use super::*;
 
+    /// The tokens of the grants among `seen`.
+    fn granted(seen: impl Iterator<Item = Seen>) -> Vec<String> {
+        seen.filter_map(|s| match s {
+            Seen::Grant { token, .. } => Some(token),
+            Seen::Removal { .. } => None,
+        })
+        .collect()
+    }
+
     #[test]
     fn a_set_followed_by_the_fence_increment_is_a_grant() {
         let mut script = Script::default();
@@ -249,7 +327,7 @@ mod tests {
             r#"+1700000000.000003 [0 lua] "TIME""#,
             r#"+1700000000.000004 [0 lua] "SET" "lock:{n}:fence" "1700000000000003" "GET""#,
         ];
-        let grants: Vec<_> = lines.iter().flat_map(|l| script.feed(l)).collect();
+        let grants = granted(lines.iter().flat_map(|l| script.feed(l)));
         assert_eq!(grants, vec!["t1".to_owned()]);
         assert_eq!(script.stamp, 1_700_000_000_000_004_000);
         // The counter's second SET (the clock was behind it) completes nothing more; the
@@ -264,7 +342,7 @@ mod tests {
             r#"+1.000007 [0 lua] "SET" "lock:{n}" "t3:x" "NX" "PX" "200""#,
             r#"+1.000008 [0 lua] "INCR" "lock:{n}:fence""#,
         ];
-        let grants: Vec<_> = lines.iter().flat_map(|l| script.feed(l)).collect();
+        let grants = granted(lines.iter().flat_map(|l| script.feed(l)));
         assert_eq!(grants, vec!["t2".to_owned(), "t3".to_owned()]);
     }
 
@@ -278,7 +356,7 @@ mod tests {
             r#"+1.000003 [0 lua] "TIME""#,
             r#"+1.000004 [0 lua] "SET" "lock:{n}:fence" "1000003" "GET""#,
         ];
-        let grants: Vec<_> = lines.iter().flat_map(|l| script.feed(l)).collect();
+        let grants = granted(lines.iter().flat_map(|l| script.feed(l)));
         assert_eq!(grants, vec!["t1".to_owned()]);
     }
 
@@ -298,7 +376,7 @@ mod tests {
             r#"+1.000007 [0 127.0.0.1:5002] "INCR" "lock:{n}:fence""#,
             r#"+1.000008 [0 127.0.0.1:5002] "SET" "lock:{n}:fence" "5""#,
         ];
-        assert!(lines.iter().all(|l| script.feed(l).is_empty()));
+        assert!(granted(lines.iter().flat_map(|l| script.feed(l))).is_empty());
     }
 
     #[test]
@@ -318,8 +396,50 @@ mod tests {
             r##"+1.000008 [0 lua] "ZADD" "lock:{n}:rw:q" "NX" "1700000000000000" "1 100 200 x 0 t7:c""##,
             r##"+1.000009 [0 lua] "ZREM" "lock:{n}:rw" "1 t5:a""##,
         ];
-        let grants: Vec<_> = lines.iter().flat_map(|l| script.feed(l)).collect();
+        let grants = granted(lines.iter().flat_map(|l| script.feed(l)));
         assert_eq!(grants, ["t4", "t5", "t6"]);
+    }
+
+    #[test]
+    fn grants_carry_their_key_and_end_and_removals_are_seen() {
+        let mut script = Script::default();
+        let lines = [
+            // A lock granted for 200 ms, then deleted by its release.
+            r#"+1.000001 [0 127.0.0.1:5000] "evalsha" "abc" "2" "lock:{n}" "lock:{n}:fence" "t1:x" "200" "1""#,
+            r#"+1.000002 [0 lua] "SET" "lock:{n}" "t1:x" "NX" "PX" "200""#,
+            r#"+1.000003 [0 lua] "SET" "lock:{n}:fence" "5" "GET""#,
+            r#"+1.000004 [0 127.0.0.1:5000] "evalsha" "def" "1" "lock:{n}" "t1:x""#,
+            r#"+1.000005 [0 lua] "DEL" "lock:{n}""#,
+            // A permit granted, then taken back; a state member's removal is nothing.
+            r##"+1.000006 [0 127.0.0.1:5001] "evalsha" "ghi" "2" "lock:{n}:sem" "lock:{n}:sem:q""##,
+            r##"+1.000007 [0 lua] "ZADD" "lock:{n}:sem" "1700000000200" "1 t2:y" "-1" "#w""##,
+            r##"+1.000008 [0 lua] "ZREM" "lock:{n}:sem" "1 t2:y" "#x""##,
+            // A lock key set over another lease ends that one.
+            r#"+1.000009 [0 127.0.0.1:5000] "evalsha" "abc" "2" "lock:{m}" "lock:{m}:fence" "t3:x" "200" "1""#,
+            r#"+1.000010 [0 lua] "SET" "lock:{m}" "t3:x" "NX" "PX" "200""#,
+            r#"+1.000011 [0 lua] "SET" "lock:{m}:fence" "6" "GET""#,
+            r#"+1.000012 [0 lua] "SET" "lock:{m}" "~t4:z" "PX" "100""#,
+        ];
+        let seen: Vec<Seen> = lines.iter().flat_map(|l| script.feed(l)).collect();
+        let grant = |token: &str, key: &str, until: u128| Seen::Grant {
+            token: token.into(),
+            key: key.into(),
+            until: Some(until),
+        };
+        let removal = |token: &str| Seen::Removal {
+            token: token.into(),
+        };
+        assert_eq!(
+            seen,
+            [
+                grant("t1", "lock:{n}", 1_200_002_000),
+                removal("t1"),
+                grant("t2", "lock:{n}:sem", 1_700_000_000_200_000_000),
+                removal("t2"),
+                grant("t3", "lock:{m}", 1_200_010_000),
+                removal("t3"),
+            ]
+        );
     }
 
     #[test]
