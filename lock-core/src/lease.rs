@@ -155,7 +155,10 @@ impl Lease {
     }
 
     /// Resets the TTL to `ttl` from now. Fails with [`LockError::Lost`] if the lock is no
-    /// longer ours (it expired or was removed); the lease is then marked lost.
+    /// longer ours (it expired or was removed); the lease is then marked lost. It fails the
+    /// same way when Redis applied the extension but its answer came after the lease's
+    /// validity had run out (loss is final): the lock, still ours in Redis, is then given
+    /// back at once rather than held for nobody. Auto-renewal does the same.
     pub async fn extend(&self, ttl: Duration) -> Result<(), LockError> {
         self.held.local.used_here(self.held.serial);
         self.held.extend(self.engine.backend(), ttl).await

@@ -31,9 +31,126 @@ async fn an_extension_after_the_loss_signal_does_not_revive_the_lease() {
         other => panic!("expected Lost, got {other:?}"),
     }
     assert!(lease.is_lost(), "told lost once, lost for good");
-    // The release still removes our value (it is ours) and reports the truth about the lease.
-    let _ = lease.release().await.expect("release");
-    assert!(locker.inspect("sticky").await.expect("inspect").is_none());
+    // Redis applied that extension (the key was ours): the lock, held for nobody, is given
+    // back at once rather than kept for the 5 s asked.
+    assert!(
+        locker.inspect("sticky").await.expect("inspect").is_none(),
+        "a lease lost to a late extension must not keep its lock"
+    );
+    // The release finds it gone and says so.
+    assert!(!lease.release().await.expect("release"));
+}
+
+/// How long the tests below stall the server: the lease's validity (about 2.97 s of a 3 s
+/// TTL) runs out meanwhile, and its renewal, sent a third of the TTL in and queued behind
+/// the stall, runs after it and finds the hold still ours (its end was moved far out
+/// before the stall). Redis applies it, and its reply comes after the validity ran out.
+const STALL: Duration = Duration::from_millis(3000);
+const TTL: Duration = Duration::from_secs(3);
+
+/// Polls `gone` every 20 ms until it is true, for up to `within`.
+async fn gone_within(within: Duration, mut gone: impl FnMut() -> bool) -> bool {
+    let until = tokio::time::Instant::now() + within;
+    while tokio::time::Instant::now() < until {
+        if gone() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    gone()
+}
+
+/// A renewal that Redis applied but answered after the lease's validity had run out: the
+/// lease is lost (loss is final), and its lock, ours in Redis for a TTL more, is given back
+/// at once. Before, it stayed held by nobody until the lease was released or its TTL ran
+/// out, and every waiter waited for that.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewal_answered_after_the_validity_gives_the_lock_back() {
+    let server = RedisServer::start_debuggable();
+    let locker = Locker::from_url(&server.url()).expect("locker");
+    let lease = locker
+        .lock("late-renewal")
+        .ttl(TTL)
+        .auto_renew()
+        .await
+        .expect("acquire");
+    let key = lease.key().to_owned();
+    assert!(server
+        .command(&["PEXPIRE", &key, "60000"])
+        .starts_with(":1"));
+    tokio::time::sleep_until((lease.acquired_at() + Duration::from_millis(300)).into()).await;
+    let stall = server.stall(STALL);
+    tokio::time::timeout(Duration::from_secs(10), lease.lost())
+        .await
+        .expect("lost at the end of its validity, during the stall");
+    stall.join().expect("stall");
+    // The renewal ran after the stall and set a 3 s TTL: without the give-back, the key
+    // stays until then.
+    assert!(
+        gone_within(Duration::from_millis(1500), || {
+            server.command(&["EXISTS", &key]).starts_with(":0")
+        })
+        .await,
+        "the lock of a lease lost to a late renewal is still held: {}",
+        server.command(&["PTTL", &key])
+    );
+    assert!(lease.is_lost());
+    assert!(
+        !lease.release().await.expect("release"),
+        "it was given back"
+    );
+}
+
+/// The same for a semaphore's permit: its renewal applied late gives the permit back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permit_renewal_answered_after_the_validity_gives_the_permit_back() {
+    let server = RedisServer::start_debuggable();
+    let locker = Locker::from_url(&server.url()).expect("locker");
+    let permit = locker
+        .semaphore("late-permit", 1)
+        .acquire()
+        .ttl(TTL)
+        .auto_renew()
+        .await
+        .expect("permit");
+    let holders = "lock:{late-permit}:sem";
+    let member = |server: &RedisServer| {
+        server
+            .command(&["ZRANGE", holders, "0", "-1"])
+            .lines()
+            .find(|line| line.contains(permit.token()))
+            .map(str::to_owned)
+    };
+    let mine = member(&server).expect("the permit's member");
+    // Its end far out, and the set's own expiry with it: the renewal finds it ours.
+    let time = server.command(&["TIME"]);
+    let seconds: u64 = time
+        .lines()
+        .nth(2)
+        .and_then(|s| s.trim().parse().ok())
+        .expect("TIME");
+    let far = (seconds * 1000 + 60_000).to_string();
+    assert!(server
+        .command(&["ZADD", holders, "XX", &far, &mine])
+        .starts_with(':'));
+    assert!(server
+        .command(&["PEXPIRE", holders, "60000"])
+        .starts_with(":1"));
+    tokio::time::sleep_until((permit.acquired_at() + Duration::from_millis(300)).into()).await;
+    let stall = server.stall(STALL);
+    tokio::time::timeout(Duration::from_secs(10), permit.lost())
+        .await
+        .expect("lost at the end of its validity, during the stall");
+    stall.join().expect("stall");
+    assert!(
+        gone_within(Duration::from_millis(1500), || member(&server).is_none()).await,
+        "the permit of a guard lost to a late renewal is still held"
+    );
+    assert!(permit.is_lost());
+    assert!(
+        !permit.release().await.expect("release"),
+        "it was given back"
+    );
 }
 
 /// Regression (issue 13): a WRONGTYPE answer to a renewal was retried as a transient error,

@@ -158,13 +158,32 @@ impl Held {
                     self.mark_lost();
                 }
             })?;
-        if !extended || !self.extended(started, ttl) {
+        if !extended {
             self.mark_lost();
-            return Err(LockError::Lost {
-                name: self.keys.name.clone(),
-            });
+        } else if !self.extended(started, ttl) {
+            self.give_back_late(backend).await;
+        } else {
+            return Ok(());
         }
-        Ok(())
+        Err(LockError::Lost {
+            name: self.keys.name.clone(),
+        })
+    }
+
+    /// An extension that Redis applied, answered after the lease's local validity had run
+    /// out: the lease is lost (its holder may have been told so, and loss is final), while
+    /// the lock, still ours in Redis with a fresh TTL, would keep its name from everyone
+    /// until the lease is released or dropped, or for that TTL. Marked lost and given back
+    /// at once (to the end of a minimum hold that is not over), unless its holder has begun
+    /// to release it.
+    pub async fn give_back_late(&self, backend: &AnyBackend) {
+        self.mark_lost();
+        if self.is_finished() {
+            return;
+        }
+        if let Err(err) = self.release_now(backend, true).await {
+            tracing::debug!(name = %self.keys.name, %err, "giving back a lease lost to a late extension failed; its TTL will free it");
+        }
     }
 
     /// Asks the store whether the lock still holds our value; marks the lease lost if not.

@@ -175,43 +175,50 @@ async fn renew(backend: &AnyBackend, renewer: &Renewer, due: Vec<Arc<Held>>) {
         .collect();
     let _round = RoundEnd::start(renewer.watch.as_deref());
     let results = backend.extend_many(&items).await;
-    let mut state = renewer.state.lock().unwrap_or_else(PoisonError::into_inner);
-    for (lease, result) in due.iter().zip(results) {
-        let next_due = match result {
-            Ok(true) if lease.extended(sent_at, lease.ttl) => {
-                crate::metrics::renewal(&lease.keys.name, "renewed");
-                sent_at + lease.ttl / RENEW_AFTER
+    let mut late = Vec::new();
+    {
+        let mut state = renewer.state.lock().unwrap_or_else(PoisonError::into_inner);
+        for (lease, result) in due.iter().zip(results) {
+            let next_due = match result {
+                Ok(true) if lease.extended(sent_at, lease.ttl) => {
+                    crate::metrics::renewal(&lease.keys.name, "renewed");
+                    sent_at + lease.ttl / RENEW_AFTER
+                }
+                Ok(true) if lease.is_finished() => {
+                    // Released or dropped while the renewal was in flight: the release that
+                    // follows it on the connection deletes the lock; nothing to apply.
+                    continue;
+                }
+                Ok(true) => {
+                    // The reply came after the lease's validity had run out locally: its holder
+                    // may have been told it was lost, and loss is final. The lock, ours in
+                    // Redis for a TTL more, is given back below (`Held::give_back_late`).
+                    crate::metrics::renewal(&lease.keys.name, "lost");
+                    lease.mark_lost();
+                    late.push(Arc::clone(lease));
+                    continue;
+                }
+                Ok(false) | Err(LockError::WrongType { .. }) => {
+                    // Expired, deleted, replaced by a foreign value, or the server restarted
+                    // empty: tell the holder now.
+                    crate::metrics::renewal(&lease.keys.name, "lost");
+                    lease.mark_lost();
+                    continue;
+                }
+                Err(err) => {
+                    crate::metrics::renewal(&lease.keys.name, "error");
+                    // Try again soon; if Redis stays away, the lease's validity runs out and
+                    // `lost()` fires on its own.
+                    tracing::debug!(name = %lease.keys.name, %err, "renewal failed; retrying");
+                    sent_at + (lease.ttl / 10).min(Duration::from_millis(200))
+                }
+            };
+            if let Some(entry) = state.leases.iter_mut().find(|e| e.serial == lease.serial) {
+                entry.next_due = next_due;
             }
-            Ok(true) if lease.is_finished() => {
-                // Released or dropped while the renewal was in flight: the release that
-                // follows it on the connection deletes the lock; nothing to apply.
-                continue;
-            }
-            Ok(true) => {
-                // The reply came after the lease's validity had run out locally: its holder
-                // may have been told it was lost, and loss is final. The lock itself goes
-                // when the lease is released or dropped, or after its TTL.
-                crate::metrics::renewal(&lease.keys.name, "lost");
-                lease.mark_lost();
-                continue;
-            }
-            Ok(false) | Err(LockError::WrongType { .. }) => {
-                // Expired, deleted, replaced by a foreign value, or the server restarted
-                // empty: tell the holder now.
-                crate::metrics::renewal(&lease.keys.name, "lost");
-                lease.mark_lost();
-                continue;
-            }
-            Err(err) => {
-                crate::metrics::renewal(&lease.keys.name, "error");
-                // Try again soon; if Redis stays away, the lease's validity runs out and
-                // `lost()` fires on its own.
-                tracing::debug!(name = %lease.keys.name, %err, "renewal failed; retrying");
-                sent_at + (lease.ttl / 10).min(Duration::from_millis(200))
-            }
-        };
-        if let Some(entry) = state.leases.iter_mut().find(|e| e.serial == lease.serial) {
-            entry.next_due = next_due;
         }
+    }
+    for lease in late {
+        lease.give_back_late(backend).await;
     }
 }

@@ -144,13 +144,16 @@ impl Guard {
                 shared.mark_lost();
             }
         })?;
-        if !extended || !shared.extended(sent_at, ttl) {
+        if !extended {
             shared.mark_lost();
-            return Err(LockError::Lost {
-                name: shared.name.clone(),
-            });
+        } else if !shared.extended(sent_at, ttl) {
+            shared.give_back_late().await;
+        } else {
+            return Ok(());
         }
-        Ok(())
+        Err(LockError::Lost {
+            name: shared.name.clone(),
+        })
     }
 }
 
@@ -222,6 +225,19 @@ impl Shared {
         self.validity.extended(sent_at, ttl, |_| {})
     }
 
+    /// An extension applied by Redis but answered after the local validity ran out: lost,
+    /// and given back at once (see `Held::give_back_late`), unless its holder has begun to
+    /// release it.
+    async fn give_back_late(&self) {
+        self.mark_lost();
+        if self.validity.is_finished() {
+            return;
+        }
+        if let Err(err) = self.release_now(true).await {
+            tracing::debug!(name = %self.name, %err, "giving back a hold lost to a late extension failed; its TTL will free it");
+        }
+    }
+
     fn mark_lost(&self) {
         if self.validity.mark_lost() {
             tracing::warn!(name = %self.name, "lost: the permit or lock is no longer held by this holder");
@@ -255,7 +271,11 @@ fn spawn_renewal(shared: &Arc<Shared>, max_hold: Option<Duration>) {
             match shared.ops.extend(ttl).await {
                 Ok(true) if shared.extended(sent_at, ttl) => next = sent_at + ttl / RENEW_AFTER,
                 Ok(true) if shared.validity.is_finished() => return,
-                Ok(_) | Err(LockError::WrongType { .. }) => {
+                Ok(true) => {
+                    shared.give_back_late().await;
+                    return;
+                }
+                Ok(false) | Err(LockError::WrongType { .. }) => {
                     shared.mark_lost();
                     return;
                 }

@@ -181,7 +181,9 @@ impl RwLease {
         self.guard.release().await
     }
 
-    /// Resets its TTL to `ttl` from now; [`LockError::Lost`] if it had already ended.
+    /// Resets its TTL to `ttl` from now; [`LockError::Lost`] if it had already ended, or if
+    /// the answer came after its validity had run out (the lease, still ours in Redis, is
+    /// then given back at once; auto-renewal does the same).
     pub async fn extend(&self, ttl: Duration) -> Result<(), LockError> {
         self.guard.extend(ttl).await
     }

@@ -334,7 +334,8 @@ impl Permit {
     }
 
     /// Resets its TTL to `ttl` from now; [`LockError::Lost`] if it had already ended (it
-    /// is then marked lost).
+    /// is then marked lost), or if the answer came after its validity had run out (the
+    /// permit, still ours in Redis, is then given back at once; auto-renewal does the same).
     pub async fn extend(&self, ttl: Duration) -> Result<(), LockError> {
         self.guard.extend(ttl).await
     }
