@@ -237,7 +237,7 @@ impl Engine {
         let held = Held::new(grant, owner);
         if let Some(renewal) = renew {
             self.renewer
-                .register(&self.backend, &held, renewal.max_hold);
+                .register(&self.backend, &self.background, &held, renewal.max_hold);
         }
         if let Some(watch) = &self.watch {
             watch.register(&held);

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 
 use crate::backend::{AnyBackend, Backend as _};
+use crate::engine::background::Background;
 use crate::engine::held::Held;
 use crate::engine::watch::LossWatch;
 use crate::LockError;
@@ -58,6 +59,7 @@ impl Renewer {
     pub fn register(
         self: &Arc<Self>,
         backend: &Arc<AnyBackend>,
+        background: &Arc<Background>,
         lease: &Arc<Held>,
         max_hold: Option<Duration>,
     ) {
@@ -84,7 +86,11 @@ impl Renewer {
             return;
         };
         state.running = true;
-        runtime.spawn(run(Arc::clone(backend), Arc::clone(self)));
+        runtime.spawn(run(
+            Arc::clone(backend),
+            Arc::clone(background),
+            Arc::clone(self),
+        ));
     }
 }
 
@@ -111,13 +117,13 @@ impl Drop for RoundEnd<'_> {
 
 /// The renewal task. It holds the backend only while it has leases to renew, and ends when
 /// the last one is released, dropped, lost or capped.
-async fn run(backend: Arc<AnyBackend>, renewer: Arc<Renewer>) {
+async fn run(backend: Arc<AnyBackend>, background: Arc<Background>, renewer: Arc<Renewer>) {
     loop {
         let Some((due, next_wake)) = next_batch(&renewer) else {
             return;
         };
         if !due.is_empty() {
-            renew(&backend, &renewer, due).await;
+            renew(&backend, &background, &renewer, due).await;
             continue;
         }
         let wake = renewer.wake.notified();
@@ -167,7 +173,12 @@ fn next_batch(renewer: &Renewer) -> Option<(Vec<Arc<Held>>, Instant)> {
     Some((due, next_wake))
 }
 
-async fn renew(backend: &AnyBackend, renewer: &Renewer, due: Vec<Arc<Held>>) {
+async fn renew(
+    backend: &Arc<AnyBackend>,
+    background: &Arc<Background>,
+    renewer: &Renewer,
+    due: Vec<Arc<Held>>,
+) {
     let sent_at = Instant::now();
     let items: Vec<_> = due
         .iter()
@@ -218,7 +229,15 @@ async fn renew(backend: &AnyBackend, renewer: &Renewer, due: Vec<Arc<Held>>) {
             }
         }
     }
+    // In tasks of their own, counted for `shutdown`: this task renews every other lease of
+    // the Locker, which must not wait for a give-back's round trip (a whole command
+    // timeout against a server that stopped answering).
     for lease in late {
-        lease.give_back_late(backend).await;
+        let backend = Arc::clone(backend);
+        if !background.spawn(async move { lease.give_back_late(&backend).await }) {
+            tracing::debug!(
+                "no runtime to give back a lease lost to a late renewal; its TTL will free it"
+            );
+        }
     }
 }
