@@ -202,3 +202,42 @@ async fn an_extension_meeting_a_foreign_value_marks_the_lease_lost() {
     ));
     assert!(lease.is_lost());
 }
+
+/// An extension dropped at any await (its command unsent, its late reply unread, or its
+/// give-back in flight) leaves nothing behind once the lease is dropped: the key of a lease
+/// lost to it goes, rather than living for the TTL the extension asked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_extension_dropped_at_any_await_leaves_no_lock_behind_the_lease() {
+    let server = RedisServer::start();
+    let locker = Locker::from_url(&server.url()).expect("locker");
+    for step in 0..8u64 {
+        let name = format!("dropped-extend-{step}");
+        let lease = locker
+            .lock(&name)
+            .ttl(Duration::from_millis(300))
+            .await
+            .expect("acquire");
+        let key = lease.key().to_owned();
+        assert!(server
+            .command(&["PEXPIRE", &key, "60000"])
+            .starts_with(":1"));
+        tokio::time::timeout(Duration::from_secs(3), lease.lost())
+            .await
+            .expect("lost at the end of its validity");
+        // Dropped after `step` × 150 µs: from before its command is sent to after its reply.
+        let _ = tokio::time::timeout(
+            Duration::from_micros(step * 150),
+            lease.extend(Duration::from_secs(30)),
+        )
+        .await;
+        drop(lease);
+        assert!(
+            gone_within(Duration::from_secs(2), || {
+                server.command(&["EXISTS", &key]).starts_with(":0")
+            })
+            .await,
+            "step {step}: the lock of a dropped lease is still held: {}",
+            server.command(&["PTTL", &key])
+        );
+    }
+}
