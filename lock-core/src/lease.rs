@@ -120,11 +120,20 @@ impl Lease {
     /// minimum hold is not over is given back without freeing the lock: `Ok(true)` then
     /// means the lock is left to expire at the hold's end.
     ///
+    /// Through a blip (a dropped connection, a command timeout, a Redis Cluster slot
+    /// between masters in a failover) the release is tried again until Redis answers, for
+    /// up to the locker's [unreachable timeout](crate::LockerBuilder::unreachable_timeout)
+    /// and no longer than the lease's validity, past which its TTL frees the lock anyway;
+    /// only then does it return the error. When an attempt's answer was lost and a later
+    /// one finds the lock no longer ours, the lost attempt may have freed it: the release
+    /// returns that attempt's error, not `Ok(false)`.
+    ///
     /// Cancellation-safe: a release dropped before it ends (a `select!` that took another
     /// branch, a `timeout`, a shutdown) is finished in the background like the release of
     /// a dropped lease, whether or not its command had reached Redis: the lock is freed
-    /// for every Locker within a round trip, and this task's next request for the name
-    /// behaves as after a completed release.
+    /// for every Locker within a round trip (or once Redis answers again, within the same
+    /// bounds), and this task's next request for the name behaves as after a completed
+    /// release.
     pub async fn release(mut self) -> Result<bool, LockError> {
         // Borrowed, not cloned: the lease lives until the release ends. `released` is set
         // only once it has ended: dropped before then, the lease's `Drop` sends it again.

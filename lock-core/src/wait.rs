@@ -1,7 +1,10 @@
-//! How a blocked acquirer sleeps between attempts, and how long it keeps trying while
-//! Redis does not answer.
+//! How a blocked acquirer sleeps between attempts, and how long it (or a release) keeps
+//! trying while Redis does not answer.
 
+use std::future::Future;
 use std::time::{Duration, Instant};
+
+use crate::LockError;
 
 /// Pauses when nothing tells the waiter about releases (a locker built from a pool, or a
 /// pub/sub connection that failed): short, because polling is the only way to learn.
@@ -107,6 +110,51 @@ impl Outage {
     }
 }
 
+/// A release that failed with `first`, a transient error (a dropped connection, a Cluster
+/// slot between masters): `attempt` is run again, with the polling backoff, until Redis
+/// answers, for up to `limit` (the locker's unreachable timeout) from `failed_at` and no
+/// later than `worth_until`, the lease's local validity, past which its TTL frees the lock
+/// anyway. The last error when neither let it through.
+///
+/// A release that may have run before (its answer lost) and now finds the lock no longer
+/// its own cannot tell whether it freed the lock itself: that first error is the answer
+/// then, not a `false` that would say the lock had already gone.
+pub(crate) async fn retry_release<F, Fut>(
+    first: LockError,
+    failed_at: Instant,
+    (limit, worth_until): (Duration, Instant),
+    mut attempt: F,
+) -> Result<bool, LockError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<bool, LockError>>,
+{
+    let end = (failed_at + limit).min(worth_until);
+    let mut backoff = Backoff::new(false);
+    // The error to end with: the latest refusal, until one after which the release may
+    // have run (that one stays).
+    let mut answer = first;
+    let mut unsure = !answer.refused_unrun();
+    loop {
+        let pause = backoff.next(None);
+        if Instant::now() + pause >= end {
+            return Err(answer);
+        }
+        tokio::time::sleep(pause).await;
+        match attempt().await {
+            Err(err) if err.is_transient() => {
+                tracing::debug!(%err, "release failed; retrying within the unreachable timeout");
+                if !unsure {
+                    unsure = !err.refused_unrun();
+                    answer = err;
+                }
+            }
+            Ok(false) if unsure => return Err(answer),
+            answered => return answered,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -178,5 +226,102 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// A Cluster slot between masters: the error after `redis-rs`'s own retries.
+    fn cluster_down() -> LockError {
+        let err = redis::RedisError::from((
+            redis::ErrorKind::Server(redis::ServerErrorKind::ClusterDown),
+            "CLUSTERDOWN",
+            "Hash slot not served".to_owned(),
+        ));
+        LockError::from_redis("n", "lock:{n}", err)
+    }
+
+    /// Runs [`retry_release`] after `first`, with `answers` as the attempts' answers.
+    async fn retried(
+        first: LockError,
+        answers: Vec<Result<bool, LockError>>,
+    ) -> (Result<bool, LockError>, usize) {
+        let answers = std::sync::Mutex::new(answers.into_iter());
+        let tries = std::sync::atomic::AtomicUsize::new(0);
+        let bounds = (
+            Duration::from_secs(5),
+            Instant::now() + Duration::from_secs(5),
+        );
+        let result = retry_release(first, Instant::now(), bounds, || {
+            tries.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let answer = answers.lock().ok().and_then(|mut answers| answers.next());
+            async move { answer.unwrap_or(Ok(true)) }
+        })
+        .await;
+        (result, tries.into_inner())
+    }
+
+    /// A release refused unrun and then answered says what the answer says; one whose
+    /// answer was lost cannot say the lock had gone when a retry no longer finds it.
+    #[tokio::test]
+    async fn a_retried_release_answers_for_what_it_knows() {
+        let (result, tries) = retried(cluster_down(), vec![Err(cluster_down()), Ok(true)]).await;
+        assert!(
+            matches!(result, Ok(true)) && tries == 2,
+            "{result:?} after {tries}"
+        );
+        let (result, _) = retried(cluster_down(), vec![Ok(false)]).await;
+        assert!(matches!(result, Ok(false)), "{result:?}");
+        let lost = || LockError::connection("n", "timed out");
+        let (result, _) = retried(lost(), vec![Ok(false)]).await;
+        assert!(
+            matches!(&result, Err(LockError::Connection { reason, .. }) if reason == "timed out"),
+            "{result:?}"
+        );
+        // Refused, then lost, then gone: the lost one is the answer.
+        let (result, tries) = retried(
+            cluster_down(),
+            vec![Err(lost()), Err(cluster_down()), Ok(false)],
+        )
+        .await;
+        assert!(
+            matches!(&result, Err(LockError::Connection { reason, .. }) if reason == "timed out")
+                && tries == 3,
+            "{result:?} after {tries}"
+        );
+        // Not a transient error: no more tries.
+        let (result, tries) =
+            retried(lost(), vec![Err(LockError::Lost { name: "n".into() })]).await;
+        assert!(
+            matches!(result, Err(LockError::Lost { .. })) && tries == 1,
+            "{result:?}"
+        );
+    }
+
+    /// Tries end at the earlier of the unreachable timeout and the lease's validity.
+    #[tokio::test]
+    async fn a_release_keeps_trying_no_longer_than_its_bounds() {
+        for (limit, valid) in [(300, 5_000), (5_000, 300)] {
+            let begun = Instant::now();
+            let bounds = (
+                Duration::from_millis(limit),
+                begun + Duration::from_millis(valid),
+            );
+            let result = retry_release(cluster_down(), begun, bounds, || async {
+                Err::<bool, _>(cluster_down())
+            })
+            .await;
+            let took = begun.elapsed();
+            assert!(result.is_err_and(|err| err.refused_unrun()));
+            assert!(took < Duration::from_millis(300), "{took:?}");
+        }
+        let expired = retry_release(
+            cluster_down(),
+            Instant::now(),
+            (Duration::from_secs(5), Instant::now()),
+            || async { Ok(true) },
+        )
+        .await;
+        assert!(
+            expired.is_err(),
+            "tried past the lease's validity: {expired:?}"
+        );
     }
 }

@@ -35,6 +35,7 @@ mod queue;
 mod redis_only;
 mod redlock;
 mod reentrancy;
+mod release_outage;
 mod rwlock;
 mod schedule;
 mod security;

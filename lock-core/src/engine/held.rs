@@ -59,6 +59,9 @@ pub(crate) struct Held {
     /// The value was stored with the listened-for mark: its release hands over at once
     /// (otherwise it tries a bare compare-and-delete first).
     listened: bool,
+    /// The locker's unreachable timeout: how long a release keeps trying through a
+    /// transient error.
+    unreachable: Duration,
 }
 
 /// What the acquire loop knows about a fresh lease.
@@ -89,7 +92,7 @@ pub(crate) struct Renewal {
 impl Held {
     /// The state of a fresh lease, recorded as its name's local holder, owned by `owner`
     /// (the code that awaited the request; see `NameState::take`).
-    pub fn new(grant: Grant, owner: Owner) -> Arc<Held> {
+    pub fn new(grant: Grant, owner: Owner, unreachable: Duration) -> Arc<Held> {
         let serial = next_serial();
         let valid_until = grant.attempt_started + validity(grant.ttl);
         let granted = grant.answered;
@@ -104,6 +107,7 @@ impl Held {
             local: grant.local,
             hold_at_least: grant.hold_at_least,
             listened: grant.listened,
+            unreachable,
         });
         held.local.take(serial, valid_until, &held, owner, granted);
         held
@@ -126,13 +130,18 @@ impl Held {
     /// have run): a lock found no longer ours is then not a loss.
     pub async fn release_now(&self, backend: &AnyBackend, again: bool) -> Result<bool, LockError> {
         self.finish();
-        // Only the bare compare-and-delete is awaited inline: the minimum hold's extension
-        // and the hand-over are boxed, so that the future of every release (which a caller
-        // moves at least once, whole) stays the size of the common one.
-        let result = match self.hold_left() {
-            Some(left) => Box::pin(backend.extend(&self.keys, &self.value, left)).await,
-            None if self.listened => Box::pin(backend.release(&self.keys, &self.value)).await,
-            None => backend.release_unlistened(&self.keys, &self.value).await,
+        let result = match self.release_once(backend).await {
+            // A dropped connection, a Cluster slot between masters: tried again (boxed, off
+            // the common path) until Redis answers, within the unreachable timeout and
+            // the lease's validity, so that a blip does not leave the lock to its TTL.
+            Err(err) if err.is_transient() => {
+                let bounds = (self.unreachable, self.valid_until());
+                let retried = crate::wait::retry_release(err, Instant::now(), bounds, || {
+                    self.release_once(backend)
+                });
+                Box::pin(retried).await
+            }
+            result => result,
         };
         match result {
             Ok(true) => crate::metrics::released(&self.keys.name, self.acquired_at),
@@ -142,6 +151,18 @@ impl Held {
         // Local waiters may go now: after the DEL, so their attempt finds the lock free.
         self.local.clear_holder(self.serial);
         result
+    }
+
+    /// One try of [`Held::release_now`]'s command.
+    async fn release_once(&self, backend: &AnyBackend) -> Result<bool, LockError> {
+        // Only the bare compare-and-delete is awaited inline: the minimum hold's extension
+        // and the hand-over are boxed, so that the future of every release (which a caller
+        // moves at least once, whole) stays the size of the common one.
+        match self.hold_left() {
+            Some(left) => Box::pin(backend.extend(&self.keys, &self.value, left)).await,
+            None if self.listened => Box::pin(backend.release(&self.keys, &self.value)).await,
+            None => backend.release_unlistened(&self.keys, &self.value).await,
+        }
     }
 
     /// Resets the TTL to `ttl` from now; [`LockError::Lost`] (and the lease marked lost) if

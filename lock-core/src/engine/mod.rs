@@ -234,7 +234,7 @@ impl Engine {
     /// (the code that awaited the request), renewed in the background if it asked to be.
     pub fn hold(&self, grant: Grant, owner: Owner) -> Arc<Held> {
         let renew = grant.renew;
-        let held = Held::new(grant, owner);
+        let held = Held::new(grant, owner, self.settings.unreachable_timeout);
         if let Some(renewal) = renew {
             self.renewer
                 .register(&self.backend, &self.background, &held, renewal.max_hold);

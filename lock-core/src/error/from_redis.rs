@@ -52,6 +52,25 @@ impl LockError {
     }
 }
 
+impl LockError {
+    /// Whether Redis refused the command without running it: a Cluster slot with no
+    /// master, redirected past redis-rs's retries, or in migration. Run again, such a
+    /// command meets the state it would have met the first time. (After other transient
+    /// errors, a dropped connection or a command timeout, the command may have run.)
+    pub(crate) fn refused_unrun(&self) -> bool {
+        match self {
+            LockError::SlotMigrating { .. } => true,
+            LockError::Connection {
+                source: Some(source),
+                ..
+            } => source
+                .downcast_ref::<redis::RedisError>()
+                .is_some_and(|err| cluster_in_flux(err).is_some()),
+            _ => false,
+        }
+    }
+}
+
 /// What a Cluster's redirection or availability error left after redis-rs's retries says
 /// of the cluster, if it is one.
 fn cluster_in_flux(err: &redis::RedisError) -> Option<&'static str> {

@@ -91,8 +91,20 @@ fn a_cluster_in_a_failover_is_a_transient_error() {
         let err = LockError::from_redis("x", "lock:{x}", err);
         assert!(matches!(err, LockError::Connection { .. }), "{err:?}");
         assert!(err.is_transient(), "{err}");
+        assert!(err.refused_unrun(), "{err}");
         assert!(err.to_string().contains("Redis Cluster"), "{err}");
     }
+    // A command timeout or a dropped connection may have run the command.
+    let timed_out = LockError::from_redis(
+        "x",
+        "lock:{x}",
+        redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut)),
+    );
+    assert!(
+        timed_out.is_transient() && !timed_out.refused_unrun(),
+        "{timed_out:?}"
+    );
+    assert!(!LockError::connection("x", "timed out").refused_unrun());
 }
 
 #[test]

@@ -208,7 +208,17 @@ impl Shared {
     async fn release_now(&self, again: bool) -> Result<bool, LockError> {
         let ended = self.ops.release_reads_no_clock() && self.validity.is_lost();
         self.finish();
-        let released = self.ops.release().await.map(|ours| ours && !ended);
+        let released = match self.ops.release().await {
+            // Tried again through a blip, as a lock's release is (see `Held::release_now`).
+            Err(err) if err.is_transient() => {
+                let bounds = (self.env.outage().limit(), self.validity.valid_until());
+                let retried =
+                    crate::wait::retry_release(err, Instant::now(), bounds, || self.ops.release());
+                Box::pin(retried).await
+            }
+            released => released,
+        };
+        let released = released.map(|ours| ours && !ended);
         if !again && matches!(released, Ok(false)) {
             self.mark_lost();
         }

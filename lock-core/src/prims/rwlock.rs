@@ -176,7 +176,8 @@ impl RwLease {
     }
 
     /// Gives the lease back. `Ok(true)` if it was still ours; `Ok(false)` if it had
-    /// already ended (nobody else's lease is touched).
+    /// already ended (nobody else's lease is touched). Through a blip it is tried again as
+    /// [`Lease::release`](crate::Lease::release) is.
     pub async fn release(self) -> Result<bool, LockError> {
         self.guard.release().await
     }

@@ -328,7 +328,8 @@ impl Permit {
     }
 
     /// Gives the permit back. `Ok(true)` if it was still ours; `Ok(false)` if it had
-    /// already ended (nobody else's permit is touched).
+    /// already ended (nobody else's permit is touched). Through a blip it is tried again as
+    /// [`Lease::release`](crate::Lease::release) is.
     pub async fn release(self) -> Result<bool, LockError> {
         self.guard.release().await
     }

@@ -130,6 +130,7 @@ impl MultiRequest {
             keys,
             value: taken.value,
             server: taken.server,
+            given_back: release::GivenBack::default(),
         };
         let guard = Guard::new(Parts {
             env,
@@ -163,6 +164,8 @@ impl MultiLease {
 
     /// Releases every lock. `Ok(true)` if all were still ours; `Ok(false)` if any had
     /// ended (the others are released all the same, and nobody else's lock is touched).
+    /// Through a blip it is tried again as [`Lease::release`](crate::Lease::release) is,
+    /// for the locks whose release failed.
     pub async fn release(self) -> Result<bool, LockError> {
         self.guard.release().await
     }
@@ -194,6 +197,8 @@ struct MultiOps {
     /// The server whose one script took every lock: it gives them back in one script.
     /// `None`: they were taken one by one, and go back one by one.
     server: Option<Server>,
+    /// Taken one by one: the answers to the locks' releases so far.
+    given_back: release::GivenBack,
 }
 
 impl Ops for MultiOps {
@@ -201,7 +206,10 @@ impl Ops for MultiOps {
         Box::pin(async move {
             match &self.server {
                 Some(server) => release::release_all(server, None, &self.keys, &self.value).await,
-                None => release::release_each(&self.env, &self.keys, &self.value, None).await,
+                None => {
+                    release::release_rest(&self.env, &self.keys, &self.value, &self.given_back)
+                        .await
+                }
             }
         })
     }

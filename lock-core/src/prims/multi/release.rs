@@ -7,6 +7,8 @@
 //! behind a plain lock; a change to that queue's keys or to `hand_over` is a change here
 //! too.
 
+use std::sync::{Mutex, PoisonError};
+
 use futures_util::future::join_all;
 
 use crate::backend::prim_scripts::{Server, MULTI_RELEASE};
@@ -70,4 +72,46 @@ pub(super) async fn release_each(
     released
         .into_iter()
         .try_fold(true, |all, one| one.map(|held| all && held))
+}
+
+/// The answers to a multi-lock's releases, lock by lock (`None`: not answered yet).
+#[derive(Debug, Default)]
+pub(super) struct GivenBack(Mutex<Vec<Option<bool>>>);
+
+/// Gives up each lock of `keys` holding `value` whose release has not been answered yet
+/// (`given_back`), as [`release_each`] does: a release tried again after some locks failed
+/// (see `wait::retry_release`) does not take a lock it freed itself for one that had gone.
+/// True once every lock is answered, all still held; the first error while any is not.
+pub(super) async fn release_rest(
+    env: &Env,
+    keys: &[LockKeys],
+    value: &str,
+    given_back: &GivenBack,
+) -> Result<bool, LockError> {
+    let pending: Vec<usize> = {
+        let mut answers = given_back.0.lock().unwrap_or_else(PoisonError::into_inner);
+        answers.resize(keys.len(), None);
+        (0..keys.len()).filter(|&i| answers[i].is_none()).collect()
+    };
+    let released = join_all(
+        pending
+            .iter()
+            .filter_map(|&i| keys.get(i))
+            .map(|k| env.run(&k.name, env.give_back(None, k, value))),
+    )
+    .await;
+    let mut answers = given_back.0.lock().unwrap_or_else(PoisonError::into_inner);
+    let mut failed = None;
+    for (&i, answer) in pending.iter().zip(released) {
+        match answer {
+            Ok(held) => answers[i] = Some(held),
+            Err(err) => {
+                failed.get_or_insert(err);
+            }
+        }
+    }
+    match failed {
+        Some(err) => Err(err),
+        None => Ok(answers.iter().all(|answer| *answer == Some(true))),
+    }
 }

@@ -1,0 +1,234 @@
+//! A release that meets a blip (a partition, a dropped connection, a Cluster slot between
+//! masters; see `shard_failovers` for that one) keeps trying until Redis answers, within
+//! the locker's unreachable timeout and the lease's validity: the lock, the permit or the
+//! read-write lease is freed when Redis is back, not left to its TTL. A release dropped
+//! while it retries is finished in the background the same way.
+//!
+//! The blip: the proxy between the locker and Redis swallows everything for a while, then
+//! drops the connections it swallowed into (so that no command sent during the blip ever
+//! reaches Redis) and lets new ones through.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lock_core::{LockError, Locker};
+use lock_tests::proxy::Proxy;
+use lock_tests::RedisServer;
+
+const SECOND: Duration = Duration::from_secs(1);
+/// Far longer than the test: a lock left behind by a failed release outlives it.
+const TTL: Duration = Duration::from_secs(60);
+/// How long the proxy swallows everything.
+const BLIP: Duration = Duration::from_millis(1200);
+
+/// A locker through `proxy`, whose commands time out well within [`BLIP`] and which keeps
+/// trying for well over it.
+fn through(proxy: &Proxy) -> Locker {
+    Locker::builder()
+        .url(proxy.url())
+        .command_timeout(Duration::from_millis(300))
+        .unreachable_timeout(10 * SECOND)
+        .build()
+        .expect("locker")
+}
+
+/// Swallows everything for [`BLIP`] (on a thread of its own: the test's runtime goes on),
+/// then drops the connections and lets new ones through.
+fn blip(proxy: &Arc<Proxy>) -> std::thread::JoinHandle<()> {
+    proxy.set_blackhole(true);
+    let proxy = Arc::clone(proxy);
+    std::thread::spawn(move || {
+        std::thread::sleep(BLIP);
+        proxy.drop_connections();
+        // What a connection read before the blip stays unsent: it is closed before the
+        // blackhole lifts (its task sees the drop at once; the margin is for a busy host).
+        std::thread::sleep(Duration::from_millis(100));
+        proxy.set_blackhole(false);
+    })
+}
+
+/// What was held: each kind's release, and whether another Locker (straight to Redis) can
+/// take it without waiting.
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    Lock,
+    Permit,
+    Write,
+}
+
+enum Held {
+    Lock(lock_core::Lease),
+    Permit(lock_core::Permit),
+    Rw(lock_core::RwLease),
+}
+
+impl Held {
+    async fn take(locker: &Locker, kind: Kind, name: &str) -> Held {
+        match kind {
+            Kind::Lock => Held::Lock(locker.lock(name).ttl(TTL).await.expect("lock")),
+            Kind::Permit => Held::Permit(
+                locker
+                    .semaphore(name, 1)
+                    .acquire()
+                    .ttl(TTL)
+                    .await
+                    .expect("permit"),
+            ),
+            Kind::Write => Held::Rw(
+                locker
+                    .rwlock(name)
+                    .write()
+                    .ttl(TTL)
+                    .await
+                    .expect("write lease"),
+            ),
+        }
+    }
+
+    async fn release(self) -> Result<bool, LockError> {
+        match self {
+            Held::Lock(lease) => lease.release().await,
+            Held::Permit(permit) => permit.release().await,
+            Held::Rw(lease) => lease.release().await,
+        }
+    }
+}
+
+/// Whether `other` takes `name` (`kind`) at once, without waiting.
+async fn free(other: &Locker, kind: Kind, name: &str) -> bool {
+    let now = Duration::ZERO;
+    match kind {
+        Kind::Lock => other.lock(name).wait(now).await.is_ok(),
+        Kind::Permit => other.semaphore(name, 1).acquire().wait(now).await.is_ok(),
+        Kind::Write => other.rwlock(name).write().wait(now).await.is_ok(),
+    }
+}
+
+/// A release sent into a partition is answered once Redis is reachable again: `true`,
+/// and the name is free for every Locker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_during_a_blip_frees_the_name_when_redis_is_back() {
+    let server = RedisServer::start();
+    let proxy = Arc::new(Proxy::start(server.addr()).expect("proxy"));
+    let (locker, other) = (
+        through(&proxy),
+        Locker::from_url(&server.url()).expect("locker"),
+    );
+    for kind in [Kind::Lock, Kind::Permit, Kind::Write] {
+        let name = format!("blip-{kind:?}");
+        let held = Held::take(&locker, kind, &name).await;
+        assert!(!free(&other, kind, &name).await, "{kind:?}: held");
+        let blip = blip(&proxy);
+        let begun = std::time::Instant::now();
+        let released = held.release().await;
+        eprintln!(
+            "{kind:?}: released through the blip in {:?}",
+            begun.elapsed()
+        );
+        tokio::task::spawn_blocking(move || blip.join())
+            .await
+            .expect("join")
+            .expect("blip");
+        assert!(
+            matches!(released, Ok(true)),
+            "{kind:?}: a release through a {BLIP:?} blip answered {released:?}"
+        );
+        assert!(
+            free(&other, kind, &name).await,
+            "{kind:?}: still held after its release"
+        );
+    }
+}
+
+/// A release dropped while it retries (the caller's `timeout` ran out first) is finished
+/// in the background: the name is free within a moment of Redis being back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_dropped_during_a_blip_frees_the_name_when_redis_is_back() {
+    let server = RedisServer::start();
+    let proxy = Arc::new(Proxy::start(server.addr()).expect("proxy"));
+    let (locker, other) = (
+        through(&proxy),
+        Locker::from_url(&server.url()).expect("locker"),
+    );
+    for kind in [Kind::Lock, Kind::Permit, Kind::Write] {
+        let name = format!("dropped-{kind:?}");
+        let held = Held::take(&locker, kind, &name).await;
+        let blip = blip(&proxy);
+        let cut = tokio::time::timeout(Duration::from_millis(500), held.release()).await;
+        assert!(cut.is_err(), "{kind:?}: answered within a blip: {cut:?}");
+        tokio::task::spawn_blocking(move || blip.join())
+            .await
+            .expect("join")
+            .expect("blip");
+        let mut freed = false;
+        for _ in 0..100 {
+            if free(&other, kind, &name).await {
+                freed = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(freed, "{kind:?}: still held 5 s after the blip");
+    }
+}
+
+/// The key whose slot holds `name` (`kind`).
+fn key_of(kind: Kind, name: &str) -> String {
+    match kind {
+        Kind::Lock => format!("lock:{{{name}}}"),
+        Kind::Permit => format!("lock:{{{name}}}:sem"),
+        Kind::Write => format!("lock:{{{name}}}:rw"),
+    }
+}
+
+/// On a Redis Cluster, a release sent while its slot has no master (the master killed,
+/// its replica not yet elected: connections refused, then `CLUSTERDOWN`) is answered once
+/// the replica took over, where the lease lives on (the grant waited for the replica):
+/// `true`, and the name is free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_while_a_cluster_slot_has_no_master_frees_the_name_on_its_successor() {
+    let mut cluster = lock_tests::RedisCluster::start(3, 1);
+    let cluster_locker = || {
+        Locker::builder()
+            .cluster(cluster.urls())
+            .command_timeout(SECOND)
+            .unreachable_timeout(30 * SECOND)
+            .build()
+            .expect("cluster locker")
+    };
+    let (holder, other) = (cluster_locker(), cluster_locker());
+    // A name per kind, each in a shard of its own, looked up while every node answers.
+    let mut runs: Vec<(Kind, String, usize)> = Vec::new();
+    for (kind, n) in [Kind::Lock, Kind::Permit, Kind::Write].into_iter().zip(0..) {
+        let (name, master) = (0..)
+            .map(|i| format!("headless{n}-{i}"))
+            .map(|name| {
+                let master = cluster.master_of(&key_of(kind, &name));
+                (name, master)
+            })
+            .find(|(_, master)| runs.iter().all(|run| run.2 != *master))
+            .expect("a name in a shard of its own");
+        runs.push((kind, name, master));
+    }
+    for (kind, name, master) in &runs {
+        tokio::task::block_in_place(|| {
+            crate::failover::until_replica_online(&cluster.nodes[*master]);
+        });
+        let held = Held::take(&holder, *kind, name).await;
+        cluster.nodes[*master].kill();
+        let begun = std::time::Instant::now();
+        let released = held.release().await;
+        eprintln!(
+            "{kind:?}: released {:?} after its master was killed",
+            begun.elapsed()
+        );
+        assert!(
+            matches!(released, Ok(true)),
+            "{kind:?}: a release sent to a slot without a master answered {released:?}"
+        );
+        assert!(
+            free(&other, *kind, name).await,
+            "{kind:?}: still held after its release"
+        );
+    }
+}
