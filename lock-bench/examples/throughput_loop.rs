@@ -10,7 +10,8 @@
 //! ```
 //!
 //! `raw` is lock-bench's floor (`SET NX PX`, then `EVALSHA` of a compare-and-delete, on one
-//! multiplexed redis-rs connection); `locker` is `Locker::from_url` and
+//! multiplexed redis-rs connection); `raw-bounded` the same with each command bounded by
+//! a response timeout, as a Locker's are; `locker` is `Locker::from_url` and
 //! `locker.lock(name).ttl(..)`, as a user writes it; `untracked` the same with
 //! `track_keys(false)`.
 
@@ -27,7 +28,7 @@ type Failure = Box<dyn std::error::Error + Send + Sync>;
 
 fn main() -> Result<(), Failure> {
     let mut args = std::env::args().skip(1);
-    let usage = "usage: throughput_loop raw|locker|untracked SECONDS TASKS [REDIS_URL]";
+    let usage = "usage: throughput_loop raw|raw-bounded|locker|untracked SECONDS TASKS [REDIS_URL]";
     let contender = args.next().ok_or(usage)?;
     let seconds: f64 = args.next().ok_or(usage)?.parse()?;
     let tasks: usize = args.next().ok_or(usage)?.parse()?;
@@ -71,9 +72,16 @@ async fn run(
                 }));
             }
         }
-        "raw" => {
+        "raw" | "raw-bounded" => {
             let client = redis::Client::open(url.as_str())?;
-            let conn = client.get_multiplexed_async_connection().await?;
+            // `raw-bounded`: each command bounded as the Locker's are (a response timeout
+            // of the Locker's default command timeout, one timer per command).
+            let config = redis::AsyncConnectionConfig::new().set_response_timeout(
+                (contender == "raw-bounded").then_some(Duration::from_secs(3)),
+            );
+            let conn = client
+                .get_multiplexed_async_connection_with_config(&config)
+                .await?;
             let release = Arc::new(raw::release_script());
             for task in 0..tasks {
                 let (mut conn, release) = (conn.clone(), release.clone());
