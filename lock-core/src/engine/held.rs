@@ -130,17 +130,19 @@ impl Held {
     /// have run): a lock found no longer ours is then not a loss.
     pub async fn release_now(&self, backend: &AnyBackend, again: bool) -> Result<bool, LockError> {
         self.finish();
-        let result = match self.release_once(backend).await {
+        // Only the bare compare-and-delete is awaited inline: the minimum hold's extension
+        // and the hand-over are boxed, so that the future of every release (which a caller
+        // moves at least once, whole) stays the size of the common one.
+        let result = match self.hold_left() {
+            Some(left) => Box::pin(backend.extend(&self.keys, &self.value, left)).await,
+            None if self.listened => Box::pin(backend.release(&self.keys, &self.value)).await,
+            None => backend.release_unlistened(&self.keys, &self.value).await,
+        };
+        let result = match result {
             // A dropped connection, a Cluster slot between masters: tried again (boxed, off
             // the common path) until Redis answers, within the unreachable timeout and
             // the lease's validity, so that a blip does not leave the lock to its TTL.
-            Err(err) if err.is_transient() => {
-                let bounds = (self.unreachable, self.valid_until());
-                let retried = crate::wait::retry_release(err, Instant::now(), bounds, || {
-                    self.release_once(backend)
-                });
-                Box::pin(retried).await
-            }
+            Err(err) if err.is_transient() => Box::pin(self.retry_release(backend, err)).await,
             result => result,
         };
         match result {
@@ -153,16 +155,17 @@ impl Held {
         result
     }
 
-    /// One try of [`Held::release_now`]'s command.
-    async fn release_once(&self, backend: &AnyBackend) -> Result<bool, LockError> {
-        // Only the bare compare-and-delete is awaited inline: the minimum hold's extension
-        // and the hand-over are boxed, so that the future of every release (which a caller
-        // moves at least once, whole) stays the size of the common one.
-        match self.hold_left() {
-            Some(left) => Box::pin(backend.extend(&self.keys, &self.value, left)).await,
-            None if self.listened => Box::pin(backend.release(&self.keys, &self.value)).await,
-            None => backend.release_unlistened(&self.keys, &self.value).await,
-        }
+    /// [`Held::release_now`] tried again after `err`.
+    async fn retry_release(&self, backend: &AnyBackend, err: LockError) -> Result<bool, LockError> {
+        let bounds = (self.unreachable, self.valid_until());
+        crate::wait::retry_release(err, Instant::now(), bounds, || async {
+            match self.hold_left() {
+                Some(left) => backend.extend(&self.keys, &self.value, left).await,
+                None if self.listened => backend.release(&self.keys, &self.value).await,
+                None => backend.release_unlistened(&self.keys, &self.value).await,
+            }
+        })
+        .await
     }
 
     /// Resets the TTL to `ttl` from now; [`LockError::Lost`] (and the lease marked lost) if
