@@ -232,3 +232,49 @@ async fn a_release_while_a_cluster_slot_has_no_master_frees_the_name_on_its_succ
         );
     }
 }
+
+/// A multi-lock across two shards of a Cluster, released while one shard has no master:
+/// the other shard's lock is given back at once, the headless one once its replica took
+/// over, and the release says `true` (a retry of every lock would find the first one gone
+/// and could not say so).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multi_lock_released_while_one_shard_has_no_master_frees_every_name() {
+    let mut cluster = lock_tests::RedisCluster::start(3, 1);
+    let cluster_locker = || {
+        Locker::builder()
+            .cluster(cluster.urls())
+            .command_timeout(SECOND)
+            .unreachable_timeout(30 * SECOND)
+            .build()
+            .expect("cluster locker")
+    };
+    let (holder, other) = (cluster_locker(), cluster_locker());
+    let first = "multi-a".to_owned();
+    let first_master = cluster.master_of(&key_of(Kind::Lock, &first));
+    let second = (0..)
+        .map(|i| format!("multi-b{i}"))
+        .find(|name| cluster.master_of(&key_of(Kind::Lock, name)) != first_master)
+        .expect("a name in another shard");
+    tokio::task::block_in_place(|| {
+        crate::failover::until_replica_online(&cluster.nodes[first_master]);
+    });
+    let held = holder
+        .lock_all([first.as_str(), second.as_str()])
+        .ttl(TTL)
+        .await
+        .expect("both locks");
+    cluster.nodes[first_master].kill();
+    let begun = std::time::Instant::now();
+    let released = held.release().await;
+    eprintln!("released {:?} after a master was killed", begun.elapsed());
+    assert!(
+        matches!(released, Ok(true)),
+        "a multi-lock release with one shard headless answered {released:?}"
+    );
+    for name in [&first, &second] {
+        assert!(
+            free(&other, Kind::Lock, name).await,
+            "{name}: still held after its release"
+        );
+    }
+}
