@@ -1,8 +1,9 @@
-//! A release that meets a blip (a partition, a dropped connection, a Cluster slot between
-//! masters; see `shard_failovers` for that one) keeps trying until Redis answers, within
-//! the locker's unreachable timeout and the lease's validity: the lock, the permit or the
-//! read-write lease is freed when Redis is back, not left to its TTL. A release dropped
-//! while it retries is finished in the background the same way.
+//! A release that meets a blip (a partition, a dropped connection, a Cluster slot without a
+//! master) keeps trying until Redis answers, within the locker's unreachable timeout and
+//! the lease's validity: the lock, the permit, the read-write lease or the multi-lock is
+//! freed when Redis is back, not left to its TTL. A release dropped while it retries is
+//! finished in the background the same way. What is held is `shard_failovers`'s (a 60 s
+//! TTL, far longer than a test: a lock left behind by a failed release outlives it).
 //!
 //! The blip: the proxy between the locker and Redis swallows everything for a while, then
 //! drops the connections it swallowed into (so that no command sent during the blip ever
@@ -11,12 +12,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::{LockError, Locker};
+use lock_core::Locker;
 use lock_tests::proxy::Proxy;
-use lock_tests::RedisServer;
+use lock_tests::{RedisCluster, RedisServer};
+
+use crate::shard_failovers::{hold, holder_on, Kind};
 
 const SECOND: Duration = Duration::from_secs(1);
-/// Far longer than the test: a lock left behind by a failed release outlives it.
+/// The multi-lock's TTL, as long as `shard_failovers::hold`'s.
 const TTL: Duration = Duration::from_secs(60);
 /// How long the proxy swallows everything.
 const BLIP: Duration = Duration::from_millis(1200);
@@ -47,51 +50,23 @@ fn blip(proxy: &Arc<Proxy>) -> std::thread::JoinHandle<()> {
     })
 }
 
-/// What was held: each kind's release, and whether another Locker (straight to Redis) can
-/// take it without waiting.
-#[derive(Debug, Clone, Copy)]
-enum Kind {
-    Lock,
-    Permit,
-    Write,
+/// Waits (off the runtime's workers) for the blip's end.
+async fn ended(blip: std::thread::JoinHandle<()>) {
+    tokio::task::spawn_blocking(move || blip.join())
+        .await
+        .expect("join")
+        .expect("blip");
 }
 
-enum Held {
-    Lock(lock_core::Lease),
-    Permit(lock_core::Permit),
-    Rw(lock_core::RwLease),
-}
-
-impl Held {
-    async fn take(locker: &Locker, kind: Kind, name: &str) -> Held {
-        match kind {
-            Kind::Lock => Held::Lock(locker.lock(name).ttl(TTL).await.expect("lock")),
-            Kind::Permit => Held::Permit(
-                locker
-                    .semaphore(name, 1)
-                    .acquire()
-                    .ttl(TTL)
-                    .await
-                    .expect("permit"),
-            ),
-            Kind::Write => Held::Rw(
-                locker
-                    .rwlock(name)
-                    .write()
-                    .ttl(TTL)
-                    .await
-                    .expect("write lease"),
-            ),
-        }
-    }
-
-    async fn release(self) -> Result<bool, LockError> {
-        match self {
-            Held::Lock(lease) => lease.release().await,
-            Held::Permit(permit) => permit.release().await,
-            Held::Rw(lease) => lease.release().await,
-        }
-    }
+/// A server, a proxy before it, a locker through the proxy and one straight to the server.
+fn rig() -> (RedisServer, Arc<Proxy>, Locker, Locker) {
+    let server = RedisServer::start();
+    let proxy = Arc::new(Proxy::start(server.addr()).expect("proxy"));
+    let (locker, other) = (
+        through(&proxy),
+        Locker::from_url(&server.url()).expect("locker"),
+    );
+    (server, proxy, locker, other)
 }
 
 /// Whether `other` takes `name` (`kind`) at once, without waiting.
@@ -100,7 +75,8 @@ async fn free(other: &Locker, kind: Kind, name: &str) -> bool {
     match kind {
         Kind::Lock => other.lock(name).wait(now).await.is_ok(),
         Kind::Permit => other.semaphore(name, 1).acquire().wait(now).await.is_ok(),
-        Kind::Write => other.rwlock(name).write().wait(now).await.is_ok(),
+        // The holder of a `Read` run holds the write lease.
+        Kind::Read => other.rwlock(name).write().wait(now).await.is_ok(),
     }
 }
 
@@ -108,15 +84,10 @@ async fn free(other: &Locker, kind: Kind, name: &str) -> bool {
 /// and the name is free for every Locker.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_during_a_blip_frees_the_name_when_redis_is_back() {
-    let server = RedisServer::start();
-    let proxy = Arc::new(Proxy::start(server.addr()).expect("proxy"));
-    let (locker, other) = (
-        through(&proxy),
-        Locker::from_url(&server.url()).expect("locker"),
-    );
-    for kind in [Kind::Lock, Kind::Permit, Kind::Write] {
+    let (_server, proxy, locker, other) = rig();
+    for kind in [Kind::Lock, Kind::Permit, Kind::Read] {
         let name = format!("blip-{kind:?}");
-        let held = Held::take(&locker, kind, &name).await;
+        let held = hold(&locker, kind, &name).await;
         assert!(!free(&other, kind, &name).await, "{kind:?}: held");
         let blip = blip(&proxy);
         let begun = std::time::Instant::now();
@@ -125,10 +96,7 @@ async fn a_release_during_a_blip_frees_the_name_when_redis_is_back() {
             "{kind:?}: released through the blip in {:?}",
             begun.elapsed()
         );
-        tokio::task::spawn_blocking(move || blip.join())
-            .await
-            .expect("join")
-            .expect("blip");
+        ended(blip).await;
         assert!(
             matches!(released, Ok(true)),
             "{kind:?}: a release through a {BLIP:?} blip answered {released:?}"
@@ -144,22 +112,14 @@ async fn a_release_during_a_blip_frees_the_name_when_redis_is_back() {
 /// in the background: the name is free within a moment of Redis being back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_dropped_during_a_blip_frees_the_name_when_redis_is_back() {
-    let server = RedisServer::start();
-    let proxy = Arc::new(Proxy::start(server.addr()).expect("proxy"));
-    let (locker, other) = (
-        through(&proxy),
-        Locker::from_url(&server.url()).expect("locker"),
-    );
-    for kind in [Kind::Lock, Kind::Permit, Kind::Write] {
+    let (_server, proxy, locker, other) = rig();
+    for kind in [Kind::Lock, Kind::Permit, Kind::Read] {
         let name = format!("dropped-{kind:?}");
-        let held = Held::take(&locker, kind, &name).await;
+        let held = hold(&locker, kind, &name).await;
         let blip = blip(&proxy);
         let cut = tokio::time::timeout(Duration::from_millis(500), held.release()).await;
         assert!(cut.is_err(), "{kind:?}: answered within a blip: {cut:?}");
-        tokio::task::spawn_blocking(move || blip.join())
-            .await
-            .expect("join")
-            .expect("blip");
+        ended(blip).await;
         let mut freed = false;
         for _ in 0..100 {
             if free(&other, kind, &name).await {
@@ -172,38 +132,21 @@ async fn a_release_dropped_during_a_blip_frees_the_name_when_redis_is_back() {
     }
 }
 
-/// The key whose slot holds `name` (`kind`).
-fn key_of(kind: Kind, name: &str) -> String {
-    match kind {
-        Kind::Lock => format!("lock:{{{name}}}"),
-        Kind::Permit => format!("lock:{{{name}}}:sem"),
-        Kind::Write => format!("lock:{{{name}}}:rw"),
-    }
-}
-
 /// On a Redis Cluster, a release sent while its slot has no master (the master killed,
 /// its replica not yet elected: connections refused, then `CLUSTERDOWN`) is answered once
 /// the replica took over, where the lease lives on (the grant waited for the replica):
 /// `true`, and the name is free.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_while_a_cluster_slot_has_no_master_frees_the_name_on_its_successor() {
-    let mut cluster = lock_tests::RedisCluster::start(3, 1);
-    let cluster_locker = || {
-        Locker::builder()
-            .cluster(cluster.urls())
-            .command_timeout(SECOND)
-            .unreachable_timeout(30 * SECOND)
-            .build()
-            .expect("cluster locker")
-    };
-    let (holder, other) = (cluster_locker(), cluster_locker());
+    let mut cluster = RedisCluster::start(3, 1);
+    let (holder, other) = (holder_on(&cluster), holder_on(&cluster));
     // A name per kind, each in a shard of its own, looked up while every node answers.
     let mut runs: Vec<(Kind, String, usize)> = Vec::new();
-    for (kind, n) in [Kind::Lock, Kind::Permit, Kind::Write].into_iter().zip(0..) {
+    for (kind, n) in [Kind::Lock, Kind::Permit, Kind::Read].into_iter().zip(0..) {
         let (name, master) = (0..)
             .map(|i| format!("headless{n}-{i}"))
             .map(|name| {
-                let master = cluster.master_of(&key_of(kind, &name));
+                let master = cluster.master_of(&kind.key(&name));
                 (name, master)
             })
             .find(|(_, master)| runs.iter().all(|run| run.2 != *master))
@@ -214,7 +157,7 @@ async fn a_release_while_a_cluster_slot_has_no_master_frees_the_name_on_its_succ
         tokio::task::block_in_place(|| {
             crate::failover::until_replica_online(&cluster.nodes[*master]);
         });
-        let held = Held::take(&holder, *kind, name).await;
+        let held = hold(&holder, *kind, name).await;
         cluster.nodes[*master].kill();
         let begun = std::time::Instant::now();
         let released = held.release().await;
@@ -239,21 +182,13 @@ async fn a_release_while_a_cluster_slot_has_no_master_frees_the_name_on_its_succ
 /// and could not say so).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_multi_lock_released_while_one_shard_has_no_master_frees_every_name() {
-    let mut cluster = lock_tests::RedisCluster::start(3, 1);
-    let cluster_locker = || {
-        Locker::builder()
-            .cluster(cluster.urls())
-            .command_timeout(SECOND)
-            .unreachable_timeout(30 * SECOND)
-            .build()
-            .expect("cluster locker")
-    };
-    let (holder, other) = (cluster_locker(), cluster_locker());
+    let mut cluster = RedisCluster::start(3, 1);
+    let (holder, other) = (holder_on(&cluster), holder_on(&cluster));
     let first = "multi-a".to_owned();
-    let first_master = cluster.master_of(&key_of(Kind::Lock, &first));
+    let first_master = cluster.master_of(&Kind::Lock.key(&first));
     let second = (0..)
         .map(|i| format!("multi-b{i}"))
-        .find(|name| cluster.master_of(&key_of(Kind::Lock, name)) != first_master)
+        .find(|name| cluster.master_of(&Kind::Lock.key(name)) != first_master)
         .expect("a name in another shard");
     tokio::task::block_in_place(|| {
         crate::failover::until_replica_online(&cluster.nodes[first_master]);

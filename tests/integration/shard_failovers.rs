@@ -35,7 +35,7 @@ const RUNS: usize = 21;
 /// What a run waits for: a lock, a semaphore's permit, or a read-write lock (the holder
 /// writes, the waiter reads).
 #[derive(Debug, Clone, Copy)]
-enum Kind {
+pub(crate) enum Kind {
     Lock,
     Permit,
     Read,
@@ -43,7 +43,7 @@ enum Kind {
 
 impl Kind {
     /// The key whose slot the waiter's turn is announced in.
-    fn key(self, name: &str) -> String {
+    pub(crate) fn key(self, name: &str) -> String {
         match self {
             Kind::Lock => format!("lock:{{{name}}}"),
             Kind::Permit => format!("lock:{{{name}}}:sem"),
@@ -53,14 +53,14 @@ impl Kind {
 }
 
 /// A held lock, permit, or read-write lock's lease.
-enum Held {
+pub(crate) enum Held {
     Lock(lock_core::Lease),
     Permit(lock_core::Permit),
     Rw(lock_core::RwLease),
 }
 
 impl Held {
-    async fn release(self) -> Result<bool, LockError> {
+    pub(crate) async fn release(self) -> Result<bool, LockError> {
         match self {
             Held::Lock(lease) => lease.release().await,
             Held::Permit(permit) => permit.release().await,
@@ -69,7 +69,7 @@ impl Held {
     }
 }
 
-async fn hold(locker: &Locker, kind: Kind, name: &str) -> Held {
+pub(crate) async fn hold(locker: &Locker, kind: Kind, name: &str) -> Held {
     let ttl = 60 * SECOND;
     match kind {
         Kind::Lock => Held::Lock(locker.lock(name).ttl(ttl).await.expect("hold")),
@@ -136,7 +136,7 @@ fn wait_on_task(
 
 /// The holder's locker: its grants acknowledged by a replica (so that a killed master's
 /// lease lives on with the promoted one).
-fn holder_on(cluster: &RedisCluster) -> Locker {
+pub(crate) fn holder_on(cluster: &RedisCluster) -> Locker {
     Locker::builder()
         .cluster(cluster.urls())
         .command_timeout(SECOND)
