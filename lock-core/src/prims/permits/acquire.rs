@@ -321,7 +321,7 @@ async fn run(request: Request<'_>, judged: &mut Option<u64>) -> Result<Granted, 
         notified.as_mut().enable();
         let _before_this_look = wake.take_hint();
         if let Some(at) = wake.take_taken() {
-            return grant(undo, at, ttl);
+            return grant(undo, handed_at(at, begun), ttl);
         }
         // Granted outright: valid from the earliest instant the grant can have happened.
         // (Not placed on this clock, or replicas must acknowledge it: the attempt below
@@ -409,7 +409,7 @@ async fn run(request: Request<'_>, judged: &mut Option<u64>) -> Result<Granted, 
             notified.set(wake.notified());
             notified.as_mut().enable();
             if let Some(at) = wake.take_taken() {
-                return grant(undo, at, ttl);
+                return grant(undo, handed_at(at, begun), ttl);
             }
             if let Some(given) = wake.take_given() {
                 match anchors.place(given) {
@@ -470,6 +470,16 @@ impl Anchors {
                 anchor.sent + validity(between)
             })
     }
+}
+
+/// When a permit handed over inside another request's script of this Locker (sent at
+/// `sent`) counts from, for a request begun at `begun`: the later of the two. Both come
+/// before the grant: the script ran after it was sent, and found this request in the queue,
+/// which it joined after it began. A script sent before the request began (its sender
+/// preempted before writing it, while this request queued) would otherwise date the lease
+/// from before its own request.
+fn handed_at(sent: Instant, begun: Instant) -> Instant {
+    sent.max(begun)
 }
 
 /// A request whose capacity disagrees with the one stored with the name, or (against a
