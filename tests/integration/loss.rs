@@ -60,6 +60,14 @@ async fn gone_within(within: Duration, mut gone: impl FnMut() -> bool) -> bool {
     gone()
 }
 
+/// Polls until `key` is gone from `server`, for up to `within`; whether it went.
+async fn key_gone_within(server: &RedisServer, key: &str, within: Duration) -> bool {
+    gone_within(within, || {
+        server.command(&["EXISTS", key]).starts_with(":0")
+    })
+    .await
+}
+
 /// A renewal that Redis applied but answered after the lease's validity had run out: the
 /// lease is lost (loss is final), and its lock, ours in Redis for a TTL more, is given back
 /// at once. Before, it stayed held by nobody until the lease was released or its TTL ran
@@ -87,10 +95,7 @@ async fn a_renewal_answered_after_the_validity_gives_the_lock_back() {
     // The renewal ran after the stall and set a 3 s TTL: without the give-back, the key
     // stays until then.
     assert!(
-        gone_within(Duration::from_millis(1500), || {
-            server.command(&["EXISTS", &key]).starts_with(":0")
-        })
-        .await,
+        key_gone_within(&server, &key, Duration::from_millis(1500)).await,
         "the lock of a lease lost to a late renewal is still held: {}",
         server.command(&["PTTL", &key])
     );
@@ -232,10 +237,7 @@ async fn an_extension_dropped_at_any_await_leaves_no_lock_behind_the_lease() {
         .await;
         drop(lease);
         assert!(
-            gone_within(Duration::from_secs(2), || {
-                server.command(&["EXISTS", &key]).starts_with(":0")
-            })
-            .await,
+            key_gone_within(&server, &key, Duration::from_secs(2)).await,
             "step {step}: the lock of a dropped lease is still held: {}",
             server.command(&["PTTL", &key])
         );
