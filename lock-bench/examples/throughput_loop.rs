@@ -1,7 +1,8 @@
 //! S2's shape without the rest of lock-bench, for a profiler: `TASKS` tasks of one process
-//! on a two-worker runtime, each locking and releasing its own name in a loop for `SECONDS`,
-//! through one contender only (lock-bench alternates contenders in one process, so a
-//! profile of it mixes them). Prints the cycles per second.
+//! on a two-worker runtime (`WORKERS=1` in the environment for one worker), each locking
+//! and releasing its own name in a loop for `SECONDS`, through one contender only
+//! (lock-bench alternates contenders in one process, so a profile of it mixes them). Prints
+//! the cycles per second.
 //!
 //! ```sh
 //! cargo build --profile profiling -p lock-bench --example throughput_loop
@@ -36,10 +37,18 @@ fn main() -> Result<(), Failure> {
         .next()
         .unwrap_or_else(|| lock_core::DEFAULT_REDIS_URL.to_owned());
     let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        .worker_threads(workers()?)
         .enable_all()
         .build()?;
     runtime.block_on(run(contender, Duration::from_secs_f64(seconds), tasks, url))
+}
+
+/// The runtime's worker threads: 2 (S2's), or `WORKERS` from the environment.
+fn workers() -> Result<usize, Failure> {
+    match std::env::var("WORKERS") {
+        Ok(workers) => Ok(workers.parse()?),
+        Err(_) => Ok(2),
+    }
 }
 
 async fn run(
