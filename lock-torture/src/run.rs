@@ -202,6 +202,18 @@ fn run_one(
         seed,
         report.summary()
     );
+    // A failed run keeps the data servers' own logs of a replicated deployment (syncs,
+    // failovers, their replicas' links) beside the history: `redis-<port>.log`.
+    if !report.passed() {
+        if let Some(ha) = &rig.ha {
+            for server in ha.servers() {
+                let _ = std::fs::copy(
+                    server.dir().join("redis.log"),
+                    dir.join(format!("redis-{}.log", server.port())),
+                );
+            }
+        }
+    }
     let logs = match temp {
         Some(temp) if !report.passed() => Some(temp.keep()),
         Some(_) => None,

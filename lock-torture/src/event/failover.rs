@@ -28,8 +28,9 @@ pub struct Failover {
     /// failure (replication had stopped): what a promoted replica starts from.
     pub copies: Vec<ReplicaCopy>,
     /// When the deployment was seen whole again afterwards: every master serving the
-    /// locks with a replica in sync (`None` in histories of older harnesses, or when it
-    /// was not whole within the fault's recovery limit). With the replica acknowledgement
+    /// locks with a replica in sync that acknowledges a write of it, `WAIT 1` (older
+    /// harnesses asked for the replica's link alone; `None` in histories of older ones, or
+    /// when it was not whole within the fault's recovery limit). With the replica acknowledgement
     /// check on, a promoted master grants nothing before that: its replica (the old master
     /// demoted, or restarted empty) needs a full resync, which Redis's default
     /// `repl-diskless-sync-delay` of 5 s postpones.

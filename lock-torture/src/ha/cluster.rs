@@ -10,7 +10,7 @@ use lock_tests::RedisCluster;
 
 use crate::clock::{self, Nanos};
 use crate::event::{Failover, ReplicaCopy};
-use crate::ha::ops::{self, ask, int, lock_key, poll, role, text, Role};
+use crate::ha::ops::{self, acknowledged, ask, int, lock_key, poll, role, text, Role};
 use crate::BoxError;
 
 /// How long a failover may take before the fault gives up on it (the node timeout is 1 s).
@@ -23,7 +23,14 @@ pub struct ClusterHa {
     pub cluster: RedisCluster,
     /// Lock name -> hash slot of its keys.
     slots: BTreeMap<String, u16>,
+    /// Keys of no lock's slot, with their slots: each master's readiness is checked with
+    /// a write of one of them (see [`ops::acknowledged`]).
+    probes: Vec<(String, u16)>,
 }
+
+/// How many probe keys are looked up: each master holds a third of the slots at the start,
+/// so that every master serves some of them.
+const PROBES: usize = 48;
 
 /// One line of `CLUSTER NODES`.
 #[derive(Debug, Clone)]
@@ -53,7 +60,20 @@ impl ClusterHa {
             let slot = int(&reply).ok_or("CLUSTER KEYSLOT gave no number")?;
             slots.insert(name.clone(), u16::try_from(slot)?);
         }
-        Ok(ClusterHa { cluster, slots })
+        let mut probes = Vec::new();
+        for i in 0..PROBES {
+            let key = format!("torture-ready:{{{i}}}");
+            let reply = ask(cluster.nodes[0].port(), &["CLUSTER", "KEYSLOT", &key])?;
+            let slot = u16::try_from(int(&reply).ok_or("CLUSTER KEYSLOT gave no number")?)?;
+            if !slots.values().any(|&s| s == slot) {
+                probes.push((key, slot));
+            }
+        }
+        Ok(ClusterHa {
+            cluster,
+            slots,
+            probes,
+        })
     }
 
     /// The ports of every data node.
@@ -95,7 +115,8 @@ impl ClusterHa {
     }
 
     /// Every node answers, the cluster is `ok` everywhere, and every master that serves
-    /// slots has a replica in sync with it.
+    /// slots has a replica in sync with it, which acknowledges its writes (a master that
+    /// serves none of the probe keys' slots is judged by its replica's link alone).
     pub fn healthy(&self) -> bool {
         let all_ok = self.cluster.nodes.iter().all(|node| {
             ask(node.port(), &["CLUSTER", "INFO"])
@@ -109,11 +130,22 @@ impl ClusterHa {
         view.iter()
             .filter(|n| n.master && !n.slots.is_empty())
             .all(|m| match role(m.port) {
-                Some(Role::Master(replicas)) => replicas
-                    .iter()
-                    .any(|&r| role(r) == Some(Role::Replica(m.port, true))),
+                Some(Role::Master(replicas)) => {
+                    replicas
+                        .iter()
+                        .any(|&r| role(r) == Some(Role::Replica(m.port, true)))
+                        && self.probe_of(m).is_none_or(|key| acknowledged(m.port, key))
+                }
                 _ => false,
             })
+    }
+
+    /// A probe key of one of the slots `master` serves.
+    fn probe_of(&self, master: &NodeInfo) -> Option<&str> {
+        self.probes
+            .iter()
+            .find(|(_, slot)| master.slots.iter().any(|&(a, b)| a <= *slot && *slot <= b))
+            .map(|(key, _)| key.as_str())
     }
 
     /// A master that serves slots, its replicas, and the names it serves.

@@ -48,6 +48,15 @@ impl Ha {
         }
     }
 
+    /// Every server of the deployment (a Cluster's nodes; Sentinel's data servers, then
+    /// the Sentinels).
+    pub fn servers(&self) -> Vec<&lock_tests::RedisServer> {
+        match self {
+            Ha::Cluster(c) => c.cluster.nodes.iter().collect(),
+            Ha::Sentinel(s) => s.data.iter().chain(&s.sentinels).collect(),
+        }
+    }
+
     /// The port of the master that serves `name` now.
     pub fn master_of(&self, name: &str) -> Option<u16> {
         match self {

@@ -44,16 +44,25 @@ pub struct Monitors {
 
 impl Monitors {
     /// Starts a reader for each port, logging grants to `dir/monitor-<port>.jsonl`, and
-    /// returns once each is attached.
+    /// returns once each is attached. With [`RAW`] set in the environment, every line of
+    /// each stream is kept too, in `dir/monitor-<port>.raw`, after the time it was read
+    /// (the history's clock): for tracing down when commands reached a server.
     pub fn start(ports: &[u16], dir: &Path) -> Result<Monitors, BoxError> {
         let stop = Arc::new(AtomicBool::new(false));
         let mut threads = Vec::new();
+        let keep_raw = std::env::var_os(RAW).is_some();
         for &port in ports {
             let log = Log::create(&dir.join(format!("monitor-{port}.jsonl")))?;
+            let raw = match keep_raw {
+                true => Some(std::io::BufWriter::new(std::fs::File::create(
+                    dir.join(format!("monitor-{port}.raw")),
+                )?)),
+                false => None,
+            };
             let (attached, first) = std::sync::mpsc::channel();
             let stop = Arc::clone(&stop);
             threads.push(std::thread::spawn(move || {
-                follow(port, &log, &stop, &attached)
+                follow(port, &log, raw, &stop, &attached)
             }));
             if first.recv_timeout(Duration::from_secs(5)).is_err() {
                 return Err(format!("MONITOR on port {port} did not start").into());
@@ -77,8 +86,18 @@ impl Drop for Monitors {
     }
 }
 
-/// Reads `port`'s MONITOR stream until told to stop, reconnecting after the server died.
-fn follow(port: u16, log: &Log, stop: &AtomicBool, attached: &std::sync::mpsc::Sender<()>) {
+/// The environment variable that keeps every `MONITOR` line (see [`Monitors::start`]).
+pub const RAW: &str = "LOCK_TORTURE_MONITOR_RAW";
+
+/// Reads `port`'s MONITOR stream until told to stop, reconnecting after the server died;
+/// every line goes to `raw` too, when given.
+fn follow(
+    port: u16,
+    log: &Log,
+    mut raw: Option<std::io::BufWriter<std::fs::File>>,
+    stop: &AtomicBool,
+    attached: &std::sync::mpsc::Sender<()>,
+) {
     while !stop.load(Ordering::Relaxed) {
         let Ok(mut stream) = TcpStream::connect_timeout(&addr(port), Duration::from_millis(100))
         else {
@@ -99,6 +118,9 @@ fn follow(port: u16, log: &Log, stop: &AtomicBool, attached: &std::sync::mpsc::S
                 Ok(0) => break, // the server is gone
                 Ok(_) if line.ends_with(b"\n") => {
                     let text = String::from_utf8_lossy(&line);
+                    if let Some(raw) = raw.as_mut() {
+                        let _ = write!(raw, "{} {text}", clock::now());
+                    }
                     if text.starts_with("+OK") {
                         let _ = attached.send(());
                     } else {

@@ -60,6 +60,24 @@ pub fn int(value: &Value) -> Option<i64> {
     }
 }
 
+/// Whether the master on `port` has a replica that acknowledges its writes: a write of
+/// `key` (a key of one of its own slots, on a Cluster), then `WAIT 1`. A replica can say
+/// its link is up (`ROLE`: `connected`) while its master streams it nothing yet: in one
+/// Cluster smoke a replica's first command arrived 850 ms after the clients started, and
+/// the grants of its master, which the replica check makes wait for it, waited until
+/// then. Grants with the check on need this, not the link alone.
+pub fn acknowledged(port: u16, key: &str) -> bool {
+    let Ok(mut conn) = connect(port) else {
+        return false;
+    };
+    run(&mut conn, &["SET", key, "1", "PX", "10000"]).is_ok()
+        && run(&mut conn, &["WAIT", "1", "200"])
+            .ok()
+            .as_ref()
+            .and_then(int)
+            .is_some_and(|n| n >= 1)
+}
+
 /// What `ROLE` says a data server is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Role {

@@ -9,7 +9,7 @@ use lock_tests::RedisServer;
 use crate::clock::{self, Nanos};
 use crate::event::Failover;
 use crate::ha::cluster::{demoted, failover, read_copies};
-use crate::ha::ops::{ask, int, poll, role, text, Role};
+use crate::ha::ops::{acknowledged, ask, int, poll, role, text, Role};
 use crate::BoxError;
 
 /// The master's name for the Sentinels.
@@ -103,7 +103,7 @@ impl SentinelHa {
     }
 
     /// Every Sentinel names the same master, and it answers as one with both replicas in
-    /// sync.
+    /// sync, one of them acknowledging its writes (see [`acknowledged`]).
     pub fn synced(&self) -> bool {
         let Some(master) = self.master() else {
             return false;
@@ -119,7 +119,10 @@ impl SentinelHa {
             .into_iter()
             .filter(|&p| p != master)
             .all(|p| role(p) == Some(Role::Replica(master, true)));
-        agree && in_sync && matches!(role(master), Some(Role::Master(_)))
+        agree
+            && in_sync
+            && matches!(role(master), Some(Role::Master(_)))
+            && acknowledged(master, "torture-ready")
     }
 
     fn index_of(&self, port: u16) -> Option<usize> {
