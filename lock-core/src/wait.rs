@@ -141,7 +141,13 @@ where
             return Err(answer);
         }
         tokio::time::sleep(pause).await;
-        match attempt().await {
+        // A try still unanswered at the end is cut there: past it the lock is not worth
+        // freeing (its TTL does), or the caller has waited the whole unreachable timeout.
+        // What the cut try did is not known; the error stands.
+        let Ok(answered) = tokio::time::timeout_at(end.into(), attempt()).await else {
+            return Err(answer);
+        };
+        match answered {
             Err(err) if err.is_transient() => {
                 tracing::debug!(%err, "release failed; retrying within the unreachable timeout");
                 if !unsure {
@@ -312,6 +318,23 @@ mod tests {
             assert!(result.is_err_and(|err| err.refused_unrun()));
             assert!(took < Duration::from_millis(300), "{took:?}");
         }
+        // A try that never answers (a connection that swallows everything, and a command
+        // timeout longer than what is left) is cut at the bound.
+        let begun = Instant::now();
+        let bounds = (Duration::from_millis(300), begun + Duration::from_secs(5));
+        let hung = tokio::time::timeout(
+            Duration::from_secs(5),
+            retry_release(cluster_down(), begun, bounds, || {
+                std::future::pending::<Result<bool, LockError>>()
+            }),
+        )
+        .await;
+        let took = begun.elapsed();
+        assert!(
+            hung.as_ref().is_ok_and(|result| result.is_err()),
+            "{hung:?}"
+        );
+        assert!(took < Duration::from_millis(1_000), "{took:?}");
         let expired = retry_release(
             cluster_down(),
             Instant::now(),
