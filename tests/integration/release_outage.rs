@@ -176,14 +176,12 @@ async fn a_release_while_a_cluster_slot_has_no_master_frees_the_name_on_its_succ
     }
 }
 
-/// A multi-lock across two shards of a Cluster, released while one shard has no master:
-/// the other shard's lock is given back at once, the headless one once its replica took
-/// over, and the release says `true` (a retry of every lock would find the first one gone
-/// and could not say so).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_multi_lock_released_while_one_shard_has_no_master_frees_every_name() {
-    let mut cluster = RedisCluster::start(3, 1);
-    let (holder, other) = (holder_on(&cluster), holder_on(&cluster));
+/// A multi-lock over two names in different shards of `cluster`, the first name's master
+/// killed right after it was taken: the names, the lease, its Locker and another one.
+async fn multi_with_a_headless_shard(
+    cluster: &mut RedisCluster,
+) -> ([String; 2], lock_core::MultiLease, Locker, Locker) {
+    let (holder, other) = (holder_on(cluster), holder_on(cluster));
     let first = "multi-a".to_owned();
     let first_master = cluster.master_of(&Kind::Lock.key(&first));
     let second = (0..)
@@ -199,6 +197,17 @@ async fn a_multi_lock_released_while_one_shard_has_no_master_frees_every_name() 
         .await
         .expect("both locks");
     cluster.nodes[first_master].kill();
+    ([first, second], held, holder, other)
+}
+
+/// A multi-lock across two shards of a Cluster, released while one shard has no master:
+/// the other shard's lock is given back at once, the headless one once its replica took
+/// over, and the release says `true` (a retry of every lock would find the first one gone
+/// and could not say so).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multi_lock_released_while_one_shard_has_no_master_frees_every_name() {
+    let mut cluster = RedisCluster::start(3, 1);
+    let (names, held, _holder, other) = multi_with_a_headless_shard(&mut cluster).await;
     let begun = std::time::Instant::now();
     let released = held.release().await;
     eprintln!("released {:?} after a master was killed", begun.elapsed());
@@ -206,10 +215,31 @@ async fn a_multi_lock_released_while_one_shard_has_no_master_frees_every_name() 
         matches!(released, Ok(true)),
         "a multi-lock release with one shard headless answered {released:?}"
     );
-    for name in [&first, &second] {
+    for name in &names {
         assert!(
             free(&other, Kind::Lock, name).await,
             "{name}: still held after its release"
         );
     }
+}
+
+/// The same release dropped while it retries (the caller's `timeout` ran out before the
+/// replica took over) is finished in the background: both names are free once it has.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multi_lock_release_dropped_while_one_shard_has_no_master_frees_every_name() {
+    let mut cluster = RedisCluster::start(3, 1);
+    let (names, held, _holder, other) = multi_with_a_headless_shard(&mut cluster).await;
+    let cut = tokio::time::timeout(Duration::from_millis(300), held.release()).await;
+    assert!(cut.is_err(), "answered with a shard headless: {cut:?}");
+    let begun = std::time::Instant::now();
+    for name in &names {
+        while !free(&other, Kind::Lock, name).await {
+            assert!(
+                begun.elapsed() < 20 * SECOND,
+                "{name}: still held 20 s after its release was dropped"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    eprintln!("both names free {:?} after the drop", begun.elapsed());
 }
