@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::{LockError, Locker};
+use lock_core::{LockError, Locker, Protocol};
 use lock_tests::{RedisCluster, RedisServer};
 
 use crate::harness::Harness;
@@ -465,4 +465,137 @@ async fn stalled_attempts_leave_no_lock_behind(
         },
     )
     .await;
+}
+
+/// The same on WATCH/MULTI, where the names are taken in one transaction: an attempt left
+/// without an answer is undone by the backend's own task once its transaction answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multi_lock_attempt_stalled_on_watch_multi_leaves_no_lock_behind() {
+    let server = RedisServer::start();
+    let locker = || {
+        Locker::builder()
+            .url(server.url())
+            .protocol(Protocol::Transactions)
+            .command_timeout(Duration::from_millis(200))
+            .build()
+            .expect("locker")
+    };
+    stalled_attempts_leave_no_lock_behind(&server, locker).await;
+}
+
+/// On WATCH/MULTI a multi-lock takes its names in one transaction: while one of them is
+/// held, its attempts write none of the others, not even for a moment (taken one by one,
+/// each attempt set the free names before it met the held one and gave them back, and a
+/// waiter for those names that looked in between found them held by nobody who would keep
+/// them: lock-torture's liveness rule flagged such waits). Failing first: 20 attempts, 20
+/// `SET`s of the first name (and their give-backs) beside the mark.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_multi_multi_lock_writes_no_name_while_another_is_held() {
+    let harness = Harness::transactions();
+    let server = harness.server.as_ref().expect("a server");
+    let other = harness.second_locker();
+    let held = other.try_lock("part:b", 30 * SECOND).await.expect("b");
+    server.command(&["CONFIG", "RESETSTAT"]);
+    for _ in 0..20 {
+        let err = harness
+            .locker
+            .lock_all(["part:a", "part:b", "part:c"])
+            .ttl(10 * SECOND)
+            .wait(Duration::ZERO)
+            .await
+            .expect_err("b is held");
+        assert!(
+            matches!(&err, LockError::Busy { name, .. } if name == "part:b"),
+            "busy on the held name: {err:?}"
+        );
+    }
+    // One SET: the first attempt's mark on b's value (so that b's release is announced).
+    assert_eq!(calls(server, "set"), 1, "only the mark was written");
+    assert_eq!(calls(server, "del"), 0, "nothing was given back");
+    for name in ["part:a", "part:c"] {
+        assert!(harness
+            .locker
+            .inspect(name)
+            .await
+            .expect("inspect")
+            .is_none());
+    }
+    // A waiting request hears b's release and takes all three, with one value.
+    let waiting = tokio::spawn(
+        harness
+            .locker
+            .lock_all(["part:a", "part:b", "part:c"])
+            .ttl(10 * SECOND)
+            .wait(20 * SECOND)
+            .into_future(),
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(held.release().await.expect("release"), "b was still ours");
+    let lease = waiting
+        .await
+        .expect("join")
+        .expect("all three, once b is free");
+    let values: Vec<String> = ["a", "b", "c"]
+        .iter()
+        .map(|n| server.command(&["GET", &format!("lock:{{part:{n}}}")]))
+        .collect();
+    assert!(
+        values.iter().all(|v| *v == values[0] && v.contains(':')),
+        "{values:?}"
+    );
+    assert!(lease.release().await.expect("release"));
+    for name in ["part:a", "part:b", "part:c"] {
+        assert!(harness
+            .locker
+            .inspect(name)
+            .await
+            .expect("inspect")
+            .is_none());
+    }
+}
+
+/// A multi-lock request on WATCH/MULTI dropped at every point of its attempt (a caller's
+/// `timeout` of 0 to 7 ms, which lands before, inside and after the transaction) leaves no
+/// name held: what a transaction granted after its caller left is given back by the
+/// backend's task, long before the 60 s TTL would.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_multi_multi_lock_dropped_anywhere_leaves_no_name_held() {
+    let harness = Harness::transactions();
+    let server = harness.server.as_ref().expect("a server");
+    let names = ["drop:a", "drop:b", "drop:c"];
+    let mut granted = 0;
+    for round in 0..120u64 {
+        let request = harness
+            .locker
+            .lock_all(names)
+            .ttl(60 * SECOND)
+            .into_future();
+        let cut = Duration::from_micros(round * 60);
+        if let Ok(lease) = tokio::time::timeout(cut, request).await {
+            granted += 1;
+            assert!(lease.expect("free names").release().await.expect("release"));
+        }
+    }
+    eprintln!("{granted} of 120 requests ended before their caller's timeout");
+    let mut left = Vec::new();
+    for _ in 0..100 {
+        left = names
+            .iter()
+            .map(|n| format!("lock:{{{n}}}"))
+            .filter(|key| server.command(&["EXISTS", key]) != ":0\r\n")
+            .collect();
+        if left.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(left.is_empty(), "left held: {left:?}");
+    let lease = harness
+        .locker
+        .lock_all(names)
+        .ttl(10 * SECOND)
+        .wait(Duration::ZERO)
+        .await
+        .expect("every name free again");
+    assert!(lease.release().await.expect("release"));
 }

@@ -224,6 +224,42 @@ async fn a_multi_lock_no_replica_has_is_not_given() {
     pair.resume_replica();
 }
 
+/// On WATCH/MULTI a multi-lock's names are set in one transaction and one `WAIT` covers
+/// them all: refused, every one of them is given back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_multi_multi_lock_no_replica_has_is_not_given() {
+    let pair = Pair::start();
+    let checked = pair.locker(ReplicaSync::default(), Protocol::Transactions);
+    let unchecked = pair.locker(ReplicaSync::Off, Protocol::Transactions);
+    let warm = checked
+        .lock_all(["a", "b"])
+        .ttl(30 * SECOND)
+        .wait(WARM)
+        .await;
+    assert!(warm.expect("multi-lock").release().await.expect("release"));
+
+    pair.stop_replica();
+    let waits = pair.waits();
+    assert_not_replicated(
+        "lock_all",
+        checked
+            .lock_all(["a", "b", "c"])
+            .ttl(30 * SECOND)
+            .wait(Duration::ZERO)
+            .await,
+    );
+    assert_eq!(pair.waits() - waits, 1, "one WAIT for the three names");
+    for name in ["a", "b", "c"] {
+        assert!(
+            unchecked.inspect(name).await.expect("inspect").is_none(),
+            "{name}: given back before the refusal was reported"
+        );
+    }
+    let unreplicated = unchecked.lock_all(["a", "b", "c"]).ttl(30 * SECOND).await;
+    let _unreplicated = unreplicated.expect("without the check, the master grants the locks");
+    pair.resume_replica();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_watch_multi_grant_no_replica_has_is_not_given() {
     let pair = Pair::start();

@@ -1,8 +1,10 @@
 //! Taking several locks all-or-nothing, waiting up to a deadline.
 //!
 //! - One Redis: one script checks every key and sets them all, or sets none: one round trip.
+//! - WATCH/MULTI: every key watched and read in one round trip, then all set in one
+//!   transaction, or none (`backend/transaction/multi.rs`).
 //! - A Cluster (keys of different names live in different slots, which one script cannot
-//!   touch), Redlock, WATCH/MULTI and memory: the locks are taken one by one, always in the
+//!   touch), Redlock and memory: the locks are taken one by one, always in the
 //!   order of their keys, each with its TTL; at the first busy one, those already taken are
 //!   given back before anything else happens. Nobody ever holds some of them while waiting
 //!   for the rest, so two multi-locks cannot deadlock, whatever their names.
@@ -18,6 +20,7 @@ use futures_util::future::join_all;
 
 use super::release::{release_all, release_each};
 use crate::backend::prim_scripts::{SentOn, Server, MARK_LISTENED, MULTI_ACQUIRE};
+use crate::backend::transaction::Transactional;
 use crate::backend::{AnyBackend, Attempt, AttemptKind, Backend as _};
 use crate::connection::notifier::Subscription;
 use crate::connection::shared::Conn;
@@ -180,7 +183,12 @@ pub(super) async fn acquire(
         let attempt = async {
             match &server {
                 Some(server) => one_script(server, keys, &value, ttl, &give_back.sent).await,
-                None => one_by_one(env, keys, &value, ttl).await,
+                None => match env.backend() {
+                    AnyBackend::Transaction(transactional) => {
+                        in_one_transaction(transactional, keys, &value, ttl).await
+                    }
+                    _ => one_by_one(env, keys, &value, ttl).await,
+                },
             }
         };
         // A waiting request's attempts end when Redis has been silent for the unreachable
@@ -401,6 +409,32 @@ async fn one_script(
         holder: decode_value(&holder).1.map(str::to_owned),
         remaining: crate::backend::remaining_from_pttl(pttl),
         marked: is_marked(&holder),
+    }))
+}
+
+/// Every key in one WATCH/MULTI transaction: `None` when all were taken, else who holds the
+/// first one found held (its value marked, so that its release is announced on the release
+/// channel this request listens on).
+async fn in_one_transaction(
+    transactional: &Transactional,
+    keys: &[LockKeys],
+    value: &str,
+    ttl: Duration,
+) -> Result<Option<Busy>, LockError> {
+    let Some(held) = transactional.acquire_all(keys, value, ttl).await? else {
+        return Ok(None);
+    };
+    let name = keys.get(held.index).unwrap_or(&keys[0]).name.clone();
+    Ok(Some(Busy {
+        name,
+        holder: held
+            .holder_value
+            .as_deref()
+            .and_then(|v| decode_value(v).1)
+            .map(str::to_owned),
+        remaining: held.remaining,
+        // Marked by the look that found it, or by its holder already.
+        marked: held.holder_value.is_some(),
     }))
 }
 

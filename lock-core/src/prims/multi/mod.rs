@@ -30,7 +30,10 @@ impl Locker {
     ///   script too: it frees every name still holding the lease's value and hands a name
     ///   that a single-lock waiter queues for to that waiter, as a plain lock's release
     ///   does (N + 2 Redis calls to take N names, 3 to give them back).
-    /// - **Cluster, Redlock, WATCH/MULTI, memory**: the locks are taken one by one in the
+    /// - **WATCH/MULTI**: every key is watched and read in one round trip, then all are
+    ///   set in one `MULTI`/`EXEC`, or none: nobody ever sees part of the multi-lock held.
+    ///   The release frees the names one by one.
+    /// - **Cluster, Redlock, memory**: the locks are taken one by one in the
     ///   order of their keys, each with its TTL, and at the first busy one those already
     ///   taken are given back before the request waits. Nobody holds part of a multi-lock
     ///   while waiting for the rest, so two multi-locks can never deadlock; a holder that

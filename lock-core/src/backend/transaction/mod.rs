@@ -17,6 +17,8 @@ use crate::key::LockKeys;
 use crate::token::{is_ours, LISTENED_MARK, RESERVED_MARK};
 use crate::LockError;
 
+pub(crate) mod multi;
+
 /// How often an operation re-runs after EXEC was aborted by a concurrent write. Every abort
 /// means the key changed, and the next look usually settles the outcome (busy, not ours).
 const MAX_OPTIMISTIC_RETRIES: usize = 16;
@@ -92,7 +94,7 @@ impl Backend for Transactional {
                 .await;
                 let undo = matches!(result, Ok(Attempt::Acquired { .. })).then(|| Undo {
                     pool,
-                    keys: task_keys,
+                    keys: vec![task_keys],
                     value: task_value,
                     waiters,
                     armed: true,
@@ -306,9 +308,8 @@ fn read_look(
 /// protocol's own waiters listen.
 ///
 /// A deleted marked value left a queued waiter asleep until its safety net or the holder's
-/// TTL while the lock lay free: after a holder on this protocol, and after the give-back of
-/// a multi-lock attempt on it, which takes the names one by one and returns them at the
-/// first busy one (found by lock-torture's liveness rule).
+/// TTL while the lock lay free after a holder on this protocol (found by lock-torture's
+/// liveness rule).
 async fn release_now(
     conn: &mut Connection,
     keys: &LockKeys,
@@ -453,10 +454,10 @@ async fn compare_and(
     Err(kept_changing(keys))
 }
 
-/// Deletes a lock taken for a caller who is no longer there to receive it.
+/// Deletes the locks taken for a caller who is no longer there to receive them.
 struct Undo {
     pool: Pool,
-    keys: LockKeys,
+    keys: Vec<LockKeys>,
     value: String,
     waiters: Arc<str>,
     armed: bool,
@@ -477,12 +478,17 @@ impl Drop for Undo {
             return;
         };
         let pool = self.pool.clone();
-        let keys = self.keys.clone();
+        let keys = std::mem::take(&mut self.keys);
         let value = std::mem::take(&mut self.value);
         let waiters = Arc::clone(&self.waiters);
         runtime.spawn(async move {
-            if let Ok(mut conn) = checkout(&pool, &keys.name, None).await {
-                let _ = release_now(&mut conn, &keys, &value, &waiters).await;
+            let Some(first) = keys.first() else {
+                return;
+            };
+            if let Ok(mut conn) = checkout(&pool, &first.name, None).await {
+                for keys in &keys {
+                    let _ = release_now(&mut conn, keys, &value, &waiters).await;
+                }
             }
         });
     }
