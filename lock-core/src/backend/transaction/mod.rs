@@ -3,6 +3,7 @@
 //! two round trips per operation and a pooled connection of its own for each (WATCH state
 //! belongs to a connection).
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -70,46 +71,26 @@ impl Backend for Transactional {
         fencing: bool,
         kind: AttemptKind<'_>,
     ) -> Result<Attempt, LockError> {
-        within(self.command_timeout, &keys.name, async {
-            // The WATCH ... EXEC exchange runs in its own task so that a caller who gives up
-            // half-way cannot cut it between the two round trips. If the caller is gone when it
-            // finishes, the result is dropped in the channel and `Undo` deletes the lock again.
-            let (reply, outcome) = tokio::sync::oneshot::channel();
-            let pool = self.pool.clone();
-            let task_keys = keys.clone();
-            let task_value = value.to_owned();
-            let address = self.address.clone();
-            let mark = matches!(kind, AttemptKind::Listening);
-            let replicated = self.replicated.clone();
-            let waiters = Arc::clone(&self.waiters);
-            tokio::spawn(async move {
-                let result = acquire_once(
-                    (&pool, address.as_deref(), replicated.as_deref()),
-                    &task_keys,
-                    &task_value,
-                    ttl,
-                    fencing,
-                    mark,
-                )
-                .await;
-                let undo = matches!(result, Ok(Attempt::Acquired { .. })).then(|| Undo {
-                    pool,
-                    keys: vec![task_keys],
-                    value: task_value,
-                    waiters,
-                    armed: true,
-                });
-                let _ = reply.send((result, undo));
-            });
-            let (result, undo) = outcome
-                .await
-                .map_err(|_| LockError::connection(&keys.name, "the acquire task was cancelled"))?;
-            if let Some(undo) = undo {
-                undo.disarm();
-            }
-            result
-        })
-        .await
+        let pool = self.pool.clone();
+        let (task_keys, task_value) = (keys.clone(), value.to_owned());
+        let address = self.address.clone();
+        let mark = matches!(kind, AttemptKind::Listening);
+        let replicated = self.replicated.clone();
+        let exchange = async move {
+            acquire_once(
+                (&pool, address.as_deref(), replicated.as_deref()),
+                &task_keys,
+                &task_value,
+                ttl,
+                fencing,
+                mark,
+            )
+            .await
+        };
+        let took =
+            |result: &Result<Attempt, LockError>| matches!(result, Ok(Attempt::Acquired { .. }));
+        self.in_own_task(std::slice::from_ref(keys), value, took, exchange)
+            .await
     }
 
     async fn release(&self, keys: &LockKeys, value: &str) -> Result<bool, LockError> {
@@ -144,6 +125,42 @@ impl Backend for Transactional {
 }
 
 impl Transactional {
+    /// Runs an acquisition's WATCH ... EXEC exchange in a task of its own, within the
+    /// command timeout, so that a caller who gives up half-way cannot cut it between its
+    /// round trips. If the caller is gone when it finishes and `took` says it took the
+    /// locks of `keys` (holding `value`), `Undo` gives them back.
+    async fn in_own_task<T: Send + 'static>(
+        &self,
+        keys: &[LockKeys],
+        value: &str,
+        took: fn(&Result<T, LockError>) -> bool,
+        exchange: impl Future<Output = Result<T, LockError>> + Send + 'static,
+    ) -> Result<T, LockError> {
+        let name = keys.first().map_or("", |key| key.name.as_str());
+        within(self.command_timeout, name, async {
+            let (reply, outcome) = tokio::sync::oneshot::channel();
+            let mut undo = Undo {
+                pool: self.pool.clone(),
+                keys: keys.to_vec(),
+                value: value.to_owned(),
+                waiters: Arc::clone(&self.waiters),
+                armed: false,
+            };
+            tokio::spawn(async move {
+                let result = exchange.await;
+                undo.armed = took(&result);
+                // A caller gone: the result is dropped in the channel, and `undo` with it.
+                let _ = reply.send((result, undo));
+            });
+            let (result, undo) = outcome
+                .await
+                .map_err(|_| LockError::connection(name, "the acquire task was cancelled"))?;
+            undo.disarm();
+            result
+        })
+        .await
+    }
+
     async fn inspect_now(&self, keys: &LockKeys) -> Result<RawState, LockError> {
         let mut conn = checkout(&self.pool, &keys.name, self.address.as_deref()).await?;
         let (value, pttl, fence): (Option<Vec<u8>>, i64, Option<u64>) = redis::pipe()
@@ -195,19 +212,10 @@ async fn acquire_once(
                 // TTL, only if it is still that value), so that its release is announced
                 // even by a holder on Lua scripts, whose unmarked release is a silent
                 // delete. EXEC answers nil if the key changed meanwhile: look again.
-                let mut marked = Vec::with_capacity(holder.len() + 1);
-                marked.push(LISTENED_MARK);
-                marked.extend_from_slice(&holder);
-                let mut tx = redis::pipe();
-                tx.atomic()
-                    .cmd("SET")
-                    .arg(&keys.lock)
-                    .arg(marked)
-                    .arg("XX")
-                    .arg("KEEPTTL")
-                    .ignore();
-                let executed: Option<()> = tx.query_async(&mut conn).await.map_err(redis_err)?;
-                if executed.is_none() {
+                if !mark_watched(&mut conn, &keys.lock, &holder)
+                    .await
+                    .map_err(redis_err)?
+                {
                     continue 'look;
                 }
                 return Ok(Attempt::Busy {
@@ -267,6 +275,28 @@ async fn acquire_once(
         }
     }
     Ok(Attempt::busy_unknown())
+}
+
+/// Marks `holder`, the value found on the watched `lock`, as listened for (same TTL), in a
+/// transaction: false when a watched key changed since the look (nothing is written then).
+async fn mark_watched(
+    conn: &mut Connection,
+    lock: &str,
+    holder: &[u8],
+) -> redis::RedisResult<bool> {
+    let mut marked = Vec::with_capacity(holder.len() + 1);
+    marked.push(LISTENED_MARK);
+    marked.extend_from_slice(holder);
+    let mut tx = redis::pipe();
+    tx.atomic()
+        .cmd("SET")
+        .arg(lock)
+        .arg(marked)
+        .arg("XX")
+        .arg("KEEPTTL")
+        .ignore();
+    let executed: Option<()> = tx.query_async(conn).await?;
+    Ok(executed.is_some())
 }
 
 /// The look before an acquisition's transaction: the lock's value and PTTL, and with

@@ -1,23 +1,21 @@
 //! A multi-lock's names taken in one WATCH/MULTI transaction: every lock key watched and
 //! read in one round trip, then all of them set in one `MULTI`/`EXEC`, or none.
 //!
-//! Taking the names one by one and giving them back at the first busy one held the first
-//! names for a moment, long enough for another waiter to find one held while nobody was
-//! going to keep it (lock-torture's liveness rule flagged such waits under load). Here
-//! nobody ever sees part of a multi-lock: a name is set only with all the others, in one
-//! transaction, and a look that finds one held writes nothing.
+//! Nobody ever sees part of a multi-lock: a name is set only with all the others, and a
+//! look that finds one held writes none of them (only the listened-for mark on the held
+//! one). So a waiter for one of the free names never meets it held for a moment by an
+//! attempt that is about to give it back.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use deadpool_redis::{Connection, Pool};
 
-use super::{release_now, Transactional, Undo, MAX_OPTIMISTIC_RETRIES};
+use super::{mark_watched, release_now, Transactional, MAX_OPTIMISTIC_RETRIES};
 use crate::backend::millis;
 use crate::backend::remaining_from_pttl;
 use crate::backend::replicated::Replicated;
 use crate::connection::shared::checkout;
-use crate::deadline::within;
 use crate::key::LockKeys;
 use crate::token::LISTENED_MARK;
 use crate::LockError;
@@ -46,46 +44,22 @@ impl Transactional {
         value: &str,
         ttl: Duration,
     ) -> Result<Option<HeldAt>, LockError> {
-        let Some(first) = keys.first() else {
-            return Ok(None);
+        let pool = self.pool.clone();
+        let (task_keys, task_value) = (keys.to_vec(), value.to_owned());
+        let address = self.address.clone();
+        let replicated = self.replicated.clone();
+        let waiters = Arc::clone(&self.waiters);
+        let exchange = async move {
+            take_all(
+                (&pool, address.as_deref(), replicated.as_deref(), &waiters),
+                &task_keys,
+                &task_value,
+                ttl,
+            )
+            .await
         };
-        within(self.command_timeout, &first.name, async {
-            // In a task of its own, as a single lock's acquisition: a caller who gives up
-            // cannot cut the exchange between its round trips, and what it took for a
-            // caller gone by then is given back (`Undo`).
-            let (reply, outcome) = tokio::sync::oneshot::channel();
-            let pool = self.pool.clone();
-            let task_keys = keys.to_vec();
-            let task_value = value.to_owned();
-            let address = self.address.clone();
-            let replicated = self.replicated.clone();
-            let waiters = Arc::clone(&self.waiters);
-            tokio::spawn(async move {
-                let result = take_all(
-                    (&pool, address.as_deref(), replicated.as_deref(), &waiters),
-                    &task_keys,
-                    &task_value,
-                    ttl,
-                )
-                .await;
-                let undo = matches!(result, Ok(None)).then(|| Undo {
-                    pool,
-                    keys: task_keys,
-                    value: task_value,
-                    waiters,
-                    armed: true,
-                });
-                let _ = reply.send((result, undo));
-            });
-            let (result, undo) = outcome.await.map_err(|_| {
-                LockError::connection(&first.name, "the multi-lock's acquire task was cancelled")
-            })?;
-            if let Some(undo) = undo {
-                undo.disarm();
-            }
-            result
-        })
-        .await
+        let took = |result: &Result<Option<HeldAt>, LockError>| matches!(result, Ok(None));
+        self.in_own_task(keys, value, took, exchange).await
     }
 }
 
@@ -115,20 +89,11 @@ async fn take_all(
                     .await
                     .map_err(redis_err)?;
             } else {
-                // Marked only if no key changed since the look (same TTL): else look again.
-                let mut marked = Vec::with_capacity(holder.len() + 1);
-                marked.push(LISTENED_MARK);
-                marked.extend_from_slice(&holder);
-                let mut tx = redis::pipe();
-                tx.atomic()
-                    .cmd("SET")
-                    .arg(&key.lock)
-                    .arg(marked)
-                    .arg("XX")
-                    .arg("KEEPTTL")
-                    .ignore();
-                let executed: Option<()> = tx.query_async(&mut *conn).await.map_err(redis_err)?;
-                if executed.is_none() {
+                // Marked only if no key changed since the look: else look again.
+                if !mark_watched(&mut conn, &key.lock, &holder)
+                    .await
+                    .map_err(redis_err)?
+                {
                     continue;
                 }
             }
