@@ -376,6 +376,7 @@ pub fn check(history: &History, nodes: usize) -> Report {
             | Event::LatchCount(_)
             | Event::LatchWait(_) => {}
             Event::Cancelled { .. } => report.cancelled += 1,
+            Event::ServerStall { .. } => report.server_stalls += 1,
         }
     }
     downs.sort_by_key(|d| d.start);

@@ -275,6 +275,23 @@ pub enum Event {
         /// When it ran.
         t_end: Nanos,
     },
+    /// A lock server ran no command from `t_start` to `t_end`: the orchestrator's heartbeat
+    /// sent it `TIME` at `t_start`, and it ran it at `t_end` (its clock put on the
+    /// history's; see `crate::heartbeat`). Nothing a client sent it meanwhile could
+    /// complete.
+    ServerStall {
+        /// The server's port.
+        port: u16,
+        /// When the heartbeat's command was sent.
+        t_start: Nanos,
+        /// When the server ran it.
+        t_end: Nanos,
+        /// The commands of the server's `SLOWLOG` logged since the last look: the command
+        /// (and its first argument) and the microseconds it ran. A stall one of them
+        /// explains is the server's own work.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        slow: Vec<(String, u64)>,
+    },
     /// After an acquire failed with `WrongType`, what the client found on the lock's key on
     /// every node, twice: its own attempt must have left nothing behind.
     Probe {

@@ -36,6 +36,7 @@ pub mod clock;
 pub mod event;
 pub mod fault;
 pub mod ha;
+pub mod heartbeat;
 pub mod mode;
 pub mod names;
 pub mod primitive;

@@ -10,6 +10,7 @@ use crate::clock::{self, Nanos};
 use crate::event::{read_log, Event, Log};
 use crate::fault::Injector;
 use crate::ha::monitor::Monitors;
+use crate::heartbeat::Heartbeats;
 use crate::mode::Mode;
 use crate::primitive::Primitive;
 use crate::rig::Rig;
@@ -142,6 +143,13 @@ fn run_one(
         Some(ha) => Some(Monitors::start(&ha.ports(), &dir)?),
         None => None,
     };
+    // Times when a data server ran nothing (see `heartbeat`): on the lock servers and,
+    // on a replicated deployment, every data server.
+    let ports: Vec<u16> = match &rig.ha {
+        Some(ha) => ha.ports(),
+        None => rig.nodes.iter().map(|node| node.server.port()).collect(),
+    };
+    let mut heartbeats = Heartbeats::start(&ports, &dir)?;
     rig.start_clients()?;
 
     // Faults, once every client has started.
@@ -168,6 +176,7 @@ fn run_one(
     if let Some(monitors) = monitors.as_mut() {
         monitors.stop();
     }
+    heartbeats.stop();
 
     let mut history = read_history(&dir)?;
     history.store = read_store(&rig.store.url(), &rig.name_list())?;

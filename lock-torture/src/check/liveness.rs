@@ -20,7 +20,10 @@
 //! resynced, and Redis delays a full resync by `repl-diskless-sync-delay` (5 s by default),
 //! which can outlast the 5 s. Time in which the waiting client did not run
 //! ([`Event::Hiccup`]) is not counted as free, nor the time of an attempt refused for too
-//! few replica acknowledgements (`NotReplicated`): its key was in Redis until its undo.
+//! few replica acknowledgements (`NotReplicated`): its key was in Redis until its undo, nor
+//! the time a data server ran no command ([`Event::ServerStall`], on any server: a request
+//! for a name another server holds is excused too), unless a slow command in the server's
+//! `SLOWLOG` explains the stall.
 //!
 //! On a Cluster or behind Sentinel the servers' own record ([`Event::Granted`] and
 //! [`Event::Ungranted`], from their `MONITOR` streams) says when a name was held: a lease
@@ -54,6 +57,14 @@ pub const THRESHOLD: Nanos = CLAIM_WINDOW + SLACK;
 /// before waits are judged: the failover, the old master's return as a replica, and its
 /// resync, without which the replica check refuses every grant.
 pub const REPLICATED_SETTLE: Nanos = 5_000_000_000;
+
+/// Whether a server stall from `start` to `end` is explained by one of the `slow` commands
+/// its `SLOWLOG` showed after it (one that ran for half the stall or more).
+fn explained(start: Nanos, end: Nanos, slow: &[(String, u64)]) -> bool {
+    let stall = end.saturating_sub(start);
+    slow.iter()
+        .any(|(_, micros)| micros.saturating_mul(2_000) >= stall)
+}
 
 /// One request that waited.
 struct Request<'a> {
@@ -186,6 +197,14 @@ pub(super) fn check(events: &[Event], acqs: &[Acq], report: &mut Report) {
                 t_start,
                 t_end,
             } => hiccups.entry(*client).or_default().push((*t_start, *t_end)),
+            // A server that ran no command kept everyone it serves waiting; unless a slow
+            // command of its own explains the stall (a long script would be the library's).
+            Event::ServerStall {
+                t_start,
+                t_end,
+                slow,
+                ..
+            } if !explained(*t_start, *t_end, slow) => excluded.push((*t_start, *t_end)),
             Event::Acquired(a) => {
                 let names = match &a.set {
                     // A multi-lock is logged once per name: one request.

@@ -75,6 +75,9 @@ pub struct Report {
     /// Times a client's runtime was seen not running for more than 10 ms (see
     /// [`Event::Hiccup`](crate::event::Event::Hiccup)).
     pub client_hiccups: u64,
+    /// Times a lock server ran no command for more than 20 ms (see
+    /// [`Event::ServerStall`](crate::event::Event::ServerStall)).
+    pub server_stalls: u64,
     /// Nested `#[redis_locked]` calls whose body ran.
     pub nested_ran: u64,
     /// Nested `#[redis_locked]` calls refused with `Lost`.
@@ -212,7 +215,7 @@ impl Report {
              writes_fenced_out_after_reset={} paused_holders={} paused_holders_told_lost={} \
              paused_writes_rejected={} released={} \
              release_not_held={} release_errors={} releases_dropped={} expected_restart_overlaps={} \
-             fence_resets={} contention={} most_passed_over={} max_wait_overrun_ms={:.1} client_hiccups={} nested_ran={} \
+             fence_resets={} contention={} most_passed_over={} max_wait_overrun_ms={:.1} client_hiccups={} server_stalls={} nested_ran={} \
              nested_refused={} foreign_probes={} cancelled={} cancel_probes={} acquire_errors={} resumed={}",
             self.acquisitions,
             self.faults,
@@ -235,6 +238,7 @@ impl Report {
             self.most_passed_over,
             self.max_wait_overrun as f64 / 1e6,
             self.client_hiccups,
+            self.server_stalls,
             self.nested_ran,
             self.nested_refused,
             self.foreign_probes,

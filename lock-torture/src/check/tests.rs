@@ -685,6 +685,37 @@ fn an_attempt_refused_for_its_replicas_held_the_name_until_its_undo() {
     );
 }
 
+#[test]
+fn a_server_that_ran_nothing_held_everyone_up_unless_its_own_command_did() {
+    // `a` releases at 100; `b`, waiting since 10 ms, is granted at 301: 200 ms free.
+    let slow = vec![
+        acq("a", "n", 1, 0, 190),
+        release("a", 100, ReleaseOutcome::Released, false),
+        waited(acq("b", "n", 2, 300, 190), 1, 10, 400),
+    ];
+    assert_eq!(rules(&run(slow.clone(), &[])), ["liveness"]);
+    // The server ran no command from 90 to 290 ms (not scheduled): nothing could move.
+    let stall = |slow_commands: Vec<(String, u64)>| Event::ServerStall {
+        port: 7000,
+        t_start: 90 * MS,
+        t_end: 290 * MS,
+        slow: slow_commands,
+    };
+    let mut stalled = slow.clone();
+    stalled.push(stall(Vec::new()));
+    let report = run(stalled, &[]);
+    assert!(report.passed(), "{:?}", report.violations);
+    assert_eq!(report.server_stalls, 1);
+    // A script of its own that ran 180 ms explains the stall: still a violation.
+    let mut scripted = slow.clone();
+    scripted.push(stall(vec![("EVALSHA 0123abcd".into(), 180_000)]));
+    assert_eq!(rules(&run(scripted, &[])), ["liveness"]);
+    // A short slow command does not.
+    let mut short = slow;
+    short.push(stall(vec![("ZADD lock:{n}:q".into(), 12_000)]));
+    assert!(run(short, &[]).passed());
+}
+
 /// A server's `MONITOR` record of granting `token` on `n`'s lock key at `at_ms`, ending by
 /// its clock at `until_ms`.
 fn server_grant(token: &str, at_ms: u64, until_ms: u64) -> Event {
