@@ -87,16 +87,13 @@ fn beat(port: u16, log: &Log, stop: &AtomicBool) {
     let packed = redis::cmd("TIME").get_packed_command();
     // The smallest (server's time - sending time) seen: the offset between the clocks.
     let mut quickest: Option<i128> = None;
-    // The last `SLOWLOG` entry already looked at.
-    let mut slow_seen: Option<i64> = None;
     while !stop.load(Ordering::Relaxed) {
         let Ok(mut conn) = connect(port) else {
             std::thread::sleep(TICK);
             continue;
         };
-        if slow_seen.is_none() {
-            slow_seen = Some(slowlog(&mut conn, None).1);
-        }
+        // The last `SLOWLOG` entry already looked at (a restarted server's log begins again).
+        let mut slow_seen = Some(slowlog(&mut conn, None).1);
         while !stop.load(Ordering::Relaxed) {
             let before = clock::now();
             if conn.send_packed_command(&packed).is_err() {
@@ -106,6 +103,7 @@ fn beat(port: u16, log: &Log, stop: &AtomicBool) {
             let Ok(reply) = conn.recv_response() else {
                 break;
             };
+            let answered = clock::now();
             let Ok((seconds, micros)) = redis::from_redis_value::<(u64, u64)>(reply) else {
                 break;
             };
@@ -122,7 +120,11 @@ fn beat(port: u16, log: &Log, stop: &AtomicBool) {
                 quickest = Some(gap);
             }
             let late = u64::try_from(gap - offset).unwrap_or(0);
-            if late > noticeable {
+            if sent + late > answered + send_limit {
+                // Run after its answer came back: the server's clock was set forward (the
+                // offset is stale), not stalled. Learnt again from here.
+                quickest = Some(gap);
+            } else if late > noticeable {
                 let (slow, last) = slowlog(&mut conn, slow_seen);
                 slow_seen = Some(last);
                 let _ = log.write(&Event::ServerStall {
