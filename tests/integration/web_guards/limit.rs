@@ -244,6 +244,13 @@ async fn an_annotated_handler_over_its_permits_is_429_with_retry_after_like_the_
         )
         .await;
     assert_limited(&reply, "exports:acme", 2);
+    // The request that waited leaves the line in the background, after its answer: until
+    // it has, a permit coming free goes to it (and comes back when it leaves), so the
+    // permit released below would not reach the request after it at once.
+    crate::queue::until("the request that waited to leave the line", || {
+        server.command(&["ZCARD", "lock:{exports:acme}:sem:q"]) == ":0\r\n"
+    })
+    .await;
     // Another tenant has permits of its own.
     let reply = http
         .post_json(&format!("{}/annotated/globex", app.base_url()), &[], "{}")
