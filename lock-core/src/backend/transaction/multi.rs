@@ -36,8 +36,10 @@ impl Transactional {
     /// Takes every lock of `keys` (sorted, distinct, at least one) with `value` for `ttl`,
     /// all in one transaction: `None` when all were taken, else the first one found held,
     /// whose value is then marked as listened for, so that its release is announced on
-    /// the release channel whatever protocol its holder uses. Nothing is left held when
-    /// this returns anything but `Ok(None)`, nor when its caller drops it half-way.
+    /// the release channel whatever protocol its holder uses. What a transaction took for
+    /// a caller that dropped this half-way, or that a replica check refused, is given back
+    /// here; after an error with the transaction's answer lost (a broken connection), the
+    /// caller gives the names back (the multi-lock's `GiveBack`), and their TTL bounds it.
     pub(crate) async fn acquire_all(
         &self,
         keys: &[LockKeys],
