@@ -22,14 +22,13 @@
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use redis::Value;
 
 use crate::clock;
 use crate::event::{Event, Log};
+use crate::workers::Workers;
 use crate::BoxError;
 
 /// How often each server is asked.
@@ -47,36 +46,22 @@ const ANSWER_LIMIT: Duration = Duration::from_secs(10);
 
 /// The heartbeats of a run; they stop when dropped.
 #[derive(Debug)]
-pub struct Heartbeats {
-    stop: Arc<AtomicBool>,
-    threads: Vec<JoinHandle<()>>,
-}
+pub struct Heartbeats(Workers);
 
 impl Heartbeats {
     /// Starts a heartbeat for each port, logging stalls to `dir/heartbeat-<port>.jsonl`.
     pub fn start(ports: &[u16], dir: &Path) -> Result<Heartbeats, BoxError> {
-        let stop = Arc::new(AtomicBool::new(false));
-        let mut threads = Vec::new();
+        let mut workers = Workers::default();
         for &port in ports {
             let log = Log::create(&dir.join(format!("heartbeat-{port}.jsonl")))?;
-            let stop = Arc::clone(&stop);
-            threads.push(std::thread::spawn(move || beat(port, &log, &stop)));
+            workers.spawn(move |stop| beat(port, &log, stop));
         }
-        Ok(Heartbeats { stop, threads })
+        Ok(Heartbeats(workers))
     }
 
     /// Stops the heartbeats and waits for them (their logs are complete afterwards).
     pub fn stop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        for thread in self.threads.drain(..) {
-            let _ = thread.join();
-        }
-    }
-}
-
-impl Drop for Heartbeats {
-    fn drop(&mut self) {
-        self.stop();
+        self.0.stop();
     }
 }
 

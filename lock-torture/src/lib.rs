@@ -50,6 +50,7 @@ pub mod start;
 pub mod topology;
 pub mod trace;
 pub mod waits;
+pub mod workers;
 
 /// The error type of the harness (not of the library under test).
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;

@@ -26,21 +26,17 @@ use std::io::{BufRead, BufReader, ErrorKind, Write};
 use std::net::TcpStream;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::clock::{self, Nanos};
 use crate::event::{Event, Log};
 use crate::ha::ops::{addr, token_of};
+use crate::workers::Workers;
 use crate::BoxError;
 
 /// The `MONITOR` readers of a run; they stop when dropped.
 #[derive(Debug)]
-pub struct Monitors {
-    stop: Arc<AtomicBool>,
-    threads: Vec<JoinHandle<()>>,
-}
+pub struct Monitors(Workers);
 
 impl Monitors {
     /// Starts a reader for each port, logging grants to `dir/monitor-<port>.jsonl`, and
@@ -48,8 +44,7 @@ impl Monitors {
     /// each stream is kept too, in `dir/monitor-<port>.raw`, after the time it was read
     /// (the history's clock): for tracing down when commands reached a server.
     pub fn start(ports: &[u16], dir: &Path) -> Result<Monitors, BoxError> {
-        let stop = Arc::new(AtomicBool::new(false));
-        let mut threads = Vec::new();
+        let mut workers = Workers::default();
         let keep_raw = std::env::var_os(RAW).is_some();
         for &port in ports {
             let log = Log::create(&dir.join(format!("monitor-{port}.jsonl")))?;
@@ -60,29 +55,17 @@ impl Monitors {
                 false => None,
             };
             let (attached, first) = std::sync::mpsc::channel();
-            let stop = Arc::clone(&stop);
-            threads.push(std::thread::spawn(move || {
-                follow(port, &log, raw, &stop, &attached)
-            }));
+            workers.spawn(move |stop| follow(port, &log, raw, stop, &attached));
             if first.recv_timeout(Duration::from_secs(5)).is_err() {
                 return Err(format!("MONITOR on port {port} did not start").into());
             }
         }
-        Ok(Monitors { stop, threads })
+        Ok(Monitors(workers))
     }
 
     /// Stops the readers and waits for them (their logs are complete afterwards).
     pub fn stop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        for thread in self.threads.drain(..) {
-            let _ = thread.join();
-        }
-    }
-}
-
-impl Drop for Monitors {
-    fn drop(&mut self) {
-        self.stop();
+        self.0.stop();
     }
 }
 
