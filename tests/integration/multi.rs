@@ -599,3 +599,32 @@ async fn a_watch_multi_multi_lock_dropped_anywhere_leaves_no_name_held() {
         .expect("every name free again");
     assert!(lease.release().await.expect("release"));
 }
+
+/// A foreign value on one of a multi-lock's keys is named in the error, on one Redis and on
+/// WATCH/MULTI alike (where one look reads every key: the error is traced to its key), and
+/// nothing of the request stays held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_foreign_value_on_one_name_is_the_error_that_names_it() {
+    let server = RedisServer::start();
+    server.command(&["HSET", "lock:{wt:b}", "field", "value"]);
+    for protocol in [Protocol::Scripts, Protocol::Transactions] {
+        let locker = Harness::locker_for(&server, protocol);
+        let err = locker
+            .lock_all(["wt:a", "wt:b", "wt:c"])
+            .ttl(10 * SECOND)
+            .wait(Duration::ZERO)
+            .await
+            .expect_err("a hash on b");
+        assert!(
+            matches!(&err, LockError::WrongType { name, key } if name == "wt:b" && key == "lock:{wt:b}"),
+            "{protocol:?}: {err:?}"
+        );
+        for name in ["wt:a", "wt:c"] {
+            assert_eq!(
+                server.command(&["EXISTS", &format!("lock:{{{name}}}")]),
+                ":0\r\n",
+                "{protocol:?}: {name} left held"
+            );
+        }
+    }
+}

@@ -326,3 +326,13 @@ pub(crate) fn millis(ttl: Duration) -> u64 {
 pub(crate) fn remaining_from_pttl(pttl: i64) -> Option<Duration> {
     u64::try_from(pttl).ok().map(Duration::from_millis)
 }
+
+/// The lock key a WRONGTYPE answer about several lock keys was about: the first of `keys`
+/// whose type (`types`, the `TYPE` replies in the same order) is neither a string nor
+/// missing. `None` when none is (the value changed since).
+pub(crate) fn foreign_key<'k>(keys: &'k [LockKeys], types: &[String]) -> Option<&'k LockKeys> {
+    keys.iter()
+        .zip(types)
+        .find(|(_, kind)| *kind != "string" && *kind != "none")
+        .map(|(key, _)| key)
+}

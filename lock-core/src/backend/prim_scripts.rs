@@ -322,6 +322,18 @@ impl Server {
         reply.map(|reply| (reply, lent))
     }
 
+    /// The `TYPE` of each of `keys` (one pipeline; on a Cluster they share a slot), for
+    /// naming the key an error was about; `None` when asking failed.
+    pub async fn types(&self, name: &str, keys: &[&str]) -> Option<Vec<String>> {
+        let lent = self.conn.get(name).await.ok()?;
+        let mut conn = lent.conn.clone();
+        let mut types = redis::pipe();
+        for key in keys {
+            types.cmd("TYPE").arg(*key);
+        }
+        types.query_async(&mut conn).await.ok()
+    }
+
     /// True when the connection is a Redis Cluster's (keys of different slots cannot meet
     /// in one script there).
     pub async fn is_cluster(&self, name: &str) -> Result<bool, LockError> {

@@ -12,9 +12,9 @@ use std::time::Duration;
 use deadpool_redis::{Connection, Pool};
 
 use super::{mark_watched, release_now, Transactional, MAX_OPTIMISTIC_RETRIES};
-use crate::backend::millis;
 use crate::backend::remaining_from_pttl;
 use crate::backend::replicated::Replicated;
+use crate::backend::{foreign_key, millis};
 use crate::connection::shared::checkout;
 use crate::key::LockKeys;
 use crate::token::LISTENED_MARK;
@@ -161,37 +161,28 @@ async fn look(
     for key in keys {
         look.get(&key.lock).pttl(&key.lock);
     }
-    let replies: redis::RedisResult<Vec<(Option<Vec<u8>>, i64)>> = look
+    let replies = look
         .query_async::<Vec<redis::Value>>(&mut *conn)
         .await
         .and_then(|values| {
+            if values.len() != 2 * keys.len() {
+                return Err(redis::RedisError::from((
+                    redis::ErrorKind::Client,
+                    "the look before the transaction came back short",
+                )));
+            }
             values
-                .chunks(2)
-                .map(|pair| match pair {
-                    [value, pttl] => Ok((
-                        redis::from_redis_value(value.clone())?,
-                        redis::from_redis_value(pttl.clone())?,
-                    )),
-                    _ => Err(redis::RedisError::from((
-                        redis::ErrorKind::Client,
-                        "the look before the transaction came back short",
-                    ))),
+                .chunks_exact(2)
+                .map(|pair| {
+                    Ok((
+                        redis::from_redis_value(pair[0].clone())?,
+                        redis::from_redis_value(pair[1].clone())?,
+                    ))
                 })
                 .collect()
         });
     match replies {
-        Ok(replies) if replies.len() == keys.len() => Ok(replies),
-        Ok(_) => {
-            let first = &keys[0];
-            Err(LockError::from_redis(
-                &first.name,
-                &first.lock,
-                redis::RedisError::from((
-                    redis::ErrorKind::Client,
-                    "the look before the transaction came back short",
-                )),
-            ))
-        }
+        Ok(replies) => Ok(replies),
         Err(err) => {
             let culprit = culprit(conn, keys).await.unwrap_or(&keys[0]);
             Err(LockError::from_redis(&culprit.name, &culprit.lock, err))
@@ -208,10 +199,7 @@ async fn culprit<'k>(conn: &mut Connection, keys: &'k [LockKeys]) -> Option<&'k 
         types.cmd("TYPE").arg(&key.lock);
     }
     let types: Vec<String> = types.query_async(&mut *conn).await.ok()?;
-    keys.iter()
-        .zip(types)
-        .find(|(_, kind)| kind != "string" && kind != "none")
-        .map(|(key, _)| key)
+    foreign_key(keys, &types)
 }
 
 /// Gives back whatever of `keys` holds `value`, on `conn`, after a grant its caller cannot

@@ -21,7 +21,7 @@ use futures_util::future::join_all;
 use super::release::{release_all, release_each};
 use crate::backend::prim_scripts::{SentOn, Server, MARK_LISTENED, MULTI_ACQUIRE};
 use crate::backend::transaction::Transactional;
-use crate::backend::{AnyBackend, Attempt, AttemptKind, Backend as _};
+use crate::backend::{foreign_key, AnyBackend, Attempt, AttemptKind, Backend as _};
 use crate::connection::notifier::Subscription;
 use crate::connection::shared::Conn;
 use crate::engine::local::NameRef;
@@ -386,7 +386,7 @@ async fn one_script(
     let ttl = crate::backend::millis(ttl).to_string();
     // Too few replicas acknowledging the grant is an error; the caller's give-back, noted
     // on the grant's connection, returns the locks.
-    let (taken, index, pttl, holder): (i64, i64, i64, Vec<u8>) = server
+    let ran = server
         .run_replicated(
             &MULTI_ACQUIRE,
             &keys[0].name,
@@ -395,7 +395,21 @@ async fn one_script(
             sent,
             |(taken, ..): &(i64, i64, i64, Vec<u8>)| *taken == 1,
         )
-        .await?;
+        .await;
+    let (taken, index, pttl, holder): (i64, i64, i64, Vec<u8>) = match ran {
+        // The script names its first key; the foreign value is on the one `TYPE` finds.
+        Err(LockError::WrongType { .. }) if keys.len() > 1 => {
+            let types = server.types(&keys[0].name, &lock_keys).await;
+            let key = types
+                .and_then(|types| foreign_key(keys, &types))
+                .unwrap_or(&keys[0]);
+            return Err(LockError::WrongType {
+                name: key.name.clone(),
+                key: key.lock.clone(),
+            });
+        }
+        ran => ran?,
+    };
     if taken == 1 {
         return Ok(None);
     }
