@@ -64,7 +64,16 @@ pub fn run(args: &RunArgs) -> Result<Vec<RunOutcome>, BoxError> {
     }
     let mut outcomes = Vec::new();
     for (primitive, mode) in runs {
-        let outcome = run_one(args, &settings, primitive, mode)?;
+        let seed = args.seed.unwrap_or_else(|| fastrand::u64(..));
+        // An error of the harness's own (a server it could not ask) names the run it ended.
+        let outcome = run_one(args, &settings, primitive, mode, seed).map_err(|err| {
+            format!(
+                "topology={} primitive={} mode={} seed={seed}: {err}",
+                settings.topology.name(),
+                primitive.name(),
+                mode.name()
+            )
+        })?;
         println!("{}", outcome.line);
         if !outcome.report.passed() {
             if !outcome.report.violations.is_empty() {
@@ -93,8 +102,8 @@ fn run_one(
     s: &Settings,
     primitive: Primitive,
     mode: Mode,
+    seed: u64,
 ) -> Result<RunOutcome, BoxError> {
-    let seed = args.seed.unwrap_or_else(|| fastrand::u64(..));
     // The lock's runs keep their names (`<mode>`); the other primitives' say which they are.
     let (run_name, what) = match primitive {
         Primitive::Semaphore => (

@@ -13,6 +13,9 @@ use crate::event::{Failover, ReplicaCopy};
 use crate::ha::ops::{self, acknowledged, ask, int, lock_key, poll, role, text, Role};
 use crate::BoxError;
 
+/// How long the orchestrator's own steps (a slot's lookup, a slot's move) are asked again while their server does not answer.
+const INSIST_LIMIT: Duration = Duration::from_secs(5);
+
 /// How long a failover may take before the fault gives up on it (the node timeout is 1 s).
 const FAILOVER_LIMIT: Duration = Duration::from_secs(20);
 
@@ -53,9 +56,10 @@ impl ClusterHa {
         let cluster = RedisCluster::start(3, 1);
         let mut slots = BTreeMap::new();
         for name in names {
-            let reply = ask(
+            let reply = ops::insist(
                 cluster.nodes[0].port(),
                 &["CLUSTER", "KEYSLOT", &lock_key(name)],
+                INSIST_LIMIT,
             )?;
             let slot = int(&reply).ok_or("CLUSTER KEYSLOT gave no number")?;
             slots.insert(name.clone(), u16::try_from(slot)?);
@@ -63,7 +67,11 @@ impl ClusterHa {
         let mut probes = Vec::new();
         for i in 0..PROBES {
             let key = format!("torture-ready:{{{i}}}");
-            let reply = ask(cluster.nodes[0].port(), &["CLUSTER", "KEYSLOT", &key])?;
+            let reply = ops::insist(
+                cluster.nodes[0].port(),
+                &["CLUSTER", "KEYSLOT", &key],
+                INSIST_LIMIT,
+            )?;
             let slot = u16::try_from(int(&reply).ok_or("CLUSTER KEYSLOT gave no number")?)?;
             if !slots.values().any(|&s| s == slot) {
                 probes.push((key, slot));
@@ -324,7 +332,11 @@ impl ClusterHa {
         let deadline = clock::now() + clock::nanos(Duration::from_secs(15));
         let port = target.port.to_string();
         loop {
-            let keys = ops::ask(source.port, &["CLUSTER", "GETKEYSINSLOT", &s, "10"])?;
+            let keys = ops::insist(
+                source.port,
+                &["CLUSTER", "GETKEYSINSLOT", &s, "10"],
+                INSIST_LIMIT,
+            )?;
             let keys = texts(&keys);
             if keys.is_empty() {
                 break;
@@ -338,13 +350,14 @@ impl ClusterHa {
             }
         }
         // The target first, then the source, then everyone: the documented order.
-        ops::ask(target.port, &["CLUSTER", "SETSLOT", &s, "NODE", &target.id])?;
-        ops::ask(source.port, &["CLUSTER", "SETSLOT", &s, "NODE", &target.id])?;
+        let assign = ["CLUSTER", "SETSLOT", &s, "NODE", &target.id];
+        ops::insist(target.port, &assign, INSIST_LIMIT)?;
+        ops::insist(source.port, &assign, INSIST_LIMIT)?;
         for node in view
             .iter()
             .filter(|n| n.master && n.port != target.port && n.port != source.port)
         {
-            let _ = ops::ask(node.port, &["CLUSTER", "SETSLOT", &s, "NODE", &target.id]);
+            let _ = ops::ask(node.port, &assign);
         }
         Ok((slot, source.port, target.port))
     }

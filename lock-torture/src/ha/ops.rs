@@ -32,6 +32,29 @@ pub fn ask(port: u16, args: &[&str]) -> Result<Value, BoxError> {
     run(&mut conn, args)
 }
 
+/// One command on a fresh connection, asked again while the server does not answer in
+/// time (a loaded machine leaves a server unscheduled for hundreds of milliseconds), for
+/// up to `limit`; for the orchestrator's own steps that must happen (a slot's move), and
+/// only for commands that can run twice. An error reply is returned at once; the last
+/// failure names the command and the server.
+pub fn insist(port: u16, args: &[&str], limit: Duration) -> Result<Value, BoxError> {
+    let deadline = clock::now() + clock::nanos(limit);
+    loop {
+        let err = match ask(port, args) {
+            Ok(value) => return Ok(value),
+            Err(err) => err,
+        };
+        let unanswered = err
+            .downcast_ref::<redis::RedisError>()
+            .is_none_or(|e| e.is_io_error() || e.is_timeout());
+        if !unanswered || clock::now() > deadline {
+            let what = args.iter().take(3).copied().collect::<Vec<_>>().join(" ");
+            return Err(format!("{what} on port {port}: {err}").into());
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// One command on `conn`.
 pub fn run(conn: &mut redis::Connection, args: &[&str]) -> Result<Value, BoxError> {
     let mut cmd = redis::cmd(args.first().copied().unwrap_or("PING"));
@@ -172,4 +195,33 @@ pub fn read_copy(
         expires,
         u64::try_from(fence).unwrap_or(0),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lock_tests::RedisServer;
+
+    #[test]
+    fn insisting_outlasts_a_server_that_does_not_run_and_stops_at_an_error_reply() {
+        let server = RedisServer::start();
+        let port = server.port();
+        server.signal("-STOP");
+        // Asked once, a stopped server is an error (the harness's fatal one before).
+        assert!(ask(port, &["PING"]).is_err());
+        let resumer = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(700));
+            server.signal("-CONT");
+            server
+        });
+        let answer = insist(port, &["PING"], Duration::from_secs(10));
+        let server = resumer.join().expect("the resuming thread");
+        assert_eq!(answer.ok().as_ref().and_then(text).as_deref(), Some("PONG"));
+        let started = clock::now();
+        let refused = insist(port, &["NO-SUCH-COMMAND"], Duration::from_secs(10));
+        let err = refused.err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(err.contains("NO-SUCH-COMMAND on port"), "{err}");
+        assert!(clock::now() - started < clock::nanos(Duration::from_secs(5)));
+        drop(server);
+    }
 }
