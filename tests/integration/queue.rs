@@ -282,6 +282,121 @@ async fn waiters_moving_up_when_the_first_give_up_are_told() {
     assert!(lease.release().await.expect("release"));
 }
 
+/// What the test tells a waiter on a thread of its own (see [`waiter_on_own_thread`]).
+enum Control {
+    /// Stop the thread where it stands (a process not scheduled: nothing of it runs, its
+    /// connections stay open), until the next message.
+    Stop,
+    /// Run again.
+    Go,
+}
+
+/// A Locker on a runtime of its own thread waiting up to `wait` for `name` (then giving
+/// back what it got), which the test can stop and let go; the thread ends once the
+/// request and the Locker's background work (a queue left) are done, with the request's
+/// outcome: whether it got the lock.
+fn waiter_on_own_thread(
+    url: String,
+    name: &'static str,
+    wait: Duration,
+) -> (
+    std::sync::mpsc::Sender<Control>,
+    std::thread::JoinHandle<bool>,
+) {
+    let (control, commands) = std::sync::mpsc::channel::<Control>();
+    let thread = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let locker = runtime
+            .block_on(async { Locker::from_url(&url) })
+            .expect("locker");
+        let request = {
+            let locker = locker.clone();
+            runtime.spawn(async move {
+                match locker.lock(name).ttl(10 * SECOND).wait(wait).await {
+                    Ok(lease) => lease.release().await.expect("release"),
+                    Err(_) => false,
+                }
+            })
+        };
+        runtime.block_on(async {
+            while !request.is_finished() {
+                if let Ok(Control::Stop) = commands.try_recv() {
+                    // Blocks the runtime's one thread: none of its tasks runs meanwhile.
+                    while !matches!(commands.recv(), Ok(Control::Go) | Err(_)) {}
+                }
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            let got = request.await.expect("the request's task");
+            assert!(locker.shutdown(10 * SECOND).await, "background work done");
+            got
+        })
+    });
+    (control, thread)
+}
+
+/// Found by lock-torture's Redlock smoke (the `liveness` rule, `drop` mode, in a CI run): a
+/// lock whose holder's key ended without a release (deleted here: an expiry nobody
+/// announces) is taken by a newcomer's plain `SET`, which does not look at the line, so its
+/// value lacks the mark that makes a release hand the lock over. The head of the line then
+/// gives up without having looked again, and its leaving told the next waiter when the
+/// newcomer's lease ends, a timer only; the newcomer's release, unmarked, deleted the lock
+/// and told nobody, and the waiter slept on while the lock lay free. Leaving the line now
+/// marks the holder's value while anyone is still in line: the release hands the lock on.
+/// Both waiters are stopped meanwhile (as processes not scheduled), so that neither looks
+/// at the lock, which would mark it too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_taken_past_the_line_is_handed_on_when_the_head_leaves_without_looking() {
+    let server = RedisServer::start();
+    let all = lockers(&server, 2);
+    let name = "past-the-line-left";
+    let key = format!("lock:{{{name}}}");
+    let _holder = all[0].lock(name).ttl(30 * SECOND).await.expect("holder");
+    let head_wait = 2 * SECOND;
+    let head_started = tokio::time::Instant::now();
+    let (head, head_thread) = waiter_on_own_thread(server.url(), name, head_wait);
+    until("the head to queue", || queued(&server, name) == 1).await;
+    let (next, next_thread) = waiter_on_own_thread(server.url(), name, 30 * SECOND);
+    until("the next to queue", || queued(&server, name) == 2).await;
+    head.send(Control::Stop).expect("the head's thread");
+    next.send(Control::Stop).expect("the next waiter's thread");
+    tokio::time::sleep(SECOND / 10).await;
+    // The holder's key ends without a release: nobody in line is told.
+    server.command(&["DEL", &key]);
+    let newcomer = all[1]
+        .try_lock(name, 30 * SECOND)
+        .await
+        .expect("a newcomer's plain SET takes the free lock");
+    // The head runs again once its wait is over: it gives up without another look.
+    tokio::time::sleep_until(head_started + head_wait + SECOND / 5).await;
+    head.send(Control::Go).expect("the head's thread");
+    let head_got = tokio::task::spawn_blocking(move || head_thread.join().expect("the head"))
+        .await
+        .expect("join");
+    assert!(!head_got, "the head gave up, its wait over");
+    until("the head to leave the line", || queued(&server, name) == 1).await;
+    // A bulk reply's text: `$<length>`, then the value.
+    let value = |reply: String| reply.lines().nth(1).unwrap_or_default().to_owned();
+    let marked = value(server.command(&["GET", &key]));
+    assert!(
+        marked.starts_with('~'),
+        "with a waiter still in line, the newcomer's value carries the mark: {marked:?}"
+    );
+    assert!(newcomer.release().await.expect("release"));
+    let after = value(server.command(&["GET", &key]));
+    assert!(
+        after.starts_with("~?"),
+        "the release reserved the lock for the waiter in line, not freed it: {after:?}"
+    );
+    next.send(Control::Go).expect("the next waiter's thread");
+    let next_got = tokio::task::spawn_blocking(move || next_thread.join().expect("the next"))
+        .await
+        .expect("join");
+    assert!(next_got, "the waiter in line got the lock handed over");
+}
+
 /// Starts `wait` (a request that queues) on a Locker living in a runtime of its own, lets
 /// it queue (`queued_by` turns true once it stands in line), then drops that runtime with
 /// the request still waiting: its connections close, as a killed process's do, and its

@@ -14,12 +14,21 @@ redis.call('ZREM', q, me)
 if ARGV[4] == '1' then
   return 1
 end
-local current = unmarked(redis.call('GET', lock))
+local held = redis.call('GET', lock)
+local current = unmarked(held)
 if current == '?' .. me then
   if not hand_over(lock, q, window, waiters) then
     redis.call('DEL', lock)
   end
   return 1
+end
+-- Others still in line behind a holder whose value lacks the mark (a newcomer's plain SET
+-- took the lock while it lay free after an expiry, before anyone in line looked again):
+-- marked, so that its release hands the lock over and tells the line. Told below only when
+-- that lease ends, the next in line would otherwise sleep on while the lock, released,
+-- lay free.
+if held and redis.call('EXISTS', q) == 1 then
+  mark_listened(lock, held)
 end
 if not place or place > 1 then
   return 1
