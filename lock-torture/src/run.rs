@@ -9,7 +9,7 @@ use crate::check::{check, History, Report, Violation};
 use crate::clock::{self, Nanos};
 use crate::event::{read_log, Event, Log};
 use crate::fault::Injector;
-use crate::ha::monitor::Monitors;
+use crate::ha::monitor::{self, Monitors};
 use crate::heartbeat::Heartbeats;
 use crate::mode::Mode;
 use crate::primitive::Primitive;
@@ -148,15 +148,23 @@ fn run_one(
     let mut rig = start_rig(s, primitive, mode, seed, &dir)?;
     // Which server granted which lease, on the replicated deployments: watched before the
     // clients start, or their first leases would be seen granted by no server.
-    let mut monitors = match &rig.ha {
-        Some(ha) => Some(Monitors::start(&ha.ports(), &dir)?),
-        None => None,
-    };
     // Times when a data server ran nothing (see `heartbeat`): on the lock servers and,
     // on a replicated deployment, every data server.
     let ports: Vec<u16> = match &rig.ha {
         Some(ha) => ha.ports(),
         None => rig.nodes.iter().map(|node| node.server.port()).collect(),
+    };
+    let mut monitors = match &rig.ha {
+        Some(ha) => Some(Monitors::start(&ha.ports(), &dir)?),
+        // On one server or Redlock's masters, only to trace (every line kept, see
+        // `monitor::RAW`): a grant there is the clients' to report, so the readers'
+        // logs go to `trace/`, where the checker does not read.
+        None if std::env::var_os(monitor::RAW).is_some() => {
+            let trace = dir.join("trace");
+            std::fs::create_dir_all(&trace)?;
+            Some(Monitors::start(&ports, &trace)?)
+        }
+        None => None,
     };
     let mut heartbeats = Heartbeats::start(&ports, &dir)?;
     rig.start_clients()?;
