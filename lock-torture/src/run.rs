@@ -146,14 +146,13 @@ fn run_one(
     })?;
 
     let mut rig = start_rig(s, primitive, mode, seed, &dir)?;
-    // Which server granted which lease, on the replicated deployments: watched before the
-    // clients start, or their first leases would be seen granted by no server.
-    // Times when a data server ran nothing (see `heartbeat`): on the lock servers and,
-    // on a replicated deployment, every data server.
+    // The data servers: on a replicated deployment every one, else the lock servers.
     let ports: Vec<u16> = match &rig.ha {
         Some(ha) => ha.ports(),
         None => rig.nodes.iter().map(|node| node.server.port()).collect(),
     };
+    // Which server granted which lease, on the replicated deployments: watched before the
+    // clients start, or their first leases would be seen granted by no server.
     let mut monitors = match &rig.ha {
         Some(ha) => Some(Monitors::start(&ha.ports(), &dir)?),
         // On one server or Redlock's masters, only to trace (every line kept, see
@@ -166,6 +165,7 @@ fn run_one(
         }
         None => None,
     };
+    // Times when a data server ran nothing (see `heartbeat`).
     let mut heartbeats = Heartbeats::start(&ports, &dir)?;
     rig.start_clients()?;
 
