@@ -397,6 +397,65 @@ async fn a_lock_taken_past_the_line_is_handed_on_when_the_head_leaves_without_lo
     assert!(next_got, "the waiter in line got the lock handed over");
 }
 
+/// Found with the test above, in the same CI history: a Locker whose request gave up in
+/// line, 200 ms or more after its last queued attempt, no longer counted the name as
+/// contended, so its next request tried a plain `SET` first, which does not look at the
+/// line; landing before its own leaving of the line, it took a lock that lay free after
+/// an expiry ahead of a waiter who had come earlier. Giving up in line now counts as
+/// contention: the next request waits for the leave and queues behind that waiter.
+/// (Under load the first request's last look may fall inside the 200 ms, and this test
+/// then passes either way; on a quiet machine it failed before the change.)
+#[tokio::test]
+async fn a_request_after_one_that_gave_up_in_line_does_not_pass_the_line() {
+    let server = RedisServer::start();
+    let all = lockers(&server, 3);
+    let name = "after-giving-up";
+    let key = format!("lock:{{{name}}}");
+    let _holder = all[0].lock(name).ttl(30 * SECOND).await.expect("holder");
+    // Gives up before its first safety-net look (250 ms at the soonest), more than 200 ms
+    // after it queued.
+    let first = {
+        let locker = all[1].clone();
+        tokio::spawn(async move { locker.lock(name).wait(Duration::from_millis(240)).await })
+    };
+    until("the first to queue", || queued(&server, name) == 1).await;
+    let earlier = {
+        let locker = all[2].clone();
+        tokio::spawn(async move {
+            let lease = locker
+                .lock(name)
+                .ttl(10 * SECOND)
+                .wait(20 * SECOND)
+                .await
+                .expect("the earlier waiter gets the lock");
+            let got = tokio::time::Instant::now();
+            tokio::time::sleep(SECOND / 20).await;
+            assert!(lease.release().await.expect("release"));
+            got
+        })
+    };
+    until("the second to queue", || queued(&server, name) == 2).await;
+    // The holder's key ends without a release: nobody in line is told.
+    server.command(&["DEL", &key]);
+    assert!(
+        first.await.expect("join").is_err(),
+        "the first request gave up, its wait over"
+    );
+    let again = all[1]
+        .lock(name)
+        .ttl(10 * SECOND)
+        .wait(10 * SECOND)
+        .await
+        .expect("the first Locker's next request gets the lock in turn");
+    let got_again = tokio::time::Instant::now();
+    let earlier_got = earlier.await.expect("join");
+    assert!(
+        earlier_got < got_again,
+        "the waiter who came earlier had the lock first"
+    );
+    assert!(again.release().await.expect("release"));
+}
+
 /// Starts `wait` (a request that queues) on a Locker living in a runtime of its own, lets
 /// it queue (`queued_by` turns true once it stands in line), then drops that runtime with
 /// the request still waiting: its connections close, as a killed process's do, and its

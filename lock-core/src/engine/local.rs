@@ -538,6 +538,11 @@ impl Queued<'_> {
         let done = Arc::new(tokio::sync::Notify::new());
         place.leaving = Some(Arc::clone(&done));
         drop(place);
+        // It stood in line until now: the name is contended, however long ago its last
+        // queued attempt was. This locker's next request for it then queues at once (after
+        // this leave), rather than try a plain `SET` first, which does not look at the line
+        // and would take a lock that lay free after an expiry ahead of those waiting.
+        state.note_contended(Instant::now());
         Some(Leaving {
             state: state.clone(),
             done,
