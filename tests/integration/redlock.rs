@@ -289,7 +289,10 @@ async fn hold_everywhere(h: &Harness, name: &str, ttl: Duration) -> lock_core::L
 
 /// A request of `locker` for `name` (waiting up to 20 s) in a task of its own: when it got
 /// the lock (released again at once).
-fn waiter(locker: lock_core::Locker, name: &'static str) -> tokio::task::JoinHandle<Instant> {
+pub(crate) fn waiter(
+    locker: lock_core::Locker,
+    name: &'static str,
+) -> tokio::task::JoinHandle<Instant> {
     tokio::spawn(async move {
         let lease = locker
             .lock(name)
