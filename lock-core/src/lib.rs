@@ -328,6 +328,7 @@ mod locker;
 mod macro_held;
 mod macro_support;
 pub mod metrics;
+mod out_of_line;
 mod prims;
 mod redact;
 mod refusal;

@@ -268,11 +268,13 @@ macro_rules! dispatch {
     ($self:ident, $b:ident => $call:expr) => {
         match $self {
             AnyBackend::Scripted($b) => $call.await,
-            // Boxed: its futures are large (a spawned task, WATCH retries) and would otherwise
-            // grow every future of the scripted hot path that shares this state machine.
-            AnyBackend::Transaction($b) => Box::pin($call).await,
+            // Boxed, and built out of line: their futures are large (a spawned task, WATCH
+            // retries, a round on every master) and would otherwise grow every future, and
+            // the stack frame of every poll, of the scripted hot path that shares this
+            // state machine (see `out_of_line.rs`).
+            AnyBackend::Transaction($b) => crate::out_of_line::boxed(|| $call).await,
             AnyBackend::Memory($b) => $call.await,
-            AnyBackend::Redlock($b) => Box::pin($call).await,
+            AnyBackend::Redlock($b) => crate::out_of_line::boxed(|| $call).await,
         }
     };
 }

@@ -244,16 +244,22 @@ impl SharedConnection {
         if let Some(lent) = self.get_open() {
             return Ok(lent);
         }
-        // Connecting runs in a task of its own: a caller that gives up (a Redlock node
-        // deadline, a dropped request) must not abort a connection that the next caller
-        // needs, or a slow network would never get one established.
-        let this = self.clone();
-        let owned_name = name.to_owned();
-        let opening = tokio::spawn(async move { this.connect(&owned_name).await });
-        match opening.await {
+        match self.open_in_task(name).await {
             Ok(result) => result,
             Err(_) => Err(LockError::connection(name, "the connecting task failed")),
         }
+    }
+
+    /// Opens the connection in a task of its own: a caller that gives up (a Redlock node
+    /// deadline, a dropped request) must not abort a connection that the next caller
+    /// needs, or a slow network would never get one established. Not inlined: the
+    /// connecting future is built here, not in the frame of every [`SharedConnection::get`]
+    /// (see `out_of_line.rs`).
+    #[inline(never)]
+    fn open_in_task(&self, name: &str) -> tokio::task::JoinHandle<Result<Lent, LockError>> {
+        let this = self.clone();
+        let owned_name = name.to_owned();
+        tokio::spawn(async move { this.connect(&owned_name).await })
     }
 
     async fn connect(&self, name: &str) -> Result<Lent, LockError> {

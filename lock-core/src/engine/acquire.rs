@@ -17,6 +17,7 @@ use crate::engine::turn::wait_for_turn;
 use crate::engine::Engine;
 use crate::key::LockKeys;
 use crate::limits::{validate_hold_at_least, validate_ttl, validate_wait};
+use crate::out_of_line::boxed;
 use crate::token::new_value;
 use crate::wait::Outage;
 use crate::LockError;
@@ -213,10 +214,12 @@ fn run<'a>(
         let plain_first = !(fast_path || contended);
         // Deadlock detection, beside the wait: only when the task holds other leases.
         let watch = holds.watch(acq.engine, &acq.keys, &acq.owner, acq.begun);
-        let waiting = wait_for_turn(acq, deadline, bound, local, queue, plain_first);
+        // Built out of line too: its future, on this future's stack, would grow the frame
+        // of every poll of the fast path (see `out_of_line.rs`).
+        let waiting = move || wait_for_turn(acq, deadline, bound, local, queue, plain_first);
         match watch {
-            None => Box::pin(waiting).await,
-            Some(watch) => Box::pin(watch.around(waiting, deadline)).await,
+            None => boxed(waiting).await,
+            Some(watch) => boxed(move || watch.around(waiting(), deadline)).await,
         }
     }
 }

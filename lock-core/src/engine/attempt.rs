@@ -11,6 +11,7 @@ use crate::engine::local::{NameRef, Owner};
 use crate::engine::validity::validity;
 use crate::engine::Engine;
 use crate::key::LockKeys;
+use crate::out_of_line::boxed;
 use crate::token::{decode_value, new_value};
 use crate::wait::Outage;
 use crate::{LockError, WaitSetting};
@@ -132,16 +133,20 @@ impl Acquire<'_> {
                 } else {
                     None
                 };
+                let (keys, value, ttl, fencing) = (&self.keys, &self.value, self.ttl, self.fencing);
                 let within = match cutting {
                     Some(scripted) => scripted
-                        .acquire_cut_at(&self.keys, &self.value, self.ttl, deadline)
+                        .acquire_cut_at(keys, value, ttl, deadline)
                         .await
                         .transpose(),
-                    None => {
-                        let call =
-                            backend.acquire(&self.keys, &self.value, self.ttl, self.fencing, kind);
-                        tokio::time::timeout_at(deadline.into(), call).await.ok()
-                    }
+                    // Built out of line (see `out_of_line.rs`): the attempt above, every
+                    // attempt of a waiting request on one server, keeps a small stack frame.
+                    None => boxed(|| {
+                        let call = backend.acquire(keys, value, ttl, fencing, kind);
+                        tokio::time::timeout_at(deadline.into(), call)
+                    })
+                    .await
+                    .ok(),
                 };
                 match within {
                     Some(attempt) => attempt,

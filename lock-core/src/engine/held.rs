@@ -12,6 +12,7 @@ use crate::engine::local::{NameRef, Owner};
 use crate::engine::validity::{validity, Validity};
 use crate::key::LockKeys;
 use crate::limits::validate_ttl;
+use crate::out_of_line::boxed;
 use crate::token::{decode_value, is_ours};
 use crate::LockError;
 
@@ -134,15 +135,15 @@ impl Held {
         // and the hand-over are boxed, so that the future of every release (which a caller
         // moves at least once, whole) stays the size of the common one.
         let result = match self.hold_left() {
-            Some(left) => Box::pin(backend.extend(&self.keys, &self.value, left)).await,
-            None if self.listened => Box::pin(backend.release(&self.keys, &self.value)).await,
+            Some(left) => boxed(|| backend.extend(&self.keys, &self.value, left)).await,
+            None if self.listened => boxed(|| backend.release(&self.keys, &self.value)).await,
             None => backend.release_unlistened(&self.keys, &self.value).await,
         };
         let result = match result {
             // A dropped connection, a Cluster slot between masters: tried again (boxed, off
             // the common path) until Redis answers, within the unreachable timeout and
             // the lease's validity, so that a blip does not leave the lock to its TTL.
-            Err(err) if err.is_transient() => Box::pin(self.retry_release(backend, err)).await,
+            Err(err) if err.is_transient() => boxed(|| self.retry_release(backend, err)).await,
             result => result,
         };
         match result {

@@ -259,6 +259,14 @@ impl LossWatch {
         };
         state.running = true;
         drop(state);
+        self.spawn_tasks(&runtime);
+    }
+
+    /// Spawns the watch task, and the heartbeat unless it runs. Not inlined: the tasks'
+    /// futures are built here, not in the stack frame of every [`LossWatch::register`]
+    /// (see `out_of_line.rs`).
+    #[inline(never)]
+    fn spawn_tasks(self: &Arc<Self>, runtime: &tokio::runtime::Handle) {
         runtime.spawn(run(Arc::downgrade(self)));
         if !self.beating.swap(true, Ordering::AcqRel) {
             runtime.spawn(heartbeat(Arc::downgrade(self)));
@@ -292,14 +300,13 @@ impl LossWatch {
                 Ok(true)
             }
             EvictionCheck::Refuse => {
-                // Boxed: opening the watch connection is a future of several kilobytes,
-                // awaited once, and every acquisition's future would otherwise be sized
-                // (and copied into its box) for it.
+                // Boxed, and built out of line: opening the watch connection is a future of
+                // several kilobytes, awaited once, and every acquisition's future (and the
+                // stack frame of its polls) would otherwise be sized for it.
                 if *self.finding() == Finding::Unknown {
-                    let opening = Box::pin(tokio::time::timeout_at(
-                        by.into(),
-                        self.watcher.ensure_open(),
-                    ));
+                    let opening = crate::out_of_line::boxed(|| {
+                        tokio::time::timeout_at(by.into(), self.watcher.ensure_open())
+                    });
                     match opening.await {
                         // No answer within the request's time: the request says so, and the
                         // next acquisition checks again.
