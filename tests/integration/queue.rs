@@ -490,13 +490,14 @@ fn line(server: &RedisServer, name: &str) -> Vec<String> {
 /// while queued was still handed the lock at the next release, and the lock lay reserved
 /// for it, free, for a claim window; with several dead in line, one window each, while
 /// the live waiter behind them slept on its own timer. A hand-over now passes over a
-/// waiter whose Locker no longer listens (its turn message reaches nobody).
+/// waiter whose Locker no longer listens (its turn message reaches nobody). `holder` holds
+/// the lock while the waiters (`make`'s Lockers) queue, and releases it.
 async fn dead_waiters_are_passed_over(
     servers: &[RedisServer],
+    holder: Locker,
     make: impl Fn() -> Locker + Clone + Send + 'static,
 ) {
     const NAME: &str = "dead-line";
-    let holder = make();
     let lease = holder.lock(NAME).ttl(30 * SECOND).await.expect("holder");
     for dead in 1..=3 {
         let doomed = |locker: Locker| async move {
@@ -543,7 +544,29 @@ async fn dead_waiters_are_passed_over(
 async fn waiters_that_died_in_line_are_passed_over() {
     let server = RedisServer::start();
     let url = server.url();
-    dead_waiters_are_passed_over(std::slice::from_ref(&server), move || {
+    let holder = Locker::from_url(&url).expect("locker");
+    dead_waiters_are_passed_over(std::slice::from_ref(&server), holder, move || {
+        Locker::from_url(&url).expect("locker")
+    })
+    .await;
+}
+
+/// Regression (lock-torture's single-server `kill-waiter` flags): a holder on WATCH/MULTI
+/// (`Protocol::Transactions`) handed the lock over inside its `EXEC`, where a `PUBLISH`'s
+/// count of listeners cannot decide anything, so it reserved the lock for a waiter that had
+/// died in line and told another dead one to stand by; the live waiters behind them slept
+/// until their own timers while the name lay free. Its release now asks which of the
+/// first in line still listen (`PUBSUB NUMSUB`) before it hands over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_on_watch_multi_passes_over_waiters_that_died_in_line() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let holder = Locker::builder()
+        .url(&url)
+        .protocol(lock_core::Protocol::Transactions)
+        .build()
+        .expect("WATCH/MULTI locker");
+    dead_waiters_are_passed_over(std::slice::from_ref(&server), holder, move || {
         Locker::from_url(&url).expect("locker")
     })
     .await;
@@ -553,12 +576,12 @@ async fn waiters_that_died_in_line_are_passed_over() {
 async fn on_redlock_waiters_that_died_in_line_are_passed_over() {
     let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
     let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
-    dead_waiters_are_passed_over(&servers, move || {
+    let make = move || {
         Locker::builder()
             .redlock(urls.clone())
             .node_timeout(Duration::from_millis(500))
             .build()
             .expect("redlock locker")
-    })
-    .await;
+    };
+    dead_waiters_are_passed_over(&servers, make(), make).await;
 }

@@ -3,6 +3,7 @@
 //! two round trips per operation and a pooled connection of its own for each (WATCH state
 //! belongs to a connection).
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -361,11 +362,12 @@ async fn release_now(
                 .cmd("WATCH")
                 .arg(&queue)
                 .ignore()
-                .zrange(&queue, 0, 1)
+                .zrange(&queue, 0, LOOK_AHEAD)
                 .query_async(&mut *conn)
                 .await
                 .map_err(redis_err)?;
-            hand_over(&mut tx, &keys.lock, &queue, waiters, &line);
+            let alive = listening(conn, waiters, &line).await;
+            hand_over(&mut tx, &keys.lock, &queue, waiters, &line, &alive);
         } else {
             tx.del(&keys.lock).ignore();
         }
@@ -378,20 +380,78 @@ async fn release_now(
     Err(kept_changing(keys))
 }
 
+/// As `SKIP_DEAD` in `queue.lua`: the most waiters found dead that one hand-over drops from
+/// the line (the rest go at the next), so that a release's work stays bounded.
+const SKIP_DEAD: usize = 8;
+
+/// The last index of the queue a hand-over reads: the dead it may drop, the head after
+/// them and the one after the head.
+const LOOK_AHEAD: isize = SKIP_DEAD as isize + 1;
+
+/// Which of `line`'s members still listen on their Locker's channel (`PUBSUB NUMSUB`), in
+/// order. A member nobody listens for is a waiter whose Locker is gone (a process that died
+/// or was killed while queued: Redis dropped its subscription with its connection). Asked
+/// before the `EXEC`, because inside it a `PUBLISH`'s count of listeners can decide nothing
+/// (`notify` in `queue.lua` decides on it). Should the question fail, every member counts as
+/// alive: the hand-over is then what it was before the check.
+async fn listening(conn: &mut Connection, waiters: &str, line: &[Vec<u8>]) -> Vec<bool> {
+    if line.is_empty() {
+        return Vec::new();
+    }
+    let channels: Vec<Vec<u8>> = line
+        .iter()
+        .map(|member| channel_of(waiters, member))
+        .collect();
+    let counts: Result<HashMap<Vec<u8>, i64>, _> = redis::cmd("PUBSUB")
+        .arg("NUMSUB")
+        .arg(&channels)
+        .query_async(&mut *conn)
+        .await;
+    match counts {
+        Ok(counts) => channels
+            .iter()
+            .map(|channel| counts.get(channel).is_none_or(|&count| count > 0))
+            .collect(),
+        Err(err) => {
+            tracing::debug!(%err, "PUBSUB NUMSUB failed; every waiter in line counts as listening");
+            vec![true; line.len()]
+        }
+    }
+}
+
 /// Queues in `tx` what `hand_over` in `queue.lua` does to the free lock `lock`, given the
-/// first two members of its queue (`line`): the head leaves the line, the lock is reserved
-/// for it (`?<member>`, marked when someone else waits) for the claim window, and it is
-/// told its turn (`g`), the one after it to stand by (`s`). Nobody in line: the lock is
-/// deleted.
-fn hand_over(tx: &mut redis::Pipeline, lock: &str, queue: &str, waiters: &str, line: &[Vec<u8>]) {
+/// first members of its queue (`line`, up to [`LOOK_AHEAD`]) and which of them still
+/// listen (`alive`): the waiters before the first that listens died in line and leave it
+/// (at most [`SKIP_DEAD`]; after that many the next is taken as it is); the head leaves the
+/// line, the lock is reserved for it (`?<member>`, marked when someone else waits) for the
+/// claim window, and it is told its turn (`g`), the next one that listens to stand by
+/// (`s`). Nobody alive in line: the dead leave it and the lock is deleted.
+///
+/// Without the check, the lock lay reserved for a dead waiter for a claim window, with
+/// another dead one told to stand by, while the live waiters behind them slept until their
+/// own timers (lock-torture's single-server `kill-waiter` liveness flags).
+fn hand_over(
+    tx: &mut redis::Pipeline,
+    lock: &str,
+    queue: &str,
+    waiters: &str,
+    line: &[Vec<u8>],
+    alive: &[bool],
+) {
     let window = millis(super::CLAIM_WINDOW);
-    let Some(head) = line.first() else {
+    let listens = |at: usize| alive.get(at).copied().unwrap_or(true);
+    let head = (0..line.len()).find(|&at| listens(at) || at == SKIP_DEAD);
+    for dead in &line[..head.unwrap_or(line.len())] {
+        tx.zrem(queue, dead).ignore();
+    }
+    let Some(at) = head else {
         tx.del(lock).ignore();
         return;
     };
+    let head = &line[at];
     // Marked when someone else waits: the head's claim passes the mark on.
     let mut reserved = Vec::with_capacity(head.len() + 2);
-    if line.len() > 1 {
+    if line.len() > at + 1 {
         reserved.push(LISTENED_MARK);
     }
     reserved.push(RESERVED_MARK);
@@ -406,9 +466,12 @@ fn hand_over(tx: &mut redis::Pipeline, lock: &str, queue: &str, waiters: &str, l
         .ignore()
         .publish(channel_of(waiters, head), format!("g:{window}:{lock}"))
         .ignore();
-    if let Some(second) = line.get(1) {
-        tx.publish(channel_of(waiters, second), format!("s:{window}:{lock}"))
-            .ignore();
+    if let Some(next) = (at + 1..line.len()).find(|&next| listens(next)) {
+        tx.publish(
+            channel_of(waiters, &line[next]),
+            format!("s:{window}:{lock}"),
+        )
+        .ignore();
     }
 }
 
