@@ -572,6 +572,64 @@ async fn a_release_on_watch_multi_passes_over_waiters_that_died_in_line() {
     .await;
 }
 
+/// Regression: a hand-over told the waiter after the head to stand by (take the lock should
+/// the head not claim it within its window) without asking whether it still listened, as
+/// it asks of the head. A waiter that had died there left nobody standing by, and the live
+/// waiters behind it slept on their own timers if the head never claimed. The dead one is
+/// now dropped from the line by the release that would have told it, and the next told.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_that_died_second_in_line_is_not_the_one_told_to_stand_by() {
+    const NAME: &str = "dead-standby";
+    let server = RedisServer::start();
+    let url = server.url();
+    let holder = Locker::from_url(&url).expect("locker");
+    let lease = holder.lock(NAME).ttl(30 * SECOND).await.expect("holder");
+    let head_locker = Locker::from_url(&url).expect("locker");
+    let head = tokio::spawn(async move {
+        head_locker
+            .lock(NAME)
+            .ttl(30 * SECOND)
+            .wait(20 * SECOND)
+            .await
+    });
+    until("the head to queue", || queued(&server, NAME) == 1).await;
+    let doomed_url = url.clone();
+    let doomed = |locker: Locker| async move {
+        let _ = locker.lock(NAME).ttl(10 * SECOND).wait(60 * SECOND).await;
+    };
+    die_while_queued(
+        move || Locker::from_url(&doomed_url).expect("locker"),
+        doomed,
+        || queued(&server, NAME) == 2,
+    )
+    .await;
+    let last_locker = Locker::from_url(&url).expect("locker");
+    let last = tokio::spawn(async move {
+        last_locker
+            .lock(NAME)
+            .ttl(10 * SECOND)
+            .wait(20 * SECOND)
+            .await
+    });
+    until("the last waiter to queue", || queued(&server, NAME) == 3).await;
+    let before = line(&server, NAME);
+    assert!(lease.release().await.expect("release"));
+    // The release's script reserved the lock for the head and looked for one to stand by.
+    assert_eq!(
+        line(&server, NAME),
+        before[2..].to_vec(),
+        "the dead waiter second in line left it with the release that found it dead"
+    );
+    let head = head.await.expect("join").expect("the head gets the lock");
+    assert!(head.release().await.expect("release"));
+    let last = last
+        .await
+        .expect("join")
+        .expect("the last waiter gets the lock after the head");
+    assert!(last.release().await.expect("release"));
+    assert_eq!(queued(&server, NAME), 0, "nobody is left in line");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_redlock_waiters_that_died_in_line_are_passed_over() {
     let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();

@@ -68,10 +68,11 @@ end
 
 -- Reserves the free lock for the head of the queue for `window` ms (popping it), tells it
 -- its turn ("g") and the one after it to stand by ("s": take the lock if the head has not
--- claimed it within the window). The reservation always carries the mark, and the head's
--- claim passes it on: under contention the releasing Locker queues again at once, and
--- would otherwise have to mark the reservation itself (one more call per hand-over); the
--- price is one hand-over path (a queue read) at the release that ends a run of contention.
+-- claimed it within the window; one that no longer listens is dropped, and the next told
+-- instead). The reservation always carries the mark, and the head's claim passes it on:
+-- under contention the releasing Locker queues again at once, and would otherwise have to
+-- mark the reservation itself (one more call per hand-over); the price is one hand-over
+-- path (a queue read) at the release that ends a run of contention.
 -- A head whose Locker no longer listens (its process died while queued: the turn message
 -- reached nobody) is dropped from the line instead, and the next one gets the turn: a
 -- killed waiter costs the line nothing, where a reservation for it would have kept the
@@ -95,8 +96,15 @@ local function hand_over(lock, q, window, waiters, taker)
       or skipped == SKIP_DEAD
     if alive then
       redis.call('SET', lock, '~?' .. head, 'PX', window)
-      if second and head ~= taker then
-        notify(waiters, second, 's:' .. window .. ':' .. lock, lock)
+      -- The one to stand by must listen too: a dead one would leave nobody to take the
+      -- lock should the head not claim it. Dropped like a dead head, within the same bound.
+      local dropped = skipped
+      while second and head ~= taker
+        and not notify(waiters, second, 's:' .. window .. ':' .. lock, lock)
+        and dropped < SKIP_DEAD do
+        redis.call('ZREM', q, second)
+        dropped = dropped + 1
+        second = redis.call('ZRANGE', q, 0, 0)[1]
       end
       return head
     end
