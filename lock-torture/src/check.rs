@@ -451,7 +451,7 @@ pub fn check(history: &History, nodes: usize) -> Report {
     count_paused_holders(&acqs, &pauses, &writes, &mut report);
     deadline::check(&history.events, &pauses, &mut report);
     revival::check(&history.events, &index, &acqs, &mut report);
-    nested::check(&history.events, &index, &acqs, &mut report);
+    nested::check(&history.events, &index, &acqs, &downs, &mut report);
     leftover::check(&history.events, &mut report);
     nested::check_siblings(&history.events, &index, &acqs, &mut report);
     liveness::check(&history.events, &acqs, &mut report);

@@ -43,6 +43,36 @@ fn a_spawned_sibling_is_judged_as_a_request_of_its_own() {
     assert_eq!(rules(&report), ["spawned-beside-holder"]);
 }
 
+/// A server restarted empty after the enclosing grant forgot that lease: a sibling spawned
+/// in the body that took the lock on the restarted server is the restart's overlap
+/// (expected, as `overlap` counts it), not a breach; a restart before the enclosing grant
+/// excuses nothing. Seen in a single-server `kill` smoke: the server was killed 1.3 ms
+/// after a grant, and a sibling spawned 22 ms later ran its body on a fresh lease.
+#[test]
+fn a_spawned_sibling_beside_a_lease_a_restart_forgot_is_expected() {
+    let down = |start_ms: u64, end_ms: u64| Event::Down {
+        node: 0,
+        t_start: start_ms * MS,
+        t_end: end_ms * MS,
+        empty: true,
+    };
+    let history = |d| {
+        vec![
+            d,
+            acq("a", "n", 1, 10, 190),
+            spawned_sibling("a", 100, Some(110)),
+        ]
+    };
+    let report = run(history(down(20, 25)), &[]);
+    assert!(report.violations.is_empty(), "{:?}", report.violations);
+    assert_eq!(
+        report.expected.get("spawned-beside-holder/restart"),
+        Some(&1)
+    );
+    let report = run(history(down(0, 5)), &[]);
+    assert_eq!(rules(&report), ["spawned-beside-holder"]);
+}
+
 /// While a replica is stopped, a busy answer (a try of a held name) needs no replica: one
 /// that took 400 ms (it queued behind a grant's WAIT, what lock-core did before) breaks
 /// `busy-delayed`, one of 2 ms does not; a try outside the stall is not judged.

@@ -12,7 +12,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use super::{Acq, Report, Violation};
+use super::{Acq, Down, Report, Violation};
 use crate::clock::{ms, Nanos};
 use crate::event::Event;
 
@@ -21,6 +21,7 @@ pub(super) fn check(
     events: &[Event],
     index: &HashMap<String, usize>,
     acqs: &[Acq],
+    downs: &[Down],
     report: &mut Report,
 ) {
     for event in events {
@@ -36,7 +37,7 @@ pub(super) fn check(
             continue;
         };
         if sibling.as_deref() == Some(SPAWNED) {
-            spawned(id, *t_body, index, acqs, report);
+            spawned(id, *t_body, index, acqs, downs, report);
             continue;
         }
         if outcome == "lost" {
@@ -71,12 +72,16 @@ const SPAWNED: &str = "spawned";
 /// Rule `spawned-beside-holder`: a sibling spawned from inside a `#[redis_locked]` body is
 /// another task, so it must be refused while the enclosing lease is trusted; once that
 /// lease has ended it may take the lock anew (its body then runs under a lease of its own,
-/// not on the enclosing one, which is why `nested-on-lost` does not judge it).
+/// not on the enclosing one, which is why `nested-on-lost` does not judge it). A server
+/// that restarted empty between the enclosing lease's attempt and the sibling's body forgot
+/// that lease, so the sibling's grant beside it is the restart's, as two holders are for
+/// `overlap`: counted as expected (`spawned-beside-holder/restart`), not as a violation.
 fn spawned(
     id: &str,
     t_body: Option<Nanos>,
     index: &HashMap<String, usize>,
     acqs: &[Acq],
+    downs: &[Down],
     report: &mut Report,
 ) {
     let (Some(t_body), Some(acq)) = (t_body, index.get(id).map(|&i| &acqs[i])) else {
@@ -84,6 +89,14 @@ fn spawned(
     };
     let trusted_until = acq.trusted_until();
     if t_body < trusted_until {
+        let restart = downs
+            .iter()
+            .any(|d| acq.a.attempt_start <= d.start && d.start <= t_body && d.end < trusted_until);
+        if restart {
+            report.expected_restart_overlaps += 1;
+            report.expect("spawned-beside-holder", "restart");
+            return;
+        }
         report.violations.push(Violation {
             rule: "spawned-beside-holder",
             name: acq.a.name.clone(),
