@@ -31,6 +31,11 @@ impl Backoff {
         Backoff { step: first, max }
     }
 
+    /// Pauses of `step` each, jittered as the others (between half of it and all of it).
+    pub fn steady(step: Duration) -> Backoff {
+        Backoff { step, max: step }
+    }
+
     /// The next pause; `holder_remaining` is the holder's TTL as Redis reported it.
     pub fn next(&mut self, holder_remaining: Option<Duration>) -> Duration {
         let step = self.step;

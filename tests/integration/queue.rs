@@ -572,6 +572,43 @@ async fn a_release_on_watch_multi_passes_over_waiters_that_died_in_line() {
     .await;
 }
 
+/// Regression (lock-torture's Cluster and Redlock `liveness` flags at a run's start): a
+/// waiter sets up its listening (its Locker's pub/sub connection, opened at the first wait)
+/// before it stands in the Redis queue, and looked at nothing meanwhile. Opening that
+/// connection took 113 ms on a Cluster's cold start and 184-206 ms on Redlock's under load,
+/// and a lock released meanwhile lay free, unseen, for as long. The waiter now looks while
+/// its listening is set up. Here its pub/sub connection never opens (a proxy that answers
+/// nothing), and the lock must still be taken once it is released.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_whose_listening_is_slow_to_set_up_still_takes_a_freed_lock() {
+    const NAME: &str = "slow-listen";
+    let server = RedisServer::start();
+    let proxy = lock_tests::proxy::Proxy::start(server.addr()).expect("proxy");
+    proxy.set_blackhole(true);
+    let holder = Locker::from_url(&server.url()).expect("locker");
+    let lease = holder.lock(NAME).ttl(30 * SECOND).await.expect("holder");
+    let pool = lock_core::deadpool_redis::Config::from_url(server.url())
+        .create_pool(Some(lock_core::deadpool_redis::Runtime::Tokio1))
+        .expect("pool");
+    let waiter = Locker::builder()
+        .pool(pool)
+        .pubsub_client(redis::Client::open(proxy.url()).expect("client"))
+        .build()
+        .expect("locker");
+    let waiting =
+        tokio::spawn(async move { waiter.lock(NAME).ttl(10 * SECOND).wait(4 * SECOND).await });
+    until("the waiter to open its pub/sub connection", || {
+        proxy.accepted() == 1
+    })
+    .await;
+    assert!(lease.release().await.expect("release"));
+    let lease = waiting
+        .await
+        .expect("join")
+        .expect("the waiter takes the freed lock while its listening is still being set up");
+    assert!(lease.release().await.expect("release"));
+}
+
 /// Regression: a hand-over told the waiter after the head to stand by (take the lock should
 /// the head not claim it within its window) without asking whether it still listened, as
 /// it asks of the head. A waiter that had died there left nobody standing by, and the live

@@ -68,6 +68,55 @@ impl Drop for InLine<'_> {
     }
 }
 
+/// How often a waiter looks at the lock while its listening is being set up, jittered
+/// between half of it and all of it: well within a claim window (the longest a waiter may
+/// be kept from a free lock), and longer than listening takes on an open connection (tens
+/// of microseconds to a couple of milliseconds), so that it costs no call then.
+const LOOK_WHILE_LISTENING: Duration = Duration::from_millis(40);
+
+/// What came first while a waiter's listening was being set up.
+enum WhileListening<T> {
+    /// Listening is up, or failed: what it ended with.
+    Up(T),
+    /// A look took the lock.
+    Took { started: Instant, answered: Instant },
+    /// A look was cut at the request's deadline, unanswered.
+    OutOfTime,
+    /// A look failed with an error that is not transient.
+    Failed(LockError),
+}
+
+/// Awaits `listening` (the waiter's subscriptions being set up), trying the lock meanwhile
+/// every [`LOOK_WHILE_LISTENING`] without queueing: nothing would tell this waiter of a
+/// release before it listens. Dropped, it drops `listening`, whose interests then stop.
+async fn look_while_listening<T>(
+    acq: &mut Acquire<'_>,
+    bound: Option<Instant>,
+    listening: impl std::future::Future<Output = T>,
+) -> WhileListening<T> {
+    tokio::pin!(listening);
+    let mut looks = Backoff::steady(LOOK_WHILE_LISTENING);
+    loop {
+        tokio::select! {
+            biased;
+            up = &mut listening => return WhileListening::Up(up),
+            () = tokio::time::sleep(looks.next(None)) => {}
+        }
+        match acq.attempt(bound, AttemptKind::Try).await {
+            Ok(Tried::Acquired { started, answered }) => {
+                return WhileListening::Took { started, answered };
+            }
+            Ok(Tried::OutOfTime) => return WhileListening::OutOfTime,
+            Ok(Tried::NotYet) => acq.transient = None,
+            Err(err) if err.is_transient() => {
+                tracing::debug!(name = %acq.keys.name, %err, "a look while listening failed; listening goes on");
+                acq.transient = Some(err);
+            }
+            Err(err) => return WhileListening::Failed(err),
+        }
+    }
+}
+
 /// The slow path: queue (locally, then in Redis or on the release channel) until the
 /// lock is ours or the deadline passes.
 pub(super) async fn wait_for_turn(
@@ -106,11 +155,11 @@ pub(super) async fn wait_for_turn(
     if let Some(notifier) = queue {
         // Stand in the lock's Redis-side queue. Listen first, so that a turn announced
         // right after the queued attempt is not missed.
-        let listen = notifier.listen(&acq.keys.lock, &local.released);
+        let listen = notifier.listen(&keys.lock, &local.released);
         // Redlock's other masters, at once and best effort: one that cannot be reached
         // within the per-command timeout is not listened to for this request.
         let others = join_all(engine.other_masters().iter().map(|other| {
-            let listen = other.listen(&acq.keys.lock, &local.released);
+            let listen = other.listen(&keys.lock, &local.released);
             async move {
                 let limit = engine.settings().command_timeout;
                 match tokio::time::timeout(limit, listen).await {
@@ -123,10 +172,27 @@ pub(super) async fn wait_for_turn(
                 }
             }
         }));
-        let (listened, others) = tokio::join!(
-            tokio::time::timeout_at(deadline.into(), listen),
-            tokio::time::timeout_at(deadline.into(), others)
-        );
+        let listened = async {
+            tokio::join!(
+                tokio::time::timeout_at(deadline.into(), listen),
+                tokio::time::timeout_at(deadline.into(), others)
+            )
+        };
+        // Listening takes a round trip or two, but on a cold start (the pub/sub
+        // connection still opening on a starved machine) or while a subscription moves
+        // to its slot's new master it took up to 113 ms, during which nothing would tell
+        // this waiter of a release: it looks meanwhile, without queueing.
+        let (listened, others) = match look_while_listening(&mut acq, bound, listened).await {
+            WhileListening::Up(listened) => listened,
+            WhileListening::Took { started, answered } => {
+                let contended = local.contended_lately(acq.begun);
+                let held = acq.grant(started, answered, local.clone(), contended);
+                drop((turn, in_line));
+                return Ok(held);
+            }
+            WhileListening::OutOfTime => return Err(acq.timeout()),
+            WhileListening::Failed(err) => return Err(err),
+        };
         let mut interests: Vec<Interest> =
             others.unwrap_or_default().into_iter().flatten().collect();
         match listened {
