@@ -587,14 +587,7 @@ async fn a_waiter_whose_listening_is_slow_to_set_up_still_takes_a_freed_lock() {
     proxy.set_blackhole(true);
     let holder = Locker::from_url(&server.url()).expect("locker");
     let lease = holder.lock(NAME).ttl(30 * SECOND).await.expect("holder");
-    let pool = lock_core::deadpool_redis::Config::from_url(server.url())
-        .create_pool(Some(lock_core::deadpool_redis::Runtime::Tokio1))
-        .expect("pool");
-    let waiter = Locker::builder()
-        .pool(pool)
-        .pubsub_client(redis::Client::open(proxy.url()).expect("client"))
-        .build()
-        .expect("locker");
+    let waiter = listening_never_set_up(&server, &proxy);
     let waiting =
         tokio::spawn(async move { waiter.lock(NAME).ttl(10 * SECOND).wait(4 * SECOND).await });
     until("the waiter to open its pub/sub connection", || {
@@ -607,6 +600,88 @@ async fn a_waiter_whose_listening_is_slow_to_set_up_still_takes_a_freed_lock() {
         .expect("join")
         .expect("the waiter takes the freed lock while its listening is still being set up");
     assert!(lease.release().await.expect("release"));
+}
+
+/// A Locker on `server` whose pub/sub connection goes through `proxy` (blackholed: it never
+/// opens), so that its waiters' listening is never set up.
+fn listening_never_set_up(server: &RedisServer, proxy: &lock_tests::proxy::Proxy) -> Locker {
+    listening_never_set_up_on(server, proxy, lock_core::Protocol::Scripts)
+}
+
+fn listening_never_set_up_on(
+    server: &RedisServer,
+    proxy: &lock_tests::proxy::Proxy,
+    protocol: lock_core::Protocol,
+) -> Locker {
+    let pool = lock_core::deadpool_redis::Config::from_url(server.url())
+        .create_pool(Some(lock_core::deadpool_redis::Runtime::Tokio1))
+        .expect("pool");
+    Locker::builder()
+        .pool(pool)
+        .pubsub_client(redis::Client::open(proxy.url()).expect("client"))
+        .protocol(protocol)
+        .build()
+        .expect("locker")
+}
+
+/// The same for a waiter on WATCH/MULTI, which listens on the lock's release channel
+/// (subscribed once Redis says the lock is held) rather than in the queue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_channel_waiter_whose_subscription_is_slow_still_takes_a_freed_lock() {
+    const NAME: &str = "slow-subscribe";
+    let server = RedisServer::start();
+    let proxy = lock_tests::proxy::Proxy::start(server.addr()).expect("proxy");
+    proxy.set_blackhole(true);
+    let holder = Locker::from_url(&server.url()).expect("locker");
+    let lease = holder.lock(NAME).ttl(30 * SECOND).await.expect("holder");
+    let waiter = listening_never_set_up_on(&server, &proxy, lock_core::Protocol::Transactions);
+    let waiting =
+        tokio::spawn(async move { waiter.lock(NAME).ttl(10 * SECOND).wait(4 * SECOND).await });
+    until("the waiter to open its pub/sub connection", || {
+        proxy.accepted() == 1
+    })
+    .await;
+    assert!(lease.release().await.expect("release"));
+    let lease = waiting
+        .await
+        .expect("join")
+        .expect("the waiter takes the freed lock while its subscription is still being set up");
+    assert!(lease.release().await.expect("release"));
+}
+
+/// The same for a semaphore's waiter (its permits' listening is set up the same way).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permit_waiter_whose_listening_is_slow_to_set_up_still_takes_a_freed_permit() {
+    const NAME: &str = "slow-listen-permits";
+    let server = RedisServer::start();
+    let proxy = lock_tests::proxy::Proxy::start(server.addr()).expect("proxy");
+    proxy.set_blackhole(true);
+    let holder = Locker::from_url(&server.url()).expect("locker");
+    let permit = holder
+        .semaphore(NAME, 1)
+        .acquire()
+        .ttl(30 * SECOND)
+        .await
+        .expect("holder");
+    let waiter = listening_never_set_up(&server, &proxy);
+    let waiting = tokio::spawn(async move {
+        waiter
+            .semaphore(NAME, 1)
+            .acquire()
+            .ttl(10 * SECOND)
+            .wait(4 * SECOND)
+            .await
+    });
+    until("the waiter to open its pub/sub connection", || {
+        proxy.accepted() == 1
+    })
+    .await;
+    assert!(permit.release().await.expect("release"));
+    let permit = waiting
+        .await
+        .expect("join")
+        .expect("the waiter takes the freed permit while its listening is still being set up");
+    assert!(permit.release().await.expect("release"));
 }
 
 /// Regression: a hand-over told the waiter after the head to stand by (take the lock should

@@ -15,7 +15,7 @@ use crate::engine::local::{NameRef, Queued};
 use crate::engine::Engine;
 use crate::key::LockKeys;
 use crate::signal::Hint;
-use crate::wait::{Backoff, Outage};
+use crate::wait::{Backoff, Outage, LOOK_WHILE_LISTENING};
 use crate::LockError;
 
 /// Slack after a lease's end before looking: Redis expires keys at millisecond
@@ -67,12 +67,6 @@ impl Drop for InLine<'_> {
         });
     }
 }
-
-/// How often a waiter looks at the lock while its listening is being set up, jittered
-/// between half of it and all of it: well within a claim window (the longest a waiter may
-/// be kept from a free lock), and longer than listening takes on an open connection (tens
-/// of microseconds to a couple of milliseconds), so that it costs no call then.
-const LOOK_WHILE_LISTENING: Duration = Duration::from_millis(40);
 
 /// What came first while a waiter's listening was being set up.
 enum WhileListening<T> {
@@ -347,11 +341,20 @@ pub(super) async fn wait_for_turn(
                 // Subscribing takes a moment during which a release would go unseen,
                 // so look once more right after it.
                 subscribe_pending = false;
-                let subscription =
-                    tokio::time::timeout_at(deadline.into(), subscribe(&acq, &local))
-                        .await
-                        .ok()
-                        .flatten();
+                let subscribing =
+                    tokio::time::timeout_at(deadline.into(), subscribe(engine, &keys, &local));
+                // Looking meanwhile, as while listening in the queue (see above).
+                let subscription = match look_while_listening(&mut acq, bound, subscribing).await {
+                    WhileListening::Up(subscribed) => subscribed.ok().flatten(),
+                    WhileListening::Took { started, answered } => {
+                        let contended = local.contended_lately(acq.begun);
+                        let held = acq.grant(started, answered, local.clone(), contended);
+                        drop((turn, in_line, listening));
+                        return Ok(held);
+                    }
+                    WhileListening::OutOfTime => return Err(acq.timeout()),
+                    WhileListening::Failed(err) => return Err(err),
+                };
                 if let Some(subscription) = subscription {
                     listening = Listening::Broadcast {
                         _subscription: subscription,
@@ -431,15 +434,12 @@ fn pause(acq: &Acquire<'_>, backoff: &mut Backoff, queued_in_redis: bool) -> Dur
     }
 }
 
-async fn subscribe(acq: &Acquire<'_>, local: &NameRef) -> Option<Subscription> {
-    let notifier = acq.engine.notifier()?;
-    match notifier
-        .subscribe(&acq.keys.channel(), &local.released)
-        .await
-    {
+async fn subscribe(engine: &Engine, keys: &LockKeys, local: &NameRef) -> Option<Subscription> {
+    let notifier = engine.notifier()?;
+    match notifier.subscribe(&keys.channel(), &local.released).await {
         Ok(subscription) => Some(subscription),
         Err(err) => {
-            tracing::debug!(name = %acq.keys.name, %err, "no release notifications; falling back to timed retries");
+            tracing::debug!(name = %keys.name, %err, "no release notifications; falling back to timed retries");
             None
         }
     }

@@ -33,7 +33,7 @@ use crate::engine::validity::validity;
 use crate::prims::env::Env;
 use crate::signal::{Hint, Wake};
 use crate::token::new_value;
-use crate::wait::{Backoff, Outage};
+use crate::wait::{Backoff, Outage, LOOK_WHILE_LISTENING};
 use crate::{LockError, WaitSetting};
 
 /// Slack after a permit's end before looking (Redis expires at millisecond granularity).
@@ -284,7 +284,52 @@ async fn run(request: Request<'_>, judged: &mut Option<u64>) -> Result<Granted, 
     undo.id = new_value(&keys.name, None)?;
     if let Some(notifier) = local {
         let route = keys.route(&undo.id);
-        match bounded(bound, notifier.listen_permits(&keys.holders, &route, &wake)).await {
+        let listening = bounded(bound, notifier.listen_permits(&keys.holders, &route, &wake));
+        tokio::pin!(listening);
+        let mut looks = Backoff::steady(LOOK_WHILE_LISTENING);
+        let listened = loop {
+            tokio::select! {
+                biased;
+                up = &mut listening => break up,
+                () = tokio::time::sleep(looks.next(None)) => {}
+            }
+            // Nothing tells this waiter of a release before it listens: it looks meanwhile,
+            // without queueing, as its first attempt did.
+            undo.dirty = true;
+            let started = Instant::now();
+            let (cap, _) = outage.cap(bound, started);
+            let look = bounded(
+                cap,
+                store.acquire(keys, &undo.member, ttl, ask, None, &undo.sent, local),
+            )
+            .await;
+            answered(&mut outage, look.as_ref(), started);
+            match look {
+                // Unanswered in time: the listening's own bound decides what follows.
+                None => {}
+                Some(Ok(Attempt::Taken)) => return grant(undo, started, ttl),
+                Some(Ok(Attempt::Busy {
+                    first_end: end,
+                    capacity,
+                    ..
+                })) => {
+                    undo.dirty = false;
+                    transient = None;
+                    first_end = end;
+                    *judged = Some(capacity);
+                }
+                Some(Ok(Attempt::Mismatch { stored })) => {
+                    undo.dirty = false;
+                    return Err(mismatch(keys, stored, ask));
+                }
+                Some(Err(err)) if err.is_transient() => {
+                    tracing::debug!(name = %keys.name, %err, "a look while listening failed; listening goes on");
+                    transient = Some(err);
+                }
+                Some(Err(err)) => return Err(err),
+            }
+        };
+        match listened {
             None => return Err(timeout(first_end, transient)),
             Some(Ok(interest)) => {
                 _interest = Some(interest);
