@@ -402,3 +402,17 @@ pub mod __private {
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
+
+/// The examples of `#[redis_locked]`'s documentation (lock-macros' `src/redis_locked.md`,
+/// shown on the attribute and on the lock-macros crate), `compile_fail` ones included, run as
+/// this crate's doctests: they use lock_core, and lock-macros (a proc-macro crate, its
+/// doctests built for the host) runs none (`doctest = false`), so that it needs no
+/// dev-dependency on lock-core. Read from the workspace: not in this crate's package.
+#[cfg(all(doctest, feature = "macros"))]
+#[doc = include_str!("../../lock-macros/src/redis_locked.md")]
+struct MacroDoctests;
+
+/// lock-macros' README example, for the same reason.
+#[cfg(all(doctest, feature = "macros"))]
+#[doc = include_str!("../../lock-macros/README.md")]
+struct MacroReadmeDoctests;
