@@ -572,6 +572,63 @@ async fn a_release_on_watch_multi_passes_over_waiters_that_died_in_line() {
     .await;
 }
 
+/// A server, a proxy in front of it that answers nothing, and a Locker on the server whose
+/// pub/sub connection goes through that proxy: its waiters' listening is never set up.
+struct ListeningNeverUp {
+    server: RedisServer,
+    proxy: lock_tests::proxy::Proxy,
+    waiter: Locker,
+}
+
+impl ListeningNeverUp {
+    fn start(protocol: lock_core::Protocol) -> ListeningNeverUp {
+        let server = RedisServer::start();
+        let proxy = lock_tests::proxy::Proxy::start(server.addr()).expect("proxy");
+        proxy.set_blackhole(true);
+        let pool = lock_core::deadpool_redis::Config::from_url(server.url())
+            .create_pool(Some(lock_core::deadpool_redis::Runtime::Tokio1))
+            .expect("pool");
+        let waiter = Locker::builder()
+            .pool(pool)
+            .pubsub_client(redis::Client::open(proxy.url()).expect("client"))
+            .protocol(protocol)
+            .build()
+            .expect("locker");
+        ListeningNeverUp {
+            server,
+            proxy,
+            waiter,
+        }
+    }
+
+    /// Until the waiter's request opened its pub/sub connection: it is setting up its
+    /// listening from then on, for good.
+    async fn until_listening(&self) {
+        until("the waiter to open its pub/sub connection", || {
+            self.proxy.accepted() == 1
+        })
+        .await;
+    }
+}
+
+/// A lock released while its waiter's listening is being set up is taken by that waiter.
+async fn a_lock_freed_before_listening_is_up_is_taken(protocol: lock_core::Protocol) {
+    const NAME: &str = "slow-listen";
+    let rig = ListeningNeverUp::start(protocol);
+    let holder = Locker::from_url(&rig.server.url()).expect("locker");
+    let lease = holder.lock(NAME).ttl(30 * SECOND).await.expect("holder");
+    let waiter = rig.waiter.clone();
+    let waiting =
+        tokio::spawn(async move { waiter.lock(NAME).ttl(10 * SECOND).wait(4 * SECOND).await });
+    rig.until_listening().await;
+    assert!(lease.release().await.expect("release"));
+    let lease = waiting
+        .await
+        .expect("join")
+        .expect("the waiter takes the freed lock while its listening is still being set up");
+    assert!(lease.release().await.expect("release"));
+}
+
 /// Regression (lock-torture's Cluster and Redlock `liveness` flags at a run's start): a
 /// waiter sets up its listening (its Locker's pub/sub connection, opened at the first wait)
 /// before it stands in the Redis queue, and looked at nothing meanwhile. Opening that
@@ -581,89 +638,29 @@ async fn a_release_on_watch_multi_passes_over_waiters_that_died_in_line() {
 /// nothing), and the lock must still be taken once it is released.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_whose_listening_is_slow_to_set_up_still_takes_a_freed_lock() {
-    const NAME: &str = "slow-listen";
-    let server = RedisServer::start();
-    let proxy = lock_tests::proxy::Proxy::start(server.addr()).expect("proxy");
-    proxy.set_blackhole(true);
-    let holder = Locker::from_url(&server.url()).expect("locker");
-    let lease = holder.lock(NAME).ttl(30 * SECOND).await.expect("holder");
-    let waiter = listening_never_set_up(&server, &proxy);
-    let waiting =
-        tokio::spawn(async move { waiter.lock(NAME).ttl(10 * SECOND).wait(4 * SECOND).await });
-    until("the waiter to open its pub/sub connection", || {
-        proxy.accepted() == 1
-    })
-    .await;
-    assert!(lease.release().await.expect("release"));
-    let lease = waiting
-        .await
-        .expect("join")
-        .expect("the waiter takes the freed lock while its listening is still being set up");
-    assert!(lease.release().await.expect("release"));
-}
-
-/// A Locker on `server` whose pub/sub connection goes through `proxy` (blackholed: it never
-/// opens), so that its waiters' listening is never set up.
-fn listening_never_set_up(server: &RedisServer, proxy: &lock_tests::proxy::Proxy) -> Locker {
-    listening_never_set_up_on(server, proxy, lock_core::Protocol::Scripts)
-}
-
-fn listening_never_set_up_on(
-    server: &RedisServer,
-    proxy: &lock_tests::proxy::Proxy,
-    protocol: lock_core::Protocol,
-) -> Locker {
-    let pool = lock_core::deadpool_redis::Config::from_url(server.url())
-        .create_pool(Some(lock_core::deadpool_redis::Runtime::Tokio1))
-        .expect("pool");
-    Locker::builder()
-        .pool(pool)
-        .pubsub_client(redis::Client::open(proxy.url()).expect("client"))
-        .protocol(protocol)
-        .build()
-        .expect("locker")
+    a_lock_freed_before_listening_is_up_is_taken(lock_core::Protocol::Scripts).await;
 }
 
 /// The same for a waiter on WATCH/MULTI, which listens on the lock's release channel
 /// (subscribed once Redis says the lock is held) rather than in the queue.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_channel_waiter_whose_subscription_is_slow_still_takes_a_freed_lock() {
-    const NAME: &str = "slow-subscribe";
-    let server = RedisServer::start();
-    let proxy = lock_tests::proxy::Proxy::start(server.addr()).expect("proxy");
-    proxy.set_blackhole(true);
-    let holder = Locker::from_url(&server.url()).expect("locker");
-    let lease = holder.lock(NAME).ttl(30 * SECOND).await.expect("holder");
-    let waiter = listening_never_set_up_on(&server, &proxy, lock_core::Protocol::Transactions);
-    let waiting =
-        tokio::spawn(async move { waiter.lock(NAME).ttl(10 * SECOND).wait(4 * SECOND).await });
-    until("the waiter to open its pub/sub connection", || {
-        proxy.accepted() == 1
-    })
-    .await;
-    assert!(lease.release().await.expect("release"));
-    let lease = waiting
-        .await
-        .expect("join")
-        .expect("the waiter takes the freed lock while its subscription is still being set up");
-    assert!(lease.release().await.expect("release"));
+    a_lock_freed_before_listening_is_up_is_taken(lock_core::Protocol::Transactions).await;
 }
 
 /// The same for a semaphore's waiter (its permits' listening is set up the same way).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_permit_waiter_whose_listening_is_slow_to_set_up_still_takes_a_freed_permit() {
     const NAME: &str = "slow-listen-permits";
-    let server = RedisServer::start();
-    let proxy = lock_tests::proxy::Proxy::start(server.addr()).expect("proxy");
-    proxy.set_blackhole(true);
-    let holder = Locker::from_url(&server.url()).expect("locker");
+    let rig = ListeningNeverUp::start(lock_core::Protocol::Scripts);
+    let holder = Locker::from_url(&rig.server.url()).expect("locker");
     let permit = holder
         .semaphore(NAME, 1)
         .acquire()
         .ttl(30 * SECOND)
         .await
         .expect("holder");
-    let waiter = listening_never_set_up(&server, &proxy);
+    let waiter = rig.waiter.clone();
     let waiting = tokio::spawn(async move {
         waiter
             .semaphore(NAME, 1)
@@ -672,10 +669,7 @@ async fn a_permit_waiter_whose_listening_is_slow_to_set_up_still_takes_a_freed_p
             .wait(4 * SECOND)
             .await
     });
-    until("the waiter to open its pub/sub connection", || {
-        proxy.accepted() == 1
-    })
-    .await;
+    rig.until_listening().await;
     assert!(permit.release().await.expect("release"));
     let permit = waiting
         .await

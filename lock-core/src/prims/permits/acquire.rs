@@ -29,6 +29,7 @@ use crate::backend::permits::{
     member, queue_entry, Ask, Attempt, Leaving, PermitKeys, QueueWaiter, Store,
 };
 use crate::backend::prim_scripts::SentOn;
+use crate::connection::notifier::Notifier;
 use crate::engine::validity::validity;
 use crate::prims::env::Env;
 use crate::signal::{Hint, Wake};
@@ -77,6 +78,29 @@ struct Abandon<'a> {
     in_queue: bool,
     /// The connections of the attempts, for the give-back to follow them.
     sent: SentOn,
+}
+
+impl Abandon<'_> {
+    /// One attempt that does not queue (the first, and each look while listening), given up
+    /// at `cap`; `outage` learns whether Redis answered.
+    async fn attempt_unqueued(
+        &self,
+        ttl: Duration,
+        ask: Ask,
+        local: Option<&Notifier>,
+        cap: Option<Instant>,
+        outage: &mut Outage,
+        started: Instant,
+    ) -> Option<Result<Attempt, LockError>> {
+        let attempt = bounded(
+            cap,
+            self.store
+                .acquire(self.keys, &self.member, ttl, ask, None, &self.sent, local),
+        )
+        .await;
+        answered(outage, attempt.as_ref(), started);
+        attempt
+    }
 }
 
 impl Drop for Abandon<'_> {
@@ -239,12 +263,9 @@ async fn run(request: Request<'_>, judged: &mut Option<u64>) -> Result<Granted, 
             Some(_) => outage.cap(bound, started),
             None => (None, false),
         };
-        let first = bounded(
-            cap,
-            store.acquire(keys, &undo.member, ttl, ask, None, &undo.sent, local),
-        )
-        .await;
-        answered(&mut outage, first.as_ref(), started);
+        let first = undo
+            .attempt_unqueued(ttl, ask, local, cap, &mut outage, started)
+            .await;
         match first {
             None if outage_ends => return Err(unanswered(&keys.name, &outage, None)),
             None => return Err(timeout(None, None)),
@@ -298,12 +319,9 @@ async fn run(request: Request<'_>, judged: &mut Option<u64>) -> Result<Granted, 
             undo.dirty = true;
             let started = Instant::now();
             let (cap, _) = outage.cap(bound, started);
-            let look = bounded(
-                cap,
-                store.acquire(keys, &undo.member, ttl, ask, None, &undo.sent, local),
-            )
-            .await;
-            answered(&mut outage, look.as_ref(), started);
+            let look = undo
+                .attempt_unqueued(ttl, ask, local, cap, &mut outage, started)
+                .await;
             match look {
                 // Unanswered in time: the listening's own bound decides what follows.
                 None => {}
