@@ -678,6 +678,34 @@ async fn a_permit_waiter_whose_listening_is_slow_to_set_up_still_takes_a_freed_p
     assert!(permit.release().await.expect("release"));
 }
 
+/// The same for a multi-lock's waiter (`lock_all`), which subscribes to the release channel
+/// of the lock it found held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multi_lock_waiter_whose_subscription_is_slow_still_takes_the_freed_locks() {
+    let rig = ListeningNeverUp::start(lock_core::Protocol::Scripts);
+    let holder = Locker::from_url(&rig.server.url()).expect("locker");
+    let lease = holder
+        .lock("slow-multi-b")
+        .ttl(30 * SECOND)
+        .await
+        .expect("holder");
+    let waiter = rig.waiter.clone();
+    let waiting = tokio::spawn(async move {
+        waiter
+            .lock_all(["slow-multi-a", "slow-multi-b"])
+            .ttl(10 * SECOND)
+            .wait(4 * SECOND)
+            .await
+    });
+    rig.until_listening().await;
+    assert!(lease.release().await.expect("release"));
+    let all = waiting
+        .await
+        .expect("join")
+        .expect("the waiter takes both locks while its subscription is still being set up");
+    assert!(all.release().await.expect("release"));
+}
+
 /// Regression: a hand-over told the waiter after the head to stand by (take the lock should
 /// the head not claim it within its window) without asking whether it still listened, as
 /// it asks of the head. A waiter that had died there left nobody standing by, and the live

@@ -13,6 +13,8 @@
 //! never delete what a later one took. A request dropped at any point gives back, in the
 //! background, whatever its attempt in flight may have taken; the TTL covers a crash.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -29,7 +31,7 @@ use crate::key::LockKeys;
 use crate::prims::env::Env;
 use crate::signal::Wake;
 use crate::token::{decode_value, new_value, LISTENED_MARK};
-use crate::wait::Backoff;
+use crate::wait::{Backoff, LOOK_WHILE_LISTENING};
 use crate::{LockError, WaitSetting};
 
 /// Slack after a holder's TTL before looking (Redis expires at millisecond granularity).
@@ -157,6 +159,10 @@ pub(super) async fn acquire(
     // The busy lock's name, its name signal (kept: the subscription routes to this very
     // signal), and whether its release channel was subscribed to (`None`: not tried yet).
     let mut listening: Option<(String, NameRef, Option<Option<Subscription>>)> = None;
+    // That subscription while it is being set up: this request looks again every
+    // [`LOOK_WHILE_LISTENING`] meanwhile, since nothing would tell it of a release before.
+    let mut subscribing: Option<Pin<Box<dyn Future<Output = Option<Subscription>> + Send + '_>>> =
+        None;
     loop {
         // Armed before the attempt, so that a release of the lock waited for that lands
         // between the attempt and the wait still wakes this request.
@@ -264,6 +270,7 @@ pub(super) async fn acquire(
             .is_none_or(|(name, _, _)| *name != busy.name)
         {
             listening = Some((busy.name.clone(), env.name_signal(&busy.name), None));
+            subscribing = None;
         }
         let Some((_, local, subscribed)) = listening.as_mut() else {
             continue;
@@ -275,7 +282,24 @@ pub(super) async fn acquire(
         fresh.as_mut().enable();
         let armed_here = signal.as_ref().is_some_and(|(name, _)| *name == busy.name);
         if subscribed.is_none() {
-            let subscription = subscribe(env, &busy.name, &local.released, deadline).await;
+            let pending = subscribing.get_or_insert_with(|| {
+                Box::pin(subscribe(
+                    env,
+                    busy.name.clone(),
+                    Arc::clone(&local.released),
+                    deadline,
+                ))
+            });
+            let Ok(subscription) = tokio::time::timeout(
+                Backoff::steady(LOOK_WHILE_LISTENING).next(None),
+                pending.as_mut(),
+            )
+            .await
+            else {
+                // Still being set up: look again meanwhile.
+                continue;
+            };
+            subscribing = None;
             let now_listening = subscription.is_some();
             *subscribed = Some(subscription);
             if now_listening {
@@ -328,14 +352,14 @@ const FREE: i64 = -2;
 /// finds (see [`mark`]).
 async fn subscribe(
     env: &Env,
-    name: &str,
-    signal: &Arc<Wake>,
+    name: String,
+    signal: Arc<Wake>,
     deadline: Instant,
 ) -> Option<Subscription> {
     let notifier = env.notifier()?;
-    let keys = LockKeys::new(env.prefix(), name.to_owned()).ok()?;
+    let keys = LockKeys::new(env.prefix(), name).ok()?;
     let channel = keys.channel();
-    let subscribing = notifier.subscribe(&channel, signal);
+    let subscribing = notifier.subscribe(&channel, &signal);
     tokio::time::timeout_at(deadline.into(), subscribing)
         .await
         .ok()?
