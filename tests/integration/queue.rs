@@ -601,13 +601,23 @@ impl ListeningNeverUp {
         }
     }
 
-    /// Until the waiter's request opened its pub/sub connection: it is setting up its
-    /// listening from then on, for good.
-    async fn until_listening(&self) {
+    /// Once the waiter's request (`waiting`) opened its pub/sub connection, and so is
+    /// setting up its listening for good, frees what it waits for (`free`, a release);
+    /// what the waiter then takes.
+    async fn taken_once_freed<T>(
+        &self,
+        waiting: tokio::task::JoinHandle<Result<T, lock_core::LockError>>,
+        free: impl std::future::Future<Output = Result<bool, lock_core::LockError>>,
+    ) -> T {
         until("the waiter to open its pub/sub connection", || {
             self.proxy.accepted() == 1
         })
         .await;
+        assert!(free.await.expect("release"));
+        waiting
+            .await
+            .expect("join")
+            .expect("the waiter takes what was freed while its listening is still being set up")
     }
 }
 
@@ -620,12 +630,7 @@ async fn a_lock_freed_before_listening_is_up_is_taken(protocol: lock_core::Proto
     let waiter = rig.waiter.clone();
     let waiting =
         tokio::spawn(async move { waiter.lock(NAME).ttl(10 * SECOND).wait(4 * SECOND).await });
-    rig.until_listening().await;
-    assert!(lease.release().await.expect("release"));
-    let lease = waiting
-        .await
-        .expect("join")
-        .expect("the waiter takes the freed lock while its listening is still being set up");
+    let lease = rig.taken_once_freed(waiting, lease.release()).await;
     assert!(lease.release().await.expect("release"));
 }
 
@@ -669,12 +674,7 @@ async fn a_permit_waiter_whose_listening_is_slow_to_set_up_still_takes_a_freed_p
             .wait(4 * SECOND)
             .await
     });
-    rig.until_listening().await;
-    assert!(permit.release().await.expect("release"));
-    let permit = waiting
-        .await
-        .expect("join")
-        .expect("the waiter takes the freed permit while its listening is still being set up");
+    let permit = rig.taken_once_freed(waiting, permit.release()).await;
     assert!(permit.release().await.expect("release"));
 }
 
@@ -697,12 +697,7 @@ async fn a_multi_lock_waiter_whose_subscription_is_slow_still_takes_the_freed_lo
             .wait(4 * SECOND)
             .await
     });
-    rig.until_listening().await;
-    assert!(lease.release().await.expect("release"));
-    let all = waiting
-        .await
-        .expect("join")
-        .expect("the waiter takes both locks while its subscription is still being set up");
+    let all = rig.taken_once_freed(waiting, lease.release()).await;
     assert!(all.release().await.expect("release"));
 }
 
