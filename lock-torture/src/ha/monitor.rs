@@ -155,8 +155,9 @@ enum Seen {
 /// lease each lock key was last set to.
 #[derive(Debug, Default)]
 struct Script {
-    /// (lock key, lease token, end) of each `SET` of a lock key in the current run.
-    sets: Vec<(String, String, Option<u128>)>,
+    /// (lock key, lease token, end, whether it was a `SET NX`) of each `SET` of a lock key
+    /// in the current run.
+    sets: Vec<(String, String, Option<u128>, bool)>,
     /// Lock key -> the lease token a script last set it to.
     current: HashMap<String, String>,
     /// The server's time stamp of the last line, in ns since the epoch.
@@ -188,11 +189,15 @@ impl Script {
             "SET" if lock_key => {
                 let token = token_of(args.get(2)?).to_owned();
                 let until = expiry(&args[3..], self.stamp);
-                self.sets.push((key.clone(), token.clone(), until));
-                match self.current.insert(key.clone(), token.clone()) {
-                    Some(old) if old != token => Some(vec![Seen::Removal { token: old }]),
-                    _ => None,
+                // `SET NX` writes only an absent key, and `MONITOR` does not say whether
+                // it did: it counts once the same run draws the fencing token, which the
+                // scripts do only after it took the lock (a failed one replaced nothing).
+                let nx = args[3..].iter().any(|o| o.eq_ignore_ascii_case("NX"));
+                self.sets.push((key.clone(), token.clone(), until, nx));
+                if nx {
+                    return None;
                 }
+                replaced(self.current.insert(key.clone(), token.clone()), &token)
             }
             "DEL" if lock_key => {
                 let token = self.current.remove(key)?;
@@ -200,9 +205,15 @@ impl Script {
             }
             "SET" | "INCR" => {
                 let lock = key.strip_suffix(":fence")?;
-                let at = self.sets.iter().rposition(|(k, _, _)| k == lock)?;
-                let (key, token, until) = self.sets.remove(at);
-                Some(vec![Seen::Grant { token, key, until }])
+                let at = self.sets.iter().rposition(|(k, _, _, _)| k == lock)?;
+                let (key, token, until, nx) = self.sets.remove(at);
+                let mut seen = Vec::new();
+                if nx {
+                    let old = self.current.insert(key.clone(), token.clone());
+                    seen.extend(replaced(old, &token).into_iter().flatten());
+                }
+                seen.push(Seen::Grant { token, key, until });
+                Some(seen)
             }
             "ZADD" if permit_key => Some(permit_grants(key, &args[2..])),
             "ZREM" if permit_key => Some(
@@ -217,6 +228,14 @@ impl Script {
             ),
             _ => None,
         }
+    }
+}
+
+/// The removal of the lease a lock key held (`old`) when it now holds `token`'s.
+fn replaced(old: Option<String>, token: &str) -> Option<Vec<Seen>> {
+    match old {
+        Some(old) if old != token => Some(vec![Seen::Removal { token: old }]),
+        _ => None,
     }
 }
 
@@ -321,6 +340,51 @@ mod tests {
             Seen::Removal { .. } => None,
         })
         .collect()
+    }
+
+    /// A failed `SET NX` (another client's attempt on a held lock: the script reads the
+    /// holder next) replaced nothing; the holder's lease ends only at its release. The
+    /// reader took every `SET` of a lock key for a write, and so counted the name free from
+    /// any failed attempt on it (the Cluster's first-200-ms `liveness` suspect).
+    #[test]
+    fn a_failed_set_nx_replaces_nothing_a_successful_one_is_a_grant() {
+        let mut script = Script::default();
+        let lines = [
+            r#"+1700000000.000001 [0 127.0.0.1:5000] "evalsha" "abc" "2" "lock:{n}" "lock:{n}:fence" "t1:torture-c0@h:1" "200" "1""#,
+            r#"+1700000000.000002 [0 lua] "SET" "lock:{n}" "t1:torture-c0@h:1" "NX" "PX" "200""#,
+            r#"+1700000000.000003 [0 lua] "TIME""#,
+            r#"+1700000000.000004 [0 lua] "SET" "lock:{n}:fence" "17" "GET""#,
+            r#"+1700000000.000005 [0 127.0.0.1:5001] "evalsha" "abc" "2" "lock:{n}" "lock:{n}:fence" "t2:torture-c1@h:2" "200" "1""#,
+            r#"+1700000000.000006 [0 lua] "SET" "lock:{n}" "t2:torture-c1@h:2" "NX" "PX" "200""#,
+            r#"+1700000000.000007 [0 lua] "GET" "lock:{n}""#,
+            r#"+1700000000.000008 [0 lua] "PTTL" "lock:{n}""#,
+        ];
+        let seen: Vec<Seen> = lines.iter().flat_map(|l| script.feed(l)).collect();
+        assert_eq!(granted(seen.iter().cloned()), ["t1"]);
+        assert!(
+            !seen.iter().any(|s| matches!(s, Seen::Removal { .. })),
+            "{seen:?}"
+        );
+        // t1's release, then t2's next attempt takes the lock.
+        let more = [
+            r#"+1700000000.000009 [0 127.0.0.1:5000] "evalsha" "rel" "2" "lock:{n}" "lock:{n}:q" "t1:torture-c0@h:1""#,
+            r#"+1700000000.000010 [0 lua] "GET" "lock:{n}""#,
+            r#"+1700000000.000011 [0 lua] "DEL" "lock:{n}""#,
+            r#"+1700000000.000012 [0 127.0.0.1:5001] "evalsha" "abc" "2" "lock:{n}" "lock:{n}:fence" "t3:torture-c1@h:2" "200" "1""#,
+            r#"+1700000000.000013 [0 lua] "SET" "lock:{n}" "t3:torture-c1@h:2" "NX" "PX" "200""#,
+            r#"+1700000000.000014 [0 lua] "TIME""#,
+            r#"+1700000000.000015 [0 lua] "SET" "lock:{n}:fence" "18" "GET""#,
+        ];
+        let seen: Vec<Seen> = more.iter().flat_map(|l| script.feed(l)).collect();
+        assert_eq!(
+            seen.iter()
+                .map(|s| match s {
+                    Seen::Grant { token, .. } => format!("grant {token}"),
+                    Seen::Removal { token } => format!("removal {token}"),
+                })
+                .collect::<Vec<_>>(),
+            ["removal t1", "grant t3"]
+        );
     }
 
     #[test]
