@@ -701,6 +701,48 @@ async fn a_multi_lock_waiter_whose_subscription_is_slow_still_takes_the_freed_lo
     assert!(all.release().await.expect("release"));
 }
 
+/// A request dropped while its listening is being set up, looks under way (a `select!`
+/// that lost, a timeout), leaves nothing behind: no queue place, no value on the lock, and
+/// the next request takes the lock as soon as the holder releases it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_dropped_while_its_listening_is_set_up_leaves_nothing_behind() {
+    const NAME: &str = "slow-listen-dropped";
+    let rig = ListeningNeverUp::start(lock_core::Protocol::Scripts);
+    let holder = Locker::from_url(&rig.server.url()).expect("locker");
+    let lease = holder.lock(NAME).ttl(30 * SECOND).await.expect("holder");
+    let waiter = rig.waiter.clone();
+    let waiting =
+        tokio::spawn(async move { waiter.lock(NAME).ttl(10 * SECOND).wait(10 * SECOND).await });
+    until("the waiter to open its pub/sub connection", || {
+        rig.proxy.accepted() == 1
+    })
+    .await;
+    // Past a few looks (every 20-40 ms), then dropped at whatever await it stands.
+    tokio::time::sleep(Duration::from_millis(120)).await;
+    waiting.abort();
+    assert!(
+        waiting.await.is_err(),
+        "the request was dropped, not finished"
+    );
+    assert!(lease.release().await.expect("release"));
+    assert_eq!(queued(&rig.server, NAME), 0, "no queue place left behind");
+    assert_eq!(
+        rig.server
+            .command(&["EXISTS", &format!("lock:{{{NAME}}}")])
+            .trim(),
+        ":0",
+        "no value left on the lock"
+    );
+    let next = Locker::from_url(&rig.server.url()).expect("locker");
+    let lease = next
+        .lock(NAME)
+        .ttl(10 * SECOND)
+        .wait(Duration::ZERO)
+        .await
+        .expect("free for the next request at once");
+    assert!(lease.release().await.expect("release"));
+}
+
 /// Regression: a hand-over told the waiter after the head to stand by (take the lock should
 /// the head not claim it within its window) without asking whether it still listened, as
 /// it asks of the head. A waiter that had died there left nobody standing by, and the live
