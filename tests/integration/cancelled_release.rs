@@ -72,13 +72,33 @@ fn exists(server: &RedisServer, key: &str) -> bool {
 async fn a_release_dropped_at_any_await_still_frees_the_lock_for_everyone() {
     let server = RedisServer::start();
     let ours = Locker::from_url(&server.url()).expect("locker");
+    dropped_releases_free_the_lock(&server, &ours, 3).await;
+}
+
+/// The same for a holder on WATCH/MULTI, whose release hands over in more steps (its value
+/// and the queue watched and read, `PUBSUB NUMSUB` for the waiters in line, then `EXEC`):
+/// dropped after any of them, the lock still goes to the waiters.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_multi_release_dropped_at_any_await_still_frees_the_lock_for_everyone() {
+    let server = RedisServer::start();
+    let ours = Locker::builder()
+        .url(server.url())
+        .protocol(lock_core::Protocol::Transactions)
+        .build()
+        .expect("WATCH/MULTI locker");
+    dropped_releases_free_the_lock(&server, &ours, 6).await;
+}
+
+/// `ours` holds a name with a waiter of its own and one of another Locker queued, and its
+/// release is dropped after 1 to `max_polls` polls; each time, every waiter is served.
+async fn dropped_releases_free_the_lock(server: &RedisServer, ours: &Locker, max_polls: u32) {
     let theirs = Locker::from_url(&server.url()).expect("locker");
-    for polls in 1..=3 {
+    for polls in 1..=max_polls {
         let name = format!("dropped-release:{polls}");
         let lease = ours.lock(name.as_str()).ttl(HOLD).await.expect("held");
-        let waiters = vec![lock_waiter(&theirs, &name), lock_waiter(&ours, &name)];
+        let waiters = vec![lock_waiter(&theirs, &name), lock_waiter(ours, &name)];
         until("both waiters wait", || {
-            crate::queue::queued(&server, &name) == 1
+            crate::queue::queued(server, &name) == 1
         })
         .await;
         tokio::time::sleep(Duration::from_millis(50)).await;
