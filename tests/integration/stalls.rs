@@ -212,3 +212,56 @@ async fn a_try_that_must_reconnect_still_ends_within_the_command_timeout() {
         .expect("the abandoned try was not undone");
     assert!(lease.release().await.expect("release"));
 }
+
+/// Every command on a Locker's shared connection is bounded by the command timeout, kept
+/// by the connection's deadlines rather than a timer per command: against a server that
+/// stalls for 2 s, an extension, an inspection and a try each fail long before the stall
+/// ends, several at once included, and the Locker works again once the server answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_command_is_bounded_by_the_command_timeout_against_a_stalled_server() {
+    let server = RedisServer::start_debuggable();
+    let command_timeout = Duration::from_millis(300);
+    let locker = Locker::builder()
+        .url(server.url())
+        .command_timeout(command_timeout)
+        .build()
+        .expect("locker");
+    let lease = locker
+        .lock("bounded")
+        .ttl(10 * SECOND)
+        .await
+        .expect("acquire");
+
+    let stall = server.stall(Duration::from_millis(2000));
+    let started = Instant::now();
+    let (extended, inspected, tried) = tokio::join!(
+        lease.extend(10 * SECOND),
+        locker.inspect("bounded"),
+        locker.try_lock("other", SECOND),
+    );
+    let took = started.elapsed();
+    assert!(extended.is_err(), "extended through a stall: {extended:?}");
+    assert!(
+        inspected.is_err(),
+        "inspected through a stall: {inspected:?}"
+    );
+    assert!(tried.is_err(), "tried through a stall: {tried:?}");
+    // The stall lasts 2 s: failing before it ends shows each command was given up at its
+    // bound rather than answered when the server woke.
+    assert!(
+        took < Duration::from_millis(1500),
+        "commands with a {command_timeout:?} timeout took {took:?} against a 2 s stall"
+    );
+    tokio::task::spawn_blocking(move || stall.join())
+        .await
+        .expect("join")
+        .expect("the server slept");
+
+    // The server answers again: the same Locker and lease go on.
+    let info = locker
+        .inspect("bounded")
+        .await
+        .expect("inspect after the stall");
+    assert!(info.is_some(), "the lease's key is still there");
+    assert!(lease.release().await.expect("release"));
+}

@@ -44,6 +44,7 @@ impl LockerBuilder {
             ));
         }
         let mut watch = None;
+        let mut direct = None;
         let (pool, notifier, address) = match store {
             Store::Memory => {
                 let backend = AnyBackend::Memory(Memory::default());
@@ -61,26 +62,29 @@ impl LockerBuilder {
             Store::Sentinel { sentinels, master } => {
                 return self.build_sentinel(sentinels, master, settings)
             }
-            Store::Env => {
-                let url =
-                    std::env::var(REDIS_URL_ENV).unwrap_or_else(|_| DEFAULT_REDIS_URL.to_owned());
+            Store::Env | Store::Url(_) => {
+                let url = match store {
+                    Store::Url(url) => url,
+                    _ => std::env::var(REDIS_URL_ENV)
+                        .unwrap_or_else(|_| DEFAULT_REDIS_URL.to_owned()),
+                };
                 let (pool, dial) =
                     connect::pool(&url, self.pool_size, self.command_timeout, &self.tls)?;
                 watch = self.loss_watch(&dial);
                 let notifier = Some(Notifier::new(dial, own_channel(&settings)));
-                (pool, notifier, Some(redact_url(&url)))
-            }
-            Store::Url(url) => {
-                let (pool, dial) =
-                    connect::pool(&url, self.pool_size, self.command_timeout, &self.tls)?;
-                watch = self.loss_watch(&dial);
-                let notifier = Some(Notifier::new(dial, own_channel(&settings)));
+                direct = Some(connect::direct(&url, self.command_timeout, &self.tls)?.0);
                 (pool, notifier, Some(redact_url(&url)))
             }
         };
         let backend = match self.protocol {
             Protocol::Scripts => {
-                let source = Source::Pool(pool);
+                // On a URL, the shared connection is opened by this Locker's own client,
+                // its commands bounded without a timer each (see `connection/deadlines.rs`);
+                // a pool built elsewhere keeps its connections' own response timeout.
+                let source = match direct {
+                    Some(direct) => Source::Direct(Box::new(direct)),
+                    None => Source::Pool(pool),
+                };
                 let replicated = self.replicated(&source);
                 AnyBackend::Scripted(
                     Scripted::new(
@@ -146,12 +150,12 @@ impl LockerBuilder {
         let mut nodes = Vec::with_capacity(urls.len());
         let mut dials = Vec::with_capacity(urls.len());
         for url in urls {
-            let (pool, dial) = connect::pool(url, self.pool_size, self.command_timeout, &self.tls)?;
+            let (direct, dial) = connect::direct(url, self.command_timeout, &self.tls)?;
             dials.push(dial);
             nodes.push(
                 Scripted::new(
                     SharedConnection::new(
-                        Source::Pool(pool),
+                        Source::Direct(Box::new(direct)),
                         self.command_timeout,
                         Some(redact_url(url)),
                     ),
@@ -219,9 +223,11 @@ impl LockerBuilder {
     ) -> Result<Locker, LockError> {
         self.scripts_only("Sentinel")?;
         let client = connect::sentinel(sentinels, master.clone(), &self.tls)?;
+        // No response timeout: each command on the master is bounded by the command timeout
+        // through the shared connection's deadlines (see `connection/deadlines.rs`).
         let config = redis::AsyncConnectionConfig::new()
             .set_connection_timeout(Some(self.command_timeout))
-            .set_response_timeout(Some(self.command_timeout));
+            .set_response_timeout(None);
         // The notifier asks the Sentinels for the master whenever it (re)connects, and
         // reconnects at each switch, so after a failover its subscription moves to the new
         // master with the lock commands.

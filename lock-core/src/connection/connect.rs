@@ -257,6 +257,29 @@ pub(crate) fn pool(
     Ok((pool, dial))
 }
 
+/// How the shared connection to one server is opened without a pool: the server's client,
+/// and connection settings with no response timeout (each command is bounded by the
+/// connection's [`Deadlines`](super::deadlines::Deadlines) instead).
+#[derive(Clone)]
+pub(crate) struct Direct {
+    pub client: redis::Client,
+    pub config: AsyncConnectionConfig,
+}
+
+/// The direct opening of the shared connection to the server at `url` (see [`Direct`]),
+/// which must end within `timeout`; and where to open its pub/sub connection.
+pub(crate) fn direct(
+    url: &str,
+    timeout: Duration,
+    tls: &TlsSetting,
+) -> Result<(Direct, Dial), LockError> {
+    let (client, dial, config) = client(url, tls)?;
+    let config = config
+        .set_connection_timeout(Some(timeout))
+        .set_response_timeout(None);
+    Ok((Direct { client, config }, dial))
+}
+
 /// How redis-rs's cluster client retries a command that a slot's migration or a failover
 /// refused (TRYAGAIN, CLUSTERDOWN, MASTERDOWN; MOVED and ASK use up tries too): 16 tries,
 /// the n-th after a random pause of 2 ms to min(2^(n+1) ms, 50 ms), 0.66 s at most in all

@@ -3,6 +3,8 @@
 //! - [`shared`]: the one multiplexed connection a backend sends its commands on (from a
 //!   deadpool pool, a Cluster client or a Sentinel-named master), reconnected on failure.
 //! - [`spares`]: the clones of it each thread keeps between operations.
+//! - [`deadlines`]: the command timeout of a shared connection this Locker opened itself,
+//!   kept without a timer per command.
 //! - [`connect`]: turning URLs and TLS settings into pools, clients and dialers.
 //! - [`notifier`]: the one pub/sub connection per Locker that tells waiters their turn.
 //! - `sharded`: on a Redis Cluster, the notifier's sharded subscriptions (SSUBSCRIBE in
@@ -20,6 +22,7 @@
 //! Nothing here knows about locks beyond channel names; these modules import only leaves.
 
 pub(crate) mod connect;
+pub(crate) mod deadlines;
 pub(crate) mod notifier;
 #[cfg(feature = "sentinel")]
 pub(crate) mod sentinel;

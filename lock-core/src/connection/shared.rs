@@ -17,6 +17,8 @@ use deadpool_redis::{Connection, Pool, PoolError, TimeoutType};
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::{Cmd, Pipeline, RedisFuture, Value};
 
+use super::connect::Direct;
+use super::deadlines::Deadlines;
 use super::spares::{Spare, Spares};
 use crate::deadline::within;
 use crate::refusal::misconfiguration;
@@ -25,8 +27,13 @@ use crate::LockError;
 /// Where the shared connection comes from.
 #[derive(Clone)]
 pub(crate) enum Source {
-    /// One server, through a deadpool-redis pool.
+    /// One server, through a deadpool-redis pool built elsewhere: its connections' own
+    /// response timeout bounds each command.
     Pool(Pool),
+    /// One server at a URL this Locker was given: the shared connection is opened by its
+    /// own client, without redis-rs's response timeout, and each command is bounded by the
+    /// command timeout through [`Deadlines`] (no timer per command).
+    Direct(Box<Direct>),
     /// A Redis Cluster: one cluster connection routes each command to the master of its
     /// key's slot and follows MOVED/ASK redirections during resharding and failover.
     #[cfg(feature = "cluster")]
@@ -45,7 +52,15 @@ pub(crate) enum Source {
 /// A connection of any source; cheap to clone (all share one socket or socket set).
 #[derive(Clone)]
 pub(crate) enum Conn {
+    /// Its own response timeout bounds each command (a pool built elsewhere).
     Single(MultiplexedConnection),
+    /// Opened without a response timeout: each command is bounded by `timeout` through
+    /// `deadlines` (see `connection/deadlines.rs`).
+    Bounded {
+        conn: MultiplexedConnection,
+        deadlines: Deadlines,
+        timeout: Duration,
+    },
     #[cfg(feature = "cluster")]
     Cluster(redis::cluster_async::ClusterConnection),
 }
@@ -54,6 +69,11 @@ impl ConnectionLike for Conn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
             Conn::Single(conn) => conn.req_packed_command(cmd),
+            Conn::Bounded {
+                conn,
+                deadlines,
+                timeout,
+            } => Box::pin(deadlines.bound(*timeout, conn.send_packed_command(cmd))),
             #[cfg(feature = "cluster")]
             Conn::Cluster(conn) => conn.req_packed_command(cmd),
         }
@@ -67,6 +87,11 @@ impl ConnectionLike for Conn {
     ) -> RedisFuture<'a, Vec<Value>> {
         match self {
             Conn::Single(conn) => conn.req_packed_commands(cmd, offset, count),
+            Conn::Bounded {
+                conn,
+                deadlines,
+                timeout,
+            } => Box::pin(deadlines.bound(*timeout, conn.send_packed_commands(cmd, offset, count))),
             #[cfg(feature = "cluster")]
             Conn::Cluster(conn) => conn.req_packed_commands(cmd, offset, count),
         }
@@ -74,7 +99,7 @@ impl ConnectionLike for Conn {
 
     fn get_db(&self) -> i64 {
         match self {
-            Conn::Single(conn) => conn.get_db(),
+            Conn::Single(conn) | Conn::Bounded { conn, .. } => conn.get_db(),
             #[cfg(feature = "cluster")]
             Conn::Cluster(conn) => conn.get_db(),
         }
@@ -82,13 +107,17 @@ impl ConnectionLike for Conn {
 }
 
 impl Conn {
-    /// Sets how long each command on this clone waits for its reply (redis-rs's response
-    /// timeout, which every clone carries on its own; the other clones keep theirs). False,
-    /// and nothing changed, on a Cluster connection, whose timeout is the client's.
+    /// Sets how long each command on this clone waits for its reply (every clone carries
+    /// its own; the other clones keep theirs). False, and nothing changed, on a Cluster
+    /// connection, whose timeout is the client's.
     pub fn set_response_timeout(&mut self, timeout: Duration) -> bool {
         match self {
             Conn::Single(conn) => {
                 conn.set_response_timeout(timeout);
+                true
+            }
+            Conn::Bounded { timeout: bound, .. } => {
+                *bound = timeout;
                 true
             }
             #[cfg(feature = "cluster")]
@@ -121,6 +150,9 @@ struct Inner {
     /// Serialises reconnects so that a burst of failures opens one new connection, not one
     /// per waiting task.
     reconnect: tokio::sync::Mutex<()>,
+    /// The commands' deadlines on a connection this Locker opened itself (not from a pool
+    /// built elsewhere).
+    deadlines: Deadlines,
 }
 
 #[derive(Clone)]
@@ -168,6 +200,7 @@ impl SharedConnection {
                 issued: AtomicU64::new(0),
                 spares: Spares::new(),
                 reconnect: tokio::sync::Mutex::new(()),
+                deadlines: Deadlines::new(),
             }),
         }
     }
@@ -320,12 +353,27 @@ impl SharedConnection {
                 )),
                 0,
             )),
+            Source::Direct(direct) => direct
+                .client
+                .get_multiplexed_async_connection_with_config(&direct.config)
+                .await
+                .map(|conn| {
+                    let conn = Conn::Bounded {
+                        conn,
+                        deadlines: self.inner.deadlines.clone(),
+                        timeout: self.inner.connect_timeout,
+                    };
+                    (conn, 0)
+                })
+                .map_err(|err| {
+                    cannot_connect(name, err, &server_at(self.inner.address.as_deref()))
+                }),
             #[cfg(feature = "cluster")]
             Source::Cluster(client) => client
                 .get_async_connection()
                 .await
                 .map(|conn| (Conn::Cluster(conn), 0))
-                .map_err(|err| cannot_connect(name, err)),
+                .map_err(|err| cannot_connect(name, err, "the server")),
             #[cfg(feature = "sentinel")]
             Source::Sentinel {
                 client,
@@ -333,7 +381,14 @@ impl SharedConnection {
                 switches,
             } => crate::connection::sentinel::open_master(name, client, config, switches)
                 .await
-                .map(|(conn, epoch)| (Conn::Single(conn), epoch)),
+                .map(|(conn, epoch)| {
+                    let conn = Conn::Bounded {
+                        conn,
+                        deadlines: self.inner.deadlines.clone(),
+                        timeout: self.inner.connect_timeout,
+                    };
+                    (conn, epoch)
+                }),
         }
     }
 
@@ -364,9 +419,10 @@ impl SharedConnection {
     }
 }
 
-#[cfg(feature = "cluster")]
-fn cannot_connect(name: &str, err: redis::RedisError) -> LockError {
-    if let Some(reason) = misconfiguration(&err, "the server") {
+/// Why a connection to `at` (`the server at <url>`) could not be opened, as the error of a
+/// request on `name`.
+fn cannot_connect(name: &str, err: redis::RedisError, at: &str) -> LockError {
+    if let Some(reason) = misconfiguration(&err, at) {
         return LockError::Misconfigured {
             name: name.to_owned(),
             reason,
@@ -375,7 +431,7 @@ fn cannot_connect(name: &str, err: redis::RedisError) -> LockError {
     }
     LockError::Connection {
         name: name.to_owned(),
-        reason: cannot_open(&err, "the server"),
+        reason: cannot_open(&err, at),
         source: Some(Box::new(err)),
     }
 }

@@ -3,11 +3,13 @@
 //!
 //! A waiting request's first attempt is one `SET .. NX .. GET` on an open connection, and
 //! must end by the end of the locker's unreachable timeout (or the request's deadline),
-//! which may come before the command timeout. redis-rs arms a response timer for every
-//! command anyway, and each clone of a multiplexed connection carries its own timeout: set
-//! on this attempt's clone to what is left until the deadline, that one timer bounds the
-//! attempt, and the second timer a wrapper would arm (its registration, its removal, and
-//! the copy of the attempt into the wrapper) is saved on every uncontended acquisition.
+//! which may come before the command timeout. Every command on the shared connection is
+//! bounded anyway (by the connection's deadlines, `connection/deadlines.rs`, or on a pool
+//! built elsewhere by redis-rs's response timeout), and each clone of the connection
+//! carries its own bound: set on this attempt's clone to what is left until the deadline,
+//! that one bound ends the attempt, and the timer a wrapper would arm (its registration,
+//! its removal, and the copy of the attempt into the wrapper) is saved on every
+//! uncontended acquisition.
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
