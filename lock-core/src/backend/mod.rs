@@ -216,8 +216,8 @@ pub(crate) enum AnyBackend {
 }
 
 impl AnyBackend {
-    /// The backend that can end an attempt of `kind` at a deadline through the
-    /// connection's own response timeout, with no timer of the caller's (see
+    /// The backend that can end an attempt of `kind` at a deadline through the bound of
+    /// its clone of the connection, with no timer of the caller's (see
     /// `Scripted::acquire_cut_at`); `None` when a timer must bound it.
     pub(crate) fn cutting(
         &self,

@@ -127,7 +127,7 @@ impl Acquire<'_> {
             }
             Some(deadline) => {
                 // On connections this locker configured, the fast path's attempt is ended at
-                // the deadline by the connection's own response timeout: no timer of ours.
+                // the deadline by the bound of its own clone of the connection: no timer of ours.
                 let cutting = if self.engine.commands_bounded() {
                     backend.cutting(kind, self.fencing)
                 } else {

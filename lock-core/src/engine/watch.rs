@@ -33,11 +33,12 @@
 //! server that could evict lock keys is reported once (warning and metric) or, with
 //! [`EvictionCheck::Refuse`], makes acquisitions fail with `Misconfigured`.
 
-use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
+use thread_local::ThreadLocal;
 use tokio::sync::Notify;
 
 use crate::connection::connect::Dial;
@@ -112,6 +113,14 @@ pub(crate) struct LossWatch {
     /// Whether leases are watched (`track_keys`); off, the watcher only checks eviction.
     track: bool,
     state: Mutex<State>,
+    /// Leases granted since the task last looked, by the thread that granted them: a
+    /// grant touches no lock or cache line another thread writes (the task takes each
+    /// thread's list whole, once per look).
+    granted: ThreadLocal<Granted>,
+    /// The task was told since it last looked: later grants need not tell it again.
+    nudged: AtomicBool,
+    /// Tracking was refused and said so: leases are no longer watched.
+    off: AtomicBool,
     wake: Arc<Notify>,
     check: EvictionCheck,
     eviction: Mutex<Finding>,
@@ -132,24 +141,35 @@ struct State {
     pending: HashSet<String>,
     /// Re-read every watched key (connection lost or reopened, database flushed).
     all: bool,
-    /// Registrations so far: a read judges only leases registered before it was sent.
+    /// Leases filed so far: a read judges only leases filed before it was sent.
     sequence: u64,
     running: bool,
-    /// Tracking was refused and said so: leases are no longer watched.
-    off: bool,
-    /// Leases granted since the task last looked, not yet filed by key: most are released
-    /// within [`BATCH`] and are dropped here unread, so that a short lease costs a push,
-    /// not two copies of its key and two hash insertions.
-    fresh: Vec<Entry>,
-    /// The task was told since it last looked: later registrations need not tell it again.
-    nudged: bool,
+    /// Leases the task took from the threads' lists, not yet [`BATCH`] old: most are
+    /// released before and are dropped unread, so that a short lease costs a push, not two
+    /// copies of its key and two hash insertions.
+    fresh: Vec<Weak<Held>>,
 }
+
+/// One thread's leases granted since the task last looked, oldest first, on a cache line
+/// of its own.
+#[repr(align(128))]
+#[derive(Default)]
+struct Granted(Mutex<VecDeque<Weak<Held>>>);
+
+impl Granted {
+    fn lock(&self) -> MutexGuard<'_, VecDeque<Weak<Held>>> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// How many of its oldest leases a grant drops from its thread's list when they are gone
+/// (released and dropped): short leases leave the list on the thread that took them, and
+/// are freed there, rather than by the task.
+const PRUNED_PER_GRANT: usize = 2;
 
 struct Entry {
     lease: Weak<Held>,
     sequence: u64,
-    /// When it was registered: a lease is read once it is [`BATCH`] old.
-    at: Instant,
 }
 
 /// What the server check found.
@@ -208,6 +228,9 @@ impl LossWatch {
                 watcher: watchers(listener),
                 track,
                 state: Mutex::default(),
+                granted: ThreadLocal::new(),
+                nudged: AtomicBool::new(false),
+                off: AtomicBool::new(false),
                 wake: Arc::new(Notify::new()),
                 check,
                 eviction: Mutex::new(Finding::Unknown),
@@ -228,38 +251,66 @@ impl LossWatch {
 
     /// Watches a fresh lease's key from now on (one batched read).
     pub fn register(self: &Arc<Self>, held: &Arc<Held>) {
-        if !self.track {
+        if !self.track || self.off.load(Ordering::Relaxed) {
             return;
         }
-        let mut state = self.state();
-        if state.off {
-            return;
+        {
+            let mut list = self.granted.get_or(Granted::default).lock();
+            for _ in 0..PRUNED_PER_GRANT {
+                if list.front().is_none_or(|oldest| oldest.strong_count() != 0) {
+                    break;
+                }
+                list.pop_front();
+            }
+            list.push_back(Arc::downgrade(held));
         }
-        state.sequence += 1;
-        let sequence = state.sequence;
-        state.fresh.push(Entry {
-            lease: Arc::downgrade(held),
-            sequence,
-            at: Instant::now(),
-        });
-        self.start(state);
+        // Pushed before `nudged` is read; the task clears `nudged` before it takes the
+        // lists. One of the two sees the other.
+        fence(Ordering::SeqCst);
+        if !self.nudged.load(Ordering::Relaxed) && !self.nudged.swap(true, Ordering::SeqCst) {
+            self.start();
+        }
     }
 
     /// Starts the task if it is not running; wakes it otherwise.
-    fn start(self: &Arc<Self>, mut state: MutexGuard<'_, State>) {
+    #[inline(never)]
+    fn start(self: &Arc<Self>) {
+        let mut state = self.state();
         if state.running {
-            if !std::mem::replace(&mut state.nudged, true) {
-                drop(state);
-                self.wake.notify_one();
-            }
+            drop(state);
+            self.wake.notify_one();
             return;
         }
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            // Told nobody: the next grant tries again.
+            self.nudged.store(false, Ordering::SeqCst);
             return;
         };
         state.running = true;
         drop(state);
         self.spawn_tasks(&runtime);
+    }
+
+    /// Takes every thread's list of leases granted since the last look (the task's).
+    fn take_granted(&self) -> Vec<Weak<Held>> {
+        self.nudged.store(false, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        let mut granted = Vec::new();
+        for list in self.granted.iter() {
+            let mut list = list.lock();
+            if self.off.load(Ordering::Relaxed) {
+                // Refused meanwhile: a grant that slipped in is not watched.
+                list.clear();
+            } else {
+                granted.extend(list.drain(..));
+            }
+        }
+        granted
+    }
+
+    /// No thread has a lease granted since the last look.
+    fn none_granted(&self) -> bool {
+        self.granted.iter().all(|list| list.lock().is_empty())
     }
 
     /// Spawns the watch task, and the heartbeat unless it runs. Not inlined: the tasks'
@@ -285,7 +336,11 @@ impl LossWatch {
         match self.check {
             EvictionCheck::Off => Ok(true),
             EvictionCheck::Warn => {
-                if !self.checking.swap(true, Ordering::AcqRel) {
+                // Read before it is written: a write on every acquisition would move this
+                // cache line between the threads that acquire.
+                if !self.checking.load(Ordering::Relaxed)
+                    && !self.checking.swap(true, Ordering::AcqRel)
+                {
                     let watch = Arc::clone(self);
                     if let Ok(runtime) = tokio::runtime::Handle::try_current() {
                         runtime.spawn(async move {
@@ -338,14 +393,16 @@ impl LossWatch {
     /// The server refused the watch connection's set-up for good.
     fn refused(&self, reason: &str) {
         let mut state = self.state();
-        if state.off {
+        if self.off.swap(true, Ordering::SeqCst) {
             return;
         }
-        state.off = true;
         state.leases.clear();
         state.pending.clear();
         state.fresh.clear();
         drop(state);
+        for list in self.granted.iter() {
+            list.lock().clear();
+        }
         if self.track {
             tracing::warn!(
                 reason,
@@ -387,21 +444,28 @@ impl LossWatch {
         if self.renewing.load(Ordering::Acquire) > 0 {
             return None;
         }
+        let granted = self.take_granted();
         let mut state = self.state();
-        state.nudged = false;
         // File the leases granted since the last look that are still held and at least
-        // [`BATCH`] old; younger ones wait for the next look, so that a lease released
-        // within `BATCH` of its grant is never read (nor its release pushed back).
+        // [`BATCH`] old (from the start of the attempt that took them); younger ones wait
+        // for the next look, so that a lease released within `BATCH` of its grant is never
+        // read (nor its release pushed back).
         let now = Instant::now();
-        let fresh = std::mem::take(&mut state.fresh);
-        for entry in fresh {
-            let Some(lease) = entry.lease.upgrade().filter(|lease| !lease.has_ended()) else {
+        let mut fresh = std::mem::take(&mut state.fresh);
+        fresh.extend(granted);
+        for weak in fresh {
+            let Some(lease) = weak.upgrade().filter(|lease| !lease.has_ended()) else {
                 continue;
             };
-            if now.saturating_duration_since(entry.at) < BATCH {
-                state.fresh.push(entry);
+            if now.saturating_duration_since(lease.acquired_at()) < BATCH {
+                state.fresh.push(weak);
                 continue;
             }
+            state.sequence += 1;
+            let entry = Entry {
+                lease: weak,
+                sequence: state.sequence,
+            };
             let key = &lease.keys.lock;
             state.pending.insert(key.clone());
             state.leases.entry(key.clone()).or_default().push(entry);
@@ -482,7 +546,10 @@ impl LossWatch {
     /// Ends the task when nothing is watched; true if it ended.
     fn idle(&self) -> bool {
         let mut state = self.state();
-        if state.watches_nothing() {
+        // A grant after this is told to start a task (see `register`).
+        self.nudged.store(false, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        if state.watches_nothing() && self.none_granted() {
             state.running = false;
             return true;
         }
@@ -491,7 +558,7 @@ impl LossWatch {
 
     /// No lease is watched, nor waits to be.
     fn watches_nothing(&self) -> bool {
-        self.state().watches_nothing()
+        self.state().watches_nothing() && self.none_granted()
     }
 }
 
@@ -518,8 +585,10 @@ async fn run(weak: Weak<LossWatch>) {
         let Some((keys, watermark)) = watch.take() else {
             let (nothing_watched, young) = {
                 let state = watch.state();
-                (state.watches_nothing(), !state.fresh.is_empty())
+                let young = !state.fresh.is_empty();
+                (state.watches_nothing(), young)
             };
+            let nothing_watched = nothing_watched && watch.none_granted();
             drop(watch);
             if young {
                 // Leases too young to read: look again once they are old enough (the
