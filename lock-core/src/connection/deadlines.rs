@@ -375,6 +375,31 @@ mod tests {
         assert_eq!(deadlines.filed(), 0);
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn the_task_ends_with_the_connection_that_started_it() {
+        let deadlines = Deadlines::new();
+        let err = deadlines
+            .bound(Duration::from_millis(10), never())
+            .await
+            .expect_err("never answered");
+        assert!(err.is_timeout());
+        let metrics = tokio::runtime::Handle::current().metrics();
+        assert_eq!(
+            metrics.num_alive_tasks(),
+            1,
+            "the task waits for the next deadline"
+        );
+        drop(deadlines);
+        for _ in 0..8 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(
+            metrics.num_alive_tasks(),
+            0,
+            "the task outlived its deadlines"
+        );
+    }
+
     #[test]
     fn a_runtime_shut_down_under_the_task_leaves_the_next_runtime_its_own() {
         let deadlines = Deadlines::new();
