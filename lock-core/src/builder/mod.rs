@@ -381,8 +381,10 @@ impl LockerBuilder {
     }
 
     /// Maximum number of pooled connections when the locker builds its own pool (default:
-    /// deadpool's, 4 per CPU). Lock commands share one multiplexed connection; the pool
-    /// serves reconnects and the [`Protocol::Transactions`] backend.
+    /// deadpool's, 4 per CPU). Lock commands share one multiplexed connection, which the
+    /// Locker opens (and reopens after a failure) itself; the pool serves the
+    /// [`Protocol::Transactions`] backend, whose operations each need a connection of
+    /// their own.
     pub fn pool_size(mut self, size: usize) -> Self {
         self.pool_size = Some(size);
         self

@@ -4,10 +4,12 @@
 //! A deadpool-redis checkout answers a `PING` (and `UNWATCH`) before handing out the
 //! connection, which doubles the round trips of a one-command lock operation. Lock commands
 //! are short and independent, so they share one multiplexed connection instead: every task
-//! pipelines on the same socket, which is also what makes 64 concurrent lockers fast. The
-//! pool still creates (and, after a failure, re-creates) that connection, so its URL, TLS
-//! and auth settings apply, and the WATCH/MULTI backend keeps using checkouts because it
-//! needs a connection of its own.
+//! pipelines on the same socket, which is also what makes 64 concurrent lockers fast. A
+//! Locker given a URL opens (and, after a failure, reopens) that connection with its own
+//! client, under the URL's TLS and auth settings, without redis-rs's response timeout:
+//! [`Deadlines`] bounds each command instead. On a pool built elsewhere the pool creates
+//! it, with that pool's settings and timeout. The WATCH/MULTI backend keeps using
+//! checkouts because it needs a connection of its own.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock, RwLockWriteGuard};
