@@ -5,8 +5,8 @@
 //! timer entered in the runtime's wheel at the command's first poll and taken out when the
 //! command ends. On the uncontended lock and release that was about 2,000 of a cycle's
 //! 23,700 client instructions (callgrind, `lock-bench/examples/throughput_loop.rs`), about
-//! 9%. The shared connection of a Locker on one server is opened without that timeout and
-//! bounded here instead:
+//! 9%. The shared connection of a Locker given a URL (and of each Redlock node, and of a
+//! Sentinel's master) is opened without that timeout and bounded here instead:
 //!
 //! - a command still waiting for its reply after its first poll files its deadline and its
 //!   waker with [`Deadlines`], in a list of the polling thread's own (a lock no other thread
@@ -20,7 +20,9 @@
 //! While commands flow the task wakes about once per command timeout (the deadline it
 //! sleeps until is the oldest command's, long answered by then), and not at all while none
 //! waits. A deadline is kept as precisely as a tokio timer keeps one: the task sleeps
-//! until it, on the runtime's timer.
+//! until it, on the runtime's timer. The task runs on the runtime of the command that
+//! started it; a Locker used from several runtimes has its deadlines kept there until that
+//! runtime shuts down, and then on the runtime of the next command filed.
 
 use std::future::Future;
 use std::pin::Pin;
