@@ -68,11 +68,11 @@ impl LockerBuilder {
                     _ => std::env::var(REDIS_URL_ENV)
                         .unwrap_or_else(|_| DEFAULT_REDIS_URL.to_owned()),
                 };
-                let (pool, dial) =
+                let (pool, dial, opened_directly) =
                     connect::pool(&url, self.pool_size, self.command_timeout, &self.tls)?;
                 watch = self.loss_watch(&dial);
                 let notifier = Some(Notifier::new(dial, own_channel(&settings)));
-                direct = Some(connect::direct(&url, self.command_timeout, &self.tls)?.0);
+                direct = Some(opened_directly);
                 (pool, notifier, Some(redact_url(&url)))
             }
         };

@@ -218,22 +218,21 @@ fn client(
     Ok((client.clone(), Dial::Client(client), config))
 }
 
-/// The pool for lock commands on the server at `url`, and where to open the notifier's
-/// pub/sub connection.
+/// The pool for WATCH/MULTI's commands on the server at `url`, where to open the
+/// notifier's pub/sub connection, and how to open the shared connection of Lua-script
+/// commands without the pool (one parse of the URL and its TLS settings for all three).
 pub(crate) fn pool(
     url: &str,
     size: Option<usize>,
     timeout: Duration,
     tls: &TlsSetting,
-) -> Result<(Pool, Dial), LockError> {
+) -> Result<(Pool, Dial, Direct), LockError> {
     // Parse first: deadpool's own error for a bad URL does not say which part is wrong.
-    let (client, dial, connection) = client(url, tls)?;
+    let (direct, dial) = direct(url, timeout, tls)?;
     // Every command on these connections answers within `timeout` or fails: the deadline
-    // the scripted backend relies on.
-    let connection = connection
-        .set_connection_timeout(Some(timeout))
-        .set_response_timeout(Some(timeout));
-    let manager = Manager::new_with_config(client.get_connection_info().clone(), connection)
+    // the WATCH/MULTI backend relies on.
+    let connection = direct.config.clone().set_response_timeout(Some(timeout));
+    let manager = Manager::new_with_config(direct.client.get_connection_info().clone(), connection)
         .map_err(|err| bad_url(url, &err))?;
     let mut config = PoolConfig::default();
     if let Some(size) = size {
@@ -254,7 +253,7 @@ pub(crate) fn pool(
                 redact_url(url)
             ))
         })?;
-    Ok((pool, dial))
+    Ok((pool, dial, direct))
 }
 
 /// How the shared connection to one server is opened without a pool: the server's client,

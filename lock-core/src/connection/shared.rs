@@ -359,14 +359,7 @@ impl SharedConnection {
                 .client
                 .get_multiplexed_async_connection_with_config(&direct.config)
                 .await
-                .map(|conn| {
-                    let conn = Conn::Bounded {
-                        conn,
-                        deadlines: self.inner.deadlines.clone(),
-                        timeout: self.inner.connect_timeout,
-                    };
-                    (conn, 0)
-                })
+                .map(|conn| (self.bounded(conn), 0))
                 .map_err(|err| {
                     cannot_connect(name, err, &server_at(self.inner.address.as_deref()))
                 }),
@@ -383,14 +376,17 @@ impl SharedConnection {
                 switches,
             } => crate::connection::sentinel::open_master(name, client, config, switches)
                 .await
-                .map(|(conn, epoch)| {
-                    let conn = Conn::Bounded {
-                        conn,
-                        deadlines: self.inner.deadlines.clone(),
-                        timeout: self.inner.connect_timeout,
-                    };
-                    (conn, epoch)
-                }),
+                .map(|(conn, epoch)| (self.bounded(conn), epoch)),
+        }
+    }
+
+    /// `conn`, opened without a response timeout, with each command bounded by the command
+    /// timeout through this connection's deadlines.
+    fn bounded(&self, conn: MultiplexedConnection) -> Conn {
+        Conn::Bounded {
+            conn,
+            deadlines: self.inner.deadlines.clone(),
+            timeout: self.inner.connect_timeout,
         }
     }
 

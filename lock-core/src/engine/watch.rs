@@ -135,14 +135,14 @@ pub(crate) struct LossWatch {
 
 #[derive(Default)]
 struct State {
-    /// Lock key -> the leases registered on it (at most one live, usually).
-    leases: HashMap<String, Vec<Entry>>,
+    /// Lock key -> the leases filed on it (at most one live, usually). Only the task files
+    /// leases (in `take`), and it reads and judges in turn, so a read judges only leases
+    /// filed before it was sent.
+    leases: HashMap<String, Vec<Weak<Held>>>,
     /// Keys to read: just granted, or invalidated.
     pending: HashSet<String>,
     /// Re-read every watched key (connection lost or reopened, database flushed).
     all: bool,
-    /// Leases filed so far: a read judges only leases filed before it was sent.
-    sequence: u64,
     running: bool,
     /// Leases the task took from the threads' lists, not yet [`BATCH`] old: most are
     /// released before and are dropped unread, so that a short lease costs a push, not two
@@ -166,11 +166,6 @@ impl Granted {
 /// (released and dropped): short leases leave the list on the thread that took them, and
 /// are freed there, rather than by the task.
 const PRUNED_PER_GRANT: usize = 2;
-
-struct Entry {
-    lease: Weak<Held>,
-    sequence: u64,
-}
 
 /// What the server check found.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -438,9 +433,9 @@ impl LossWatch {
         }
     }
 
-    /// The keys to read now and the registration watermark, or `None` when nothing waits
-    /// (or a renewal round is in flight: its keys are read when it ends).
-    fn take(&self) -> Option<(Vec<String>, u64)> {
+    /// The keys to read now, or `None` when nothing waits (or a renewal round is in
+    /// flight: its keys are read when it ends).
+    fn take(&self) -> Option<Vec<String>> {
         if self.renewing.load(Ordering::Acquire) > 0 {
             return None;
         }
@@ -461,14 +456,9 @@ impl LossWatch {
                 state.fresh.push(weak);
                 continue;
             }
-            state.sequence += 1;
-            let entry = Entry {
-                lease: weak,
-                sequence: state.sequence,
-            };
             let key = &lease.keys.lock;
             state.pending.insert(key.clone());
-            state.leases.entry(key.clone()).or_default().push(entry);
+            state.leases.entry(key.clone()).or_default().push(weak);
         }
         let keys: Vec<String> = if std::mem::take(&mut state.all) {
             state.pending.clear();
@@ -482,7 +472,7 @@ impl LossWatch {
                 let Some(entries) = state.leases.get_mut(key) else {
                     return false;
                 };
-                entries.retain(|entry| entry.lease.upgrade().is_some_and(|l| !l.has_ended()));
+                entries.retain(|weak| weak.upgrade().is_some_and(|l| !l.has_ended()));
                 if entries.is_empty() {
                     state.leases.remove(key);
                     return false;
@@ -490,12 +480,12 @@ impl LossWatch {
                 true
             })
             .collect();
-        Some((live, state.sequence)).filter(|(live, _)| !live.is_empty())
+        Some(live).filter(|live| !live.is_empty())
     }
 
-    /// Applies a read (keys and their values) sent after registration `watermark`: a lease
-    /// registered by then whose key no longer holds its value is lost.
-    fn judge(&self, read: Vec<(String, Option<Vec<u8>>)>, watermark: u64) {
+    /// Applies a read (keys and their values): a lease filed before it was sent whose key
+    /// no longer holds its value is lost.
+    fn judge(&self, read: Vec<(String, Option<Vec<u8>>)>) {
         let mut lost = Vec::new();
         {
             let mut state = self.state();
@@ -504,15 +494,12 @@ impl LossWatch {
                 let Some(entries) = state.leases.get_mut(key) else {
                     continue;
                 };
-                entries.retain(|entry| {
-                    let Some(lease) = entry.lease.upgrade() else {
+                entries.retain(|weak| {
+                    let Some(lease) = weak.upgrade() else {
                         return false;
                     };
                     if lease.has_ended() {
                         return false;
-                    }
-                    if entry.sequence > watermark {
-                        return true;
                     }
                     let ours = value
                         .as_deref()
@@ -582,7 +569,7 @@ async fn run(weak: Weak<LossWatch>) {
         let notified = wake.notified();
         tokio::pin!(notified);
         notified.as_mut().enable();
-        let Some((keys, watermark)) = watch.take() else {
+        let Some(keys) = watch.take() else {
             let (nothing_watched, young) = {
                 let state = watch.state();
                 let young = !state.fresh.is_empty();
@@ -626,7 +613,7 @@ async fn run(weak: Weak<LossWatch>) {
                         None => unread.push(key),
                     }
                 }
-                watch.judge(read, watermark);
+                watch.judge(read);
                 if unread.is_empty() {
                     pause = Duration::from_millis(20);
                     continue;
