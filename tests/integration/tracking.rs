@@ -554,3 +554,30 @@ async fn the_strict_check_refuses_permits_and_multi_locks_too() {
     refused("multi-lock", strict.lock_all(["a", "b"]).await.map(drop));
     assert_eq!(server.command(&["DBSIZE"]).trim(), ":0", "nothing written");
 }
+
+/// A Locker outlives the runtime its watch task ran on (a `#[tokio::test]` per case with one
+/// shared Locker, a service that rebuilds its runtime): the next runtime's leases are watched
+/// again, and lost ones told at once.
+#[test]
+fn a_locker_moved_to_a_new_runtime_after_the_old_one_shut_down_still_tells_a_loss() {
+    let server = RedisServer::start();
+    let locker = locker(&server);
+    for round in 0..2 {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        runtime.block_on(async {
+            let name = format!("moved-{round}");
+            let lease = held(&locker, &server, &name).await;
+            assert!(server.command(&["DEL", lease.key()]).starts_with(":1"));
+            told(&lease, &format!("a DEL on runtime {round}")).await;
+            // A lease left held while the runtime shuts down: its watch task is dropped
+            // at its await, not ended.
+            let kept = held(&locker, &server, &format!("{name}-kept")).await;
+            std::mem::forget(kept);
+        });
+        runtime.shutdown_timeout(Duration::from_secs(1));
+    }
+}

@@ -204,7 +204,10 @@ impl LockerBuilder {
     /// none for a lease released sooner, none per release), and
     /// the server pushes the key's next change, after which `lost()` fires within
     /// milliseconds. Off (or on a server that refuses tracking, said once in a warning),
-    /// a lost lease is noticed at its next renewal or at the end of its validity.
+    /// a lost lease is noticed at its next renewal or at the end of its validity. The age
+    /// of fresh leases is watched by one thread of the process, `lock-core-clock`, shared
+    /// by every Locker and parked while no lease is younger than 2 ms (a timer of the async
+    /// runtime firing every 2 ms would slow the tasks that take locks).
     ///
     /// Locks on one Redis given by URL (or `REDIS_URL`), behind Sentinel (on the master the
     /// Sentinels name, every lease re-checked after a switch) and on a Redis Cluster (one

@@ -12,7 +12,8 @@
 //! - [`deadlock`]: deadlock detection around a wait whose task holds other leases.
 //! - [`background`]: work left running (background releases), counted for `shutdown`.
 //! - [`watch`]: a held lease told at once when its key changes on the server (key
-//!   tracking), and the check of the server's eviction policy.
+//!   tracking), and the check of the server's eviction policy; [`granted`]: the leases
+//!   granted and not yet due to be read there, and the clock thread that says when one is.
 //!
 //! Nothing here knows the public types; it reaches Redis only through the backends.
 
@@ -20,6 +21,7 @@ pub(crate) mod acquire;
 mod attempt;
 pub(crate) mod background;
 pub(crate) mod deadlock;
+mod granted;
 pub(crate) mod held;
 pub(crate) mod local;
 pub(crate) mod renew;

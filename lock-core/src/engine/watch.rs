@@ -33,28 +33,22 @@
 //! server that could evict lock keys is reported once (warning and metric) or, with
 //! [`EvictionCheck::Refuse`], makes acquisitions fail with `Misconfigured`.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
-use thread_local::ThreadLocal;
 use tokio::sync::Notify;
 
 use crate::connection::connect::Dial;
 #[cfg(feature = "cluster")]
 use crate::connection::watch_nodes::{NodeWatchers, Seeds};
 use crate::connection::watcher::{Eviction, WatchError, WatchListener, Watcher};
+use crate::engine::granted::{Granted, BATCH};
 use crate::engine::held::Held;
 use crate::eviction::{risk, EvictionCheck};
 use crate::token::is_ours;
 use crate::LockError;
-
-/// Keys that wait to be read gather this long after the first of them (keys invalidated:
-/// a renewal round of thousands of leases is pushed back key by key), so that they share
-/// one read: a few reads per round instead of one per key. A lease granted is read once
-/// it is this old: most short leases are released before, and cost no read.
-const BATCH: Duration = Duration::from_millis(2);
 
 /// The longest pause between re-reads while the server does not answer.
 const MAX_RETRY_PAUSE: Duration = Duration::from_secs(1);
@@ -113,11 +107,12 @@ pub(crate) struct LossWatch {
     /// Whether leases are watched (`track_keys`); off, the watcher only checks eviction.
     track: bool,
     state: Mutex<State>,
-    /// Leases granted since the task last looked, by the thread that granted them: a
-    /// grant touches no lock or cache line another thread writes (the task takes each
-    /// thread's list whole, once per look).
-    granted: ThreadLocal<Granted>,
-    /// The task was told since it last looked: later grants need not tell it again.
+    /// Leases granted and not yet [`BATCH`] old, by the thread that granted them: a grant
+    /// touches no lock or cache line another thread writes. The clock thread tells the
+    /// task when one is due.
+    granted: Arc<Granted>,
+    /// The task runs or was told to start: later grants need not tell it (cleared when it
+    /// is about to end; without the clock thread, at each of its looks).
     nudged: AtomicBool,
     /// Tracking was refused and said so: leases are no longer watched.
     off: AtomicBool,
@@ -144,28 +139,7 @@ struct State {
     /// Re-read every watched key (connection lost or reopened, database flushed).
     all: bool,
     running: bool,
-    /// Leases the task took from the threads' lists, not yet [`BATCH`] old: most are
-    /// released before and are dropped unread, so that a short lease costs a push, not two
-    /// copies of its key and two hash insertions.
-    fresh: Vec<Weak<Held>>,
 }
-
-/// One thread's leases granted since the task last looked, oldest first, on a cache line
-/// of its own.
-#[repr(align(128))]
-#[derive(Default)]
-struct Granted(Mutex<VecDeque<Weak<Held>>>);
-
-impl Granted {
-    fn lock(&self) -> MutexGuard<'_, VecDeque<Weak<Held>>> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-}
-
-/// How many of its oldest leases a grant drops from its thread's list when they are gone
-/// (released and dropped): short leases leave the list on the thread that took them, and
-/// are freed there, rather than by the task.
-const PRUNED_PER_GRANT: usize = 2;
 
 /// What the server check found.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -217,16 +191,17 @@ impl LossWatch {
         check: EvictionCheck,
         watchers: impl FnOnce(Weak<dyn WatchListener>) -> Watchers,
     ) -> Arc<LossWatch> {
+        let wake = Arc::new(Notify::new());
         Arc::new_cyclic(|weak: &Weak<LossWatch>| {
             let listener: Weak<dyn WatchListener> = weak.clone();
             LossWatch {
                 watcher: watchers(listener),
                 track,
                 state: Mutex::default(),
-                granted: ThreadLocal::new(),
+                granted: Granted::new(Arc::clone(&wake)),
                 nudged: AtomicBool::new(false),
                 off: AtomicBool::new(false),
-                wake: Arc::new(Notify::new()),
+                wake,
                 check,
                 eviction: Mutex::new(Finding::Unknown),
                 checking: AtomicBool::new(false),
@@ -249,19 +224,11 @@ impl LossWatch {
         if !self.track || self.off.load(Ordering::Relaxed) {
             return;
         }
-        {
-            let mut list = self.granted.get_or(Granted::default).lock();
-            for _ in 0..PRUNED_PER_GRANT {
-                if list.front().is_none_or(|oldest| oldest.strong_count() != 0) {
-                    break;
-                }
-                list.pop_front();
-            }
-            list.push_back(Arc::downgrade(held));
-        }
-        // Pushed before `nudged` is read; the task clears `nudged` before it takes the
-        // lists. One of the two sees the other.
-        fence(Ordering::SeqCst);
+        let acquired = held.acquired_at();
+        self.granted
+            .push(acquired.checked_add(BATCH).unwrap_or(acquired), held);
+        // Pushed (and fenced, in `push`) before `nudged` is read; the task clears `nudged`
+        // before it looks at the lists. One of the two sees the other.
         if !self.nudged.load(Ordering::Relaxed) && !self.nudged.swap(true, Ordering::SeqCst) {
             self.start();
         }
@@ -286,26 +253,25 @@ impl LossWatch {
         self.spawn_tasks(&runtime);
     }
 
-    /// Takes every thread's list of leases granted since the last look (the task's).
-    fn take_granted(&self) -> Vec<Weak<Held>> {
-        self.nudged.store(false, Ordering::SeqCst);
-        fence(Ordering::SeqCst);
-        let mut granted = Vec::new();
-        for list in self.granted.iter() {
-            let mut list = list.lock();
-            if self.off.load(Ordering::Relaxed) {
-                // Refused meanwhile: a grant that slipped in is not watched.
-                list.clear();
-            } else {
-                granted.extend(list.drain(..));
-            }
+    /// Takes the leases granted that are due to be read (the task's).
+    fn take_granted(&self, now: Instant) -> Vec<Weak<Held>> {
+        if !self.granted.clocked() {
+            // No clock thread: the task looks on its own timer, and a grant after this
+            // look must tell it (it may be about to wait for nothing but a grant).
+            self.nudged.store(false, Ordering::SeqCst);
+            fence(Ordering::SeqCst);
         }
-        granted
+        if self.off.load(Ordering::Relaxed) {
+            // Refused meanwhile: a grant that slipped in is not watched.
+            self.granted.clear();
+            return Vec::new();
+        }
+        self.granted.take_due(now)
     }
 
-    /// No thread has a lease granted since the last look.
+    /// No lease granted waits to be due.
     fn none_granted(&self) -> bool {
-        self.granted.iter().all(|list| list.lock().is_empty())
+        self.granted.is_empty()
     }
 
     /// Spawns the watch task, and the heartbeat unless it runs. Not inlined: the tasks'
@@ -393,11 +359,8 @@ impl LossWatch {
         }
         state.leases.clear();
         state.pending.clear();
-        state.fresh.clear();
         drop(state);
-        for list in self.granted.iter() {
-            list.lock().clear();
-        }
+        self.granted.clear();
         if self.track {
             tracing::warn!(
                 reason,
@@ -439,23 +402,16 @@ impl LossWatch {
         if self.renewing.load(Ordering::Acquire) > 0 {
             return None;
         }
-        let granted = self.take_granted();
+        // File the leases granted that are still held and at least [`BATCH`] old (from the
+        // start of the attempt that took them); younger ones wait in their lists, so that a
+        // lease released within `BATCH` of its grant is never read (nor its release pushed
+        // back).
+        let granted = self.take_granted(Instant::now());
         let mut state = self.state();
-        // File the leases granted since the last look that are still held and at least
-        // [`BATCH`] old (from the start of the attempt that took them); younger ones wait
-        // for the next look, so that a lease released within `BATCH` of its grant is never
-        // read (nor its release pushed back).
-        let now = Instant::now();
-        let mut fresh = std::mem::take(&mut state.fresh);
-        fresh.extend(granted);
-        for weak in fresh {
+        for weak in granted {
             let Some(lease) = weak.upgrade().filter(|lease| !lease.has_ended()) else {
                 continue;
             };
-            if now.saturating_duration_since(lease.acquired_at()) < BATCH {
-                state.fresh.push(weak);
-                continue;
-            }
             let key = &lease.keys.lock;
             state.pending.insert(key.clone());
             state.leases.entry(key.clone()).or_default().push(weak);
@@ -551,12 +507,71 @@ impl LossWatch {
 
 impl State {
     fn watches_nothing(&self) -> bool {
-        self.leases.is_empty() && self.pending.is_empty() && self.fresh.is_empty() && !self.all
+        self.leases.is_empty() && self.pending.is_empty() && !self.all
     }
 }
 
 /// The watch task: reads what is pending, judges the leases, and sleeps until told.
 async fn run(weak: Weak<LossWatch>) {
+    let unfinished = Unfinished {
+        watch: Some(weak.clone()),
+        task: Task::Watch,
+    };
+    watch_loop(weak).await;
+    unfinished.finished();
+}
+
+/// The heartbeat task (see [`beat_loop`]).
+async fn heartbeat(weak: Weak<LossWatch>) {
+    let unfinished = Unfinished {
+        watch: Some(weak.clone()),
+        task: Task::Heartbeat,
+    };
+    beat_loop(weak).await;
+    unfinished.finished();
+}
+
+/// One of the two tasks of a loss watch.
+#[derive(Clone, Copy)]
+enum Task {
+    Watch,
+    Heartbeat,
+}
+
+/// A task that has not ended on its own. Dropped with it when its runtime shuts down under
+/// it (the Locker lives on, and is used on another runtime), it marks the task gone, so
+/// that the next grant starts another: a flag left saying "running" would leave every
+/// later lease unwatched.
+struct Unfinished {
+    watch: Option<Weak<LossWatch>>,
+    task: Task,
+}
+
+impl Unfinished {
+    /// The task ended on its own, and said so itself.
+    fn finished(mut self) {
+        self.watch = None;
+    }
+}
+
+impl Drop for Unfinished {
+    fn drop(&mut self) {
+        let Some(watch) = self.watch.take().and_then(|weak| weak.upgrade()) else {
+            return;
+        };
+        match self.task {
+            Task::Watch => {
+                let mut state = watch.state();
+                state.running = false;
+                watch.nudged.store(false, Ordering::SeqCst);
+            }
+            Task::Heartbeat => watch.beating.store(false, Ordering::SeqCst),
+        }
+    }
+}
+
+/// The watch task's work, until nothing is left to watch.
+async fn watch_loop(weak: Weak<LossWatch>) {
     let mut pause = Duration::from_millis(20);
     // The task starts with a lease just granted: let those granted with it join its read,
     // and those released meanwhile drop out unread. A task that ended its work and is
@@ -570,16 +585,14 @@ async fn run(weak: Weak<LossWatch>) {
         tokio::pin!(notified);
         notified.as_mut().enable();
         let Some(keys) = watch.take() else {
-            let (nothing_watched, young) = {
-                let state = watch.state();
-                let young = !state.fresh.is_empty();
-                (state.watches_nothing(), young)
-            };
-            let nothing_watched = nothing_watched && watch.none_granted();
+            let young = !watch.none_granted();
+            let nothing_watched = !young && watch.state().watches_nothing();
+            let clocked = watch.granted.clocked();
             drop(watch);
-            if young {
-                // Leases too young to read: look again once they are old enough (the
-                // keys pushed meanwhile join that read).
+            if young && !clocked {
+                // Leases too young to read, and no clock thread to say when they are due:
+                // look again once they are old enough (the keys pushed meanwhile join that
+                // read).
                 tokio::time::sleep(BATCH).await;
                 continue;
             }
@@ -598,8 +611,15 @@ async fn run(weak: Weak<LossWatch>) {
             } else {
                 notified.await;
             }
-            // Let the keys pushed or granted with this one join its read.
-            tokio::time::sleep(BATCH).await;
+            // Told that a lease is due (the clock tells only then, and those due with it
+            // are due now): read at once. Told of keys pushed back: let the others pushed
+            // with them join their read.
+            let due = weak
+                .upgrade()
+                .is_some_and(|watch| watch.granted.any_due(Instant::now()));
+            if !due {
+                tokio::time::sleep(BATCH).await;
+            }
             continue;
         };
         let borrowed: Vec<&str> = keys.iter().map(String::as_str).collect();
@@ -650,7 +670,7 @@ async fn run(weak: Weak<LossWatch>) {
 /// [`HEARTBEAT`] while a lease is watched, each watch connection is asked for a sign of life (on its own task, so
 /// that a master that does not answer delays no push from the others); a connection that
 /// misses it is retired, and every lease looks again.
-async fn heartbeat(weak: Weak<LossWatch>) {
+async fn beat_loop(weak: Weak<LossWatch>) {
     loop {
         tokio::time::sleep(HEARTBEAT).await;
         let Some(watch) = weak.upgrade() else { return };
