@@ -36,6 +36,7 @@ mod redis_only;
 mod redlock;
 mod reentrancy;
 mod release_outage;
+mod runtimes;
 mod rwlock;
 mod schedule;
 mod security;

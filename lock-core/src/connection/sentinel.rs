@@ -20,6 +20,7 @@ use futures_util::StreamExt as _;
 use redis::aio::MultiplexedConnection;
 use redis::sentinel::SentinelClient;
 
+use crate::unfinished::Unfinished;
 use crate::LockError;
 
 /// The channels on which Sentinels announce a failover: `+promoted-slave` when the chosen
@@ -105,6 +106,14 @@ async fn follow_switches(
     switches: Weak<Switches>,
     client: Arc<tokio::sync::Mutex<SentinelClient>>,
 ) {
+    // Dropped with its runtime while the locker lives on: the locker's next connection to
+    // the master starts another follower.
+    let mark = switches.clone();
+    let _unfinished = Unfinished::new(move || {
+        if let Some(switches) = mark.upgrade() {
+            switches.watching.store(false, Ordering::Release);
+        }
+    });
     loop {
         if switches.strong_count() == 0 {
             return;

@@ -52,6 +52,8 @@ use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr
 use redis::{PushInfo, PushKind, RedisResult, Value};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 
+use crate::unfinished::Unfinished;
+
 /// How long a sharded subscription is kept after its last waiter left.
 pub(crate) const LINGER: Duration = Duration::from_secs(5);
 
@@ -380,7 +382,15 @@ impl Shards {
         };
         let shards = self.clone();
         let channel = channel.to_owned();
-        runtime.spawn(async move { shards.follow(channel).await });
+        runtime.spawn(async move {
+            // Dropped with its runtime: the channel's next change starts another follower.
+            let (inner, followed) = (Arc::clone(&shards.inner), channel.clone());
+            let unfinished = Unfinished::new(move || {
+                lock(&inner.following).remove(&followed);
+            });
+            shards.follow(channel).await;
+            unfinished.finished();
+        });
     }
 
     /// After the master of `channel`'s slot changed (or may have): subscribes again on the

@@ -36,6 +36,7 @@ use redis::{ConnectionAddr, Value};
 
 use crate::connection::watcher::{resp3, Eviction, WatchDial, WatchError, WatchListener, Watcher};
 use crate::slot::cluster_slot;
+use crate::unfinished::Unfinished;
 
 /// A node: `host:port`.
 type Node = String;
@@ -463,7 +464,19 @@ struct Probe {
 }
 
 impl Probe {
+    /// Probes until the node answers or is no longer a master. Dropped with its runtime,
+    /// it takes the node's mark back: the next failed read there marks it down again and
+    /// starts a probe on the runtime of the day.
     async fn run(self) {
+        let (down, node) = (Arc::clone(&self.down), self.node.clone());
+        let unfinished = Unfinished::new(move || {
+            lock(&down).remove(&node);
+        });
+        self.until_settled().await;
+        unfinished.finished();
+    }
+
+    async fn until_settled(self) {
         let mut pause = Duration::from_millis(50);
         loop {
             tokio::time::sleep(pause).await;

@@ -48,6 +48,7 @@ use crate::engine::granted::{Granted, BATCH};
 use crate::engine::held::Held;
 use crate::eviction::{risk, EvictionCheck};
 use crate::token::is_ours;
+use crate::unfinished::Unfinished;
 use crate::LockError;
 
 /// The longest pause between re-reads while the server does not answer.
@@ -305,12 +306,18 @@ impl LossWatch {
                     let watch = Arc::clone(self);
                     if let Ok(runtime) = tokio::runtime::Handle::try_current() {
                         runtime.spawn(async move {
+                            // Dropped with its runtime: the next acquisition checks.
+                            let unfinished =
+                                Unfinished::new(|| watch.checking.store(false, Ordering::Release));
                             if let Err(WatchError::Refused(reason)) =
                                 watch.watcher.ensure_open().await
                             {
                                 watch.refused(&reason);
                             }
+                            unfinished.finished();
                         });
+                    } else {
+                        self.checking.store(false, Ordering::Release);
                     }
                 }
                 Ok(true)
@@ -513,61 +520,28 @@ impl State {
 
 /// The watch task: reads what is pending, judges the leases, and sleeps until told.
 async fn run(weak: Weak<LossWatch>) {
-    let unfinished = Unfinished {
-        watch: Some(weak.clone()),
-        task: Task::Watch,
-    };
+    let mark = weak.clone();
+    let unfinished = Unfinished::new(move || {
+        if let Some(watch) = mark.upgrade() {
+            let mut state = watch.state();
+            state.running = false;
+            watch.nudged.store(false, Ordering::SeqCst);
+        }
+    });
     watch_loop(weak).await;
     unfinished.finished();
 }
 
 /// The heartbeat task (see [`beat_loop`]).
 async fn heartbeat(weak: Weak<LossWatch>) {
-    let unfinished = Unfinished {
-        watch: Some(weak.clone()),
-        task: Task::Heartbeat,
-    };
+    let mark = weak.clone();
+    let unfinished = Unfinished::new(move || {
+        if let Some(watch) = mark.upgrade() {
+            watch.beating.store(false, Ordering::SeqCst);
+        }
+    });
     beat_loop(weak).await;
     unfinished.finished();
-}
-
-/// One of the two tasks of a loss watch.
-#[derive(Clone, Copy)]
-enum Task {
-    Watch,
-    Heartbeat,
-}
-
-/// A task that has not ended on its own. Dropped with it when its runtime shuts down under
-/// it (the Locker lives on, and is used on another runtime), it marks the task gone, so
-/// that the next grant starts another: a flag left saying "running" would leave every
-/// later lease unwatched.
-struct Unfinished {
-    watch: Option<Weak<LossWatch>>,
-    task: Task,
-}
-
-impl Unfinished {
-    /// The task ended on its own, and said so itself.
-    fn finished(mut self) {
-        self.watch = None;
-    }
-}
-
-impl Drop for Unfinished {
-    fn drop(&mut self) {
-        let Some(watch) = self.watch.take().and_then(|weak| weak.upgrade()) else {
-            return;
-        };
-        match self.task {
-            Task::Watch => {
-                let mut state = watch.state();
-                state.running = false;
-                watch.nudged.store(false, Ordering::SeqCst);
-            }
-            Task::Heartbeat => watch.beating.store(false, Ordering::SeqCst),
-        }
-    }
 }
 
 /// The watch task's work, until nothing is left to watch.
