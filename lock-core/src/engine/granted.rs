@@ -67,9 +67,11 @@ pub(crate) struct Granted<L: Send + Sync = Held> {
 }
 
 impl<L: Send + Sync + 'static> Granted<L> {
-    /// The lists of a Locker whose watch task waits on `wake`, looked at by the clock.
-    pub fn new(wake: Arc<Notify>) -> Arc<Granted<L>> {
-        let clocked = clock().is_some();
+    /// The lists of a Locker whose watch task waits on `wake`, looked at by the clock if
+    /// `tracked` (false: the Locker does not track keys, no lease is ever pushed, and no
+    /// clock thread is started for it).
+    pub fn new(wake: Arc<Notify>, tracked: bool) -> Arc<Granted<L>> {
+        let clocked = tracked && clock().is_some();
         let granted = Arc::new(Granted {
             lists: ThreadLocal::new(),
             wake,
@@ -272,7 +274,7 @@ mod tests {
     #[tokio::test]
     async fn a_lease_is_told_once_due_and_not_before() {
         let wake = Arc::new(Notify::new());
-        let granted = Granted::<u32>::new(Arc::clone(&wake));
+        let granted = Granted::<u32>::new(Arc::clone(&wake), true);
         assert!(granted.clocked());
         let lease = Arc::new(7);
         let due = Instant::now() + Duration::from_millis(40);
@@ -288,7 +290,7 @@ mod tests {
 
     #[test]
     fn only_the_front_of_a_list_up_to_its_first_lease_not_due_is_taken() {
-        let granted = Granted::<u32>::new(Arc::new(Notify::new()));
+        let granted = Granted::<u32>::new(Arc::new(Notify::new()), true);
         let now = Instant::now();
         let leases: Vec<Arc<u32>> = (0..4).map(Arc::new).collect();
         granted.push(now, &leases[0]);
@@ -312,7 +314,7 @@ mod tests {
 
     #[test]
     fn a_grant_drops_the_gone_leases_at_the_front_of_its_list() {
-        let granted = Granted::<u32>::new(Arc::new(Notify::new()));
+        let granted = Granted::<u32>::new(Arc::new(Notify::new()), true);
         let later = Instant::now() + Duration::from_secs(3600);
         for value in 0..3 {
             granted.push(later, &Arc::new(value));
@@ -328,7 +330,7 @@ mod tests {
     #[tokio::test]
     async fn a_grant_after_the_clock_parked_is_told() {
         let wake = Arc::new(Notify::new());
-        let granted = Granted::<u32>::new(Arc::clone(&wake));
+        let granted = Granted::<u32>::new(Arc::clone(&wake), true);
         let lease = Arc::new(1);
         granted.push(Instant::now(), &lease);
         let at = told(&wake).await;

@@ -199,7 +199,7 @@ impl LossWatch {
                 watcher: watchers(listener),
                 track,
                 state: Mutex::default(),
-                granted: Granted::new(Arc::clone(&wake)),
+                granted: Granted::new(Arc::clone(&wake), track),
                 nudged: AtomicBool::new(false),
                 off: AtomicBool::new(false),
                 wake,
