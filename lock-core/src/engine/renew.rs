@@ -18,6 +18,9 @@ use crate::LockError;
 /// before the lease runs out.
 const RENEW_AFTER: u32 = 3;
 
+/// The fewest entries at which a registration looks for those of leases gone.
+const PRUNE_AT_LEAST: usize = 64;
+
 /// Leases due within this share of their TTL join the current batch, so that leases taken
 /// at slightly different times are renewed together.
 const BATCH_WINDOW: u32 = 6;
@@ -34,6 +37,9 @@ pub(crate) struct Renewer {
 #[derive(Default)]
 struct State {
     leases: Vec<Entry>,
+    /// The number of entries at which a registration drops those of leases gone (see
+    /// [`Renewer::register`]).
+    prune_at: usize,
     running: bool,
     /// When the task will look next on its own; a new lease due later needs no wake-up.
     next_wake: Option<Instant>,
@@ -65,6 +71,14 @@ impl Renewer {
         max_hold: Option<Duration>,
     ) {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        // Short leases are gone long before the task looks again (a third of a TTL): drop
+        // their entries each time the list has doubled, so that it holds at most about
+        // twice the leases alive, and their memory is freed on a thread that takes leases
+        // rather than in one burst by the task.
+        let State {
+            leases, prune_at, ..
+        } = &mut *state;
+        prune_gone(leases, prune_at, |entry| entry.lease.strong_count() != 0);
         state.leases.push(Entry {
             lease: Arc::downgrade(lease),
             serial: lease.serial,
@@ -92,6 +106,16 @@ impl Renewer {
             Arc::clone(background),
             Arc::clone(self),
         ));
+    }
+}
+
+/// Drops the entries no longer `alive` once `entries` has reached `prune_at`, and sets the
+/// next threshold at twice what is left (at least [`PRUNE_AT_LEAST`]): amortized, a
+/// constant cost per entry pushed.
+fn prune_gone<T>(entries: &mut Vec<T>, prune_at: &mut usize, alive: impl Fn(&T) -> bool) {
+    if entries.len() >= *prune_at {
+        entries.retain(alive);
+        *prune_at = (entries.len() * 2).max(PRUNE_AT_LEAST);
     }
 }
 
@@ -249,5 +273,39 @@ async fn renew(
                 "no runtime to give back a lease lost to a late renewal; its TTL will free it"
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stream_of_short_leases_keeps_the_list_near_the_leases_alive() {
+        let long: Vec<Arc<u32>> = (0..10).map(Arc::new).collect();
+        let mut entries: Vec<Weak<u32>> = long.iter().map(Arc::downgrade).collect();
+        let mut prune_at = 0;
+        for i in 0..10_000 {
+            prune_gone(&mut entries, &mut prune_at, |weak| weak.strong_count() != 0);
+            let short = Arc::new(100 + i);
+            entries.push(Arc::downgrade(&short));
+            drop(short);
+            assert!(
+                entries.len() <= 2 * long.len() + PRUNE_AT_LEAST + 1,
+                "{} entries for {} leases alive",
+                entries.len(),
+                long.len()
+            );
+        }
+        let kept: Vec<u32> = entries
+            .iter()
+            .filter_map(|weak| weak.upgrade())
+            .map(|l| *l)
+            .collect();
+        assert_eq!(
+            kept,
+            (0..10).collect::<Vec<u32>>(),
+            "every lease alive is kept"
+        );
     }
 }
