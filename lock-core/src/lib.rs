@@ -338,7 +338,7 @@ mod schedule;
 mod signal;
 mod slot;
 mod token;
-mod unfinished;
+mod undo;
 mod using;
 mod wait;
 mod waits_for;

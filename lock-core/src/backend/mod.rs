@@ -21,7 +21,6 @@ pub(crate) mod replicated;
 pub(crate) mod scripted;
 pub(crate) mod ticket;
 pub(crate) mod transaction;
-mod undo;
 pub(crate) mod waits;
 
 /// The result of one attempt to take a lock.

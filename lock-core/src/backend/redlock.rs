@@ -41,9 +41,9 @@ use futures_util::future::join_all;
 use super::prim_scripts::MARK_LISTENED;
 use super::scripted::Scripted;
 use super::ticket::TicketClock;
-use super::undo::Undo;
 use super::{Attempt, AttemptKind, Backend, RawState};
 use crate::key::LockKeys;
+use crate::undo::Undo;
 use crate::LockError;
 
 pub(crate) struct Redlock {

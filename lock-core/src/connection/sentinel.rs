@@ -20,7 +20,7 @@ use futures_util::StreamExt as _;
 use redis::aio::MultiplexedConnection;
 use redis::sentinel::SentinelClient;
 
-use crate::unfinished::Unfinished;
+use crate::undo::Undo;
 use crate::LockError;
 
 /// The channels on which Sentinels announce a failover: `+promoted-slave` when the chosen
@@ -109,7 +109,7 @@ async fn follow_switches(
     // Dropped with its runtime while the locker lives on: the locker's next connection to
     // the master starts another follower.
     let mark = switches.clone();
-    let _unfinished = Unfinished::new(move || {
+    let _unfinished = Undo::new(move || {
         if let Some(switches) = mark.upgrade() {
             switches.watching.store(false, Ordering::Release);
         }

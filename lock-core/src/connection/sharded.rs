@@ -52,7 +52,7 @@ use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr
 use redis::{PushInfo, PushKind, RedisResult, Value};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 
-use crate::unfinished::Unfinished;
+use crate::undo::Undo;
 
 /// How long a sharded subscription is kept after its last waiter left.
 pub(crate) const LINGER: Duration = Duration::from_secs(5);
@@ -385,11 +385,11 @@ impl Shards {
         runtime.spawn(async move {
             // Dropped with its runtime: the channel's next change starts another follower.
             let (inner, followed) = (Arc::clone(&shards.inner), channel.clone());
-            let unfinished = Unfinished::new(move || {
+            let unfinished = Undo::new(move || {
                 lock(&inner.following).remove(&followed);
             });
             shards.follow(channel).await;
-            unfinished.finished();
+            unfinished.disarm();
         });
     }
 

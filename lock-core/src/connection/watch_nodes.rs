@@ -36,7 +36,7 @@ use redis::{ConnectionAddr, Value};
 
 use crate::connection::watcher::{resp3, Eviction, WatchDial, WatchError, WatchListener, Watcher};
 use crate::slot::cluster_slot;
-use crate::unfinished::Unfinished;
+use crate::undo::Undo;
 
 /// A node: `host:port`.
 type Node = String;
@@ -469,11 +469,11 @@ impl Probe {
     /// starts a probe on the runtime of the day.
     async fn run(self) {
         let (down, node) = (Arc::clone(&self.down), self.node.clone());
-        let unfinished = Unfinished::new(move || {
+        let unfinished = Undo::new(move || {
             lock(&down).remove(&node);
         });
         self.until_settled().await;
-        unfinished.finished();
+        unfinished.disarm();
     }
 
     async fn until_settled(self) {

@@ -11,7 +11,7 @@ use crate::backend::{AnyBackend, Backend as _};
 use crate::engine::background::Background;
 use crate::engine::held::Held;
 use crate::engine::watch::LossWatch;
-use crate::unfinished::Unfinished;
+use crate::undo::Undo;
 use crate::LockError;
 
 /// Leases are extended once a third of their TTL has passed, so two renewals can fail
@@ -145,7 +145,7 @@ impl Drop for RoundEnd<'_> {
 async fn run(backend: Arc<AnyBackend>, background: Arc<Background>, renewer: Arc<Renewer>) {
     // Dropped with its runtime: the next renewed lease starts another task (a mark left
     // saying "running" would leave every later lease unrenewed, to expire under its holder).
-    let unfinished = Unfinished::new(|| {
+    let unfinished = Undo::new(|| {
         let mut state = renewer.state.lock().unwrap_or_else(PoisonError::into_inner);
         state.running = false;
         state.next_wake = None;
@@ -153,7 +153,7 @@ async fn run(backend: Arc<AnyBackend>, background: Arc<Background>, renewer: Arc
     loop {
         let Some((due, next_wake)) = next_batch(&renewer) else {
             // Said so itself (in `next_batch`, under the state's lock).
-            unfinished.finished();
+            unfinished.disarm();
             return;
         };
         if !due.is_empty() {

@@ -48,7 +48,7 @@ use crate::engine::granted::{Granted, BATCH};
 use crate::engine::held::Held;
 use crate::eviction::{risk, EvictionCheck};
 use crate::token::is_ours;
-use crate::unfinished::Unfinished;
+use crate::undo::Undo;
 use crate::LockError;
 
 /// The longest pause between re-reads while the server does not answer.
@@ -308,13 +308,13 @@ impl LossWatch {
                         runtime.spawn(async move {
                             // Dropped with its runtime: the next acquisition checks.
                             let unfinished =
-                                Unfinished::new(|| watch.checking.store(false, Ordering::Release));
+                                Undo::new(|| watch.checking.store(false, Ordering::Release));
                             if let Err(WatchError::Refused(reason)) =
                                 watch.watcher.ensure_open().await
                             {
                                 watch.refused(&reason);
                             }
-                            unfinished.finished();
+                            unfinished.disarm();
                         });
                     } else {
                         self.checking.store(false, Ordering::Release);
@@ -521,7 +521,7 @@ impl State {
 /// The watch task: reads what is pending, judges the leases, and sleeps until told.
 async fn run(weak: Weak<LossWatch>) {
     let mark = weak.clone();
-    let unfinished = Unfinished::new(move || {
+    let unfinished = Undo::new(move || {
         if let Some(watch) = mark.upgrade() {
             let mut state = watch.state();
             state.running = false;
@@ -529,19 +529,19 @@ async fn run(weak: Weak<LossWatch>) {
         }
     });
     watch_loop(weak).await;
-    unfinished.finished();
+    unfinished.disarm();
 }
 
 /// The heartbeat task (see [`beat_loop`]).
 async fn heartbeat(weak: Weak<LossWatch>) {
     let mark = weak.clone();
-    let unfinished = Unfinished::new(move || {
+    let unfinished = Undo::new(move || {
         if let Some(watch) = mark.upgrade() {
             watch.beating.store(false, Ordering::SeqCst);
         }
     });
     beat_loop(weak).await;
-    unfinished.finished();
+    unfinished.disarm();
 }
 
 /// The watch task's work, until nothing is left to watch.
