@@ -4,7 +4,7 @@
 //! disarms it once the outcome is known and handed back (a caller that gives up half-way
 //! leaves nothing held). And each background task a Locker starts on the runtime of the
 //! code that uses it (the renewal task, key tracking's task and heartbeat, the eviction
-//! check, the follower of a Sentinel's switches, a Cluster node's probe, a sharded
+//! check, the followers of a Sentinel's switches, a Cluster node's probe, a sharded
 //! channel's follower) is marked running so that it is started once; a runtime that shuts
 //! down drops the task at an await, before it takes its mark back, and the Locker, used on
 //! another runtime afterwards, would never start it again. The task arms an [`Undo`] that
