@@ -13,7 +13,8 @@
 //! - [`background`]: work left running (background releases), counted for `shutdown`.
 //! - [`watch`]: a held lease told at once when its key changes on the server (key
 //!   tracking), and the check of the server's eviction policy; [`granted`]: the leases
-//!   granted and not yet due to be read there, and the clock thread that says when one is.
+//!   granted and not yet due to be read there, and the clock thread that says when one is;
+//!   [`server_check`]: whether the server could evict lock keys, and what follows.
 //!
 //! Nothing here knows the public types; it reaches Redis only through the backends.
 
@@ -25,6 +26,7 @@ mod granted;
 pub(crate) mod held;
 pub(crate) mod local;
 pub(crate) mod renew;
+mod server_check;
 mod turn;
 pub(crate) mod validity;
 pub(crate) mod watch;

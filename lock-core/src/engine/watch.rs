@@ -29,9 +29,10 @@
 //! `CLIENT TRACKING` forbidden) leaves the Locker with renewal-time detection, said once
 //! in a warning.
 //!
-//! The server check: when the watch connection opens, it reads `maxmemory-policy`; a
-//! server that could evict lock keys is reported once (warning and metric) or, with
-//! [`EvictionCheck::Refuse`], makes acquisitions fail with `Misconfigured`.
+//! The server check ([`crate::engine::server_check`]): when the watch connection opens, it
+//! reads `maxmemory-policy`; a server that could evict lock keys is reported once (warning
+//! and metric) or, with [`EvictionCheck::Refuse`], makes acquisitions fail with
+//! `Misconfigured`. The watch opens the connection for it, at the first acquisition.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering};
@@ -46,7 +47,8 @@ use crate::connection::watch_nodes::{NodeWatchers, Seeds};
 use crate::connection::watcher::{Eviction, WatchError, WatchListener, Watcher};
 use crate::engine::granted::{Granted, BATCH};
 use crate::engine::held::Held;
-use crate::eviction::{risk, EvictionCheck};
+use crate::engine::server_check::ServerCheck;
+use crate::eviction::EvictionCheck;
 use crate::token::is_ours;
 use crate::undo::Undo;
 use crate::LockError;
@@ -118,10 +120,7 @@ pub(crate) struct LossWatch {
     /// Tracking was refused and said so: leases are no longer watched.
     off: AtomicBool,
     wake: Arc<Notify>,
-    check: EvictionCheck,
-    eviction: Mutex<Finding>,
-    /// The first acquisition asked for the server check.
-    checking: AtomicBool,
+    server: ServerCheck,
     /// Renewal rounds in flight: the keys they change are pushed back one by one, and are
     /// read once the round is over, all in one read.
     renewing: AtomicUsize,
@@ -140,15 +139,6 @@ struct State {
     /// Re-read every watched key (connection lost or reopened, database flushed).
     all: bool,
     running: bool,
-}
-
-/// What the server check found.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Finding {
-    Unknown,
-    Safe,
-    /// Why locks are at risk (the warning's text).
-    Risky(String),
 }
 
 impl LossWatch {
@@ -203,9 +193,7 @@ impl LossWatch {
                 nudged: AtomicBool::new(false),
                 off: AtomicBool::new(false),
                 wake,
-                check,
-                eviction: Mutex::new(Finding::Unknown),
-                checking: AtomicBool::new(false),
+                server: ServerCheck::new(check),
                 renewing: AtomicUsize::new(0),
                 beating: AtomicBool::new(false),
             }
@@ -214,10 +202,6 @@ impl LossWatch {
 
     fn state(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    fn finding(&self) -> MutexGuard<'_, Finding> {
-        self.eviction.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Watches a fresh lease's key from now on (one batched read).
@@ -295,20 +279,15 @@ impl LossWatch {
         name: &str,
         by: Instant,
     ) -> Result<bool, LockError> {
-        match self.check {
+        match self.server.mode() {
             EvictionCheck::Off => Ok(true),
             EvictionCheck::Warn => {
-                // Read before it is written: a write on every acquisition would move this
-                // cache line between the threads that acquire.
-                if !self.checking.load(Ordering::Relaxed)
-                    && !self.checking.swap(true, Ordering::AcqRel)
-                {
+                if self.server.start() {
                     let watch = Arc::clone(self);
                     if let Ok(runtime) = tokio::runtime::Handle::try_current() {
                         runtime.spawn(async move {
                             // Dropped with its runtime: the next acquisition checks.
-                            let unfinished =
-                                Undo::new(|| watch.checking.store(false, Ordering::Release));
+                            let unfinished = Undo::new(|| watch.server.unstarted());
                             if let Err(WatchError::Refused(reason)) =
                                 watch.watcher.ensure_open().await
                             {
@@ -317,7 +296,7 @@ impl LossWatch {
                             unfinished.disarm();
                         });
                     } else {
-                        self.checking.store(false, Ordering::Release);
+                        self.server.unstarted();
                     }
                 }
                 Ok(true)
@@ -326,7 +305,7 @@ impl LossWatch {
                 // Boxed, and built out of line: opening the watch connection is a future of
                 // several kilobytes, awaited once, and every acquisition's future (and the
                 // stack frame of its polls) would otherwise be sized for it.
-                if *self.finding() == Finding::Unknown {
+                if self.server.unknown() {
                     let opening = crate::out_of_line::boxed(|| {
                         tokio::time::timeout_at(by.into(), self.watcher.ensure_open())
                     });
@@ -341,19 +320,7 @@ impl LossWatch {
                         Ok(_) => {}
                     }
                 }
-                match &*self.finding() {
-                    Finding::Risky(reason) => Err(LockError::Misconfigured {
-                        name: name.to_owned(),
-                        reason: format!(
-                            "{reason} (refused because the Locker was built with \
-                             EvictionCheck::Refuse)"
-                        ),
-                        source: None,
-                    }),
-                    // Unknown: the server did not answer; the attempt reports that itself,
-                    // and the next acquisition checks again.
-                    Finding::Safe | Finding::Unknown => Ok(true),
-                }
+                self.server.verdict(name).map(|()| true)
             }
         }
     }
@@ -376,19 +343,6 @@ impl LossWatch {
                  its validity, not at once"
             );
         }
-    }
-
-    /// Records the server check's finding; warns once per new finding.
-    fn found(&self, finding: Finding) {
-        let mut known = self.finding();
-        if *known == finding {
-            return;
-        }
-        crate::metrics::eviction_risk(matches!(finding, Finding::Risky(_)));
-        if let Finding::Risky(reason) = &finding {
-            tracing::warn!("{reason}");
-        }
-        *known = finding;
     }
 
     /// A renewal round starts: what it changes is read once it ends ([`LossWatch::renewed`]).
@@ -702,18 +656,6 @@ impl WatchListener for LossWatch {
             // A new connection: what the old one tracked is no longer tracked.
             self.everything(None);
         }
-        if self.check == EvictionCheck::Off {
-            return;
-        }
-        self.found(match eviction {
-            Ok(eviction) if eviction.may_evict_locks() => {
-                Finding::Risky(risk(&eviction.policy, eviction.maxmemory))
-            }
-            Ok(_) => Finding::Safe,
-            Err(reason) => Finding::Risky(format!(
-                "could not read the server's eviction policy ({reason}): make sure \
-                 maxmemory-policy is noeviction or maxmemory is 0"
-            )),
-        });
+        self.server.read(eviction);
     }
 }
