@@ -7,9 +7,10 @@
 //! check, the followers of a Sentinel's switches, a Cluster node's probe, a sharded
 //! channel's follower) is marked running so that it is started once; a runtime that shuts
 //! down drops the task at an await, before it takes its mark back, and the Locker, used on
-//! another runtime afterwards, would never start it again. The task arms an [`Undo`] that
-//! takes the mark back, and disarms it when it ends on its own (having taken it back
-//! itself).
+//! another runtime afterwards, would never start it again. The task's spawner arms an
+//! [`Undo`] that takes the mark back and moves it into the task (made in the task's body,
+//! it would not exist for a task dropped before its first poll), and the task disarms it
+//! when it ends on its own (having taken the mark back itself).
 
 /// Runs `undo` when dropped, unless disarmed first.
 pub(crate) struct Undo<F: FnOnce()> {
@@ -66,6 +67,26 @@ mod tests {
         });
         runtime.block_on(tokio::task::yield_now());
         assert!(running.load(Ordering::SeqCst));
+        drop(runtime);
+        assert!(
+            !running.load(Ordering::SeqCst),
+            "the mark outlived its task"
+        );
+    }
+
+    #[test]
+    fn a_task_dropped_before_its_first_poll_takes_its_mark_back_if_it_holds_the_guard() {
+        let running = Arc::new(AtomicBool::new(true));
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime");
+        // Made before the task, moved into it: a guard made in the task's body would
+        // never exist, the body never having run.
+        let mark = Arc::clone(&running);
+        let unfinished = Undo::new(move || mark.store(false, Ordering::SeqCst));
+        runtime.spawn(async move {
+            unfinished.disarm();
+        });
         drop(runtime);
         assert!(
             !running.load(Ordering::SeqCst),

@@ -96,7 +96,19 @@ impl Switches {
         };
         let switches = Arc::downgrade(self);
         let client = Arc::clone(client);
-        runtime.spawn(follow_switches(switches, client));
+        // Dropped with its runtime (before its first poll, too) while the locker lives on:
+        // the locker's next connection to the master starts another follower.
+        let mark = switches.clone();
+        let unfinished = Undo::new(move || {
+            if let Some(switches) = mark.upgrade() {
+                switches.watching.store(false, Ordering::Release);
+            }
+        });
+        runtime.spawn(async move {
+            follow_switches(switches, client).await;
+            // Ends only once the locker is gone: nothing to take back.
+            unfinished.disarm();
+        });
     }
 }
 
@@ -106,14 +118,6 @@ async fn follow_switches(
     switches: Weak<Switches>,
     client: Arc<tokio::sync::Mutex<SentinelClient>>,
 ) {
-    // Dropped with its runtime while the locker lives on: the locker's next connection to
-    // the master starts another follower.
-    let mark = switches.clone();
-    let _unfinished = Undo::new(move || {
-        if let Some(switches) = mark.upgrade() {
-            switches.watching.store(false, Ordering::Release);
-        }
-    });
     loop {
         if switches.strong_count() == 0 {
             return;

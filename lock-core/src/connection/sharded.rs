@@ -382,12 +382,13 @@ impl Shards {
         };
         let shards = self.clone();
         let channel = channel.to_owned();
+        // Dropped with its runtime (before its first poll, too): the channel's next change
+        // starts another follower.
+        let (inner, followed) = (Arc::clone(&shards.inner), channel.clone());
+        let unfinished = Undo::new(move || {
+            lock(&inner.following).remove(&followed);
+        });
         runtime.spawn(async move {
-            // Dropped with its runtime: the channel's next change starts another follower.
-            let (inner, followed) = (Arc::clone(&shards.inner), channel.clone());
-            let unfinished = Undo::new(move || {
-                lock(&inner.following).remove(&followed);
-            });
             shards.follow(channel).await;
             unfinished.disarm();
         });

@@ -464,16 +464,19 @@ struct Probe {
 }
 
 impl Probe {
-    /// Probes until the node answers or is no longer a master. Dropped with its runtime,
-    /// it takes the node's mark back: the next failed read there marks it down again and
-    /// starts a probe on the runtime of the day.
-    async fn run(self) {
+    /// Probes until the node answers or is no longer a master. Dropped with its runtime
+    /// (before its first poll, too: the guard is made here, not in the future), it takes
+    /// the node's mark back: the next failed read there marks it down again and starts a
+    /// probe on the runtime of the day.
+    fn run(self) -> impl std::future::Future<Output = ()> + Send {
         let (down, node) = (Arc::clone(&self.down), self.node.clone());
         let unfinished = Undo::new(move || {
             lock(&down).remove(&node);
         });
-        self.until_settled().await;
-        unfinished.disarm();
+        async move {
+            self.until_settled().await;
+            unfinished.disarm();
+        }
     }
 
     async fn until_settled(self) {

@@ -142,14 +142,30 @@ impl Drop for RoundEnd<'_> {
 
 /// The renewal task. It holds the backend only while it has leases to renew, and ends when
 /// the last one is released, dropped, lost or capped.
-async fn run(backend: Arc<AnyBackend>, background: Arc<Background>, renewer: Arc<Renewer>) {
-    // Dropped with its runtime: the next renewed lease starts another task (a mark left
-    // saying "running" would leave every later lease unrenewed, to expire under its holder).
-    let unfinished = Undo::new(|| {
-        let mut state = renewer.state.lock().unwrap_or_else(PoisonError::into_inner);
+fn run(
+    backend: Arc<AnyBackend>,
+    background: Arc<Background>,
+    renewer: Arc<Renewer>,
+) -> impl std::future::Future<Output = ()> + Send {
+    // Dropped with its runtime, even before its first poll: the next renewed lease starts
+    // another task (a mark left saying "running" would leave every later lease unrenewed,
+    // to expire under its holder). Made here, not in the task's body, which an unpolled
+    // task never reaches.
+    let mark = Arc::clone(&renewer);
+    let unfinished = Undo::new(move || {
+        let mut state = mark.state.lock().unwrap_or_else(PoisonError::into_inner);
         state.running = false;
         state.next_wake = None;
     });
+    renew_loop(backend, background, renewer, unfinished)
+}
+
+async fn renew_loop<F: FnOnce()>(
+    backend: Arc<AnyBackend>,
+    background: Arc<Background>,
+    renewer: Arc<Renewer>,
+    unfinished: Undo<F>,
+) {
     loop {
         let Some((due, next_wake)) = next_batch(&renewer) else {
             // Said so itself (in `next_batch`, under the state's lock).

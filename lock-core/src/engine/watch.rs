@@ -285,9 +285,11 @@ impl LossWatch {
                 if self.server.start() {
                     let watch = Arc::clone(self);
                     if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                        // Dropped with its runtime (before its first poll, too): the next
+                        // acquisition checks.
+                        let mark = Arc::clone(self);
+                        let unfinished = Undo::new(move || mark.server.unstarted());
                         runtime.spawn(async move {
-                            // Dropped with its runtime: the next acquisition checks.
-                            let unfinished = Undo::new(|| watch.server.unstarted());
                             if let Err(WatchError::Refused(reason)) =
                                 watch.watcher.ensure_open().await
                             {
@@ -472,8 +474,10 @@ impl State {
     }
 }
 
-/// The watch task: reads what is pending, judges the leases, and sleeps until told.
-async fn run(weak: Weak<LossWatch>) {
+/// The watch task: reads what is pending, judges the leases, and sleeps until told. Its
+/// mark is taken back if it is dropped with its runtime, even before its first poll (the
+/// guard is made here, not in the task's body, which an unpolled task never reaches).
+fn run(weak: Weak<LossWatch>) -> impl std::future::Future<Output = ()> + Send {
     let mark = weak.clone();
     let unfinished = Undo::new(move || {
         if let Some(watch) = mark.upgrade() {
@@ -482,20 +486,24 @@ async fn run(weak: Weak<LossWatch>) {
             watch.nudged.store(false, Ordering::SeqCst);
         }
     });
-    watch_loop(weak).await;
-    unfinished.disarm();
+    async move {
+        watch_loop(weak).await;
+        unfinished.disarm();
+    }
 }
 
-/// The heartbeat task (see [`beat_loop`]).
-async fn heartbeat(weak: Weak<LossWatch>) {
+/// The heartbeat task (see [`beat_loop`]); its mark is taken back as the watch task's is.
+fn heartbeat(weak: Weak<LossWatch>) -> impl std::future::Future<Output = ()> + Send {
     let mark = weak.clone();
     let unfinished = Undo::new(move || {
         if let Some(watch) = mark.upgrade() {
             watch.beating.store(false, Ordering::SeqCst);
         }
     });
-    beat_loop(weak).await;
-    unfinished.disarm();
+    async move {
+        beat_loop(weak).await;
+        unfinished.disarm();
+    }
 }
 
 /// The watch task's work, until nothing is left to watch.

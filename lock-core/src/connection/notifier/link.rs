@@ -129,15 +129,16 @@ impl Notifier {
             }
             let mut changes = switches.changes();
             let weak = Arc::downgrade(&self.inner);
+            // Dropped with its runtime (before its first poll, too) while the locker lives
+            // on: the next opening of the link starts another follower.
+            let mark = weak.clone();
+            let unfinished = crate::undo::Undo::new(move || {
+                if let Some(inner) = mark.upgrade() {
+                    inner.following.store(false, Ordering::Release);
+                }
+            });
             tokio::spawn(async move {
-                // Dropped with its runtime while the locker lives on: the next opening of
-                // the link starts another follower.
-                let mark = weak.clone();
-                let _unfinished = crate::undo::Undo::new(move || {
-                    if let Some(inner) = mark.upgrade() {
-                        inner.following.store(false, Ordering::Release);
-                    }
-                });
+                let _unfinished = unfinished;
                 while changes.changed().await.is_ok() {
                     let epoch = *changes.borrow_and_update();
                     let Some(inner) = weak.upgrade() else { return };
