@@ -509,11 +509,12 @@ fn heartbeat(weak: Weak<LossWatch>) -> impl std::future::Future<Output = ()> + S
 /// The watch task's work, until nothing is left to watch.
 async fn watch_loop(weak: Weak<LossWatch>) {
     let mut pause = Duration::from_millis(20);
-    // The task starts with a lease just granted: let those granted with it join its read,
-    // and those released meanwhile drop out unread. A task that ended its work and is
-    // started again at the next grant would otherwise cost a spawn, a look and an exit
-    // per short lease.
-    tokio::time::sleep(BATCH).await;
+    // The task starts with a lease just granted. The clock thread tells it when that lease
+    // is due; without the clock, it looks on its own timer, the first time once the lease
+    // may be due.
+    if weak.upgrade().is_some_and(|watch| !watch.granted.clocked()) {
+        tokio::time::sleep(BATCH).await;
+    }
     loop {
         let Some(watch) = weak.upgrade() else { return };
         let wake = Arc::clone(&watch.wake);
