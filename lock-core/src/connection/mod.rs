@@ -2,6 +2,8 @@
 //!
 //! - [`shared`]: the one multiplexed connection a backend sends its commands on (from a
 //!   deadpool pool, a Cluster client or a Sentinel-named master), reconnected on failure.
+//! - [`lanes`]: the sockets of a shared connection opened from a URL, whose writes are
+//!   gathered into batches.
 //! - [`spares`]: the clones of it each thread keeps between operations.
 //! - [`deadlines`]: the command timeout of a shared connection this Locker opened itself,
 //!   kept without a timer per command.
@@ -23,6 +25,7 @@
 
 pub(crate) mod connect;
 pub(crate) mod deadlines;
+pub(crate) mod lanes;
 pub(crate) mod notifier;
 #[cfg(feature = "sentinel")]
 pub(crate) mod sentinel;

@@ -21,6 +21,7 @@ use redis::{Cmd, Pipeline, RedisFuture, Value};
 
 use super::connect::Direct;
 use super::deadlines::Deadlines;
+use super::lanes::{Lanes, LANES};
 use super::spares::{Spare, Spares};
 use crate::deadline::within;
 use crate::refusal::misconfiguration;
@@ -57,9 +58,10 @@ pub(crate) enum Conn {
     /// Its own response timeout bounds each command (a pool built elsewhere).
     Single(MultiplexedConnection),
     /// Opened without a response timeout: each command is bounded by `timeout` through
-    /// `deadlines` (see `connection/deadlines.rs`).
+    /// `deadlines` (see `connection/deadlines.rs`), and goes out on the next of its lanes
+    /// (see `connection/lanes.rs`).
     Bounded {
-        conn: MultiplexedConnection,
+        conn: Lanes,
         deadlines: Deadlines,
         timeout: Duration,
     },
@@ -75,7 +77,7 @@ impl ConnectionLike for Conn {
                 conn,
                 deadlines,
                 timeout,
-            } => Box::pin(deadlines.bound(*timeout, conn.send_packed_command(cmd))),
+            } => Box::pin(deadlines.bound(*timeout, conn.pick().send_packed_command(cmd))),
             #[cfg(feature = "cluster")]
             Conn::Cluster(conn) => conn.req_packed_command(cmd),
         }
@@ -93,7 +95,10 @@ impl ConnectionLike for Conn {
                 conn,
                 deadlines,
                 timeout,
-            } => Box::pin(deadlines.bound(*timeout, conn.send_packed_commands(cmd, offset, count))),
+            } => Box::pin(deadlines.bound(
+                *timeout,
+                conn.pick().send_packed_commands(cmd, offset, count),
+            )),
             #[cfg(feature = "cluster")]
             Conn::Cluster(conn) => conn.req_packed_commands(cmd, offset, count),
         }
@@ -101,7 +106,8 @@ impl ConnectionLike for Conn {
 
     fn get_db(&self) -> i64 {
         match self {
-            Conn::Single(conn) | Conn::Bounded { conn, .. } => conn.get_db(),
+            Conn::Single(conn) => conn.get_db(),
+            Conn::Bounded { conn, .. } => conn.get_db(),
             #[cfg(feature = "cluster")]
             Conn::Cluster(conn) => conn.get_db(),
         }
@@ -355,14 +361,21 @@ impl SharedConnection {
                 )),
                 0,
             )),
-            Source::Direct(direct) => direct
-                .client
-                .get_multiplexed_async_connection_with_config(&direct.config)
-                .await
-                .map(|conn| (self.bounded(conn), 0))
-                .map_err(|err| {
+            Source::Direct(direct) => {
+                let lanes = match super::lanes::open(&direct.client, &direct.config, LANES).await {
+                    Ok(Some(lanes)) => Ok(lanes),
+                    // TLS: one connection of redis-rs's making.
+                    Ok(None) => direct
+                        .client
+                        .get_multiplexed_async_connection_with_config(&direct.config)
+                        .await
+                        .map(Lanes::one),
+                    Err(err) => Err(err),
+                };
+                lanes.map(|lanes| (self.bounded(lanes), 0)).map_err(|err| {
                     cannot_connect(name, err, &server_at(self.inner.address.as_deref()))
-                }),
+                })
+            }
             #[cfg(feature = "cluster")]
             Source::Cluster(client) => client
                 .get_async_connection()
@@ -376,13 +389,13 @@ impl SharedConnection {
                 switches,
             } => crate::connection::sentinel::open_master(name, client, config, switches)
                 .await
-                .map(|(conn, epoch)| (self.bounded(conn), epoch)),
+                .map(|(conn, epoch)| (self.bounded(Lanes::one(conn)), epoch)),
         }
     }
 
     /// `conn`, opened without a response timeout, with each command bounded by the command
     /// timeout through this connection's deadlines.
-    fn bounded(&self, conn: MultiplexedConnection) -> Conn {
+    fn bounded(&self, conn: Lanes) -> Conn {
         Conn::Bounded {
             conn,
             deadlines: self.inner.deadlines.clone(),
