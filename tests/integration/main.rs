@@ -21,6 +21,7 @@ mod fencing;
 mod harness;
 mod hostile_names;
 mod kept_connections;
+mod lanes;
 mod latch;
 mod loss;
 mod macro_durations;

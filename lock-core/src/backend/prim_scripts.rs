@@ -298,12 +298,15 @@ impl Server {
         args: &[&[u8]],
         sent: Option<&SentOn>,
     ) -> redis::RedisResult<(T, Lent)> {
-        let lent = shared.get(name).await.map_err(|err| {
+        let mut lent = shared.get(name).await.map_err(|err| {
             redis::RedisError::from(std::io::Error::new(
                 std::io::ErrorKind::NotConnected,
                 err.to_string(),
             ))
         })?;
+        // On the socket noted, whichever task sends there later (a give-back behind this
+        // script, a replica check of its write).
+        lent.conn = lent.conn.pinned_here();
         if let Some(sent) = sent {
             sent.note(&lent.conn);
         }

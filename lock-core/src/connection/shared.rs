@@ -21,7 +21,7 @@ use redis::{Cmd, Pipeline, RedisFuture, Value};
 
 use super::connect::Direct;
 use super::deadlines::Deadlines;
-use super::lanes::{Lanes, LANES};
+use super::lanes::{Flight, Lanes, LANES};
 use super::spares::{Spare, Spares};
 use crate::deadline::within;
 use crate::refusal::misconfiguration;
@@ -77,7 +77,11 @@ impl ConnectionLike for Conn {
                 conn,
                 deadlines,
                 timeout,
-            } => Box::pin(deadlines.bound(*timeout, conn.pick().send_packed_command(cmd))),
+            } => {
+                let (lane, flight) = conn.pick();
+                let command = lane.send_packed_command(cmd);
+                Box::pin(deadlines.bound(*timeout, Flight::count(flight, command)))
+            }
             #[cfg(feature = "cluster")]
             Conn::Cluster(conn) => conn.req_packed_command(cmd),
         }
@@ -95,10 +99,11 @@ impl ConnectionLike for Conn {
                 conn,
                 deadlines,
                 timeout,
-            } => Box::pin(deadlines.bound(
-                *timeout,
-                conn.pick().send_packed_commands(cmd, offset, count),
-            )),
+            } => {
+                let (lane, flight) = conn.pick();
+                let commands = lane.send_packed_commands(cmd, offset, count);
+                Box::pin(deadlines.bound(*timeout, Flight::count(flight, commands)))
+            }
             #[cfg(feature = "cluster")]
             Conn::Cluster(conn) => conn.req_packed_commands(cmd, offset, count),
         }
@@ -115,6 +120,40 @@ impl ConnectionLike for Conn {
 }
 
 impl Conn {
+    /// A clone whose commands go out behind the last command this one sent, on its socket,
+    /// from any task (see `connection/lanes.rs`).
+    pub fn following(&self) -> Conn {
+        match self {
+            Conn::Bounded {
+                conn,
+                deadlines,
+                timeout,
+            } => Conn::Bounded {
+                conn: conn.following(),
+                deadlines: deadlines.clone(),
+                timeout: *timeout,
+            },
+            other => other.clone(),
+        }
+    }
+
+    /// A clone whose commands, from any task, go out on the socket a command sent now on
+    /// this one would take, in order (see `connection/lanes.rs`).
+    pub fn pinned_here(&self) -> Conn {
+        match self {
+            Conn::Bounded {
+                conn,
+                deadlines,
+                timeout,
+            } => Conn::Bounded {
+                conn: conn.pinned_here(),
+                deadlines: deadlines.clone(),
+                timeout: *timeout,
+            },
+            other => other.clone(),
+        }
+    }
+
     /// Sets how long each command on this clone waits for its reply (every clone carries
     /// its own; the other clones keep theirs). False, and nothing changed, on a Cluster
     /// connection, whose timeout is the client's.

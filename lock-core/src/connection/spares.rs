@@ -56,12 +56,73 @@ impl<C: Send> Spares<C> {
     }
 
     /// Keeps `spare` for this thread's next operation, unless the thread keeps enough.
+    /// Clones of an older opening kept under it are dropped on the way (`take` stops at
+    /// the first usable clone, so they could stay under newer ones for good, and hold a
+    /// retired connection's sockets open).
     pub fn put(&self, spare: Spare<C>) {
         let kept = self.threads.get_or(|| RefCell::new(Vec::new()));
-        if let Ok(mut kept) = kept.try_borrow_mut()
-            && kept.len() < PER_THREAD
-        {
-            kept.push(spare);
+        if let Ok(mut kept) = kept.try_borrow_mut() {
+            if kept
+                .first()
+                .is_some_and(|oldest| oldest.generation != spare.generation)
+            {
+                kept.retain(|kept| kept.generation == spare.generation);
+            }
+            if kept.len() < PER_THREAD {
+                kept.push(spare);
+            }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+
+    fn spare(conn: &Arc<()>, generation: u64) -> Spare<Arc<()>> {
+        Spare {
+            conn: Arc::clone(conn),
+            generation,
+            switches: 0,
+        }
+    }
+
+    #[test]
+    fn a_clone_of_a_newer_opening_drops_the_older_ones_kept_under_it() {
+        let spares = Spares::new();
+        let (old, new) = (Arc::new(()), Arc::new(()));
+        for _ in 0..3 {
+            spares.put(spare(&old, 1));
+        }
+        assert_eq!(Arc::strong_count(&old), 4);
+        spares.put(spare(&new, 2));
+        assert_eq!(
+            Arc::strong_count(&old),
+            1,
+            "the retired opening's clones stayed"
+        );
+        assert!(spares.take(2, |_| true).is_some());
+        assert!(spares.take(2, |_| true).is_none());
+    }
+
+    #[test]
+    fn clones_of_the_same_opening_are_all_kept_and_taken_newest_first() {
+        let spares = Spares::new();
+        let conn = Arc::new(());
+        spares.put(Spare {
+            conn: Arc::clone(&conn),
+            generation: 3,
+            switches: 7,
+        });
+        spares.put(spare(&conn, 3));
+        assert_eq!(Arc::strong_count(&conn), 3);
+        assert_eq!(spares.take(3, |_| true).map(|s| s.switches), Some(0));
+        assert_eq!(spares.take(3, |_| true).map(|s| s.switches), Some(7));
+        // One of an opening not asked for is dropped on the way, not handed out.
+        spares.put(spare(&conn, 3));
+        assert!(spares.take(4, |_| true).is_none());
+        assert_eq!(Arc::strong_count(&conn), 1);
     }
 }

@@ -93,7 +93,8 @@ pub(super) fn spawn_release(
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
         return;
     };
-    let mut conn = conn.clone();
+    // Behind the attempt, on its socket (this task may not be the attempt's).
+    let mut conn = conn.following();
     let keys = keys.clone();
     let value = value.to_owned();
     let waiters = waiters.to_owned();
