@@ -334,8 +334,8 @@ mod tests {
         };
         connection.await.expect("the connection task");
         sender.await.expect("the sender");
-        let order = order.lock().expect("order").clone();
-        order
+        let order = order.lock().expect("order");
+        order.clone()
     }
 
     #[tokio::test(flavor = "current_thread")]
