@@ -384,8 +384,9 @@ impl LockerBuilder {
     }
 
     /// Maximum number of pooled connections when the locker builds its own pool (default:
-    /// deadpool's, 4 per CPU). Lock commands share one multiplexed connection, which the
-    /// Locker opens (and reopens after a failure) itself; the pool serves the
+    /// deadpool's, 4 per CPU). Lock commands share one multiplexed connection (four sockets,
+    /// their writes gathered), which the Locker opens (and reopens after a failure) itself;
+    /// the pool serves the
     /// [`Protocol::Transactions`] backend, whose operations each need a connection of
     /// their own.
     pub fn pool_size(mut self, size: usize) -> Self {

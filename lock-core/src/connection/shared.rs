@@ -7,7 +7,8 @@
 //! pipelines on the same socket, which is also what makes 64 concurrent lockers fast. A
 //! Locker given a URL opens (and, after a failure, reopens) that connection with its own
 //! client, under the URL's TLS and auth settings, without redis-rs's response timeout:
-//! [`Deadlines`] bounds each command instead. On a pool built elsewhere the pool creates
+//! [`Deadlines`] bounds each command instead. Without TLS it is four sockets whose writes
+//! are gathered ([`Lanes`], `connection/lanes.rs`). On a pool built elsewhere the pool creates
 //! it, with that pool's settings and timeout. The WATCH/MULTI backend keeps using
 //! checkouts because it needs a connection of its own.
 
