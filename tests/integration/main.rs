@@ -21,7 +21,6 @@ mod fencing;
 mod harness;
 mod hostile_names;
 mod kept_connections;
-mod lanes;
 mod latch;
 mod loss;
 mod macro_durations;

@@ -124,30 +124,24 @@ impl Conn {
     /// A clone whose commands go out behind the last command this one sent, on its socket,
     /// from any task (see `connection/lanes.rs`).
     pub fn following(&self) -> Conn {
-        match self {
-            Conn::Bounded {
-                conn,
-                deadlines,
-                timeout,
-            } => Conn::Bounded {
-                conn: conn.following(),
-                deadlines: deadlines.clone(),
-                timeout: *timeout,
-            },
-            other => other.clone(),
-        }
+        self.with_lanes(Lanes::following)
     }
 
     /// A clone whose commands, from any task, go out on the socket a command sent now on
     /// this one would take, in order (see `connection/lanes.rs`).
     pub fn pinned_here(&self) -> Conn {
+        self.with_lanes(Lanes::pinned_here)
+    }
+
+    /// A clone whose lanes are `lanes` of this one's (a plain clone of one socket).
+    fn with_lanes(&self, lanes: impl FnOnce(&Lanes) -> Lanes) -> Conn {
         match self {
             Conn::Bounded {
                 conn,
                 deadlines,
                 timeout,
             } => Conn::Bounded {
-                conn: conn.pinned_here(),
+                conn: lanes(conn),
                 deadlines: deadlines.clone(),
                 timeout: *timeout,
             },
