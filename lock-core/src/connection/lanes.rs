@@ -56,10 +56,50 @@ const GATHER_FROM: usize = 2;
 #[derive(Clone)]
 pub(crate) struct Lanes {
     lanes: Box<[Lane]>,
+    choice: Choice,
+}
+
+/// Which lane a clone's commands take.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Choice {
     /// Every command of this clone goes out on this lane (see [`Lanes::following`]).
     pin: Option<usize>,
     /// The lane of the last command this clone sent.
     last: usize,
+}
+
+impl Choice {
+    /// The lane a command sent now goes out on, among `lanes`, from task `task`: the
+    /// pinned one, or the task's, or (outside a task) the first.
+    fn here(self, lanes: usize, task: Option<impl Hash>) -> usize {
+        match (self.pin, task) {
+            (Some(pinned), _) => pinned.min(lanes.saturating_sub(1)),
+            (None, Some(task)) => lane_of(task, lanes),
+            (None, None) => 0,
+        }
+    }
+
+    /// The lane of a command sent now, remembered as the last.
+    fn pick(&mut self, lanes: usize, task: Option<impl Hash>) -> usize {
+        self.last = self.here(lanes, task);
+        self.last
+    }
+
+    /// Pinned to the lane of the last command sent.
+    fn following(self) -> Choice {
+        Choice {
+            pin: Some(self.pin.unwrap_or(self.last)),
+            ..self
+        }
+    }
+
+    /// Pinned to the lane a command sent now would take.
+    fn pinned_here(self, lanes: usize, task: Option<impl Hash>) -> Choice {
+        Choice {
+            pin: Some(self.here(lanes, task)),
+            ..self
+        }
+    }
 }
 
 /// One socket, and (when its writes are gathered) how many of its commands are in flight.
@@ -82,36 +122,25 @@ impl Lanes {
     pub fn one(conn: MultiplexedConnection) -> Lanes {
         Lanes {
             lanes: Box::new([Lane { conn, flight: None }]),
-            pin: None,
-            last: 0,
+            choice: Choice::default(),
         }
     }
 
-    /// The lane the next command goes out on (see [`Lanes::here`]), and the count the
-    /// command is to be counted in while it flies ([`Flight::count`]).
+    /// The lane the next command goes out on (the pinned one, or the current task's, or
+    /// outside a task the first), and the count the command is to be counted in while it
+    /// flies ([`Flight::count`]).
     pub fn pick(&mut self) -> (&mut MultiplexedConnection, Option<&Flight>) {
-        let at = self.here();
-        self.last = at;
+        let at = self.choice.pick(self.lanes.len(), tokio::task::try_id());
         let lane = &mut self.lanes[at];
         (&mut lane.conn, lane.flight.as_deref())
-    }
-
-    /// The lane a command sent now on this clone goes out on: the pinned one, or the
-    /// current task's, or (outside a task) the first.
-    fn here(&self) -> usize {
-        match (self.pin, tokio::task::try_id()) {
-            (Some(pinned), _) => pinned,
-            (None, Some(task)) => lane_of(task, self.lanes.len()),
-            (None, None) => 0,
-        }
     }
 
     /// A clone that sends every command on the lane of the last command this one sent:
     /// behind it, in order, from any task.
     pub fn following(&self) -> Lanes {
         Lanes {
-            pin: Some(self.last),
-            ..self.clone()
+            lanes: self.lanes.clone(),
+            choice: self.choice.following(),
         }
     }
 
@@ -120,8 +149,10 @@ impl Lanes {
     /// Redis in order.
     pub fn pinned_here(&self) -> Lanes {
         Lanes {
-            pin: Some(self.here()),
-            ..self.clone()
+            lanes: self.lanes.clone(),
+            choice: self
+                .choice
+                .pinned_here(self.lanes.len(), tokio::task::try_id()),
         }
     }
 
@@ -229,8 +260,7 @@ pub(crate) async fn open(
     }
     Ok(Some(Lanes {
         lanes: opened.into_boxed_slice(),
-        pin: None,
-        last: 0,
+        choice: Choice::default(),
     }))
 }
 
@@ -392,6 +422,36 @@ mod tests {
             .await
             .expect("the task");
         }
+    }
+
+    #[test]
+    fn a_following_or_pinned_clone_keeps_to_one_lane_from_any_task() {
+        let lanes = 4;
+        let mut sent = Choice::default();
+        // An attempt sent from task 6 went out on its lane (6 mod 4).
+        assert_eq!(sent.pick(lanes, Some(6_u64)), 2);
+        // A give-back from another task, or from outside any task, follows it there.
+        let give_back = sent.following();
+        assert_eq!(give_back.here(lanes, Some(9_u64)), 2);
+        assert_eq!(give_back.here(lanes, None::<u64>), 2);
+        // ... and so does a clone of a clone.
+        assert_eq!(give_back.following().here(lanes, Some(1_u64)), 2);
+        // Pinned where a command from task 7 would go now: lane 3, whoever sends later.
+        let noted = Choice::default().pinned_here(lanes, Some(7_u64));
+        assert_eq!(noted.here(lanes, Some(8_u64)), 3);
+        let mut noted = noted;
+        assert_eq!(noted.pick(lanes, None::<u64>), 3);
+        // Unpinned, each task takes its own lane, and outside a task the first.
+        let mut free = Choice::default();
+        assert_eq!(free.pick(lanes, Some(5_u64)), 1);
+        assert_eq!(free.pick(lanes, None::<u64>), 0);
+        assert_eq!(free.last, 0);
+        // A pin never points past the lanes there are.
+        let odd = Choice {
+            pin: Some(9),
+            last: 0,
+        };
+        assert_eq!(odd.here(lanes, None::<u64>), 3);
     }
 
     #[test]
