@@ -211,3 +211,19 @@ async fn a_killed_lane_is_replaced_and_the_old_lanes_are_closed() {
     }
     assert_eq!(lock_lanes(&server).len(), 4, "{:#?}", clients(&server));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_near_its_client_limit_gets_the_sockets_it_can_take() {
+    let server = RedisServer::start_with(&["maxclients 2"]);
+    let locker = Locker::builder()
+        .url(server.url())
+        .track_keys(false)
+        .build()
+        .expect("locker");
+    // Of the four sockets, the server takes two; the Locker locks on those.
+    let errors = cycles(&locker, 16, 10).await;
+    assert!(errors.is_empty(), "{errors:?}");
+    // The server is full: the Locker holds both of its places.
+    let reply = server.command(&["PING"]);
+    assert!(reply.contains("max number of clients"), "{reply}");
+}

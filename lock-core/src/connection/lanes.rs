@@ -156,6 +156,14 @@ impl Lanes {
         }
     }
 
+    /// Lanes opened here, none pinned.
+    fn of(opened: Vec<Lane>) -> Lanes {
+        Lanes {
+            lanes: opened.into_boxed_slice(),
+            choice: Choice::default(),
+        }
+    }
+
     /// The database the lanes talk to (all the same).
     pub fn get_db(&self) -> i64 {
         self.lanes.first().map_or(0, |lane| lane.conn.get_db())
@@ -227,41 +235,86 @@ impl Hasher for TaskNumber {
     }
 }
 
-/// Opens `lanes` gathered connections to the server `client` names, with `config` (`None`:
-/// a TLS server, which the caller opens through redis-rs).
+/// Opens `lanes` gathered connections to the server `client` names, with `config`, at once
+/// (`None`: a TLS server, which the caller opens through redis-rs). The first failure is
+/// the error when none opens; when some do, the others are done without (a server near
+/// its `maxclients`, say), and said so at debug level.
 pub(crate) async fn open(
     client: &redis::Client,
     config: &AsyncConnectionConfig,
     lanes: usize,
 ) -> RedisResult<Option<Lanes>> {
     let info = client.get_connection_info();
-    let mut opened = Vec::with_capacity(lanes.max(1));
-    for _ in 0..lanes.max(1) {
-        let flight = Arc::new(Flight::default());
-        let conn = match info.addr() {
-            ConnectionAddr::Tcp(host, port) => {
-                let stream = tokio::net::TcpStream::connect((host.as_str(), *port)).await?;
-                // Gathered, the writes need no gathering by the kernel: waiting for the
-                // last one's acknowledgement only delays the next batch.
-                stream.set_nodelay(true)?;
-                gathered(info.redis_settings(), stream, config, &flight).await?
-            }
-            #[cfg(unix)]
-            ConnectionAddr::Unix(path) => {
-                let stream = tokio::net::UnixStream::connect(path).await?;
-                gathered(info.redis_settings(), stream, config, &flight).await?
-            }
-            _ => return Ok(None),
-        };
-        opened.push(Lane {
-            conn,
-            flight: Some(flight),
-        });
+    if !matches!(info.addr(), ConnectionAddr::Tcp(..)) && !is_unix(info.addr()) {
+        return Ok(None);
     }
-    Ok(Some(Lanes {
-        lanes: opened.into_boxed_slice(),
-        choice: Choice::default(),
-    }))
+    let opening = (0..lanes.max(1)).map(|_| open_lane(info, config));
+    let mut opened = Vec::with_capacity(lanes.max(1));
+    let mut first_error = None;
+    for lane in futures_util::future::join_all(opening).await {
+        match lane {
+            Ok(lane) => opened.push(lane),
+            Err(err) => {
+                first_error.get_or_insert(err);
+            }
+        }
+    }
+    if opened.is_empty() {
+        return Err(first_error
+            .unwrap_or_else(|| std::io::Error::other("no socket to the server opened").into()));
+    }
+    if let Some(err) = first_error {
+        tracing::debug!(
+            opened = opened.len(),
+            wanted = lanes,
+            %err,
+            "some of the shared connection's sockets did not open: going on with the others"
+        );
+    }
+    Ok(Some(Lanes::of(opened)))
+}
+
+/// Whether `addr` is a Unix socket's path.
+fn is_unix(addr: &ConnectionAddr) -> bool {
+    #[cfg(unix)]
+    if matches!(addr, ConnectionAddr::Unix(_)) {
+        return true;
+    }
+    let _ = addr;
+    false
+}
+
+/// One gathered lane to the server `info` names (TCP or a Unix socket).
+async fn open_lane(
+    info: &redis::ConnectionInfo,
+    config: &AsyncConnectionConfig,
+) -> RedisResult<Lane> {
+    let flight = Arc::new(Flight::default());
+    let conn = match info.addr() {
+        ConnectionAddr::Tcp(host, port) => {
+            let stream = tokio::net::TcpStream::connect((host.as_str(), *port)).await?;
+            // Gathered, the writes need no gathering by the kernel: waiting for the last
+            // one's acknowledgement only delays the next batch.
+            stream.set_nodelay(true)?;
+            gathered(info.redis_settings(), stream, config, &flight).await?
+        }
+        #[cfg(unix)]
+        ConnectionAddr::Unix(path) => {
+            let stream = tokio::net::UnixStream::connect(path).await?;
+            gathered(info.redis_settings(), stream, config, &flight).await?
+        }
+        other => {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::Unsupported,
+                format!("no gathered lane to {other}"),
+            )
+            .into())
+        }
+    };
+    Ok(Lane {
+        conn,
+        flight: Some(flight),
+    })
 }
 
 /// A multiplexed connection on `stream`, its writing task spawned [`Gathered`].
