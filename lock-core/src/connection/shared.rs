@@ -59,8 +59,8 @@ pub(crate) enum Conn {
     /// Its own response timeout bounds each command (a pool built elsewhere).
     Single(MultiplexedConnection),
     /// Opened without a response timeout: each command is bounded by `timeout` through
-    /// `deadlines` (see `connection/deadlines.rs`), and goes out on the next of its lanes
-    /// (see `connection/lanes.rs`).
+    /// `deadlines` (see `connection/deadlines.rs`), and goes out on the lane of the task
+    /// that sends it (see `connection/lanes.rs`).
     Bounded {
         conn: Lanes,
         deadlines: Deadlines,
