@@ -227,3 +227,31 @@ async fn a_server_near_its_client_limit_gets_the_sockets_it_can_take() {
     let reply = server.command(&["PING"]);
     assert!(reply.contains("max number of clients"), "{reply}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_opening_given_up_on_a_stalled_server_leaves_no_socket_behind() {
+    let server = RedisServer::start();
+    let before = connections(&server);
+    let locker = Locker::builder()
+        .url(server.url())
+        .command_timeout(Duration::from_millis(300))
+        .build()
+        .expect("locker");
+    // The sockets connect (the kernel accepts them) but their set-up is never answered:
+    // the opening is given up at the command timeout, its sockets dropped half-open.
+    server.signal("-STOP");
+    let refused = locker.try_lock("kept:stalled", TTL).await;
+    server.signal("-CONT");
+    assert!(refused.is_err(), "{refused:?}");
+    // Nothing of that opening outlives the Locker.
+    drop(locker);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while connections(&server) > before {
+        assert!(
+            Instant::now() < deadline,
+            "connections still open 5 s after the Locker was dropped: {:#?}",
+            clients(&server)
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
